@@ -1,0 +1,250 @@
+//! Element types of the CUDA Array Interface, parsed from NumPy typestrs.
+
+use super::InterfaceError;
+
+/// An element type that caijit can pass to a kernel.
+///
+/// Parsed from a NumPy typestr (`"<f4"`, `"|u1"`, …). `<V2` means bfloat16 only where
+/// the caller says so ([`TypestrOptions::v2_is_bfloat16`]): NumPy has no bfloat16, so
+/// producers export it as an opaque 2-byte void.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum DType {
+    Bool,
+    I8,
+    I16,
+    I32,
+    I64,
+    U8,
+    U16,
+    U32,
+    U64,
+    F16,
+    BF16,
+    F32,
+    F64,
+    C64,
+    C128,
+}
+
+/// How to read typestrs that NumPy cannot describe exactly.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TypestrOptions {
+    /// Read `<V2` (an opaque 2-byte element) as bfloat16.
+    pub v2_is_bfloat16: bool,
+}
+
+impl TypestrOptions {
+    /// Options that read `<V2` as bfloat16.
+    pub const BFLOAT16_V2: Self = Self { v2_is_bfloat16: true };
+}
+
+impl DType {
+    /// Every dtype, in declaration order.
+    pub const ALL: [DType; 15] = [
+        DType::Bool,
+        DType::I8,
+        DType::I16,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+        DType::U16,
+        DType::U32,
+        DType::U64,
+        DType::F16,
+        DType::BF16,
+        DType::F32,
+        DType::F64,
+        DType::C64,
+        DType::C128,
+    ];
+
+    /// Size of one element in bytes.
+    pub const fn itemsize(self) -> usize {
+        match self {
+            DType::Bool | DType::I8 | DType::U8 => 1,
+            DType::I16 | DType::U16 | DType::F16 | DType::BF16 => 2,
+            DType::I32 | DType::U32 | DType::F32 => 4,
+            DType::I64 | DType::U64 | DType::F64 | DType::C64 => 8,
+            DType::C128 => 16,
+        }
+    }
+
+    /// Required alignment of one element in bytes (complex numbers align as their parts).
+    pub const fn alignment(self) -> usize {
+        match self {
+            DType::C64 => 4,
+            DType::C128 => 8,
+            other => other.itemsize(),
+        }
+    }
+
+    /// The canonical typestr, as NumPy writes it on a little-endian machine.
+    pub const fn typestr(self) -> &'static str {
+        match self {
+            DType::Bool => "|b1",
+            DType::I8 => "|i1",
+            DType::I16 => "<i2",
+            DType::I32 => "<i4",
+            DType::I64 => "<i8",
+            DType::U8 => "|u1",
+            DType::U16 => "<u2",
+            DType::U32 => "<u4",
+            DType::U64 => "<u8",
+            DType::F16 => "<f2",
+            DType::BF16 => "<V2",
+            DType::F32 => "<f4",
+            DType::F64 => "<f8",
+            DType::C64 => "<c8",
+            DType::C128 => "<c16",
+        }
+    }
+
+    /// The NumPy name (`float32`, …); `bfloat16` for [`DType::BF16`].
+    pub const fn name(self) -> &'static str {
+        match self {
+            DType::Bool => "bool",
+            DType::I8 => "int8",
+            DType::I16 => "int16",
+            DType::I32 => "int32",
+            DType::I64 => "int64",
+            DType::U8 => "uint8",
+            DType::U16 => "uint16",
+            DType::U32 => "uint32",
+            DType::U64 => "uint64",
+            DType::F16 => "float16",
+            DType::BF16 => "bfloat16",
+            DType::F32 => "float32",
+            DType::F64 => "float64",
+            DType::C64 => "complex64",
+            DType::C128 => "complex128",
+        }
+    }
+
+    /// The CUDA C++ type a kernel uses for this element.
+    pub const fn cpp_name(self) -> &'static str {
+        match self {
+            DType::Bool => "bool",
+            DType::I8 => "signed char",
+            DType::I16 => "short",
+            DType::I32 => "int",
+            DType::I64 => "long long",
+            DType::U8 => "unsigned char",
+            DType::U16 => "unsigned short",
+            DType::U32 => "unsigned int",
+            DType::U64 => "unsigned long long",
+            DType::F16 => "__half",
+            DType::BF16 => "__nv_bfloat16",
+            DType::F32 => "float",
+            DType::F64 => "double",
+            DType::C64 => "caijit::complex<float>",
+            DType::C128 => "caijit::complex<double>",
+        }
+    }
+
+    /// Parse a typestr with default options (`<V2` is rejected).
+    pub fn from_typestr(typestr: &str) -> Result<DType, InterfaceError> {
+        Self::from_typestr_with(typestr, TypestrOptions::default())
+    }
+
+    /// Parse a typestr: a byte-order character, a kind character and an itemsize.
+    ///
+    /// `<` (little), `|` (not applicable) and `=` (native) are accepted; `>` (big-endian)
+    /// is rejected for multi-byte types, since every CUDA device is little-endian.
+    pub fn from_typestr_with(typestr: &str, options: TypestrOptions) -> Result<DType, InterfaceError> {
+        let unsupported = |reason: &'static str| InterfaceError::UnsupportedTypestr {
+            typestr: typestr.to_owned(),
+            reason,
+        };
+        let mut chars = typestr.chars();
+        let order = chars.next().ok_or_else(|| unsupported("it is empty"))?;
+        let kind = chars.next().ok_or_else(|| unsupported("it has no kind character"))?;
+        let size: usize = chars
+            .as_str()
+            .parse()
+            .map_err(|_| unsupported("its itemsize is not a number"))?;
+        if !matches!(order, '<' | '>' | '|' | '=') {
+            return Err(unsupported("its first character must be one of '<', '>', '|', '='"));
+        }
+        let dtype = match (kind, size) {
+            ('b', 1) => DType::Bool,
+            ('i', 1) => DType::I8,
+            ('i', 2) => DType::I16,
+            ('i', 4) => DType::I32,
+            ('i', 8) => DType::I64,
+            ('u', 1) => DType::U8,
+            ('u', 2) => DType::U16,
+            ('u', 4) => DType::U32,
+            ('u', 8) => DType::U64,
+            ('f', 2) => DType::F16,
+            ('f', 4) => DType::F32,
+            ('f', 8) => DType::F64,
+            ('c', 8) => DType::C64,
+            ('c', 16) => DType::C128,
+            ('V', 2) if options.v2_is_bfloat16 => DType::BF16,
+            ('V', _) => return Err(unsupported("opaque void elements are not supported (pass bfloat16 explicitly to read <V2 as bfloat16)")),
+            ('b' | 'i' | 'u' | 'f' | 'c', _) => return Err(unsupported("this itemsize is not supported for its kind")),
+            _ => return Err(unsupported("the kind is not one of b, i, u, f, c")),
+        };
+        if order == '>' && dtype.itemsize() > 1 {
+            return Err(InterfaceError::NonNativeByteOrder { typestr: typestr.to_owned() });
+        }
+        Ok(dtype)
+    }
+
+    /// Look a dtype up by its NumPy name (`"float32"`, `"bfloat16"`, …).
+    pub fn from_name(name: &str) -> Option<DType> {
+        DType::ALL.into_iter().find(|d| d.name() == name)
+    }
+}
+
+impl std::fmt::Display for DType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_canonical_typestr_round_trips() {
+        for d in DType::ALL {
+            let opts = TypestrOptions::BFLOAT16_V2;
+            assert_eq!(DType::from_typestr_with(d.typestr(), opts), Ok(d), "{d}");
+            assert_eq!(DType::from_name(d.name()), Some(d));
+        }
+    }
+
+    #[test]
+    fn native_and_not_applicable_orders_are_accepted() {
+        assert_eq!(DType::from_typestr("=f4"), Ok(DType::F32));
+        assert_eq!(DType::from_typestr("|u1"), Ok(DType::U8));
+        assert_eq!(DType::from_typestr("<u1"), Ok(DType::U8));
+        assert_eq!(DType::from_typestr(">u1"), Ok(DType::U8), "byte order is moot for one byte");
+        assert_eq!(DType::from_typestr("|b1"), Ok(DType::Bool));
+    }
+
+    #[test]
+    fn big_endian_multibyte_is_rejected() {
+        let err = DType::from_typestr(">i4").unwrap_err();
+        assert!(matches!(err, InterfaceError::NonNativeByteOrder { .. }));
+        assert!(err.to_string().contains("typestr") && err.to_string().contains(">i4"), "{err}");
+    }
+
+    #[test]
+    fn v2_needs_the_bfloat16_opt_in() {
+        assert!(DType::from_typestr("<V2").is_err());
+        assert_eq!(DType::from_typestr_with("<V2", TypestrOptions::BFLOAT16_V2), Ok(DType::BF16));
+        assert!(DType::from_typestr_with("<V4", TypestrOptions::BFLOAT16_V2).is_err());
+    }
+
+    #[test]
+    fn malformed_typestrs_are_rejected() {
+        for bad in ["", "<", "<f", "<f3", "<x4", "f4", "<f4x", "<i16", "<c4", "<O8", "<M8", "<U4", "<f-4"] {
+            assert!(DType::from_typestr(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+}

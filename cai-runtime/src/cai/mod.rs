@@ -1,0 +1,224 @@
+//! The CUDA Array Interface (v3) model: pure Rust, no CUDA calls.
+//!
+//! | CAI key | type here | rule |
+//! | --- | --- | --- |
+//! | `version` | [`Descriptor::version`] | 0–3 accepted |
+//! | `shape` | [`ArrayView::shape`] | extents ≥ 0; products checked |
+//! | `typestr` | [`DType`] | `b1 i1 i2 i4 i8 u1 u2 u4 u8 f2 f4 f8 c8 c16`; `>` rejected |
+//! | `data` | [`Data`] | `ptr == 0` only when empty |
+//! | `strides` | [`ArrayView::strides`] | bytes; `None` is C order; negative and zero allowed |
+//! | `mask` | — | must be absent or `None` |
+//! | `stream` | [`StreamRef`] | absent/`None`: no ordering; `1` legacy; `2` per-thread; `0` rejected |
+//!
+//! # Examples
+//! ```
+//! use cai_runtime::cai::{Descriptor, DType};
+//! let mut d = Descriptor::new(vec![4, 3], "<f4", 0x7f00_0000_0000, false);
+//! d.strides = Some(vec![4, 16]); // a transposed view
+//! let v = d.validate()?;
+//! assert_eq!(v.dtype(), DType::F32);
+//! assert!(v.is_f_contiguous() && !v.is_c_contiguous());
+//! # Ok::<(), cai_runtime::cai::InterfaceError>(())
+//! ```
+//!
+//! # Limitations
+//! The device of the pointer is not part of this model: it needs the driver, and is
+//! resolved when an array is bound to a launch.
+
+mod descriptor;
+mod dtype;
+mod error;
+mod view;
+
+pub use descriptor::{Data, Descriptor};
+pub use dtype::{DType, TypestrOptions};
+pub use error::InterfaceError;
+pub use view::{c_strides, ArrayView, StreamRef, MAX_RANK};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: u64 = 0x7f12_3400_0000;
+
+    fn desc(shape: &[i64], typestr: &str) -> Descriptor {
+        Descriptor::new(shape.to_vec(), typestr, P, false)
+    }
+
+    #[test]
+    fn versions_zero_to_three_are_accepted_and_others_rejected() {
+        for v in 0..=3 {
+            let mut d = desc(&[2], "<f4");
+            d.version = v;
+            assert_eq!(d.validate().unwrap().version(), v as u8);
+        }
+        for v in [-1, 4, 100] {
+            let mut d = desc(&[2], "<f4");
+            d.version = v;
+            let e = d.validate().unwrap_err();
+            assert_eq!(e, InterfaceError::UnsupportedVersion { version: v });
+            assert!(e.to_string().contains("'version'"));
+        }
+    }
+
+    #[test]
+    fn a_mask_is_rejected() {
+        let mut d = desc(&[2], "<f4");
+        d.mask = true;
+        let e = d.validate().unwrap_err();
+        assert_eq!(e, InterfaceError::MaskUnsupported);
+        assert!(e.to_string().contains("masked arrays are not supported"));
+    }
+
+    #[test]
+    fn stream_values_map_as_the_spec_says() {
+        let with = |s: Option<u64>| {
+            let mut d = desc(&[2], "<f4");
+            d.stream = s;
+            d.validate()
+        };
+        assert_eq!(with(None).unwrap().stream(), None);
+        assert_eq!(with(Some(1)).unwrap().stream(), Some(StreamRef::Legacy));
+        assert_eq!(with(Some(2)).unwrap().stream(), Some(StreamRef::PerThread));
+        assert_eq!(
+            with(Some(0xdead_beef)).unwrap().stream(),
+            Some(StreamRef::Handle(std::num::NonZeroU64::new(0xdead_beef).unwrap()))
+        );
+        let e = with(Some(0)).unwrap_err();
+        assert_eq!(e, InterfaceError::StreamZero);
+        assert!(e.to_string().contains("'stream'"));
+    }
+
+    #[test]
+    fn null_pointer_only_for_empty_arrays() {
+        let mut d = desc(&[3, 0], "<f4");
+        d.data.ptr = 0;
+        assert!(d.validate().unwrap().is_empty());
+        let mut d = desc(&[3], "<f4");
+        d.data.ptr = 0;
+        let e = d.validate().unwrap_err();
+        assert_eq!(e, InterfaceError::NullPointer { size: 3 });
+        assert!(e.to_string().contains("'data'"));
+        // A 0-d array has one element, so it needs a pointer.
+        let mut d = desc(&[], "<f4");
+        d.data.ptr = 0;
+        assert_eq!(d.validate().unwrap_err(), InterfaceError::NullPointer { size: 1 });
+    }
+
+    #[test]
+    fn zero_d_arrays_have_one_element() {
+        let v = desc(&[], "<f8").validate().unwrap();
+        assert_eq!((v.ndim(), v.size(), v.nbytes()), (0, 1, 8));
+        assert!(v.is_c_contiguous() && v.is_f_contiguous());
+        assert_eq!(v.byte_extent(), (0, 8));
+    }
+
+    #[test]
+    fn negative_extents_are_rejected() {
+        let e = desc(&[2, -1], "<f4").validate().unwrap_err();
+        assert_eq!(e, InterfaceError::NegativeExtent { axis: 1, value: -1 });
+        assert!(e.to_string().contains("'shape'"));
+    }
+
+    #[test]
+    fn shape_products_are_checked() {
+        let e = desc(&[1 << 32, 1 << 32], "<f4").validate().unwrap_err();
+        assert!(matches!(e, InterfaceError::ShapeOverflow { .. }), "{e}");
+        // Fits in elements but not in bytes.
+        let e = desc(&[1 << 62], "<f8").validate().unwrap_err();
+        assert!(matches!(e, InterfaceError::ShapeOverflow { .. }), "{e}");
+        // Huge extents next to a zero extent make an empty array, not an error.
+        let mut d = desc(&[0, i64::MAX, i64::MAX], "<f4");
+        d.data.ptr = 0;
+        assert_eq!(d.validate().unwrap().size(), 0);
+    }
+
+    #[test]
+    fn strides_must_match_the_rank() {
+        let mut d = desc(&[2, 3], "<f4");
+        d.strides = Some(vec![4]);
+        let e = d.validate().unwrap_err();
+        assert_eq!(e, InterfaceError::StridesRank { shape: 2, strides: 1 });
+        assert!(e.to_string().contains("'strides'"));
+    }
+
+    #[test]
+    fn none_strides_mean_c_order() {
+        let v = desc(&[2, 3, 4], "<i2").validate().unwrap();
+        assert_eq!(v.strides(), &[24, 8, 2]);
+        assert!(v.is_c_contiguous() && !v.is_f_contiguous());
+        assert_eq!(v.byte_extent(), (0, 48));
+    }
+
+    #[test]
+    fn negative_and_zero_strides_are_allowed() {
+        let mut d = desc(&[4, 3], "<f4");
+        d.strides = Some(vec![-12, 0]);
+        let v = d.validate().unwrap();
+        assert_eq!(v.byte_extent(), (-36, 4));
+        assert!(!v.is_c_contiguous() && !v.is_f_contiguous());
+        assert_eq!(v.address_range(), (P as u128 - 36)..(P as u128 + 4));
+    }
+
+    #[test]
+    fn addresses_outside_the_address_space_are_rejected() {
+        let mut d = desc(&[4], "<f4");
+        d.data.ptr = 8;
+        d.strides = Some(vec![-4]);
+        assert!(matches!(d.validate().unwrap_err(), InterfaceError::AddressOverflow { .. }));
+        let mut d = desc(&[4], "<f4");
+        d.data.ptr = u64::MAX - 4;
+        assert!(matches!(d.validate().unwrap_err(), InterfaceError::AddressOverflow { .. }));
+        let mut d = desc(&[3, 3], "<f4");
+        d.strides = Some(vec![i64::MAX, i64::MAX]);
+        assert!(d.validate().is_err());
+    }
+
+    #[test]
+    fn contiguity_ignores_unit_dimensions_like_numpy() {
+        let mut d = desc(&[1, 5, 1], "<f4");
+        d.strides = Some(vec![999, 4, -7]);
+        let v = d.validate().unwrap();
+        assert!(v.is_c_contiguous());
+        assert!(v.is_f_contiguous(), "a single non-unit dimension is both C and F contiguous");
+        let mut d = desc(&[0, 3], "<f4");
+        d.strides = Some(vec![5, 7]);
+        let v = d.validate().unwrap();
+        assert!(v.is_c_contiguous() && v.is_f_contiguous(), "empty arrays are contiguous");
+    }
+
+    #[test]
+    fn itemsize_alignment_is_reported() {
+        assert!(desc(&[4], "<f4").validate().unwrap().is_itemsize_aligned());
+        let mut d = desc(&[4], "<f4");
+        d.data.ptr = P + 2;
+        assert!(!d.validate().unwrap().is_itemsize_aligned());
+        let mut d = desc(&[4], "<f4");
+        d.strides = Some(vec![6]);
+        assert!(!d.validate().unwrap().is_itemsize_aligned());
+        let mut d = desc(&[1], "<f4");
+        d.strides = Some(vec![6]);
+        assert!(d.validate().unwrap().is_itemsize_aligned(), "unit dimensions are never stepped");
+    }
+
+    #[test]
+    fn export_follows_the_producer_rules() {
+        let v = ArrayView::new(P, &[2, 3], None, DType::F32, true, Some(StreamRef::PerThread)).unwrap();
+        let d = v.to_descriptor();
+        assert_eq!(d.version, 3);
+        assert_eq!(d.strides, None);
+        assert_eq!(d.stream, Some(2));
+        assert_eq!(d.data, Data { ptr: P, readonly: true });
+        let t = ArrayView::new(P, &[2, 3], Some(&[4, 8]), DType::F32, false, None).unwrap();
+        assert_eq!(t.to_descriptor().strides, Some(vec![4, 8]));
+        let e = ArrayView::new(P, &[0, 3], None, DType::F32, false, Some(StreamRef::Legacy)).unwrap();
+        assert_eq!(e.to_descriptor().data, Data { ptr: 0, readonly: false });
+        assert_eq!(e.to_descriptor().stream, Some(1));
+    }
+
+    #[test]
+    fn rank_is_bounded() {
+        let d = desc(&[1; MAX_RANK + 1], "<f4");
+        assert!(matches!(d.validate().unwrap_err(), InterfaceError::RankTooLarge { .. }));
+    }
+}

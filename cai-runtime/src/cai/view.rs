@@ -1,0 +1,296 @@
+//! A validated array: what caijit knows for certain about a producer's array.
+
+use std::num::NonZeroU64;
+
+use super::{DType, Data, Descriptor, InterfaceError, TypestrOptions};
+
+/// The largest rank caijit accepts (NumPy's `NPY_MAXDIMS`).
+pub const MAX_RANK: usize = 64;
+
+/// The stream on which a producer enqueued the array's pending work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StreamRef {
+    /// The legacy default stream (CAI value `1`).
+    Legacy,
+    /// The per-thread default stream (CAI value `2`).
+    PerThread,
+    /// Any other stream, by its `CUstream` handle.
+    Handle(NonZeroU64),
+}
+
+impl StreamRef {
+    /// Read a CAI `stream` value: `1`, `2` or a handle; `0` is forbidden by the spec.
+    pub fn from_cai(value: u64) -> Result<StreamRef, InterfaceError> {
+        match value {
+            0 => Err(InterfaceError::StreamZero),
+            1 => Ok(StreamRef::Legacy),
+            2 => Ok(StreamRef::PerThread),
+            h => Ok(StreamRef::Handle(NonZeroU64::new(h).expect("0 handled above"))),
+        }
+    }
+
+    /// The CAI `stream` value: `1`, `2` or the handle, never `0`.
+    pub fn to_cai(self) -> u64 {
+        match self {
+            StreamRef::Legacy => 1,
+            StreamRef::PerThread => 2,
+            StreamRef::Handle(h) => h.get(),
+        }
+    }
+}
+
+/// A validated CUDA array: pointer, shape, byte strides (always explicit), dtype.
+///
+/// Every extent, size and offset was computed with checked arithmetic when it was built,
+/// so the derived facts below cannot overflow.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArrayView {
+    ptr: u64,
+    shape: Vec<usize>,
+    strides: Vec<i64>,
+    dtype: DType,
+    readonly: bool,
+    stream: Option<StreamRef>,
+    version: u8,
+    size: usize,
+    /// Byte offsets relative to `ptr`: `[lo, hi)` is every byte an element occupies.
+    extent: (i128, i128),
+}
+
+impl ArrayView {
+    /// Validate a producer's descriptor (the consumer rules of DESIGN.md).
+    pub fn from_descriptor(d: &Descriptor, options: TypestrOptions) -> Result<ArrayView, InterfaceError> {
+        if !(0..=3).contains(&d.version) {
+            return Err(InterfaceError::UnsupportedVersion { version: d.version });
+        }
+        if d.mask {
+            return Err(InterfaceError::MaskUnsupported);
+        }
+        let stream = d.stream.map(StreamRef::from_cai).transpose()?;
+        let dtype = DType::from_typestr_with(&d.typestr, options)?;
+        let mut view = Self::build(d.data, &d.shape, d.strides.as_deref(), dtype, stream)?;
+        view.version = d.version as u8;
+        Ok(view)
+    }
+
+    /// A C-contiguous array. Fails only if the shape overflows or the pointer is null
+    /// for a non-empty array.
+    pub fn contiguous(ptr: u64, shape: &[usize], dtype: DType, readonly: bool) -> Result<ArrayView, InterfaceError> {
+        Self::new(ptr, shape, None, dtype, readonly, None)
+    }
+
+    /// An array with explicit byte strides (`None`: C-contiguous).
+    pub fn new(
+        ptr: u64,
+        shape: &[usize],
+        strides: Option<&[i64]>,
+        dtype: DType,
+        readonly: bool,
+        stream: Option<StreamRef>,
+    ) -> Result<ArrayView, InterfaceError> {
+        let shape: Vec<i64> = shape
+            .iter()
+            .map(|&n| i64::try_from(n).map_err(|_| InterfaceError::ShapeOverflow { shape: vec![i64::MAX] }))
+            .collect::<Result<_, _>>()?;
+        Self::build(Data { ptr, readonly }, &shape, strides, dtype, stream)
+    }
+
+    fn build(
+        data: Data,
+        shape: &[i64],
+        strides: Option<&[i64]>,
+        dtype: DType,
+        stream: Option<StreamRef>,
+    ) -> Result<ArrayView, InterfaceError> {
+        if shape.len() > MAX_RANK {
+            return Err(InterfaceError::RankTooLarge { rank: shape.len(), max: MAX_RANK });
+        }
+        let mut extents = Vec::with_capacity(shape.len());
+        for (axis, &n) in shape.iter().enumerate() {
+            let n = usize::try_from(n).map_err(|_| InterfaceError::NegativeExtent { axis, value: n })?;
+            extents.push(n);
+        }
+        let overflow = || InterfaceError::ShapeOverflow { shape: shape.to_vec() };
+        let size = extents.iter().try_fold(1usize, |acc, &n| acc.checked_mul(n)).ok_or_else(overflow)?;
+        // nbytes must fit an i64 so that byte strides of contiguous layouts do too.
+        let nbytes = size.checked_mul(dtype.itemsize()).filter(|&b| i64::try_from(b).is_ok());
+        let strides = match strides {
+            None => c_strides(&extents, dtype.itemsize()).ok_or_else(overflow)?,
+            Some(s) if s.len() != extents.len() => {
+                return Err(InterfaceError::StridesRank { shape: extents.len(), strides: s.len() });
+            }
+            Some(s) => s.to_vec(),
+        };
+        if nbytes.is_none() && size > 0 {
+            return Err(overflow());
+        }
+        let extent = if size == 0 {
+            (0, 0)
+        } else {
+            byte_extent(&extents, &strides, dtype.itemsize()).ok_or_else(|| InterfaceError::ExtentOverflow {
+                shape: extents.clone(),
+                strides: strides.clone(),
+            })?
+        };
+        if size > 0 {
+            if data.ptr == 0 {
+                return Err(InterfaceError::NullPointer { size });
+            }
+            let lo = i128::from(data.ptr) + extent.0;
+            let hi = i128::from(data.ptr) + extent.1;
+            if lo < 0 || hi > i128::from(u64::MAX) + 1 {
+                return Err(InterfaceError::AddressOverflow { ptr: data.ptr, strides });
+            }
+        }
+        Ok(ArrayView {
+            ptr: data.ptr,
+            shape: extents,
+            strides,
+            dtype,
+            readonly: data.readonly,
+            stream,
+            version: 3,
+            size,
+            extent,
+        })
+    }
+
+    /// The device pointer of element `(0, …, 0)`; may be 0 only when the array is empty.
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    /// Byte strides, one per dimension, always explicit (possibly negative or zero).
+    pub fn strides(&self) -> &[i64] {
+        &self.strides
+    }
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    pub fn readonly(&self) -> bool {
+        self.readonly
+    }
+    /// The producer's stream, `None` when no ordering is needed.
+    pub fn stream(&self) -> Option<StreamRef> {
+        self.stream
+    }
+    /// The CAI version the producer declared (3 for views built in Rust).
+    pub fn version(&self) -> u8 {
+        self.version
+    }
+    pub fn ndim(&self) -> usize {
+        self.shape.len()
+    }
+    /// Number of elements.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+    /// `size * itemsize`: the bytes of the elements, not of the span they cover.
+    pub fn nbytes(&self) -> usize {
+        self.size * self.dtype.itemsize()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+
+    /// Replace the producer stream (used by producers exporting their own arrays).
+    pub fn with_stream(mut self, stream: Option<StreamRef>) -> Self {
+        self.stream = stream;
+        self
+    }
+
+    /// C-contiguous as NumPy defines it: dimensions of extent 1 are ignored, and every
+    /// empty array is contiguous.
+    pub fn is_c_contiguous(&self) -> bool {
+        self.is_contiguous_in(self.shape.iter().zip(&self.strides).rev())
+    }
+
+    /// Fortran-contiguous, with the same conventions as [`ArrayView::is_c_contiguous`].
+    pub fn is_f_contiguous(&self) -> bool {
+        self.is_contiguous_in(self.shape.iter().zip(&self.strides))
+    }
+
+    fn is_contiguous_in<'a>(&self, dims_fastest_first: impl Iterator<Item = (&'a usize, &'a i64)>) -> bool {
+        if self.size == 0 {
+            return true;
+        }
+        let mut expected = self.dtype.itemsize() as i128;
+        for (&n, &stride) in dims_fastest_first {
+            if n == 1 {
+                continue;
+            }
+            if i128::from(stride) != expected {
+                return false;
+            }
+            expected *= n as i128;
+        }
+        true
+    }
+
+    /// The bytes actually addressed, relative to [`ArrayView::ptr`]: `[lo, hi)`, with
+    /// `lo <= 0` when strides are negative. `(0, 0)` for an empty array.
+    pub fn byte_extent(&self) -> (i128, i128) {
+        self.extent
+    }
+
+    /// The addressed device range `[start, end)` as absolute addresses; empty for an empty array.
+    pub fn address_range(&self) -> std::ops::Range<u128> {
+        let base = i128::from(self.ptr);
+        ((base + self.extent.0) as u128)..((base + self.extent.1) as u128)
+    }
+
+    /// Whether the pointer and every stride of a dimension longer than 1 are multiples
+    /// of the itemsize, so the array can be indexed as `T*`.
+    pub fn is_itemsize_aligned(&self) -> bool {
+        let item = self.dtype.itemsize() as i64;
+        if self.size == 0 {
+            return true;
+        }
+        self.ptr % item as u64 == 0 && self.shape.iter().zip(&self.strides).all(|(&n, &s)| n <= 1 || s % item == 0)
+    }
+
+    /// Export as a version-3 descriptor by DESIGN.md's producer rules: `strides: None`
+    /// when C-contiguous, `data: (0, readonly)` when empty, stream `1`/`2`/handle.
+    pub fn to_descriptor(&self) -> Descriptor {
+        let ptr = if self.is_empty() { 0 } else { self.ptr };
+        let mut d = Descriptor::new(
+            self.shape.iter().map(|&n| n as i64).collect(),
+            self.dtype.typestr(),
+            ptr,
+            self.readonly,
+        );
+        d.strides = (!self.is_c_contiguous()).then(|| self.strides.clone());
+        d.stream = self.stream.map(StreamRef::to_cai);
+        d
+    }
+}
+
+/// C-order byte strides for `shape`, or `None` if any would not fit an `i64`.
+pub fn c_strides(shape: &[usize], itemsize: usize) -> Option<Vec<i64>> {
+    let mut strides = vec![0i64; shape.len()];
+    let mut acc = i64::try_from(itemsize).ok()?;
+    let empty = shape.contains(&0);
+    for (stride, &n) in strides.iter_mut().zip(shape).rev() {
+        *stride = acc;
+        if !empty {
+            acc = acc.checked_mul(i64::try_from(n.max(1)).ok()?)?;
+        }
+    }
+    Some(strides)
+}
+
+/// `[lo, hi)` relative to the first element for a non-empty array, checked.
+fn byte_extent(shape: &[usize], strides: &[i64], itemsize: usize) -> Option<(i128, i128)> {
+    let (mut lo, mut hi) = (0i128, 0i128);
+    for (&n, &s) in shape.iter().zip(strides) {
+        let span = (n as i128 - 1).checked_mul(i128::from(s))?;
+        if span < 0 {
+            lo = lo.checked_add(span)?;
+        } else {
+            hi = hi.checked_add(span)?;
+        }
+    }
+    Some((lo, hi.checked_add(itemsize as i128)?))
+}
