@@ -8,3 +8,6 @@
 //! | producer's pending work | — | `CUstream` | [`cai::StreamRef`] |
 
 pub mod cai;
+mod error;
+
+pub use error::{Error, Result};
