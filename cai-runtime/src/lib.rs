@@ -11,3 +11,5 @@ pub mod cai;
 mod error;
 
 pub use error::{Error, Result};
+pub mod signature;
+mod sys;

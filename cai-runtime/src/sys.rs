@@ -1,0 +1,638 @@
+//! The one module that calls cudarc's raw (`sys`) layers, loads CUDA libraries, and holds
+//! `unsafe` code. Everything above it is safe Rust.
+//!
+//! cudarc's dynamic loader panics when a library is missing. caijit never lets it get that
+//! far: each library is loaded here first, and its functions are reachable only through a
+//! token ([`Driver`], [`Nvrtc`]) that exists once the load succeeded. Once a library is
+//! loaded by absolute path, cudarc's own `dlopen` of the same soname resolves to it.
+//!
+//! This layer does not validate arguments (wgpu-hal's rule); callers above it do.
+
+use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
+use std::path::Path;
+use std::ptr;
+use std::sync::OnceLock;
+
+use cudarc::driver::sys as cu;
+use cudarc::nvrtc::sys as nv;
+
+// ---------------------------------------------------------------------------------------
+// Loading libraries
+
+/// Load a shared library by absolute path or soname and keep it loaded for the process.
+pub(crate) fn load_library(name: &Path) -> Result<(), String> {
+    // SAFETY: loading runs the library's initialisers; the libraries loaded here (NVRTC,
+    // its builtins, the CUDA driver) have no initialisers with preconditions on the caller.
+    let lib = unsafe { libloading::Library::new(name.as_os_str()) }.map_err(|e| e.to_string())?;
+    // Never unloaded: cudarc resolves symbols from it for the life of the process.
+    std::mem::forget(lib);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// The CUDA driver
+
+/// Proof that the CUDA driver is loaded and initialised; the only way to call it.
+#[derive(Debug)]
+pub(crate) struct Driver {
+    _private: (),
+}
+
+/// A failed driver call: the call's name, its `CUresult` and the driver's description.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct DriverError {
+    pub call: &'static str,
+    pub code: u32,
+    pub name: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for DriverError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} failed: {} ({}): {}", self.call, self.name, self.code, self.message)
+    }
+}
+
+fn check(call: &'static str, r: cu::CUresult) -> Result<(), DriverError> {
+    if r == cu::CUresult::CUDA_SUCCESS {
+        return Ok(());
+    }
+    let mut s: *const c_char = ptr::null();
+    // SAFETY: cuGetErrorString writes a pointer to a static string (or leaves it null).
+    unsafe { cu::cuGetErrorString(r, &mut s) };
+    let message = if s.is_null() {
+        "unknown error".to_string()
+    } else {
+        // SAFETY: non-null results point to NUL-terminated static strings.
+        unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned()
+    };
+    Err(DriverError { call, code: r as u32, name: format!("{r:?}"), message })
+}
+
+static DRIVER: OnceLock<Result<Driver, String>> = OnceLock::new();
+
+/// Load and initialise the driver once; `Err` explains what was tried.
+pub(crate) fn driver() -> Result<&'static Driver, String> {
+    DRIVER
+        .get_or_init(|| {
+            let mut tried = Vec::new();
+            let mut loaded = false;
+            for name in ["libcuda.so.1", "libcuda.so"] {
+                match load_library(Path::new(name)) {
+                    Ok(()) => {
+                        loaded = true;
+                        break;
+                    }
+                    Err(e) => tried.push(format!("{name}: {e}")),
+                }
+            }
+            if !loaded {
+                return Err(format!("no CUDA driver was found (tried {})", tried.join("; ")));
+            }
+            // SAFETY: the driver library is loaded; cuInit(0) has no other precondition.
+            check("cuInit", unsafe { cu::cuInit(0) }).map_err(|e| format!("the CUDA driver is present but {e}"))?;
+            Ok(Driver { _private: () })
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// A primary context handle (retained for the process's life, shared with other libraries).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Ctx(cu::CUcontext);
+// SAFETY: CUDA contexts may be used from any thread; the handle is only an identifier.
+unsafe impl Send for Ctx {}
+// SAFETY: as above; the driver synchronises access to the context internally.
+unsafe impl Sync for Ctx {}
+
+/// A raw stream handle: null is the legacy default stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct RawStream(pub cu::CUstream);
+// SAFETY: stream handles are identifiers usable from any thread (driver API guarantee).
+unsafe impl Send for RawStream {}
+// SAFETY: as above.
+unsafe impl Sync for RawStream {}
+
+impl RawStream {
+    /// From a CAI-style value: 1 → legacy (`CU_STREAM_LEGACY`), 2 → per-thread, else the handle.
+    pub fn from_cai(value: u64) -> RawStream {
+        RawStream(value as usize as cu::CUstream)
+    }
+    pub fn as_u64(self) -> u64 {
+        self.0 as usize as u64
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RawEvent(cu::CUevent);
+// SAFETY: event handles are identifiers usable from any thread (driver API guarantee).
+unsafe impl Send for RawEvent {}
+// SAFETY: as above.
+unsafe impl Sync for RawEvent {}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RawModule(cu::CUmodule);
+// SAFETY: module handles are identifiers usable from any thread.
+unsafe impl Send for RawModule {}
+// SAFETY: as above.
+unsafe impl Sync for RawModule {}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RawFunction(cu::CUfunction);
+// SAFETY: function handles are identifiers usable from any thread.
+unsafe impl Send for RawFunction {}
+// SAFETY: as above.
+unsafe impl Sync for RawFunction {}
+
+/// Function attributes caijit reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct FuncAttributes {
+    pub num_regs: i32,
+    pub max_threads_per_block: i32,
+    pub shared_size_bytes: i32,
+    pub const_size_bytes: i32,
+    pub local_size_bytes: i32,
+    pub max_dynamic_shared_size_bytes: i32,
+}
+
+/// Capture state of a stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Capture {
+    None,
+    Active,
+    Invalidated,
+}
+
+impl Driver {
+    pub fn version(&self) -> Result<i32, DriverError> {
+        let mut v = 0;
+        // SAFETY: the driver is initialised (token); `v` is a valid out-pointer.
+        check("cuDriverGetVersion", unsafe { cu::cuDriverGetVersion(&mut v) })?;
+        Ok(v)
+    }
+
+    pub fn device_count(&self) -> Result<i32, DriverError> {
+        let mut n = 0;
+        // SAFETY: the driver is initialised; `n` is a valid out-pointer.
+        check("cuDeviceGetCount", unsafe { cu::cuDeviceGetCount(&mut n) })?;
+        Ok(n)
+    }
+
+    fn device(&self, ordinal: i32) -> Result<cu::CUdevice, DriverError> {
+        let mut d = 0;
+        // SAFETY: valid out-pointer; an invalid ordinal is reported as an error.
+        check("cuDeviceGet", unsafe { cu::cuDeviceGet(&mut d, ordinal) })?;
+        Ok(d)
+    }
+
+    pub fn device_name(&self, ordinal: i32) -> Result<String, DriverError> {
+        let dev = self.device(ordinal)?;
+        let mut buf = [0 as c_char; 256];
+        // SAFETY: the buffer holds 256 bytes and its length is passed.
+        check("cuDeviceGetName", unsafe { cu::cuDeviceGetName(buf.as_mut_ptr(), 256, dev) })?;
+        // SAFETY: the driver NUL-terminates the name within the buffer.
+        Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }.to_string_lossy().into_owned())
+    }
+
+    pub fn device_attribute(&self, ordinal: i32, attr: cu::CUdevice_attribute) -> Result<i32, DriverError> {
+        let dev = self.device(ordinal)?;
+        let mut v = 0;
+        // SAFETY: valid out-pointer and device.
+        check("cuDeviceGetAttribute", unsafe { cu::cuDeviceGetAttribute(&mut v, attr, dev) })?;
+        Ok(v)
+    }
+
+    pub fn compute_capability(&self, ordinal: i32) -> Result<(i32, i32), DriverError> {
+        use cu::CUdevice_attribute::*;
+        Ok((
+            self.device_attribute(ordinal, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            self.device_attribute(ordinal, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        ))
+    }
+
+    pub fn primary_context(&self, ordinal: i32) -> Result<Ctx, DriverError> {
+        let dev = self.device(ordinal)?;
+        let mut ctx = ptr::null_mut();
+        // SAFETY: valid out-pointer; the retained context is never released (process lifetime),
+        // which is how CuPy, PyTorch and Numba hold the same primary context.
+        check("cuDevicePrimaryCtxRetain", unsafe { cu::cuDevicePrimaryCtxRetain(&mut ctx, dev) })?;
+        Ok(Ctx(ctx))
+    }
+
+    /// Make `ctx` current on this thread if it is not already.
+    pub fn make_current(&self, ctx: Ctx) -> Result<(), DriverError> {
+        let mut cur = ptr::null_mut();
+        // SAFETY: valid out-pointer.
+        check("cuCtxGetCurrent", unsafe { cu::cuCtxGetCurrent(&mut cur) })?;
+        if cur != ctx.0 {
+            // SAFETY: `ctx` is a retained primary context.
+            check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(ctx.0) })?;
+        }
+        Ok(())
+    }
+
+    pub fn load_module(&self, image: &[u8]) -> Result<RawModule, DriverError> {
+        // The image must be NUL-terminated for PTX; CUBIN is self-delimiting. Copy to be safe.
+        let mut owned = Vec::with_capacity(image.len() + 1);
+        owned.extend_from_slice(image);
+        owned.push(0);
+        let mut m = ptr::null_mut();
+        // SAFETY: a context is current (callers ensure it); the image outlives the call.
+        check("cuModuleLoadData", unsafe { cu::cuModuleLoadData(&mut m, owned.as_ptr() as *const c_void) })?;
+        Ok(RawModule(m))
+    }
+
+    pub fn get_function(&self, module: RawModule, name: &CStr) -> Result<RawFunction, DriverError> {
+        let mut f = ptr::null_mut();
+        // SAFETY: the module is loaded and the name is NUL-terminated.
+        check("cuModuleGetFunction", unsafe { cu::cuModuleGetFunction(&mut f, module.0, name.as_ptr()) })?;
+        Ok(RawFunction(f))
+    }
+
+    /// `(offset, size)` of parameter `index` as the loaded code declares it; `None` past the end.
+    pub fn param_info(&self, f: RawFunction, index: usize) -> Result<Option<(usize, usize)>, DriverError> {
+        let (mut off, mut size) = (0usize, 0usize);
+        // SAFETY: valid function and out-pointers.
+        let r = unsafe { cu::cuFuncGetParamInfo(f.0, index, &mut off, &mut size) };
+        if r == cu::CUresult::CUDA_ERROR_INVALID_VALUE {
+            return Ok(None);
+        }
+        check("cuFuncGetParamInfo", r)?;
+        Ok(Some((off, size)))
+    }
+
+    pub fn func_attributes(&self, f: RawFunction) -> Result<FuncAttributes, DriverError> {
+        use cu::CUfunction_attribute::*;
+        let get = |a| {
+            let mut v = 0;
+            // SAFETY: valid function and out-pointer.
+            check("cuFuncGetAttribute", unsafe { cu::cuFuncGetAttribute(&mut v, a, f.0) }).map(|_| v)
+        };
+        Ok(FuncAttributes {
+            num_regs: get(CU_FUNC_ATTRIBUTE_NUM_REGS)?,
+            max_threads_per_block: get(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+            shared_size_bytes: get(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?,
+            const_size_bytes: get(CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES)?,
+            local_size_bytes: get(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)?,
+            max_dynamic_shared_size_bytes: get(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)?,
+        })
+    }
+
+    pub fn set_max_dynamic_shared(&self, f: RawFunction, bytes: i32) -> Result<(), DriverError> {
+        // SAFETY: valid function; the driver validates the value.
+        check("cuFuncSetAttribute", unsafe {
+            cu::cuFuncSetAttribute(f.0, cu::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes)
+        })
+    }
+
+    /// Block size that maximises occupancy (`cuOccupancyMaxPotentialBlockSize`).
+    pub fn occupancy_block_size(&self, f: RawFunction, dynamic_smem: usize) -> Result<(i32, i32), DriverError> {
+        let (mut grid, mut block) = (0, 0);
+        // SAFETY: valid function and out-pointers; no block-size callback is passed.
+        check("cuOccupancyMaxPotentialBlockSize", unsafe {
+            cu::cuOccupancyMaxPotentialBlockSize(&mut grid, &mut block, f.0, None, dynamic_smem, 0)
+        })?;
+        Ok((grid, block))
+    }
+
+    /// Launch `f` with parameters already laid out: `params[i]` points at parameter `i`.
+    ///
+    /// # Safety
+    /// Each `params[i]` must point at a value of exactly the size and layout of the kernel's
+    /// parameter `i`, every device pointer among them must be valid for what the kernel does
+    /// with it, and the function's context must be current.
+    pub unsafe fn launch(
+        &self,
+        f: RawFunction,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        stream: RawStream,
+        params: &mut [*mut c_void],
+    ) -> Result<(), DriverError> {
+        // SAFETY: forwarded to the caller's contract above.
+        check("cuLaunchKernel", unsafe {
+            cu::cuLaunchKernel(
+                f.0,
+                grid[0],
+                grid[1],
+                grid[2],
+                block[0],
+                block[1],
+                block[2],
+                shared_mem,
+                stream.0,
+                params.as_mut_ptr(),
+                ptr::null_mut(),
+            )
+        })
+    }
+
+    pub fn stream_create(&self, non_blocking: bool) -> Result<RawStream, DriverError> {
+        let mut s = ptr::null_mut();
+        let flags = if non_blocking { cu::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint } else { 0 };
+        // SAFETY: valid out-pointer; a context is current.
+        check("cuStreamCreate", unsafe { cu::cuStreamCreate(&mut s, flags) })?;
+        Ok(RawStream(s))
+    }
+
+    /// # Safety
+    /// `s` must be a stream created by [`Driver::stream_create`] and not used afterwards.
+    pub unsafe fn stream_destroy(&self, s: RawStream) -> Result<(), DriverError> {
+        // SAFETY: the caller owns the stream and gives it up.
+        check("cuStreamDestroy", unsafe { cu::cuStreamDestroy_v2(s.0) })
+    }
+
+    /// Block the host until `s` is idle. Never called on the launch path.
+    pub fn stream_synchronize(&self, s: RawStream) -> Result<(), DriverError> {
+        // SAFETY: any stream handle the caller holds; errors are reported.
+        check("cuStreamSynchronize", unsafe { cu::cuStreamSynchronize(s.0) })
+    }
+
+    pub fn stream_capture_status(&self, s: RawStream) -> Result<Capture, DriverError> {
+        let mut st = cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        // SAFETY: valid out-pointer.
+        check("cuStreamIsCapturing", unsafe { cu::cuStreamIsCapturing(s.0, &mut st) })?;
+        Ok(match st {
+            cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE => Capture::None,
+            cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE => Capture::Active,
+            _ => Capture::Invalidated,
+        })
+    }
+
+    pub fn event_create(&self) -> Result<RawEvent, DriverError> {
+        let mut e = ptr::null_mut();
+        let flags = cu::CUevent_flags::CU_EVENT_DISABLE_TIMING as c_uint;
+        // SAFETY: valid out-pointer; a context is current.
+        check("cuEventCreate", unsafe { cu::cuEventCreate(&mut e, flags) })?;
+        Ok(RawEvent(e))
+    }
+
+    /// # Safety
+    /// `e` must come from [`Driver::event_create`] and not be used afterwards.
+    pub unsafe fn event_destroy(&self, e: RawEvent) -> Result<(), DriverError> {
+        // SAFETY: the caller gives the event up.
+        check("cuEventDestroy", unsafe { cu::cuEventDestroy_v2(e.0) })
+    }
+
+    pub fn event_record(&self, e: RawEvent, s: RawStream) -> Result<(), DriverError> {
+        // SAFETY: live event and stream handles.
+        check("cuEventRecord", unsafe { cu::cuEventRecord(e.0, s.0) })
+    }
+
+    pub fn stream_wait_event(&self, s: RawStream, e: RawEvent) -> Result<(), DriverError> {
+        // SAFETY: live event and stream handles.
+        check("cuStreamWaitEvent", unsafe { cu::cuStreamWaitEvent(s.0, e.0, 0) })
+    }
+
+    pub fn event_synchronize(&self, e: RawEvent) -> Result<(), DriverError> {
+        // SAFETY: a live event handle.
+        check("cuEventSynchronize", unsafe { cu::cuEventSynchronize(e.0) })
+    }
+
+    pub fn mem_alloc_async(&self, bytes: usize, s: RawStream) -> Result<u64, DriverError> {
+        let mut p = 0;
+        // SAFETY: valid out-pointer; the memory is owned by the caller from here on.
+        check("cuMemAllocAsync", unsafe { cu::cuMemAllocAsync(&mut p, bytes, s.0) })?;
+        Ok(p)
+    }
+
+    /// # Safety
+    /// `ptr` must come from [`Driver::mem_alloc_async`] and no work enqueued after this on
+    /// any stream may use it.
+    pub unsafe fn mem_free_async(&self, ptr: u64, s: RawStream) -> Result<(), DriverError> {
+        // SAFETY: the caller gives the allocation up.
+        check("cuMemFreeAsync", unsafe { cu::cuMemFreeAsync(ptr, s.0) })
+    }
+
+    /// # Safety
+    /// `dst` must be device memory of at least `src.len()` bytes, and `src` must stay alive
+    /// and unchanged until the copy completes on `s` (callers synchronise before returning).
+    pub unsafe fn memcpy_htod_async(&self, dst: u64, src: &[u8], s: RawStream) -> Result<(), DriverError> {
+        // SAFETY: forwarded to the caller's contract.
+        check("cuMemcpyHtoDAsync", unsafe {
+            cu::cuMemcpyHtoDAsync_v2(dst, src.as_ptr() as *const c_void, src.len(), s.0)
+        })
+    }
+
+    /// # Safety
+    /// `src` must be device memory of at least `dst.len()` bytes and `dst` must not be read
+    /// until the copy completes on `s`.
+    pub unsafe fn memcpy_dtoh_async(&self, dst: &mut [u8], src: u64, s: RawStream) -> Result<(), DriverError> {
+        // SAFETY: forwarded to the caller's contract.
+        check("cuMemcpyDtoHAsync", unsafe {
+            cu::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr() as *mut c_void, src, dst.len(), s.0)
+        })
+    }
+
+    /// # Safety
+    /// Both ranges must be device memory of at least `bytes` bytes.
+    pub unsafe fn memcpy_dtod_async(&self, dst: u64, src: u64, bytes: usize, s: RawStream) -> Result<(), DriverError> {
+        // SAFETY: forwarded to the caller's contract.
+        check("cuMemcpyDtoDAsync", unsafe { cu::cuMemcpyDtoDAsync_v2(dst, src, bytes, s.0) })
+    }
+
+    /// # Safety
+    /// `dst` must be device memory of at least `bytes` bytes.
+    pub unsafe fn memset_d8_async(&self, dst: u64, value: u8, bytes: usize, s: RawStream) -> Result<(), DriverError> {
+        // SAFETY: forwarded to the caller's contract.
+        check("cuMemsetD8Async", unsafe { cu::cuMemsetD8Async(dst, value, bytes, s.0) })
+    }
+
+    /// The device ordinal owning `ptr`, `None` when the driver does not know the pointer
+    /// (host memory). Never called with a null pointer.
+    pub fn pointer_device(&self, ptr: u64) -> Result<Option<i32>, DriverError> {
+        debug_assert!(ptr != 0);
+        let mut ordinal: c_int = -1;
+        // SAFETY: the out-pointer has the attribute's type (int).
+        let r = unsafe {
+            cu::cuPointerGetAttribute(
+                &mut ordinal as *mut c_int as *mut c_void,
+                cu::CUpointer_attribute::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                ptr,
+            )
+        };
+        if r == cu::CUresult::CUDA_ERROR_INVALID_VALUE {
+            return Ok(None);
+        }
+        check("cuPointerGetAttribute(DEVICE_ORDINAL)", r)?;
+        Ok(Some(ordinal))
+    }
+
+    pub fn mem_info(&self) -> Result<(usize, usize), DriverError> {
+        let (mut free, mut total) = (0, 0);
+        // SAFETY: valid out-pointers; a context is current.
+        check("cuMemGetInfo", unsafe { cu::cuMemGetInfo_v2(&mut free, &mut total) })?;
+        Ok((free, total))
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// NVRTC
+
+/// Proof that NVRTC is loaded; the only way to call it.
+#[derive(Debug)]
+pub(crate) struct Nvrtc {
+    _private: (),
+}
+
+static NVRTC: OnceLock<Nvrtc> = OnceLock::new();
+
+/// Record that NVRTC was loaded (by [`load_library`]) and hand out the token.
+///
+/// # Safety
+/// A library exporting NVRTC's API under one of cudarc's candidate sonames (for example
+/// `libnvrtc.so.13`) must be loaded in this process.
+pub(crate) unsafe fn nvrtc_loaded() -> &'static Nvrtc {
+    NVRTC.get_or_init(|| Nvrtc { _private: () })
+}
+
+pub(crate) fn nvrtc() -> Option<&'static Nvrtc> {
+    NVRTC.get()
+}
+
+fn nvrtc_error(call: &'static str, r: nv::nvrtcResult) -> String {
+    // SAFETY: nvrtcGetErrorString returns a static NUL-terminated string for any value.
+    let s = unsafe { CStr::from_ptr(nv::nvrtcGetErrorString(r)) };
+    format!("{call} failed: {}", s.to_string_lossy())
+}
+
+fn nv_check(call: &'static str, r: nv::nvrtcResult) -> Result<(), String> {
+    if r == nv::nvrtcResult::NVRTC_SUCCESS {
+        Ok(())
+    } else {
+        Err(nvrtc_error(call, r))
+    }
+}
+
+/// An NVRTC program, destroyed on drop.
+pub(crate) struct NvProgram {
+    prog: nv::nvrtcProgram,
+}
+
+impl Drop for NvProgram {
+    fn drop(&mut self) {
+        // SAFETY: the program was created by nvrtcCreateProgram and is destroyed once.
+        // A failure cannot be reported from drop and leaks nothing worse than the program.
+        let _ = unsafe { nv::nvrtcDestroyProgram(&mut self.prog) };
+    }
+}
+
+impl Nvrtc {
+    pub fn version(&self) -> Result<(i32, i32), String> {
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: NVRTC is loaded; valid out-pointers.
+        nv_check("nvrtcVersion", unsafe { nv::nvrtcVersion(&mut major, &mut minor) })?;
+        Ok((major, minor))
+    }
+
+    /// Architectures NVRTC can target (`90` for sm_90).
+    pub fn supported_archs(&self) -> Result<Vec<i32>, String> {
+        let mut n = 0;
+        // SAFETY: valid out-pointer.
+        nv_check("nvrtcGetNumSupportedArchs", unsafe { nv::nvrtcGetNumSupportedArchs(&mut n) })?;
+        let mut archs = vec![0; n.max(0) as usize];
+        // SAFETY: the buffer holds exactly the number of entries NVRTC reported.
+        nv_check("nvrtcGetSupportedArchs", unsafe { nv::nvrtcGetSupportedArchs(archs.as_mut_ptr()) })?;
+        Ok(archs)
+    }
+
+    /// Create a program from `source` with in-memory headers `(include name, contents)`.
+    pub fn create_program(&self, source: &str, name: &str, headers: &[(String, String)]) -> Result<NvProgram, String> {
+        let cstr = |s: &str, what: &str| CString::new(s).map_err(|_| format!("{what} contains a NUL byte"));
+        let src = cstr(source, "the source")?;
+        let name = cstr(name, "the program name")?;
+        let contents: Vec<CString> = headers.iter().map(|(_, c)| cstr(c, "a header")).collect::<Result<_, _>>()?;
+        let names: Vec<CString> = headers.iter().map(|(n, _)| cstr(n, "a header name")).collect::<Result<_, _>>()?;
+        let contents_ptrs: Vec<*const c_char> = contents.iter().map(|c| c.as_ptr()).collect();
+        let names_ptrs: Vec<*const c_char> = names.iter().map(|c| c.as_ptr()).collect();
+        let mut prog = ptr::null_mut();
+        // SAFETY: every pointer refers to a live NUL-terminated string; NVRTC copies them.
+        nv_check("nvrtcCreateProgram", unsafe {
+            nv::nvrtcCreateProgram(
+                &mut prog,
+                src.as_ptr(),
+                name.as_ptr(),
+                headers.len() as c_int,
+                contents_ptrs.as_ptr(),
+                names_ptrs.as_ptr(),
+            )
+        })?;
+        Ok(NvProgram { prog })
+    }
+}
+
+impl NvProgram {
+    pub fn add_name_expression(&mut self, expr: &str) -> Result<(), String> {
+        let e = CString::new(expr).map_err(|_| "a name expression contains a NUL byte".to_string())?;
+        // SAFETY: live program; NVRTC copies the string.
+        nv_check("nvrtcAddNameExpression", unsafe { nv::nvrtcAddNameExpression(self.prog, e.as_ptr()) })
+    }
+
+    /// Compile; `Ok(false)` when NVRTC reports a compilation error (see [`NvProgram::log`]).
+    pub fn compile(&mut self, options: &[String]) -> Result<bool, String> {
+        let opts: Vec<CString> = options
+            .iter()
+            .map(|o| CString::new(o.as_str()).map_err(|_| format!("option {o:?} contains a NUL byte")))
+            .collect::<Result<_, _>>()?;
+        let ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
+        // SAFETY: live program; option strings outlive the call.
+        let r = unsafe { nv::nvrtcCompileProgram(self.prog, ptrs.len() as c_int, ptrs.as_ptr()) };
+        match r {
+            nv::nvrtcResult::NVRTC_SUCCESS => Ok(true),
+            nv::nvrtcResult::NVRTC_ERROR_COMPILATION => Ok(false),
+            other => Err(nvrtc_error("nvrtcCompileProgram", other)),
+        }
+    }
+
+    fn read(
+        &self,
+        what: &'static str,
+        size: unsafe fn(nv::nvrtcProgram, *mut usize) -> nv::nvrtcResult,
+        get: unsafe fn(nv::nvrtcProgram, *mut c_char) -> nv::nvrtcResult,
+    ) -> Result<Vec<u8>, String> {
+        let mut n = 0usize;
+        // SAFETY: live program and valid out-pointer.
+        nv_check(what, unsafe { size(self.prog, &mut n) })?;
+        let mut buf = vec![0u8; n];
+        if n > 0 {
+            // SAFETY: the buffer holds the size NVRTC reported.
+            nv_check(what, unsafe { get(self.prog, buf.as_mut_ptr() as *mut c_char) })?;
+        }
+        Ok(buf)
+    }
+
+    pub fn log(&self) -> Result<String, String> {
+        let mut b = self.read("nvrtcGetProgramLog", nv::nvrtcGetProgramLogSize, nv::nvrtcGetProgramLog)?;
+        while b.last() == Some(&0) {
+            b.pop();
+        }
+        Ok(String::from_utf8_lossy(&b).into_owned())
+    }
+
+    pub fn ptx(&self) -> Result<String, String> {
+        let mut b = self.read("nvrtcGetPTX", nv::nvrtcGetPTXSize, nv::nvrtcGetPTX)?;
+        while b.last() == Some(&0) {
+            b.pop();
+        }
+        Ok(String::from_utf8_lossy(&b).into_owned())
+    }
+
+    /// The CUBIN, or `None` when the program was compiled for a virtual architecture.
+    pub fn cubin(&self) -> Result<Option<Vec<u8>>, String> {
+        let b = self.read("nvrtcGetCUBIN", nv::nvrtcGetCUBINSize, nv::nvrtcGetCUBIN)?;
+        Ok((!b.is_empty()).then_some(b))
+    }
+
+    pub fn lowered_name(&self, expr: &str) -> Result<String, String> {
+        let e = CString::new(expr).map_err(|_| "a name expression contains a NUL byte".to_string())?;
+        let mut out: *const c_char = ptr::null();
+        // SAFETY: live, compiled program; NVRTC returns a pointer owned by the program.
+        nv_check("nvrtcGetLoweredName", unsafe { nv::nvrtcGetLoweredName(self.prog, e.as_ptr(), &mut out) })?;
+        if out.is_null() {
+            return Err(format!("NVRTC has no lowered name for {expr:?}"));
+        }
+        // SAFETY: non-null results are NUL-terminated and live as long as the program.
+        Ok(unsafe { CStr::from_ptr(out) }.to_string_lossy().into_owned())
+    }
+}
