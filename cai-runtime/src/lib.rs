@@ -11,5 +11,8 @@ pub mod cai;
 mod error;
 
 pub use error::{Error, Result};
+pub mod compile;
+pub mod params;
 pub mod signature;
+pub mod stats;
 mod sys;

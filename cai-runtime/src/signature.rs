@@ -492,7 +492,6 @@ pub fn parse_kernels(source: &str) -> Result<Vec<KernelDecl>, SignatureError> {
                     }
                     if depth == 0 && k > 0 && is_ident(toks.get(k - 1), "template") {
                         template_params = parse_template_params(&toks[k + 1..j - 1]);
-                        j = k - 1;
                     }
                     break;
                 }

@@ -478,17 +478,17 @@ pub(crate) struct Nvrtc {
 
 static NVRTC: OnceLock<Nvrtc> = OnceLock::new();
 
-/// Record that NVRTC was loaded (by [`load_library`]) and hand out the token.
+/// Load NVRTC from `name` (a path or a soname) and hand out the token.
 ///
-/// # Safety
-/// A library exporting NVRTC's API under one of cudarc's candidate sonames (for example
-/// `libnvrtc.so.13`) must be loaded in this process.
-pub(crate) unsafe fn nvrtc_loaded() -> &'static Nvrtc {
-    NVRTC.get_or_init(|| Nvrtc { _private: () })
-}
-
-pub(crate) fn nvrtc() -> Option<&'static Nvrtc> {
-    NVRTC.get()
+/// cudarc resolves NVRTC's symbols by `dlopen`ing its candidate sonames; once a library of
+/// that soname (`libnvrtc.so.13`, `libnvrtc.so.12`) is loaded here, those resolve to it.
+pub(crate) fn load_nvrtc(name: &Path) -> Result<&'static Nvrtc, String> {
+    load_library(name)?;
+    let file = name.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+    if !file.starts_with("libnvrtc.so") {
+        return Err(format!("{} is not named like NVRTC (libnvrtc.so*)", name.display()));
+    }
+    Ok(NVRTC.get_or_init(|| Nvrtc { _private: () }))
 }
 
 fn nvrtc_error(call: &'static str, r: nv::nvrtcResult) -> String {

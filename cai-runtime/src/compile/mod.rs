@@ -1,0 +1,514 @@
+//! Compiling CUDA C++ with NVRTC, knowing every kernel's parameters, caching the results.
+//!
+//! # Examples
+//! ```no_run
+//! use cai_runtime::compile::{compile, Arch, Program};
+//! let src = "template <typename T> __global__ void axpy(T a, const T* x, T* y, int n) {}";
+//! let program = Program::new(src).name_expression("axpy<float>");
+//! let compiled = compile(&program, Arch::parse("sm_90")?)?;
+//! let k = compiled.kernel("axpy<float>")?;
+//! assert_eq!(k.params.len(), 4);
+//! # Ok::<(), cai_runtime::Error>(())
+//! ```
+//!
+//! # Rationale
+//! A program is its source, options, include directories, defines and name expressions;
+//! all of them (plus NVRTC's version, the architecture and the contents of every header
+//! it can include) form the cache key, so a hit is always the same binary NVRTC would
+//! produce. Compilation targets CUBIN for the exact architecture, so loading costs no JIT;
+//! PTX is kept alongside because its `.entry` lists are the ground truth for parameter
+//! sizes (see [`crate::signature`]).
+//!
+//! # Limitations
+//! Headers from user include directories are hashed whole (every `.h`, `.hpp`, `.cuh`,
+//! `.inc` file below them), since NVRTC does not report which ones a program used.
+
+mod cache;
+mod headers;
+mod toolkit;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use sha2::{Digest, Sha256};
+
+pub use cache::DiskCache;
+pub use headers::HEADERS;
+pub use toolkit::{add_site_dirs, toolkit, Toolkit};
+
+use crate::signature::{self, KernelDecl, ParamLayout};
+use crate::stats::{bump, COUNTERS};
+use crate::{Error, Result};
+
+/// Bumped whenever the cache entry format or what a key covers changes.
+const SCHEMA_VERSION: u32 = 1;
+
+/// A CUDA C++ program: source plus everything that changes what NVRTC makes of it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Program {
+    pub source: String,
+    /// The file name NVRTC uses in its messages (`kernel.cu` by default).
+    pub name: String,
+    pub options: Vec<String>,
+    pub include_dirs: Vec<PathBuf>,
+    pub defines: Vec<(String, Option<String>)>,
+    pub name_expressions: Vec<String>,
+}
+
+impl Program {
+    pub fn new(source: impl Into<String>) -> Program {
+        Program { source: source.into(), name: "kernel.cu".into(), ..Default::default() }
+    }
+
+    /// Read a `.cu` file; its directory becomes an include directory.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Program> {
+        let path = path.as_ref();
+        let source = std::fs::read_to_string(path)
+            .map_err(|e| Error::Argument(format!("cannot read the kernel source {}: {e}", path.display())))?;
+        let mut p = Program::new(source);
+        p.name = path.file_name().map_or("kernel.cu".into(), |n| n.to_string_lossy().into_owned());
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            p.include_dirs.push(dir.to_path_buf());
+        }
+        Ok(p)
+    }
+
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+    pub fn option(mut self, option: impl Into<String>) -> Self {
+        self.options.push(option.into());
+        self
+    }
+    pub fn include_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.include_dirs.push(dir.into());
+        self
+    }
+    pub fn define(mut self, name: impl Into<String>, value: Option<String>) -> Self {
+        self.defines.push((name.into(), value));
+        self
+    }
+    pub fn name_expression(mut self, expr: impl Into<String>) -> Self {
+        let expr = expr.into();
+        if !self.name_expressions.contains(&expr) {
+            self.name_expressions.push(expr);
+        }
+        self
+    }
+
+    /// The `__global__` functions declared in the source.
+    pub fn declarations(&self) -> Result<Vec<KernelDecl>> {
+        signature::parse_kernels(&self.source).map_err(|e| Error::Argument(e.0))
+    }
+}
+
+/// A GPU architecture: `Arch(90)` is sm_90.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Arch(pub u32);
+
+impl Arch {
+    /// Parse `sm_90`, `sm_90a`, `compute_90` or `90`.
+    pub fn parse(s: &str) -> Result<Arch> {
+        let digits = s.trim().trim_start_matches("sm_").trim_start_matches("compute_").trim_end_matches('a');
+        digits
+            .parse::<u32>()
+            .ok()
+            .filter(|&n| (30..=200).contains(&n))
+            .map(Arch)
+            .ok_or_else(|| Error::Argument(format!("cannot read {s:?} as a GPU architecture (expected e.g. sm_90)")))
+    }
+
+    /// From a compute capability `(major, minor)`.
+    pub fn from_capability(major: i32, minor: i32) -> Arch {
+        Arch((major * 10 + minor).max(0) as u32)
+    }
+}
+
+impl std::fmt::Display for Arch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "sm_{}", self.0)
+    }
+}
+
+/// What a compilation produced for the loader.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Image {
+    Cubin(Vec<u8>),
+    /// PTX, when NVRTC does not know the device's architecture (the driver JIT-compiles it).
+    Ptx(String),
+}
+
+impl Image {
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Image::Cubin(b) => b,
+            Image::Ptx(s) => s.as_bytes(),
+        }
+    }
+}
+
+/// Where a compilation's result came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheSource {
+    Compiled,
+    Memory,
+    Disk,
+}
+
+/// One kernel of a compiled program.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KernelInfo {
+    /// The name expression it was instantiated by (`axpy<float>`), if any.
+    pub name_expression: Option<String>,
+    /// The symbol in the binary (`_Z4axpyIfEvT_PKS0_PS0_i`, or `scale` for `extern "C"`).
+    pub lowered_name: String,
+    /// The demangled signature of a C++ kernel.
+    pub demangled: Option<String>,
+    /// The name without template arguments or namespaces (`axpy`).
+    pub base_name: String,
+    pub params: Vec<ParamLayout>,
+}
+
+impl KernelInfo {
+    /// Bytes of the parameter buffer.
+    pub fn param_buffer_size(&self) -> usize {
+        self.params.last().map_or(0, |p| p.offset + p.size)
+    }
+}
+
+/// A compiled program: its image and every kernel's parameter layout.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Compiled {
+    pub key: String,
+    pub arch: Arch,
+    pub image: Image,
+    pub ptx: String,
+    /// NVRTC's log (warnings), verbatim.
+    pub log: String,
+    pub kernels: Vec<KernelInfo>,
+    pub declarations: Vec<KernelDecl>,
+    pub source: CacheSource,
+}
+
+impl Compiled {
+    /// Find a kernel by name expression, lowered name, or plain name.
+    pub fn kernel(&self, name: &str) -> Result<&KernelInfo> {
+        let by = |f: &dyn Fn(&KernelInfo) -> bool| self.kernels.iter().filter(|k| f(k)).collect::<Vec<_>>();
+        for found in [
+            by(&|k| k.name_expression.as_deref() == Some(name)),
+            by(&|k| k.lowered_name == name),
+            by(&|k| k.base_name == name),
+        ] {
+            match found.as_slice() {
+                [one] => return Ok(one),
+                [] => continue,
+                many => {
+                    let names: Vec<_> = many.iter().map(|k| k.demangled.clone().unwrap_or(k.lowered_name.clone())).collect();
+                    return Err(Error::Argument(format!("kernel name {name:?} is ambiguous: {}", names.join(", "))));
+                }
+            }
+        }
+        let known: Vec<_> = self.kernels.iter().map(|k| k.name_expression.clone().unwrap_or(k.base_name.clone())).collect();
+        Err(Error::Argument(format!("no kernel named {name:?} in the program (it has: {})", known.join(", "))))
+    }
+}
+
+fn sha256_hex(parts: &[&[u8]]) -> String {
+    let mut h = Sha256::new();
+    for p in parts {
+        h.update((p.len() as u64).to_le_bytes());
+        h.update(p);
+    }
+    hex::encode(h.finalize().as_slice())
+}
+
+fn header_files(dir: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>, depth: usize) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+    entries.sort();
+    for p in entries {
+        if out.len() > 4096 {
+            return;
+        }
+        if p.is_dir() && depth < 8 {
+            header_files(&p, out, depth + 1);
+        } else if p.extension().is_some_and(|e| ["h", "hpp", "cuh", "inc", "hh", "cu"].contains(&e.to_string_lossy().as_ref())) {
+            if let Ok(b) = std::fs::read(&p) {
+                out.push((p, b));
+            }
+        }
+    }
+}
+
+/// The NVRTC options for `program` at `arch` (caijit's defaults first).
+fn nvrtc_options(program: &Program, arch: Arch, tk: &Toolkit) -> Result<(Vec<String>, bool)> {
+    for o in &program.options {
+        if o.starts_with("-arch") || o.starts_with("--gpu-architecture") {
+            return Err(Error::Argument(format!(
+                "option {o:?}: give the architecture as the `arch` of the compilation, not as an option"
+            )));
+        }
+    }
+    let known = tk.supported_archs.contains(&(arch.0 as i32));
+    let mut opts = Vec::new();
+    if known {
+        opts.push(format!("-arch=sm_{}", arch.0));
+    } else {
+        // PTX for the newest architecture NVRTC knows that the device can run.
+        let best = tk.supported_archs.iter().copied().filter(|&a| a as u32 <= arch.0).max().ok_or_else(|| {
+            Error::Argument(format!("NVRTC {}.{} cannot compile for {arch} or any older architecture", tk.version.0, tk.version.1))
+        })?;
+        opts.push(format!("-arch=compute_{best}"));
+    }
+    if !program.options.iter().any(|o| o.starts_with("-std") || o.starts_with("--std")) {
+        opts.push("-std=c++17".into());
+    }
+    opts.push("-DCAIJIT=1".into());
+    for d in &tk.include_dirs {
+        opts.push(format!("-I{}", d.display()));
+    }
+    for d in &program.include_dirs {
+        opts.push(format!("-I{}", d.display()));
+    }
+    for (k, v) in &program.defines {
+        opts.push(match v {
+            Some(v) => format!("-D{k}={v}"),
+            None => format!("-D{k}"),
+        });
+    }
+    opts.extend(program.options.iter().cloned());
+    Ok((opts, known))
+}
+
+/// Name expressions to add: the program's own, plus every non-template, non-overloaded
+/// C++ kernel so that its lowered name is known exactly.
+fn all_name_expressions(program: &Program, decls: &[KernelDecl]) -> Vec<String> {
+    let mut exprs = program.name_expressions.clone();
+    for d in decls {
+        let overloaded = decls.iter().filter(|o| o.name == d.name).count() > 1;
+        if !d.is_template() && !d.extern_c && !overloaded && !exprs.contains(&d.name) {
+            exprs.push(d.name.clone());
+        }
+    }
+    exprs
+}
+
+fn cache_key(program: &Program, arch: Arch, opts: &[String], exprs: &[String], tk: &Toolkit) -> String {
+    let mut parts: Vec<Vec<u8>> = vec![
+        SCHEMA_VERSION.to_le_bytes().to_vec(),
+        format!("nvrtc {}.{}", tk.version.0, tk.version.1).into_bytes(),
+        arch.0.to_le_bytes().to_vec(),
+        program.source.as_bytes().to_vec(),
+        program.name.as_bytes().to_vec(),
+    ];
+    parts.extend(opts.iter().map(|o| o.as_bytes().to_vec()));
+    parts.push(b"--exprs".to_vec());
+    parts.extend(exprs.iter().map(|e| e.as_bytes().to_vec()));
+    parts.push(b"--headers".to_vec());
+    for (name, contents) in HEADERS {
+        parts.push(name.as_bytes().to_vec());
+        parts.push(contents.as_bytes().to_vec());
+    }
+    let mut files = Vec::new();
+    for d in &program.include_dirs {
+        header_files(d, &mut files, 0);
+    }
+    for (p, b) in files {
+        parts.push(p.to_string_lossy().as_bytes().to_vec());
+        parts.push(b);
+    }
+    let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+    sha256_hex(&refs)
+}
+
+/// In-memory cache and per-key locks (so one key compiles once, however many threads ask).
+struct MemoryCache {
+    entries: Mutex<HashMap<String, Arc<Compiled>>>,
+    inflight: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+}
+
+fn memory() -> &'static MemoryCache {
+    static M: OnceLock<MemoryCache> = OnceLock::new();
+    M.get_or_init(|| MemoryCache { entries: Mutex::new(HashMap::new()), inflight: Mutex::new(HashMap::new()) })
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Options for one compilation call.
+#[derive(Clone, Debug, Default)]
+#[non_exhaustive]
+pub struct CompileOptions {
+    /// The disk cache to use; `None` uses [`DiskCache::from_env`].
+    pub disk_cache: Option<Option<DiskCache>>,
+    /// Skip the in-memory cache (benchmarks, tests).
+    pub skip_memory_cache: bool,
+}
+
+/// Compile `program` for `arch`, through the memory and disk caches.
+pub fn compile(program: &Program, arch: Arch) -> Result<Arc<Compiled>> {
+    compile_with(program, arch, &CompileOptions::default())
+}
+
+/// [`compile`] with explicit cache choices.
+pub fn compile_with(program: &Program, arch: Arch, options: &CompileOptions) -> Result<Arc<Compiled>> {
+    let tk = toolkit()?;
+    let decls = program.declarations()?;
+    let exprs = all_name_expressions(program, &decls);
+    let (opts, cubin) = nvrtc_options(program, arch, tk)?;
+    let key = cache_key(program, arch, &opts, &exprs, tk);
+    let mem = memory();
+    if !options.skip_memory_cache {
+        if let Some(hit) = lock(&mem.entries).get(&key) {
+            bump(&COUNTERS.memory_cache_hits);
+            return Ok(hit.clone());
+        }
+    }
+    let gate = lock(&mem.inflight).entry(key.clone()).or_default().clone();
+    let _guard = lock(&gate);
+    if !options.skip_memory_cache {
+        if let Some(hit) = lock(&mem.entries).get(&key) {
+            bump(&COUNTERS.memory_cache_hits);
+            return Ok(hit.clone());
+        }
+    }
+    let disk = options.disk_cache.clone().unwrap_or_else(DiskCache::from_env);
+    let mut from_disk = None;
+    if let Some(d) = &disk {
+        match d.load(&key) {
+            Ok(Some(entry)) => from_disk = Some(entry),
+            Ok(None) => {}
+            Err(_) => bump(&COUNTERS.disk_cache_corrupt),
+        }
+    }
+    let (entry, source) = match from_disk {
+        Some(e) => {
+            bump(&COUNTERS.disk_cache_hits);
+            (e, CacheSource::Disk)
+        }
+        None => {
+            let e = run_nvrtc(tk, program, &opts, &exprs, cubin)?;
+            bump(&COUNTERS.compiles);
+            if let Some(d) = &disk {
+                if d.store(&key, &e).is_err() {
+                    bump(&COUNTERS.disk_cache_errors);
+                }
+            }
+            (e, CacheSource::Compiled)
+        }
+    };
+    let kernels = describe_kernels(&entry, &decls)?;
+    let compiled = Arc::new(Compiled {
+        key: key.clone(),
+        arch,
+        image: entry.image,
+        ptx: entry.ptx,
+        log: entry.log,
+        kernels,
+        declarations: decls,
+        source,
+    });
+    lock(&mem.entries).insert(key.clone(), compiled.clone());
+    lock(&mem.inflight).remove(&key);
+    Ok(compiled)
+}
+
+fn run_nvrtc(tk: &Toolkit, program: &Program, opts: &[String], exprs: &[String], want_cubin: bool) -> Result<cache::Entry> {
+    let nvrtc = tk.nvrtc;
+    let headers: Vec<(String, String)> = HEADERS.iter().map(|(n, c)| (n.to_string(), c.to_string())).collect();
+    let internal = |e: String| Error::Compile { message: format!("NVRTC failed on {}: {e}", program.name), log: String::new() };
+    let mut prog = nvrtc.create_program(&program.source, &program.name, &headers).map_err(internal)?;
+    for e in exprs {
+        prog.add_name_expression(e).map_err(internal)?;
+    }
+    let ok = prog.compile(opts).map_err(internal)?;
+    let log = prog.log().map_err(internal)?;
+    if !ok {
+        return Err(Error::Compile { message: format!("NVRTC could not compile {}:", program.name), log });
+    }
+    let ptx = prog.ptx().map_err(internal)?;
+    let image = if want_cubin {
+        Image::Cubin(prog.cubin().map_err(internal)?.ok_or_else(|| internal("NVRTC produced no CUBIN".into()))?)
+    } else {
+        Image::Ptx(ptx.clone())
+    };
+    let mut lowered = Vec::new();
+    for e in exprs {
+        lowered.push((e.clone(), prog.lowered_name(e).map_err(internal)?));
+    }
+    Ok(cache::Entry { image, ptx, log, lowered })
+}
+
+fn describe_kernels(entry: &cache::Entry, decls: &[KernelDecl]) -> Result<Vec<KernelInfo>> {
+    let entries = signature::ptx_entries(&entry.ptx).map_err(|e| Error::Argument(e.0))?;
+    let mut out = Vec::with_capacity(entries.len());
+    for (lowered, ptx_params) in entries {
+        let name_expression = entry.lowered.iter().find(|(_, l)| *l == lowered).map(|(e, _)| e.clone());
+        let bad = |e: String| Error::Argument(format!("kernel {lowered}: {e}"));
+        let (demangled, base_name, declared) = match signature::demangled_params(&lowered).map_err(|e| bad(e.0))? {
+            Some((text, types)) => {
+                let base = base_name_of(&text);
+                // Names come from the source declaration when there is one with this arity.
+                let names = decls
+                    .iter()
+                    .find(|d| d.name == base && d.params.len() == types.len())
+                    .map(|d| d.params.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>())
+                    .unwrap_or_else(|| vec![None; types.len()]);
+                (Some(text), base, names.into_iter().zip(types).collect::<Vec<_>>())
+            }
+            None => {
+                let decl = decls.iter().find(|d| d.name == lowered).ok_or_else(|| {
+                    bad("an `extern \"C\"` kernel whose declaration caijit could not read in the source (is it generated by a macro?)".into())
+                })?;
+                (None, lowered.clone(), decl.params.clone())
+            }
+        };
+        let params = signature::layout(&lowered, &declared, &ptx_params).map_err(|e| bad(e.0))?;
+        out.push(KernelInfo { name_expression, lowered_name: lowered, demangled, base_name, params });
+    }
+    Ok(out)
+}
+
+/// `void ns::axpy<float>(float, ...)` → `axpy`.
+fn base_name_of(demangled: &str) -> String {
+    let head = demangled.split('(').next().unwrap_or(demangled);
+    let mut depth = 0i32;
+    let mut no_templates = String::new();
+    for c in head.chars() {
+        match c {
+            '<' => depth += 1,
+            '>' => depth -= 1,
+            _ if depth == 0 => no_templates.push(c),
+            _ => {}
+        }
+    }
+    let last = no_templates.split_whitespace().last().unwrap_or("");
+    last.rsplit("::").next().unwrap_or(last).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arch_parsing() {
+        assert_eq!(Arch::parse("sm_90").unwrap(), Arch(90));
+        assert_eq!(Arch::parse("sm_90a").unwrap(), Arch(90));
+        assert_eq!(Arch::parse("80").unwrap(), Arch(80));
+        assert!(Arch::parse("sm_x").is_err());
+        assert_eq!(Arch::from_capability(9, 0).to_string(), "sm_90");
+    }
+
+    #[test]
+    fn base_names() {
+        assert_eq!(base_name_of("void axpy<float>(float, float const*)"), "axpy");
+        assert_eq!(base_name_of("void ns::inner::k<caijit::Array<float, 2> >(int)"), "k");
+        assert_eq!(base_name_of("void plain(int)"), "plain");
+    }
+}

@@ -1,0 +1,204 @@
+//! Finding NVRTC, its builtins library and the CUDA headers at run time.
+//!
+//! Search order (DESIGN.md): `CAIJIT_NVRTC_PATH` (a file or a directory), the loader's
+//! search path, the pip packages `nvidia-cuda-nvrtc` / `nvidia-cuda-runtime` in the running
+//! Python's site-packages (CUDA 13 `nvidia/cu13` and CUDA 12 `nvidia/cuda_nvrtc` layouts),
+//! `CUDA_HOME`, `CUDA_PATH`, `/usr/local/cuda`. Headers are searched next to the library
+//! found, then in the same places. Nothing here panics: a failed search is a
+//! [`Error::CudaNotAvailable`] listing every place tried.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use crate::sys;
+use crate::Error;
+
+/// NVRTC as found and loaded in this process.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Toolkit {
+    /// The NVRTC library's path (or the soname the loader resolved, when its path is unknown).
+    pub nvrtc_path: PathBuf,
+    /// NVRTC's `(major, minor)` version.
+    pub version: (i32, i32),
+    /// Directories holding the CUDA headers (`cuda_fp16.h`, …), passed as `-I`.
+    pub include_dirs: Vec<PathBuf>,
+    /// Real architectures NVRTC can compile to (`90` is sm_90).
+    pub supported_archs: Vec<i32>,
+    pub(crate) nvrtc: &'static sys::Nvrtc,
+}
+
+static EXTRA_SITE_DIRS: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+static TOOLKIT: OnceLock<Result<Toolkit, String>> = OnceLock::new();
+
+/// Add directories (a Python interpreter's `sys.path`) where pip packages may hold NVRTC.
+/// Effective until the first compilation.
+pub fn add_site_dirs<I: IntoIterator<Item = PathBuf>>(dirs: I) {
+    let mut extra = EXTRA_SITE_DIRS.lock().unwrap_or_else(|p| p.into_inner());
+    for d in dirs {
+        if !extra.contains(&d) {
+            extra.push(d);
+        }
+    }
+}
+
+fn site_dirs() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = EXTRA_SITE_DIRS.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    if let Some(venv) = std::env::var_os("VIRTUAL_ENV") {
+        for lib in ["lib", "lib64"] {
+            if let Ok(entries) = std::fs::read_dir(Path::new(&venv).join(lib)) {
+                for e in entries.flatten() {
+                    if e.file_name().to_string_lossy().starts_with("python") {
+                        dirs.push(e.path().join("site-packages"));
+                    }
+                }
+            }
+        }
+    }
+    dirs.retain(|d| d.is_dir());
+    dirs.dedup();
+    dirs
+}
+
+fn cuda_roots() -> Vec<PathBuf> {
+    let mut roots: Vec<PathBuf> = ["CUDA_HOME", "CUDA_PATH"].iter().filter_map(std::env::var_os).map(PathBuf::from).collect();
+    roots.push(PathBuf::from("/usr/local/cuda"));
+    roots
+}
+
+const SONAMES: [&str; 3] = ["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"];
+
+fn nvrtc_in(dir: &Path) -> Option<PathBuf> {
+    SONAMES.iter().map(|n| dir.join(n)).find(|p| p.is_file())
+}
+
+/// The path the loader resolved for a loaded library, read from `/proc/self/maps`.
+fn loaded_path(fragment: &str) -> Option<PathBuf> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| Path::new(p).file_name().is_some_and(|f| f.to_string_lossy().starts_with(fragment)))
+        .map(PathBuf::from)
+}
+
+/// NVRTC needs `libnvrtc-builtins` from its own directory; the pip wheels do not put that
+/// directory on the loader's path, so it is loaded here first.
+fn preload_builtins(dir: &Path, major: Option<&str>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let mut candidates: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            let n = p.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
+            n.starts_with("libnvrtc-builtins.so") && !n.contains(".alt.")
+        })
+        .collect();
+    candidates.sort();
+    if let Some(m) = major {
+        candidates.sort_by_key(|p| !p.to_string_lossy().contains(&format!(".so.{m}")));
+    }
+    if let Some(p) = candidates.first() {
+        let _ = sys::load_library(p);
+    }
+}
+
+fn find_and_load() -> Result<(PathBuf, &'static sys::Nvrtc), String> {
+    let mut tried: Vec<String> = Vec::new();
+    let try_file = |path: &Path, tried: &mut Vec<String>| -> Option<&'static sys::Nvrtc> {
+        let major = path.file_name().and_then(|f| f.to_str()).and_then(|f| f.strip_prefix("libnvrtc.so.")).map(str::to_owned);
+        if let Some(dir) = path.parent() {
+            preload_builtins(dir, major.as_deref());
+        }
+        sys::load_nvrtc(path).map_err(|e| tried.push(format!("{}: {e}", path.display()))).ok()
+    };
+    // 1. The explicit override.
+    if let Some(p) = std::env::var_os("CAIJIT_NVRTC_PATH").map(PathBuf::from) {
+        let file = if p.is_dir() { nvrtc_in(&p) } else { Some(p.clone()) };
+        match file {
+            Some(f) => {
+                if let Some(nv) = try_file(&f, &mut tried) {
+                    return Ok((f, nv));
+                }
+            }
+            None => tried.push(format!("CAIJIT_NVRTC_PATH={}: no libnvrtc.so there", p.display())),
+        }
+    }
+    // 2. The loader's search path.
+    for soname in SONAMES {
+        match sys::load_nvrtc(Path::new(soname)) {
+            Ok(nv) => {
+                let path = loaded_path("libnvrtc.so").unwrap_or_else(|| PathBuf::from(soname));
+                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                    preload_builtins(dir, soname.strip_prefix("libnvrtc.so."));
+                }
+                return Ok((path, nv));
+            }
+            Err(_) => tried.push(format!("{soname} on the loader's search path")),
+        }
+    }
+    // 3. pip wheels, 4. CUDA_HOME / CUDA_PATH / /usr/local/cuda.
+    let mut dirs = Vec::new();
+    for site in site_dirs() {
+        dirs.push(site.join("nvidia/cu13/lib"));
+        dirs.push(site.join("nvidia/cuda_nvrtc/lib"));
+    }
+    for root in cuda_roots() {
+        dirs.push(root.join("lib64"));
+        dirs.push(root.join("lib"));
+    }
+    for dir in dirs {
+        match nvrtc_in(&dir) {
+            Some(f) => {
+                if let Some(nv) = try_file(&f, &mut tried) {
+                    return Ok((f, nv));
+                }
+            }
+            None => tried.push(format!("{}", dir.display())),
+        }
+    }
+    Err(format!(
+        "NVRTC was not found; install it with `pip install nvidia-cuda-nvrtc nvidia-cuda-runtime`, or set CAIJIT_NVRTC_PATH. Looked in: {}",
+        tried.join("; ")
+    ))
+}
+
+fn find_include_dirs(nvrtc: &Path) -> Vec<PathBuf> {
+    let mut candidates = Vec::new();
+    if let Some(p) = std::env::var_os("CAIJIT_CUDA_INCLUDE") {
+        candidates.push(PathBuf::from(p));
+    }
+    if let Some(lib) = nvrtc.parent() {
+        if let Some(root) = lib.parent() {
+            candidates.push(root.join("include"));
+            // CUDA 12 wheels: nvidia/cuda_nvrtc/lib → nvidia/cuda_runtime/include.
+            if let Some(nvidia) = root.parent() {
+                candidates.push(nvidia.join("cuda_runtime/include"));
+            }
+        }
+    }
+    for site in site_dirs() {
+        candidates.push(site.join("nvidia/cu13/include"));
+        candidates.push(site.join("nvidia/cuda_runtime/include"));
+    }
+    for root in cuda_roots() {
+        candidates.push(root.join("include"));
+    }
+    let mut found: Vec<PathBuf> = candidates.into_iter().filter(|d| d.join("cuda_fp16.h").is_file()).collect();
+    found.dedup();
+    found.truncate(1);
+    found
+}
+
+/// Find and load NVRTC once per process.
+pub fn toolkit() -> crate::Result<&'static Toolkit> {
+    TOOLKIT
+        .get_or_init(|| {
+            let (nvrtc_path, nvrtc) = find_and_load()?;
+            let version = nvrtc.version()?;
+            let supported_archs = nvrtc.supported_archs()?;
+            let include_dirs = find_include_dirs(&nvrtc_path);
+            Ok(Toolkit { nvrtc_path, version, include_dirs, supported_archs, nvrtc })
+        })
+        .as_ref()
+        .map_err(|e| Error::CudaNotAvailable(e.clone()))
+}

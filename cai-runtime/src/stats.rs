@@ -1,0 +1,52 @@
+//! Process-wide counters that tests and users read (`caijit.stats()`).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+macro_rules! counters {
+    ($($name:ident: $doc:literal),* $(,)?) => {
+        /// The counters, as atomics.
+        #[derive(Debug, Default)]
+        pub struct Counters { $(#[doc = $doc] pub $name: AtomicU64,)* }
+
+        /// A snapshot of the counters.
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        #[non_exhaustive]
+        pub struct Stats { $(#[doc = $doc] pub $name: u64,)* }
+
+        impl Counters {
+            pub const fn new() -> Self { Self { $($name: AtomicU64::new(0),)* } }
+            pub fn snapshot(&self) -> Stats { Stats { $($name: self.$name.load(Relaxed),)* } }
+        }
+
+        impl Stats {
+            /// `(name, value)` pairs, in declaration order.
+            pub fn entries(&self) -> Vec<(&'static str, u64)> { vec![$((stringify!($name), self.$name),)*] }
+        }
+    };
+}
+
+counters! {
+    launches: "Kernel launches enqueued.",
+    compiles: "NVRTC compilations run (cache misses).",
+    memory_cache_hits: "Compilations answered from the in-memory cache.",
+    disk_cache_hits: "Compilations answered from the disk cache.",
+    disk_cache_corrupt: "Disk cache entries found corrupt, recompiled and replaced.",
+    disk_cache_errors: "Disk cache reads or writes that failed (compilation went on without the cache).",
+    waits: "Launch-stream waits on a producer stream (before a launch).",
+    reverse_waits: "Producer-stream waits on the launch stream (after a launch).",
+    host_syncs: "Host synchronisations on the launch path (always 0).",
+    events_created: "CUDA events created (the pool reuses them).",
+    modules_loaded: "Modules loaded into a context.",
+}
+
+/// The process's counters.
+pub static COUNTERS: Counters = Counters::new();
+
+/// Read every counter.
+pub fn stats() -> Stats {
+    COUNTERS.snapshot()
+}
+
+pub(crate) fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Relaxed);
+}

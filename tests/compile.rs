@@ -1,0 +1,254 @@
+//! NVRTC compilation on the CPU: every kernel in kernels/, lowered names, parameter
+//! layouts, template deduction, compile errors, the caches. Needs NVRTC (pip wheels in
+//! the virtualenv suffice); CI has it, so these tests do not skip there.
+
+use std::sync::Arc;
+
+use cai_runtime::cai::DType;
+use cai_runtime::compile::{compile, compile_with, Arch, CacheSource, CompileOptions, DiskCache, Program};
+use cai_runtime::signature::{array_param_size, deduce, ArgType, ParamKind};
+use cai_runtime::stats::stats;
+use cai_runtime::Error;
+use caijit_integration::kernel_sources;
+
+fn fresh() -> CompileOptions {
+    let mut o = CompileOptions::default();
+    o.disk_cache = Some(None);
+    o.skip_memory_cache = true;
+    o
+}
+
+#[test]
+fn nvrtc_is_found() {
+    let tk = cai_runtime::compile::toolkit().expect("NVRTC must be installed for the CPU suite (scripts/setup.sh)");
+    assert!(tk.version.0 >= 12, "{:?}", tk.version);
+    assert!(tk.supported_archs.contains(&90));
+    assert!(!tk.include_dirs.is_empty(), "CUDA headers (cuda_fp16.h) not found");
+}
+
+#[test]
+fn every_kernel_compiles_for_sm80_and_sm90() {
+    let sources = kernel_sources();
+    assert!(sources.len() >= 3, "{sources:?}");
+    for path in sources {
+        for arch in ["sm_80", "sm_90"] {
+            let mut p = Program::from_file(&path).unwrap();
+            // Instantiate every template for float so that its code is generated too.
+            for d in p.declarations().unwrap() {
+                if d.is_template() {
+                    let args: Vec<String> = d
+                        .template_params
+                        .iter()
+                        .map(|t| match t {
+                            cai_runtime::signature::TemplateParam::Type(_) => "float".into(),
+                            cai_runtime::signature::TemplateParam::Value(_) => "2".into(),
+                        })
+                        .collect();
+                    p = p.name_expression(format!("{}<{}>", d.name, args.join(", ")));
+                }
+            }
+            let c = compile_with(&p, Arch::parse(arch).unwrap(), &fresh())
+                .unwrap_or_else(|e| panic!("{} for {arch}: {e}", path.display()));
+            assert!(matches!(c.image, cai_runtime::compile::Image::Cubin(ref b) if b.starts_with(b"\x7fELF")));
+            assert!(!c.kernels.is_empty(), "{}", path.display());
+        }
+    }
+}
+
+const MIXED: &str = r#"
+#include <caijit/caijit.cuh>
+struct Params { double scale; char flag; };
+extern "C" __global__ void c_kernel(float* out, const double* in, int n, unsigned long long m) {}
+__global__ void cpp_kernel(caijit::Array<const float, 2> a, Params p, __half h, bool b) {}
+template <typename T, int N>
+__global__ void tmpl(caijit::Array<T, N> a, const T* b, T s) {}
+"#;
+
+#[test]
+fn lowered_names_and_layouts() {
+    let p = Program::new(MIXED).name_expression("tmpl<double, 3>");
+    let c = compile_with(&p, Arch(90), &fresh()).unwrap();
+
+    let k = c.kernel("c_kernel").unwrap();
+    assert_eq!(k.lowered_name, "c_kernel");
+    assert_eq!(k.demangled, None);
+    let kinds: Vec<_> = k.params.iter().map(|p| (p.kind.clone(), p.size, p.offset)).collect();
+    assert_eq!(
+        kinds,
+        vec![
+            (ParamKind::Pointer { dtype: Some(DType::F32), is_const: false }, 8, 0),
+            (ParamKind::Pointer { dtype: Some(DType::F64), is_const: true }, 8, 8),
+            (ParamKind::Scalar(DType::I32), 4, 16),
+            (ParamKind::Scalar(DType::U64), 8, 24),
+        ]
+    );
+    assert_eq!(k.params[0].name.as_deref(), Some("out"));
+
+    let k = c.kernel("cpp_kernel").unwrap();
+    assert!(k.lowered_name.starts_with("_Z10cpp_kernel"), "{}", k.lowered_name);
+    assert_eq!(k.name_expression.as_deref(), Some("cpp_kernel"));
+    let p0 = &k.params[0];
+    assert_eq!(p0.kind, ParamKind::Array { dtype: Some(DType::F32), is_const: true, rank: 2 });
+    assert_eq!((p0.size, p0.align, p0.offset), (array_param_size(2), 8, 0));
+    let p1 = &k.params[1];
+    assert_eq!(p1.kind, ParamKind::Struct { name: "Params".into() });
+    assert_eq!((p1.size, p1.align, p1.offset), (16, 8, 40));
+    assert_eq!((k.params[2].kind.clone(), k.params[2].offset), (ParamKind::Scalar(DType::F16), 56));
+    assert_eq!((k.params[3].kind.clone(), k.params[3].offset), (ParamKind::Scalar(DType::Bool), 58));
+    assert_eq!(k.param_buffer_size(), 59);
+
+    let k = c.kernel("tmpl<double, 3>").unwrap();
+    assert_eq!(k.demangled.as_deref(), Some("void tmpl<double, 3>(caijit::Array<double, 3>, double const*, double)"));
+    assert_eq!(k.params[0].kind, ParamKind::Array { dtype: Some(DType::F64), is_const: false, rank: 3 });
+    assert_eq!(k.params[1].offset, array_param_size(3));
+    assert_eq!(k.params[2].kind, ParamKind::Scalar(DType::F64));
+}
+
+#[test]
+fn template_deduction_then_instantiation() {
+    let src = "template <typename T> __global__ void axpy(T a, const T* x, T* y, int n) { int i = threadIdx.x; if (i < n) y[i] += a * x[i]; }";
+    let p = Program::new(src);
+    let decl = &p.declarations().unwrap()[0];
+    for (dtype, cpp) in [(DType::F32, "float"), (DType::F64, "double"), (DType::F16, "__half"), (DType::I32, "int")] {
+        let arr = ArgType::Array { dtype, rank: 1 };
+        let expr = deduce(decl, &[ArgType::UntypedScalar, arr, arr, ArgType::UntypedScalar]).unwrap();
+        assert_eq!(expr, format!("axpy<{cpp}>"));
+        let src_with_fp16 = format!("#include <cuda_fp16.h>\n{src}");
+        let c = compile_with(&Program::new(src_with_fp16).name_expression(&expr), Arch(90), &fresh()).unwrap();
+        let k = c.kernel(&expr).unwrap();
+        assert_eq!(k.params[0].kind, ParamKind::Scalar(dtype));
+        assert_eq!(k.params[1].kind, ParamKind::Pointer { dtype: Some(dtype), is_const: true });
+    }
+}
+
+#[test]
+fn compile_errors_carry_the_log_with_line_numbers() {
+    let src = "extern \"C\" __global__ void k(float* y) {\n  y[0] = undefined_name;\n}\n";
+    let err = compile_with(&Program::new(src).name("broken.cu"), Arch(90), &fresh()).unwrap_err();
+    match err {
+        Error::Compile { log, .. } => {
+            assert!(log.contains("broken.cu(2)"), "{log}");
+            assert!(log.contains("undefined_name"), "{log}");
+        }
+        other => panic!("expected a compile error, got {other:?}"),
+    }
+}
+
+#[test]
+fn arch_options_are_rejected() {
+    let err = compile_with(&Program::new("").option("-arch=sm_70"), Arch(90), &fresh()).unwrap_err();
+    assert!(err.to_string().contains("-arch=sm_70"), "{err}");
+}
+
+#[test]
+fn memory_and_disk_caches() {
+    let dir = tempfile::tempdir().unwrap();
+    let unique = format!("// {:?}\nextern \"C\" __global__ void k(int* y) {{ y[0] = 1; }}", std::time::SystemTime::now());
+    let p = Program::new(unique);
+    let mut disk = CompileOptions::default();
+    disk.disk_cache = Some(Some(DiskCache::at(dir.path())));
+    disk.skip_memory_cache = true;
+
+    let first = compile_with(&p, Arch(90), &disk).unwrap();
+    assert_eq!(first.source, CacheSource::Compiled);
+    let second = compile_with(&p, Arch(90), &disk).unwrap();
+    assert_eq!(second.source, CacheSource::Disk);
+    assert_eq!(first.image, second.image);
+    assert_eq!(first.kernels, second.kernels);
+
+    // Corrupt the entry: it is recompiled and replaced, never loaded.
+    let entry = std::fs::read_dir(dir.path()).unwrap().flatten().find(|e| e.file_name().to_string_lossy().ends_with(".cubin-entry")).unwrap().path();
+    let mut bytes = std::fs::read(&entry).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0xff;
+    std::fs::write(&entry, &bytes).unwrap();
+    let before = stats().disk_cache_corrupt;
+    let third = compile_with(&p, Arch(90), &disk).unwrap();
+    assert_eq!(third.source, CacheSource::Compiled);
+    assert!(stats().disk_cache_corrupt > before);
+    assert_eq!(compile_with(&p, Arch(90), &disk).unwrap().source, CacheSource::Disk);
+    // Truncated to half.
+    std::fs::write(&entry, &std::fs::read(&entry).unwrap()[..mid]).unwrap();
+    assert_eq!(compile_with(&p, Arch(90), &disk).unwrap().source, CacheSource::Compiled);
+
+    // The memory cache answers with the same Arc.
+    let mut mem = CompileOptions::default();
+    mem.disk_cache = Some(None);
+    let a = compile_with(&p, Arch(80), &mem).unwrap();
+    let b = compile_with(&p, Arch(80), &mem).unwrap();
+    assert!(Arc::ptr_eq(&a, &b));
+    // A different architecture or option is a different key.
+    assert_ne!(a.key, compile_with(&p, Arch(90), &mem).unwrap().key);
+    assert_ne!(a.key, compile_with(&p.clone().option("-lineinfo"), Arch(80), &mem).unwrap().key);
+}
+
+#[test]
+fn one_key_compiles_once_across_threads() {
+    let unique = format!("// {:?} threads\nextern \"C\" __global__ void k(int* y) {{ y[0] = 2; }}", std::time::SystemTime::now());
+    let p = Program::new(unique);
+    let mut mem = CompileOptions::default();
+    mem.disk_cache = Some(None);
+    let results: Vec<_> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..8).map(|_| s.spawn(|| compile_with(&p, Arch(90), &mem).unwrap())).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    // One compilation made one `Compiled`; every thread got that very one.
+    assert_eq!(results[0].source, CacheSource::Compiled);
+    assert!(results.iter().all(|c| Arc::ptr_eq(c, &results[0])), "the same program compiled more than once");
+}
+
+#[test]
+fn concurrent_writers_leave_one_good_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    let unique = format!("// {:?} writers\nextern \"C\" __global__ void k(int* y) {{ y[0] = 3; }}", std::time::SystemTime::now());
+    let p = Program::new(unique);
+    let mut disk = CompileOptions::default();
+    disk.disk_cache = Some(Some(DiskCache::at(dir.path())));
+    disk.skip_memory_cache = true;
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            s.spawn(|| compile_with(&p, Arch(90), &disk).unwrap());
+        }
+    });
+    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(names.len(), 1, "{names:?}");
+    assert_eq!(compile_with(&p, Arch(90), &disk).unwrap().source, CacheSource::Disk);
+}
+
+#[test]
+fn default_compile_uses_the_global_caches() {
+    let p = Program::new("extern \"C\" __global__ void default_path(int* y) { y[0] = 4; }");
+    let a = compile(&p, Arch(90)).unwrap();
+    let b = compile(&p, Arch(90)).unwrap();
+    assert!(Arc::ptr_eq(&a, &b));
+}
+
+/// The device-side `caijit::Array<T, N>` and its Rust mirror agree member by member: a
+/// probe kernel reads `shape[0]` and `strides[0]`, and its PTX says at which offsets.
+#[test]
+fn array_layout_matches_the_rust_mirror() {
+    use cai_runtime::params::ArrayParam;
+    let src = r#"
+        #include <caijit/caijit.cuh>
+        extern "C" __global__ void probe(caijit::Array<float, 3> a, long long* out) {
+            out[0] = (long long)a.data; out[1] = a.shape[0]; out[2] = a.strides[0]; out[3] = a.strides[2];
+        }"#;
+    let c = compile_with(&Program::new(src), Arch(90), &fresh()).unwrap();
+    let load_offsets: Vec<usize> = c
+        .ptx
+        .lines()
+        .filter(|l| l.contains("ld.param") && l.contains("probe_param_0"))
+        .map(|l| {
+            let inside = &l[l.find('[').unwrap() + 1..l.find(']').unwrap()];
+            inside.split('+').nth(1).map_or(0, |o| o.trim().parse().unwrap())
+        })
+        .collect();
+    let shape0 = std::mem::offset_of!(ArrayParam<3>, shape);
+    let strides0 = std::mem::offset_of!(ArrayParam<3>, strides);
+    let strides2 = strides0 + 2 * 8;
+    for expected in [std::mem::offset_of!(ArrayParam<3>, data), shape0, strides0, strides2] {
+        assert!(load_offsets.contains(&expected), "no load at +{expected} in {load_offsets:?}\n{}", c.ptx);
+    }
+    assert_eq!((shape0, strides0), (8, 32));
+    assert_eq!(std::mem::size_of::<ArrayParam<3>>(), c.kernel("probe").unwrap().params[0].size);
+}
