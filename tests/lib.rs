@@ -2,9 +2,12 @@
 
 use std::path::PathBuf;
 
-/// The repository's `kernels/` directory.
+/// The repository's `kernels/` directory (`CAIJIT_KERNELS_DIR` where test binaries run
+/// away from the checkout they were built in, as on the GPU machine).
 pub fn kernels_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../kernels")
+    std::env::var_os("CAIJIT_KERNELS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../kernels"))
 }
 
 /// Every `.cu` file under `kernels/`.

@@ -7,12 +7,15 @@
 //! | element type | `T` | C++ type | [`cai::DType`] (typestr) |
 //! | producer's pending work | — | `CUstream` | [`cai::StreamRef`] |
 
+pub mod array;
 pub mod cai;
 mod error;
 
 pub use error::{Error, Result};
 pub mod compile;
+pub mod launch;
 pub mod params;
+pub mod runtime;
 pub mod signature;
 pub mod stats;
 mod sys;

@@ -328,6 +328,44 @@ impl Driver {
         })
     }
 
+    /// Launch after the caller checked every argument against the kernel's compiled
+    /// parameter list (`launch::marshal`): `params[i]` points at exactly parameter `i`'s
+    /// bytes. Device pointers inside come from validated CAI descriptors.
+    pub fn launch_checked(
+        &self,
+        f: RawFunction,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        stream: RawStream,
+        params: &mut [*mut c_void],
+    ) -> Result<(), DriverError> {
+        // SAFETY: the parameter values were laid out from the kernel's own parameter list
+        // (sizes cross-checked against the PTX and the driver), so the driver reads exactly
+        // the bytes the kernel declares; what the kernel does with device pointers is the
+        // CAI producer's promise that they are valid for the array's extent.
+        unsafe { self.launch(f, grid, block, shared_mem, stream, params) }
+    }
+
+    /// The unique id of the capture `s` belongs to (0 when not capturing).
+    pub fn capture_id(&self, s: RawStream) -> Result<u64, DriverError> {
+        let mut status = cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
+        let mut id = 0;
+        // SAFETY: valid out-pointers; the optional outputs are null, which the API allows.
+        check("cuStreamGetCaptureInfo", unsafe {
+            cu::cuStreamGetCaptureInfo_v3(
+                s.0,
+                &mut status,
+                &mut id,
+                ptr::null_mut(),
+                ptr::null_mut(),
+                ptr::null_mut(),
+                ptr::null_mut(),
+            )
+        })?;
+        Ok(if status == cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE { id } else { 0 })
+    }
+
     pub fn stream_create(&self, non_blocking: bool) -> Result<RawStream, DriverError> {
         let mut s = ptr::null_mut();
         let flags = if non_blocking { cu::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint } else { 0 };
@@ -336,10 +374,10 @@ impl Driver {
         Ok(RawStream(s))
     }
 
-    /// # Safety
-    /// `s` must be a stream created by [`Driver::stream_create`] and not used afterwards.
-    pub unsafe fn stream_destroy(&self, s: RawStream) -> Result<(), DriverError> {
-        // SAFETY: the caller owns the stream and gives it up.
+    /// Destroy a stream that caijit created. The caller gives up `s`; pending work on it
+    /// still completes (the driver defers the release).
+    pub fn destroy_owned_stream(&self, s: RawStream) -> Result<(), DriverError> {
+        // SAFETY: callers pass only streams from `stream_create` and drop their handle.
         check("cuStreamDestroy", unsafe { cu::cuStreamDestroy_v2(s.0) })
     }
 
@@ -368,13 +406,6 @@ impl Driver {
         Ok(RawEvent(e))
     }
 
-    /// # Safety
-    /// `e` must come from [`Driver::event_create`] and not be used afterwards.
-    pub unsafe fn event_destroy(&self, e: RawEvent) -> Result<(), DriverError> {
-        // SAFETY: the caller gives the event up.
-        check("cuEventDestroy", unsafe { cu::cuEventDestroy_v2(e.0) })
-    }
-
     pub fn event_record(&self, e: RawEvent, s: RawStream) -> Result<(), DriverError> {
         // SAFETY: live event and stream handles.
         check("cuEventRecord", unsafe { cu::cuEventRecord(e.0, s.0) })
@@ -385,11 +416,6 @@ impl Driver {
         check("cuStreamWaitEvent", unsafe { cu::cuStreamWaitEvent(s.0, e.0, 0) })
     }
 
-    pub fn event_synchronize(&self, e: RawEvent) -> Result<(), DriverError> {
-        // SAFETY: a live event handle.
-        check("cuEventSynchronize", unsafe { cu::cuEventSynchronize(e.0) })
-    }
-
     pub fn mem_alloc_async(&self, bytes: usize, s: RawStream) -> Result<u64, DriverError> {
         let mut p = 0;
         // SAFETY: valid out-pointer; the memory is owned by the caller from here on.
@@ -397,46 +423,42 @@ impl Driver {
         Ok(p)
     }
 
-    /// # Safety
-    /// `ptr` must come from [`Driver::mem_alloc_async`] and no work enqueued after this on
-    /// any stream may use it.
-    pub unsafe fn mem_free_async(&self, ptr: u64, s: RawStream) -> Result<(), DriverError> {
-        // SAFETY: the caller gives the allocation up.
+    // The calls below take device memory that `array::DeviceArray` owns: it passes only
+    // its own allocation, with sizes within it, and frees it once (in `Drop`).
+
+    /// Free an allocation of [`Driver::mem_alloc_async`], ordered after the work on `s`.
+    pub fn free_owned_async(&self, ptr: u64, s: RawStream) -> Result<(), DriverError> {
+        // SAFETY: the owner gives the allocation up; work already enqueued on `s` (and on
+        // streams `s` waits for) completes before the memory is reused.
         check("cuMemFreeAsync", unsafe { cu::cuMemFreeAsync(ptr, s.0) })
     }
 
-    /// # Safety
-    /// `dst` must be device memory of at least `src.len()` bytes, and `src` must stay alive
-    /// and unchanged until the copy completes on `s` (callers synchronise before returning).
-    pub unsafe fn memcpy_htod_async(&self, dst: u64, src: &[u8], s: RawStream) -> Result<(), DriverError> {
-        // SAFETY: forwarded to the caller's contract.
+    /// Copy host bytes into owned device memory of at least `src.len()` bytes. Pageable
+    /// sources are staged before the call returns, so `src` may be dropped afterwards.
+    pub fn copy_to_owned(&self, dst: u64, src: &[u8], s: RawStream) -> Result<(), DriverError> {
+        // SAFETY: `dst` is owned device memory at least `src.len()` long (caller's invariant).
         check("cuMemcpyHtoDAsync", unsafe {
             cu::cuMemcpyHtoDAsync_v2(dst, src.as_ptr() as *const c_void, src.len(), s.0)
-        })
+        })?;
+        // A pageable copy may still read `src` until the stream reaches it.
+        self.stream_synchronize(s)
     }
 
-    /// # Safety
-    /// `src` must be device memory of at least `dst.len()` bytes and `dst` must not be read
-    /// until the copy completes on `s`.
-    pub unsafe fn memcpy_dtoh_async(&self, dst: &mut [u8], src: u64, s: RawStream) -> Result<(), DriverError> {
-        // SAFETY: forwarded to the caller's contract.
+    /// Copy owned device memory into `dst`, waiting for the copy (and the work before it on
+    /// `s`) to finish. A host synchronisation, never on the launch path.
+    pub fn copy_from_owned(&self, dst: &mut [u8], src: u64, s: RawStream) -> Result<(), DriverError> {
+        // SAFETY: `src` is owned device memory at least `dst.len()` long; `dst` is not read
+        // before the synchronisation below.
         check("cuMemcpyDtoHAsync", unsafe {
             cu::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr() as *mut c_void, src, dst.len(), s.0)
-        })
+        })?;
+        self.stream_synchronize(s)
     }
 
-    /// # Safety
-    /// Both ranges must be device memory of at least `bytes` bytes.
-    pub unsafe fn memcpy_dtod_async(&self, dst: u64, src: u64, bytes: usize, s: RawStream) -> Result<(), DriverError> {
-        // SAFETY: forwarded to the caller's contract.
-        check("cuMemcpyDtoDAsync", unsafe { cu::cuMemcpyDtoDAsync_v2(dst, src, bytes, s.0) })
-    }
-
-    /// # Safety
-    /// `dst` must be device memory of at least `bytes` bytes.
-    pub unsafe fn memset_d8_async(&self, dst: u64, value: u8, bytes: usize, s: RawStream) -> Result<(), DriverError> {
-        // SAFETY: forwarded to the caller's contract.
-        check("cuMemsetD8Async", unsafe { cu::cuMemsetD8Async(dst, value, bytes, s.0) })
+    /// Set owned device memory to zero bytes.
+    pub fn zero_owned(&self, dst: u64, bytes: usize, s: RawStream) -> Result<(), DriverError> {
+        // SAFETY: `dst` is owned device memory at least `bytes` long.
+        check("cuMemsetD8Async", unsafe { cu::cuMemsetD8Async(dst, 0, bytes, s.0) })
     }
 
     /// The device ordinal owning `ptr`, `None` when the driver does not know the pointer

@@ -1,0 +1,124 @@
+//! `DeviceArray`: caijit's own device memory, stream-ordered, exported with its stream.
+//!
+//! Allocation and free are stream-ordered (`cuMemAllocAsync` / `cuMemFreeAsync`) on the
+//! array's stream. The array exports that stream in its CAI descriptor: any consumer that
+//! synchronises with it sees the array's data; caijit's own launches order themselves
+//! against it (and it against them) by the stream protocol, so it stays the stream after
+//! which the array is idle.
+
+use std::sync::{Arc, OnceLock};
+
+use crate::cai::{ArrayView, DType};
+use crate::runtime::{Context, Stream};
+use crate::{Error, Result};
+
+/// Device memory owned by caijit: a C-ordered array of any dtype and shape.
+#[derive(Debug)]
+pub struct DeviceArray {
+    ctx: Arc<Context>,
+    ptr: u64,
+    shape: Vec<usize>,
+    dtype: DType,
+    stream: Arc<Stream>,
+}
+
+fn export_stream_enabled() -> bool {
+    static S: OnceLock<bool> = OnceLock::new();
+    *S.get_or_init(|| std::env::var("CAIJIT_CAI_EXPORT_STREAM").map_or(true, |v| v != "0"))
+}
+
+impl DeviceArray {
+    /// Uninitialised memory for `shape` elements of `dtype`, allocated on `stream`.
+    pub fn empty(ctx: &Arc<Context>, shape: &[usize], dtype: DType, stream: &Arc<Stream>) -> Result<DeviceArray> {
+        let size = shape
+            .iter()
+            .try_fold(1usize, |a, &n| a.checked_mul(n))
+            .and_then(|n| n.checked_mul(dtype.itemsize()))
+            .ok_or_else(|| Error::Argument(format!("shape {shape:?} of {dtype} overflows")))?;
+        let d = ctx.bind()?;
+        let ptr = if size == 0 {
+            0
+        } else {
+            d.mem_alloc_async(size, stream.raw()).map_err(|e| Error::Launch(format!("allocating {size} bytes: {e}")))?
+        };
+        Ok(DeviceArray { ctx: ctx.clone(), ptr, shape: shape.to_vec(), dtype, stream: stream.clone() })
+    }
+
+    /// Zero-filled.
+    pub fn zeros(ctx: &Arc<Context>, shape: &[usize], dtype: DType, stream: &Arc<Stream>) -> Result<DeviceArray> {
+        let a = Self::empty(ctx, shape, dtype, stream)?;
+        if a.nbytes() > 0 {
+            ctx.bind()?.zero_owned(a.ptr, a.nbytes(), stream.raw())?;
+        }
+        Ok(a)
+    }
+
+    /// A copy of `bytes` (exactly `nbytes` of `shape` × `dtype`).
+    pub fn from_bytes(ctx: &Arc<Context>, shape: &[usize], dtype: DType, bytes: &[u8], stream: &Arc<Stream>) -> Result<DeviceArray> {
+        let a = Self::empty(ctx, shape, dtype, stream)?;
+        if bytes.len() != a.nbytes() {
+            return Err(Error::Argument(format!(
+                "{} bytes given for shape {shape:?} of {dtype}, which needs {}",
+                bytes.len(),
+                a.nbytes()
+            )));
+        }
+        if !bytes.is_empty() {
+            ctx.bind()?.copy_to_owned(a.ptr, bytes, stream.raw())?;
+        }
+        Ok(a)
+    }
+
+    /// Copy to the host after the work pending on the array's stream.
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let mut out = vec![0u8; self.nbytes()];
+        if !out.is_empty() {
+            self.ctx.bind()?.copy_from_owned(&mut out, self.ptr, self.stream.raw())?;
+        }
+        Ok(out)
+    }
+
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+    pub fn size(&self) -> usize {
+        self.shape.iter().product()
+    }
+    pub fn nbytes(&self) -> usize {
+        self.size() * self.dtype.itemsize()
+    }
+    pub fn stream(&self) -> &Arc<Stream> {
+        &self.stream
+    }
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    /// The CAI view: C-contiguous, with the array's stream (unless
+    /// `CAIJIT_CAI_EXPORT_STREAM=0`).
+    pub fn view(&self) -> ArrayView {
+        let stream = export_stream_enabled().then(|| self.stream.stream_ref());
+        ArrayView::contiguous(self.ptr, &self.shape, self.dtype, false)
+            .expect("a DeviceArray's shape was checked at allocation")
+            .with_stream(stream)
+    }
+}
+
+impl Drop for DeviceArray {
+    fn drop(&mut self) {
+        if self.ptr == 0 {
+            return;
+        }
+        // Drop never panics; a failed free is reported by the next driver call (sticky
+        // errors) or leaks this allocation at worst.
+        if let Ok(d) = self.ctx.bind() {
+            let _ = d.free_owned_async(self.ptr, self.stream.raw());
+        }
+    }
+}

@@ -1,0 +1,404 @@
+//! Launching a kernel on CAI arrays, ordered against every producer stream (CAI v3).
+//!
+//! # The stream protocol
+//! Given the launch stream L (the caller's; else the one stream every array argument
+//! carries, if they agree; else the legacy default stream):
+//! 1. for each distinct producer stream P ≠ L: record a pooled event on P, L waits on it;
+//! 2. launch on L;
+//! 3. for each such P: record a pooled event on L, P waits on it (the reverse edge).
+//!
+//! No host synchronisation happens on this path. `sync = false` (or `CAIJIT_CAI_SYNC=0`)
+//! skips steps 1 and 3.
+//!
+//! # Graph capture
+//! When L is being captured into a CUDA graph, an edge to a producer stream is made only if
+//! that stream is part of the same capture (forked from it with an event): such edges are
+//! legal inside a capture and become graph dependencies. Edges to streams outside the
+//! capture would invalidate it (or order nothing, since the graph runs later), so they are
+//! skipped: ordering the graph's replay against other work is the capturer's business, as
+//! in CUDA itself.
+
+use std::ffi::c_void;
+use std::sync::OnceLock;
+
+use crate::cai::{ArrayView, DType};
+use crate::runtime::{Kernel, Stream};
+use crate::signature::{ArgType, ParamKind, ParamLayout};
+use crate::stats::{bump, COUNTERS};
+use crate::sys::{Capture, RawStream};
+use crate::{Error, Result};
+
+/// Grid, block and dynamic shared memory of a launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchConfig {
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_mem: u32,
+}
+
+impl LaunchConfig {
+    pub fn new(grid: [u32; 3], block: [u32; 3]) -> Self {
+        LaunchConfig { grid, block, shared_mem: 0 }
+    }
+
+    /// A 1-D launch covering `n` elements with `block` threads per block (grid ≥ 1).
+    pub fn for_elements(n: usize, block: u32) -> Self {
+        let block = block.max(1);
+        let blocks = n.div_ceil(block as usize).clamp(1, i32::MAX as usize) as u32;
+        LaunchConfig::new([blocks, 1, 1], [block, 1, 1])
+    }
+
+    pub fn shared_mem(mut self, bytes: u32) -> Self {
+        self.shared_mem = bytes;
+        self
+    }
+
+    fn check(&self, k: &Kernel) -> Result<()> {
+        let attrs = k.attributes();
+        let limits = [("grid", self.grid, [i32::MAX as u32, 65535, 65535]), ("block", self.block, [1024, 1024, 64])];
+        for (what, dims, max) in limits {
+            for (axis, (&d, &m)) in dims.iter().zip(&max).enumerate() {
+                if d == 0 || d > m {
+                    return Err(Error::Argument(format!(
+                        "{what} dimension {} is {d}; it must be between 1 and {m}",
+                        ["x", "y", "z"][axis]
+                    )));
+                }
+            }
+        }
+        let threads = self.block.iter().map(|&b| u64::from(b)).product::<u64>();
+        if threads > attrs.max_threads_per_block as u64 {
+            return Err(Error::Argument(format!(
+                "block of {threads} threads exceeds this kernel's limit of {} threads per block",
+                attrs.max_threads_per_block
+            )));
+        }
+        if self.shared_mem as i64 > attrs.max_dynamic_shared_size_bytes as i64 {
+            return Err(Error::Argument(format!(
+                "{} bytes of dynamic shared memory exceed this kernel's limit of {} (raise it with max_dynamic_shared_size_bytes)",
+                self.shared_mem, attrs.max_dynamic_shared_size_bytes
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A scalar argument's value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Num {
+    Bool(bool),
+    Int(i128),
+    Float(f64),
+    Complex(f64, f64),
+}
+
+/// A launch argument.
+#[derive(Clone, Copy, Debug)]
+pub enum Arg<'a> {
+    /// A CAI array (any producer).
+    Array(&'a ArrayView),
+    /// A scalar; `dtype` is its own type when it has one (NumPy scalars), for deduction.
+    Scalar { value: Num, dtype: Option<DType> },
+    /// The bytes of a struct parameter.
+    Bytes(&'a [u8]),
+    /// A raw device pointer (only for pointer parameters).
+    Pointer(u64),
+}
+
+impl Arg<'_> {
+    /// What template deduction sees of this argument.
+    pub fn arg_type(&self) -> ArgType {
+        match self {
+            Arg::Array(v) => ArgType::Array { dtype: v.dtype(), rank: v.ndim() },
+            Arg::Scalar { dtype: Some(d), .. } => ArgType::TypedScalar(*d),
+            Arg::Scalar { dtype: None, .. } => ArgType::UntypedScalar,
+            Arg::Bytes(_) | Arg::Pointer(_) => ArgType::Opaque,
+        }
+    }
+}
+
+fn sync_enabled_by_env() -> bool {
+    static S: OnceLock<bool> = OnceLock::new();
+    *S.get_or_init(|| std::env::var("CAIJIT_CAI_SYNC").map_or(true, |v| v != "0"))
+}
+
+/// A parameter buffer whose parameter offsets are 16-byte aligned in host memory.
+struct ParamBuffer {
+    bytes: Vec<u8>,
+    base: usize,
+}
+
+impl ParamBuffer {
+    fn new(size: usize) -> Self {
+        let bytes = vec![0u8; size + 16];
+        let base = bytes.as_ptr().align_offset(16);
+        ParamBuffer { bytes, base }
+    }
+    fn write(&mut self, offset: usize, data: &[u8]) {
+        let at = self.base + offset;
+        self.bytes[at..at + data.len()].copy_from_slice(data);
+    }
+    /// One pointer per parameter, into this buffer (valid while it is neither moved nor written).
+    fn pointers(&mut self, params: &[ParamLayout]) -> Vec<*mut c_void> {
+        let start = self.bytes.as_mut_ptr();
+        params.iter().map(|p| start.wrapping_add(self.base + p.offset) as *mut c_void).collect()
+    }
+}
+
+fn err(p: &ParamLayout, what: String) -> Error {
+    let name = p.name.as_deref().map(|n| format!(" `{n}`")).unwrap_or_default();
+    Error::Argument(format!("argument {}{name} (`{}`): {what}", p.index, p.cpp_type))
+}
+
+fn check_array(p: &ParamLayout, v: &ArrayView, dtype: Option<DType>, is_const: bool) -> Result<()> {
+    if let Some(d) = dtype {
+        if v.dtype() != d {
+            return Err(err(p, format!("expected an array of {} ({}), got {}", d.name(), d.cpp_name(), v.dtype().name())));
+        }
+    }
+    if v.readonly() && !is_const {
+        return Err(err(p, "the array is readonly but the parameter is not const; declare it `const T*` / `caijit::Array<const T, N>`".into()));
+    }
+    Ok(())
+}
+
+/// Encode a scalar as exactly `dtype`, checking its range.
+pub fn encode_scalar(value: Num, dtype: DType) -> std::result::Result<Vec<u8>, String> {
+    use DType::*;
+    let int = |v: Num| -> std::result::Result<i128, String> {
+        match v {
+            Num::Int(i) => Ok(i),
+            Num::Bool(b) => Ok(i128::from(b)),
+            Num::Float(f) => Err(format!("{f} is a float; the parameter is an integer (convert explicitly)")),
+            Num::Complex(..) => Err("a complex number cannot be converted to an integer".into()),
+        }
+    };
+    let float = |v: Num| -> std::result::Result<f64, String> {
+        match v {
+            Num::Float(f) => Ok(f),
+            Num::Int(i) => Ok(i as f64),
+            Num::Bool(b) => Ok(f64::from(u8::from(b))),
+            Num::Complex(..) => Err("a complex number cannot be converted to a real type".into()),
+        }
+    };
+    macro_rules! ranged {
+        ($t:ty) => {{
+            let i = int(value)?;
+            <$t>::try_from(i).map(|x| x.to_le_bytes().to_vec()).map_err(|_| {
+                format!("{i} is out of range for {} [{}, {}]", dtype.cpp_name(), <$t>::MIN, <$t>::MAX)
+            })?
+        }};
+    }
+    let finite_max = |f: f64, max: f64| -> std::result::Result<f64, String> {
+        if f.is_finite() && f.abs() > max {
+            Err(format!("{f} is out of range for {} (largest finite value {max})", dtype.cpp_name()))
+        } else {
+            Ok(f)
+        }
+    };
+    Ok(match dtype {
+        Bool => match value {
+            Num::Bool(b) => vec![u8::from(b)],
+            Num::Int(i @ (0 | 1)) => vec![i as u8],
+            other => return Err(format!("{other:?} is not a bool")),
+        },
+        I8 => ranged!(i8),
+        I16 => ranged!(i16),
+        I32 => ranged!(i32),
+        I64 => ranged!(i64),
+        U8 => ranged!(u8),
+        U16 => ranged!(u16),
+        U32 => ranged!(u32),
+        U64 => ranged!(u64),
+        F16 => half::f16::from_f64(finite_max(float(value)?, 65504.0)?).to_le_bytes().to_vec(),
+        BF16 => half::bf16::from_f64(finite_max(float(value)?, 3.3895313892515355e38)?).to_le_bytes().to_vec(),
+        F32 => (finite_max(float(value)?, f32::MAX as f64)? as f32).to_le_bytes().to_vec(),
+        F64 => float(value)?.to_le_bytes().to_vec(),
+        C64 | C128 => {
+            let (re, im) = match value {
+                Num::Complex(re, im) => (re, im),
+                other => (float(other)?, 0.0),
+            };
+            if dtype == C64 {
+                let mut b = (finite_max(re, f32::MAX as f64)? as f32).to_le_bytes().to_vec();
+                b.extend_from_slice(&(finite_max(im, f32::MAX as f64)? as f32).to_le_bytes());
+                b
+            } else {
+                let mut b = re.to_le_bytes().to_vec();
+                b.extend_from_slice(&im.to_le_bytes());
+                b
+            }
+        }
+    })
+}
+
+/// Lay out `args` for `params`: every check that names a parameter happens here.
+fn marshal(params: &[ParamLayout], args: &[Arg<'_>], buf: &mut ParamBuffer) -> Result<()> {
+    for (p, a) in params.iter().zip(args) {
+        match (&p.kind, a) {
+            (ParamKind::Pointer { dtype, is_const }, Arg::Array(v)) => {
+                check_array(p, v, *dtype, *is_const)?;
+                if !v.is_c_contiguous() {
+                    return Err(err(p, format!(
+                        "a pointer parameter needs a C-contiguous array; this one has shape {:?} and byte strides {:?} (declare the parameter caijit::Array<T, {}> to accept strided views)",
+                        v.shape(), v.strides(), v.ndim()
+                    )));
+                }
+                if !v.is_itemsize_aligned() {
+                    return Err(err(p, format!("the pointer {:#x} is not aligned to the itemsize", v.ptr())));
+                }
+                buf.write(p.offset, &v.ptr().to_le_bytes());
+            }
+            (ParamKind::Pointer { .. }, Arg::Pointer(ptr)) => buf.write(p.offset, &ptr.to_le_bytes()),
+            (ParamKind::Array { dtype, is_const, rank }, Arg::Array(v)) => {
+                check_array(p, v, *dtype, *is_const)?;
+                if v.ndim() != *rank {
+                    return Err(err(p, format!("expected a {rank}-d array, got {}-d (shape {:?})", v.ndim(), v.shape())));
+                }
+                buf.write(p.offset, &v.ptr().to_le_bytes());
+                for (d, (&n, &s)) in v.shape().iter().zip(v.strides()).enumerate() {
+                    buf.write(p.offset + 8 + 8 * d, &(n as i64).to_le_bytes());
+                    buf.write(p.offset + 8 + 8 * rank + 8 * d, &s.to_le_bytes());
+                }
+            }
+            (ParamKind::Scalar(d), Arg::Scalar { value, .. }) => {
+                let bytes = encode_scalar(*value, *d).map_err(|e| err(p, e))?;
+                buf.write(p.offset, &bytes);
+            }
+            (ParamKind::Struct { .. }, Arg::Bytes(b)) => {
+                if b.len() != p.size {
+                    return Err(err(p, format!("expected {} bytes for the struct, got {}", p.size, b.len())));
+                }
+                buf.write(p.offset, b);
+            }
+            (kind, other) => {
+                let got = match other {
+                    Arg::Array(v) => format!("a {}-d array of {}", v.ndim(), v.dtype()),
+                    Arg::Scalar { .. } => "a scalar".into(),
+                    Arg::Bytes(b) => format!("{} bytes", b.len()),
+                    Arg::Pointer(_) => "a raw pointer (int)".into(),
+                };
+                return Err(err(p, format!("expected {}, got {got}", kind.describe())));
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Kernel {
+    /// Launch with arguments checked against the kernel's parameters, on `stream` (or the
+    /// stream the protocol picks), ordered against every producer stream unless `sync` is
+    /// false. Returns the stream the kernel was launched on (its CAI value).
+    pub fn launch(&self, cfg: &LaunchConfig, args: &[Arg<'_>], stream: Option<&Stream>, sync: bool) -> Result<u64> {
+        let params = &self.info.params;
+        if params.len() != args.len() {
+            return Err(Error::Argument(format!(
+                "kernel `{}` takes {} arguments, got {}",
+                self.info.base_name,
+                params.len(),
+                args.len()
+            )));
+        }
+        cfg.check(self)?;
+        let mut buf = ParamBuffer::new(self.info.param_buffer_size());
+        marshal(params, args, &mut buf)?;
+
+        let ctx = self.context();
+        let d = ctx.bind()?;
+        // Producer streams, and each array's device (from its pointer, never a null one).
+        let mut producers: Vec<RawStream> = Vec::new();
+        let mut common: Option<Option<RawStream>> = None;
+        for (p, a) in params.iter().zip(args) {
+            let Arg::Array(v) = a else { continue };
+            if !v.is_empty() {
+                match d.pointer_device(v.ptr())? {
+                    Some(o) if o as usize == ctx.ordinal() => {}
+                    Some(o) => {
+                        return Err(err(p, format!("the array is on device {o} but the kernel runs on device {}", ctx.ordinal())));
+                    }
+                    None => {
+                        return Err(err(p, format!("{:#x} is not device memory (host arrays are never copied implicitly)", v.ptr())));
+                    }
+                }
+            }
+            let s = v.stream().map(|s| RawStream::from_cai(s.to_cai()));
+            if let Some(s) = s {
+                if !producers.contains(&s) {
+                    producers.push(s);
+                }
+                common = match common {
+                    None => Some(Some(s)),
+                    Some(Some(c)) if c == s => Some(Some(c)),
+                    _ => Some(None),
+                };
+            }
+        }
+        let launch_stream = match stream {
+            Some(s) => s.raw(),
+            None => common.flatten().unwrap_or(RawStream::from_cai(1)),
+        };
+        producers.retain(|&p| p != launch_stream);
+        if !(sync && sync_enabled_by_env()) {
+            producers.clear();
+        }
+        if !producers.is_empty() && d.stream_capture_status(launch_stream)? == Capture::Active {
+            // Only streams in the same capture may be joined (see the module docs).
+            let id = d.capture_id(launch_stream)?;
+            let mut same = Vec::new();
+            for p in producers {
+                if d.capture_id(p)? == id {
+                    same.push(p);
+                }
+            }
+            producers = same;
+        }
+        for &p in &producers {
+            ctx.order(d, launch_stream, p)?;
+            bump(&COUNTERS.waits);
+        }
+        let mut ptrs = buf.pointers(params);
+        // The arguments were checked against the compiled parameter list above: each
+        // pointer refers to a value of exactly the parameter's size; device pointers come
+        // from validated CAI descriptors whose owners keep them alive (CAI contract).
+        d.launch_checked(self.raw, cfg.grid, cfg.block, cfg.shared_mem, launch_stream, &mut ptrs)?;
+        bump(&COUNTERS.launches);
+        for &p in &producers {
+            ctx.order(d, p, launch_stream)?;
+            bump(&COUNTERS.reverse_waits);
+        }
+        Ok(launch_stream.as_u64())
+    }
+
+    /// Launch over `n` elements with the occupancy-maximising block size.
+    pub fn forall(&self, n: usize, args: &[Arg<'_>], stream: Option<&Stream>, sync: bool) -> Result<u64> {
+        let block = self.occupancy_block_size(0)?;
+        self.launch(&LaunchConfig::for_elements(n, block), args, stream, sync)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scalars_are_converted_exactly_with_range_checks() {
+        assert_eq!(encode_scalar(Num::Int(-1), DType::I32).unwrap(), (-1i32).to_le_bytes());
+        assert!(encode_scalar(Num::Int(1 << 40), DType::I32).unwrap_err().contains("out of range"));
+        assert!(encode_scalar(Num::Int(-1), DType::U8).unwrap_err().contains("out of range"));
+        assert!(encode_scalar(Num::Float(1.5), DType::I64).unwrap_err().contains("float"));
+        assert_eq!(encode_scalar(Num::Int(3), DType::F32).unwrap(), 3.0f32.to_le_bytes());
+        assert_eq!(encode_scalar(Num::Float(0.5), DType::F16).unwrap(), half::f16::from_f32(0.5).to_le_bytes());
+        assert!(encode_scalar(Num::Float(1e6), DType::F16).unwrap_err().contains("out of range"));
+        assert!(encode_scalar(Num::Float(f64::INFINITY), DType::F32).is_ok());
+        assert_eq!(encode_scalar(Num::Bool(true), DType::Bool).unwrap(), [1]);
+        assert!(encode_scalar(Num::Int(2), DType::Bool).is_err());
+        assert_eq!(encode_scalar(Num::Complex(1.0, -2.0), DType::C128).unwrap().len(), 16);
+        assert_eq!(encode_scalar(Num::Int(u64::MAX as i128), DType::U64).unwrap(), u64::MAX.to_le_bytes());
+    }
+
+    #[test]
+    fn configs() {
+        assert_eq!(LaunchConfig::for_elements(0, 256).grid, [1, 1, 1]);
+        assert_eq!(LaunchConfig::for_elements(257, 256).grid, [2, 1, 1]);
+    }
+}

@@ -1,0 +1,318 @@
+//! Devices, contexts, streams, the event pool, loaded modules and kernels.
+//!
+//! One [`Context`] per device: the primary context, shared with CuPy, PyTorch and Numba in
+//! the same process. Streams are caijit's own (destroyed on drop) or borrowed handles
+//! (foreign streams, the legacy and per-thread default streams), never destroyed by caijit.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use crate::cai::StreamRef;
+use crate::compile::{self, Arch, Compiled, KernelInfo, Program};
+use crate::stats::{bump, COUNTERS};
+use crate::sys::{self, Capture, Ctx, Driver, DriverError, RawEvent, RawFunction, RawModule, RawStream};
+use crate::{Error, Result};
+
+impl From<DriverError> for Error {
+    fn from(e: DriverError) -> Self {
+        Error::Launch(e.to_string())
+    }
+}
+
+pub(crate) fn driver() -> Result<&'static Driver> {
+    sys::driver().map_err(Error::CudaNotAvailable)
+}
+
+/// The CUDA driver's version (`13000` for 13.0).
+pub fn driver_version() -> Result<i32> {
+    Ok(driver()?.version()?)
+}
+
+/// Number of CUDA devices.
+pub fn device_count() -> Result<usize> {
+    Ok(driver()?.device_count()? as usize)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A device and its primary context.
+#[derive(Debug)]
+pub struct Context {
+    ordinal: usize,
+    ctx: Ctx,
+    name: String,
+    capability: (i32, i32),
+    events: Mutex<Vec<RawEvent>>,
+    modules: Mutex<HashMap<String, Arc<Module>>>,
+}
+
+impl Context {
+    /// The context of device `ordinal` (created once per process, then shared).
+    pub fn new(ordinal: usize) -> Result<Arc<Context>> {
+        static CONTEXTS: OnceLock<Mutex<HashMap<usize, Arc<Context>>>> = OnceLock::new();
+        let drv = driver()?;
+        let count = drv.device_count()? as usize;
+        if ordinal >= count {
+            return Err(Error::Argument(format!("device {ordinal} does not exist ({count} CUDA devices)")));
+        }
+        let mut all = lock(CONTEXTS.get_or_init(Default::default));
+        if let Some(c) = all.get(&ordinal) {
+            return Ok(c.clone());
+        }
+        let o = ordinal as i32;
+        let ctx = drv.primary_context(o)?;
+        let c = Arc::new(Context {
+            ordinal,
+            ctx,
+            name: drv.device_name(o)?,
+            capability: drv.compute_capability(o)?,
+            events: Mutex::new(Vec::new()),
+            modules: Mutex::new(HashMap::new()),
+        });
+        all.insert(ordinal, c.clone());
+        Ok(c)
+    }
+
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    pub fn compute_capability(&self) -> (i32, i32) {
+        self.capability
+    }
+    pub fn arch(&self) -> Arch {
+        Arch::from_capability(self.capability.0, self.capability.1)
+    }
+
+    pub(crate) fn bind(&self) -> Result<&'static Driver> {
+        let d = driver()?;
+        d.make_current(self.ctx)?;
+        Ok(d)
+    }
+
+    /// Free and total device memory in bytes.
+    pub fn mem_info(&self) -> Result<(usize, usize)> {
+        Ok(self.bind()?.mem_info()?)
+    }
+
+    /// Compile `program` for this device's architecture and load it.
+    pub fn compile(self: &Arc<Self>, program: &Program) -> Result<Arc<Module>> {
+        let compiled = compile::compile(program, self.arch())?;
+        self.load(compiled)
+    }
+
+    /// Load a compiled program (once per context and cache key).
+    pub fn load(self: &Arc<Self>, compiled: Arc<Compiled>) -> Result<Arc<Module>> {
+        if let Some(m) = lock(&self.modules).get(&compiled.key) {
+            return Ok(m.clone());
+        }
+        let d = self.bind()?;
+        let raw = d.load_module(compiled.image.bytes())?;
+        bump(&COUNTERS.modules_loaded);
+        let m = Arc::new(Module { ctx: self.clone(), compiled: compiled.clone(), raw, kernels: Mutex::new(HashMap::new()) });
+        Ok(lock(&self.modules).entry(compiled.key.clone()).or_insert(m).clone())
+    }
+
+    pub(crate) fn take_event(&self) -> Result<RawEvent> {
+        if let Some(e) = lock(&self.events).pop() {
+            return Ok(e);
+        }
+        let e = self.bind()?.event_create()?;
+        bump(&COUNTERS.events_created);
+        Ok(e)
+    }
+
+    pub(crate) fn return_event(&self, e: RawEvent) {
+        lock(&self.events).push(e);
+    }
+
+    /// Make `waiter` wait for all work enqueued so far on `producer`, without blocking the
+    /// host: an event from the pool is recorded on `producer` and waited on by `waiter`.
+    /// (A stream's wait captures the event's state at the call, so the event can go back to
+    /// the pool at once.)
+    pub(crate) fn order(&self, d: &Driver, waiter: RawStream, producer: RawStream) -> Result<()> {
+        let e = self.take_event()?;
+        let r = d.event_record(e, producer).and_then(|_| d.stream_wait_event(waiter, e));
+        self.return_event(e);
+        Ok(r?)
+    }
+}
+
+/// A stream: caijit's own (destroyed on drop) or a borrowed handle.
+#[derive(Debug)]
+pub struct Stream {
+    raw: RawStream,
+    owner: Option<Arc<Context>>,
+}
+
+impl Stream {
+    /// A new non-blocking stream on `ctx`'s device, owned by caijit.
+    pub fn new(ctx: &Arc<Context>) -> Result<Stream> {
+        let raw = ctx.bind()?.stream_create(true)?;
+        Ok(Stream { raw, owner: Some(ctx.clone()) })
+    }
+
+    /// The legacy default stream (CAI `1`).
+    pub fn legacy() -> Stream {
+        Stream { raw: RawStream::from_cai(1), owner: None }
+    }
+
+    /// The per-thread default stream (CAI `2`).
+    pub fn per_thread() -> Stream {
+        Stream { raw: RawStream::from_cai(2), owner: None }
+    }
+
+    /// Borrow a foreign stream by its CAI value: `1`, `2` or a `CUstream` handle. The
+    /// handle must stay valid while caijit uses it; caijit never destroys it.
+    pub fn borrowed(handle: u64) -> Result<Stream> {
+        if handle == 0 {
+            return Err(Error::Argument(
+                "stream 0 is ambiguous; pass 1 for the legacy default stream or 2 for the per-thread default stream".into(),
+            ));
+        }
+        Ok(Stream { raw: RawStream::from_cai(handle), owner: None })
+    }
+
+    pub fn from_ref(r: StreamRef) -> Stream {
+        Stream { raw: RawStream::from_cai(r.to_cai()), owner: None }
+    }
+
+    /// The CAI value of this stream: `1`, `2` or the handle.
+    pub fn handle(&self) -> u64 {
+        self.raw.as_u64()
+    }
+
+    pub fn stream_ref(&self) -> StreamRef {
+        StreamRef::from_cai(self.handle()).expect("never 0")
+    }
+
+    pub(crate) fn raw(&self) -> RawStream {
+        self.raw
+    }
+
+    /// Block the host until the stream's work is done (never used on the launch path).
+    pub fn synchronize(&self) -> Result<()> {
+        Ok(driver()?.stream_synchronize(self.raw)?)
+    }
+
+    pub fn is_capturing(&self) -> Result<bool> {
+        Ok(driver()?.stream_capture_status(self.raw)? != Capture::None)
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // Drop never panics; a failure to destroy leaks one stream handle at most.
+        if let (Some(ctx), Ok(d)) = (&self.owner, driver()) {
+            if d.make_current(ctx.ctx).is_ok() {
+                let _ = d.destroy_owned_stream(self.raw);
+            }
+        }
+    }
+}
+
+/// A program loaded into a context.
+#[derive(Debug)]
+pub struct Module {
+    ctx: Arc<Context>,
+    compiled: Arc<Compiled>,
+    raw: RawModule,
+    kernels: Mutex<HashMap<String, Arc<Kernel>>>,
+}
+
+// Modules are never unloaded: a kernel handle handed out (to Python, to another thread)
+// stays valid for the process, as CuPy's module cache does.
+
+impl Module {
+    pub fn compiled(&self) -> &Arc<Compiled> {
+        &self.compiled
+    }
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    /// A kernel by name expression, lowered name or plain name.
+    pub fn kernel(self: &Arc<Self>, name: &str) -> Result<Arc<Kernel>> {
+        if let Some(k) = lock(&self.kernels).get(name) {
+            return Ok(k.clone());
+        }
+        let info = self.compiled.kernel(name)?.clone();
+        let d = self.ctx.bind()?;
+        let cname = CString::new(info.lowered_name.as_str()).map_err(|_| Error::Argument("kernel name has a NUL byte".into()))?;
+        let raw = d.get_function(self.raw, &cname)?;
+        // Cross-check the layout with what the loaded code says (CUDA 12.4+ drivers).
+        for p in &info.params {
+            if let Some((offset, size)) = d.param_info(raw, p.index)? {
+                if (offset, size) != (p.offset, p.size) {
+                    return Err(Error::Launch(format!(
+                        "kernel {} parameter {}: caijit computed offset {} size {}, the driver says offset {offset} size {size}",
+                        info.lowered_name, p.index, p.offset, p.size
+                    )));
+                }
+            }
+        }
+        let attributes = d.func_attributes(raw)?;
+        let k = Arc::new(Kernel { module: self.clone(), info, raw, attributes: Mutex::new(attributes) });
+        Ok(lock(&self.kernels).entry(name.to_string()).or_insert(k).clone())
+    }
+}
+
+/// Attributes of a loaded kernel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KernelAttributes {
+    pub num_regs: i32,
+    pub max_threads_per_block: i32,
+    pub shared_size_bytes: i32,
+    pub const_size_bytes: i32,
+    pub local_size_bytes: i32,
+    pub max_dynamic_shared_size_bytes: i32,
+}
+
+/// A loaded kernel: ready to launch.
+#[derive(Debug)]
+pub struct Kernel {
+    pub(crate) module: Arc<Module>,
+    pub(crate) info: KernelInfo,
+    pub(crate) raw: RawFunction,
+    attributes: Mutex<sys::FuncAttributes>,
+}
+
+impl Kernel {
+    pub fn info(&self) -> &KernelInfo {
+        &self.info
+    }
+    pub fn context(&self) -> &Arc<Context> {
+        &self.module.ctx
+    }
+    pub fn attributes(&self) -> KernelAttributes {
+        let a = *lock(&self.attributes);
+        KernelAttributes {
+            num_regs: a.num_regs,
+            max_threads_per_block: a.max_threads_per_block,
+            shared_size_bytes: a.shared_size_bytes,
+            const_size_bytes: a.const_size_bytes,
+            local_size_bytes: a.local_size_bytes,
+            max_dynamic_shared_size_bytes: a.max_dynamic_shared_size_bytes,
+        }
+    }
+
+    /// Allow up to `bytes` of dynamic shared memory (above the 48 KiB default).
+    pub fn set_max_dynamic_shared_size_bytes(&self, bytes: i32) -> Result<()> {
+        let d = self.context().bind()?;
+        d.set_max_dynamic_shared(self.raw, bytes)?;
+        lock(&self.attributes).max_dynamic_shared_size_bytes = bytes;
+        Ok(())
+    }
+
+    /// The block size that maximises occupancy, with `dynamic_smem` bytes per block.
+    pub fn occupancy_block_size(&self, dynamic_smem: usize) -> Result<u32> {
+        let d = self.context().bind()?;
+        Ok(d.occupancy_block_size(self.raw, dynamic_smem)?.1.max(1) as u32)
+    }
+}

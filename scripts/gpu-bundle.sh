@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Build, on a machine without a GPU, everything a GPU run needs into .gpu/ (ignored by git):
+# the release wheel, the Rust test binaries (built with --no-run) and the benchmarks.
+# Then run it there with scripts/gpu-run.sh (device tool: carry .gpu).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+[ -x .venv/bin/python ] || scripts/setup.sh
+rm -rf .gpu && mkdir -p .gpu/bin .gpu/wheels
+(cd python && ../.venv/bin/maturin build --release -q -o ../.gpu/wheels)
+cargo test --workspace --release --locked --no-run --message-format=json 2>/dev/null \
+    | .venv/bin/python -c '
+import json, shutil, sys, os
+for line in sys.stdin:
+    m = json.loads(line)
+    exe = m.get("executable")
+    if m.get("reason") == "compiler-artifact" and exe and m["target"]["kind"] != ["bin"]:
+        name = m["target"]["name"].replace("-", "_")
+        if m["target"]["kind"] == ["lib"]:
+            name = "unit_" + name
+        shutil.copy(exe, os.path.join(".gpu/bin", name))
+'
+strip .gpu/bin/*   # the device tool carries at most 64 MiB
+ls -la .gpu/bin .gpu/wheels
+du -sh .gpu

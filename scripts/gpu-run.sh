@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Run on an x86-64 machine with an NVIDIA GPU and Python 3.12 (no Rust needed), from the
+# repository root, after scripts/gpu-bundle.sh filled .gpu/. Installs the wheel into a
+# temporary directory, runs the GPU suites with CAIJIT_REQUIRE_GPU=1 and, with --bench,
+# the benchmarks; prints each suite's summary line at the end (and into $OUT if set).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export CAIJIT_REQUIRE_GPU=1 CAIJIT_KERNELS_DIR="$PWD/kernels" CAIJIT_CACHE_DIR=/tmp/caijit-cache PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/caijit-out}; mkdir -p "$OUT"
+SUMMARY="$OUT/summary.txt"; : >"$SUMMARY"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$SUMMARY"
+
+if ls .gpu/wheels/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/wheels/*.whl
+    export PYTHONPATH=/tmp/site
+fi
+
+status=0
+for t in .gpu/bin/*; do
+    log="$OUT/rust-$(basename "$t").log"
+    "$t" --test-threads=1 --nocapture >"$log" 2>&1 || status=1
+    grep -E "^device 0:" "$log" >>"$SUMMARY"
+    echo "rust $(basename "$t"): $(grep -E '^test result' "$log" | tail -1)" | tee -a "$SUMMARY"
+    grep -E "panicked|FAILED|^---- " "$log" | head -20
+done
+
+if [ -n "${PYTHONPATH:-}" ]; then
+    (cd python/tests && python3 -m pytest -q -ra -p no:cacheprovider . 2>&1 | tee "$OUT/pytest.log" | tail -25) || status=1
+    echo "pytest: $(tail -1 "$OUT/pytest.log")" >>"$SUMMARY"
+fi
+
+if [ "${1:-}" = "--bench" ] && [ -n "${PYTHONPATH:-}" ]; then
+    for b in python/benchmarks/bench_*.py; do
+        python3 "$b" 2>&1 | tee "$OUT/$(basename "$b" .py).txt"
+    done
+fi
+
+echo "===== summary"; cat "$SUMMARY"
+exit $status

@@ -1,0 +1,207 @@
+//! Launches on the GPU: arguments, layouts, the stream protocol. Skips without a device;
+//! fails instead with CAIJIT_REQUIRE_GPU=1.
+
+use std::sync::Arc;
+
+use cai_runtime::array::DeviceArray;
+use cai_runtime::cai::{ArrayView, DType, StreamRef};
+use cai_runtime::compile::{toolkit, Program};
+use cai_runtime::launch::{Arg, LaunchConfig, Num};
+use cai_runtime::runtime::{device_count, driver_version, Context, Stream};
+use cai_runtime::stats::stats;
+use caijit_integration::skip_unless;
+
+fn ctx() -> Result<Arc<Context>, cai_runtime::Error> {
+    device_count()?;
+    Context::new(0)
+}
+
+/// A small deterministic generator (fresh inputs per test, no zeros).
+fn randoms(n: usize, seed: u64) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((x >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0 + 0.001
+        })
+        .collect()
+}
+
+fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+fn bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn seed() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+}
+
+#[test]
+fn smoke_driver_nvrtc_device() {
+    let ctx = skip_unless!(ctx(), "no CUDA device");
+    let tk = toolkit().expect("NVRTC");
+    println!(
+        "device 0: {} (compute capability {}.{}, {}), driver {}, NVRTC {}.{} at {}",
+        ctx.name(),
+        ctx.compute_capability().0,
+        ctx.compute_capability().1,
+        ctx.arch(),
+        driver_version().unwrap(),
+        tk.version.0,
+        tk.version.1,
+        tk.nvrtc_path.display()
+    );
+    assert!(ctx.compute_capability().0 >= 7);
+}
+
+const AXPY: &str = r#"
+#include <caijit/caijit.cuh>
+template <typename T>
+__global__ void axpy(T a, const T* x, T* y, long long n) {
+    for (long long i = caijit::global_thread(); i < n; i += caijit::grid_threads()) y[i] = a * x[i] + y[i];
+}
+extern "C" __global__ void transpose_add(caijit::Array<const float, 2> a, caijit::Array<float, 2> out) {
+    long long r = blockIdx.y * blockDim.y + threadIdx.y, c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < out.shape[0] && c < out.shape[1]) out(r, c) += a(r, c);
+}
+// Spins ~`cycles` clock cycles in one thread, then writes `v` everywhere: a slow producer.
+extern "C" __global__ void slow_fill(float* y, float v, long long n, long long cycles) {
+    if (threadIdx.x == 0) { long long t0 = clock64(); while (clock64() - t0 < cycles) {} }
+    __syncthreads();
+    for (long long i = threadIdx.x; i < n; i += blockDim.x) y[i] = v;
+}
+extern "C" __global__ void copy(const float* x, float* y, long long n) {
+    for (long long i = caijit::global_thread(); i < n; i += caijit::grid_threads()) y[i] = x[i];
+}
+"#;
+
+#[test]
+fn axpy_template_on_device_arrays() {
+    let ctx = skip_unless!(ctx(), "no CUDA device");
+    let s = Arc::new(Stream::new(&ctx).unwrap());
+    let n = 100_003;
+    let xs = randoms(n, seed());
+    let ys = randoms(n, seed() + 1);
+    let x = DeviceArray::from_bytes(&ctx, &[n], DType::F32, &bytes(&xs), &s).unwrap();
+    let y = DeviceArray::from_bytes(&ctx, &[n], DType::F32, &bytes(&ys), &s).unwrap();
+    let m = ctx.compile(&Program::new(AXPY).name_expression("axpy<float>")).unwrap();
+    let k = m.kernel("axpy<float>").unwrap();
+    let (xv, yv) = (x.view(), y.view());
+    let args = [
+        Arg::Scalar { value: Num::Float(2.5), dtype: None },
+        Arg::Array(&xv),
+        Arg::Array(&yv),
+        Arg::Scalar { value: Num::Int(n as i128), dtype: None },
+    ];
+    let launched_on = k.forall(n, &args, None, true).unwrap();
+    assert_eq!(launched_on, s.handle(), "the common producer stream is the launch stream");
+    let got = f32s(&y.to_bytes().unwrap());
+    for i in 0..n {
+        let want = 2.5 * xs[i] + ys[i];
+        assert!((got[i] - want).abs() <= 1e-6 * want.abs().max(1.0), "{i}: {} vs {want}", got[i]);
+    }
+}
+
+#[test]
+fn strided_views_and_argument_errors() {
+    let ctx = skip_unless!(ctx(), "no CUDA device");
+    let s = Arc::new(Stream::new(&ctx).unwrap());
+    let (r, c) = (37, 53);
+    let av = randoms(r * c, seed());
+    let ov = randoms(r * c, seed() + 7);
+    // `a` holds a (c, r) matrix; its transpose (r, c) is a strided view.
+    let a = DeviceArray::from_bytes(&ctx, &[c, r], DType::F32, &bytes(&av), &s).unwrap();
+    let out = DeviceArray::from_bytes(&ctx, &[r, c], DType::F32, &bytes(&ov), &s).unwrap();
+    let at = ArrayView::new(a.ptr(), &[r, c], Some(&[4, 4 * r as i64]), DType::F32, true, Some(s.stream_ref())).unwrap();
+    let m = ctx.compile(&Program::new(AXPY)).unwrap();
+    let k = m.kernel("transpose_add").unwrap();
+    let outv = out.view();
+    let cfg = LaunchConfig::new([(c as u32).div_ceil(16), (r as u32).div_ceil(16), 1], [16, 16, 1]);
+    k.launch(&cfg, &[Arg::Array(&at), Arg::Array(&outv)], None, true).unwrap();
+    let got = f32s(&out.to_bytes().unwrap());
+    for i in 0..r {
+        for j in 0..c {
+            assert_eq!(got[i * c + j], ov[i * c + j] + av[j * r + i]);
+        }
+    }
+    // Errors name the parameter.
+    let e = k.launch(&cfg, &[Arg::Array(&at)], None, true).unwrap_err().to_string();
+    assert!(e.contains("takes 2 arguments, got 1"), "{e}");
+    let ro = ArrayView::new(out.ptr(), &[r, c], None, DType::F32, true, None).unwrap();
+    let e = k.launch(&cfg, &[Arg::Array(&at), Arg::Array(&ro)], None, true).unwrap_err().to_string();
+    assert!(e.contains("argument 1 `out`") && e.contains("readonly"), "{e}");
+    let f64v = ArrayView::new(out.ptr(), &[r, c / 2], None, DType::F64, false, None).unwrap();
+    let e = k.launch(&cfg, &[Arg::Array(&at), Arg::Array(&f64v)], None, true).unwrap_err().to_string();
+    assert!(e.contains("argument 1") && e.contains("float32") && e.contains("float64"), "{e}");
+    let copy = m.kernel("copy").unwrap();
+    let e = copy
+        .launch(&cfg, &[Arg::Array(&at), Arg::Array(&outv), Arg::Scalar { value: Num::Int(1), dtype: None }], None, true)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("argument 0 `x`") && e.contains("C-contiguous"), "{e}");
+    let host = vec![1.0f32; 4];
+    let hv = ArrayView::contiguous(host.as_ptr() as u64, &[4], DType::F32, false).unwrap();
+    let e = copy
+        .launch(&cfg, &[Arg::Array(&hv), Arg::Array(&outv), Arg::Scalar { value: Num::Int(4), dtype: None }], None, true)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not device memory"), "{e}");
+    let big = LaunchConfig::new([1, 1, 1], [2048, 1, 1]);
+    assert!(k.launch(&big, &[Arg::Array(&at), Arg::Array(&outv)], None, true).unwrap_err().to_string().contains("block dimension x"));
+}
+
+/// Producer on stream A (slow), consumer launched on stream C: the launch waits for A.
+/// Then stream A copies the consumer's output: the reverse edge orders it after the launch.
+#[test]
+fn stream_protocol_orders_both_ways() {
+    let ctx = skip_unless!(ctx(), "no CUDA device");
+    let a_stream = Arc::new(Stream::new(&ctx).unwrap());
+    let c_stream = Stream::new(&ctx).unwrap();
+    let n = 1 << 16;
+    let m = ctx.compile(&Program::new(AXPY)).unwrap();
+    let (slow, copy) = (m.kernel("slow_fill").unwrap(), m.kernel("copy").unwrap());
+    let x = DeviceArray::zeros(&ctx, &[n], DType::F32, &a_stream).unwrap();
+    let y = DeviceArray::zeros(&ctx, &[n], DType::F32, &a_stream).unwrap();
+    let z = DeviceArray::zeros(&ctx, &[n], DType::F32, &a_stream).unwrap();
+    a_stream.synchronize().unwrap();
+    let before = stats();
+    let nn = Arg::Scalar { value: Num::Int(n as i128), dtype: None };
+    let (xv, yv, zv) = (x.view(), y.view(), z.view());
+    // ~50 ms of spinning on A before x is written with 7.
+    let cycles = Arg::Scalar { value: Num::Int(100_000_000), dtype: None };
+    let one = LaunchConfig::new([1, 1, 1], [256, 1, 1]);
+    slow.launch(&one, &[Arg::Array(&xv), Arg::Scalar { value: Num::Float(7.0), dtype: None }, nn, cycles], Some(&a_stream), true)
+        .unwrap();
+    // Consumer on C: y = x (must see 7s), then A copies y into z (must see 7s too).
+    copy.launch(&LaunchConfig::for_elements(n, 256), &[Arg::Array(&xv), Arg::Array(&yv), nn], Some(&c_stream), true).unwrap();
+    let after = stats();
+    copy.launch(&LaunchConfig::for_elements(n, 256), &[Arg::Array(&yv), Arg::Array(&zv), nn], Some(&a_stream), true).unwrap();
+    assert_eq!(after.waits - before.waits, 1, "one producer stream (A) waited on");
+    assert_eq!(after.reverse_waits - before.reverse_waits, 1);
+    assert_eq!(after.host_syncs, 0);
+    let got = f32s(&z.to_bytes().unwrap());
+    assert!(got.iter().all(|&v| v == 7.0), "z[0..4] = {:?}", &got[..4]);
+    let got = f32s(&y.to_bytes().unwrap());
+    assert!(got.iter().all(|&v| v == 7.0));
+}
+
+#[test]
+fn cai_stream_values_and_export() {
+    let ctx = skip_unless!(ctx(), "no CUDA device");
+    let s = Arc::new(Stream::new(&ctx).unwrap());
+    let a = DeviceArray::zeros(&ctx, &[3, 4], DType::I32, &s).unwrap();
+    let d = a.view().to_descriptor();
+    assert_eq!(d.version, 3);
+    assert_eq!(d.stream, Some(s.handle()));
+    assert!(d.strides.is_none());
+    assert_eq!(Stream::legacy().stream_ref(), StreamRef::Legacy);
+    assert_eq!(Stream::per_thread().handle(), 2);
+    assert!(Stream::borrowed(0).is_err());
+    let e = DeviceArray::zeros(&ctx, &[0, 5], DType::F64, &s).unwrap();
+    assert_eq!(e.view().to_descriptor().data.ptr, 0);
+}
