@@ -19,7 +19,7 @@ status=0
 for t in .gpu/bin/*; do
     log="$OUT/rust-$(basename "$t").log"
     "$t" --test-threads=1 --nocapture >"$log" 2>&1 || status=1
-    grep -E "^device 0:" "$log" >>"$SUMMARY"
+    grep -oE "device 0:.*" "$log" >>"$SUMMARY"
     echo "rust $(basename "$t"): $(grep -E '^test result' "$log" | tail -1)" | tee -a "$SUMMARY"
     grep -E "panicked|FAILED|^---- " "$log" | head -20
 done

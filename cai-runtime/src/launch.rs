@@ -250,6 +250,11 @@ fn marshal(params: &[ParamLayout], args: &[Arg<'_>], buf: &mut ParamBuffer) -> R
                 buf.write(p.offset, &v.ptr().to_le_bytes());
             }
             (ParamKind::Pointer { .. }, Arg::Pointer(ptr)) => buf.write(p.offset, &ptr.to_le_bytes()),
+            // A plain integer for a pointer parameter is a raw device address.
+            (ParamKind::Pointer { .. }, Arg::Scalar { value: Num::Int(i), dtype: None }) => {
+                let ptr = u64::try_from(*i).map_err(|_| err(p, format!("{i} is not a device address")))?;
+                buf.write(p.offset, &ptr.to_le_bytes());
+            }
             (ParamKind::Array { dtype, is_const, rank }, Arg::Array(v)) => {
                 check_array(p, v, *dtype, *is_const)?;
                 if v.ndim() != *rank {

@@ -316,3 +316,15 @@ impl Kernel {
         Ok(d.occupancy_block_size(self.raw, dynamic_smem)?.1.max(1) as u32)
     }
 }
+
+/// The device owning `ptr` (`None` for host memory or an unknown pointer; never queried
+/// for a null pointer).
+pub fn pointer_device(ptr: u64) -> Result<Option<usize>> {
+    if ptr == 0 {
+        return Ok(None);
+    }
+    let d = driver()?;
+    // The query needs a current context; any device's primary context will do.
+    Context::new(0)?.bind()?;
+    Ok(d.pointer_device(ptr)?.map(|o| o as usize))
+}

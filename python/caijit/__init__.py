@@ -1,5 +1,9 @@
 """caijit: launch CUDA C++ kernels on any CUDA Array Interface array.
 
+Kernels are CUDA C++ compiled with NVRTC on first launch (cached in memory and on disk),
+instantiated per argument types for templates, and launched on a stream ordered against
+every argument's producer stream, as CUDA Array Interface v3 requires.
+
 >>> import caijit
 >>> d = {"shape": (2, 3), "typestr": "<f4", "data": (0x7F0000000000, False), "version": 3}
 >>> caijit.parse_interface(d).strides
@@ -8,7 +12,12 @@
 
 from __future__ import annotations
 
-from ._native import Interface, __version__, parse_interface
+import os
+import sys
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+
+from . import _native
+from ._native import DeviceArray, Interface, Kernel, Launcher, Stream, __version__, parse_interface
 from .errors import (
     ArgumentError,
     CaijitError,
@@ -19,8 +28,23 @@ from .errors import (
 )
 
 __all__ = [
+    "kernel",
+    "module",
+    "Module",
+    "Kernel",
+    "Launcher",
+    "Stream",
+    "DeviceArray",
     "Interface",
+    "empty",
+    "zeros",
+    "full",
+    "to_device",
+    "as_cuda_array",
     "parse_interface",
+    "stats",
+    "device_count",
+    "include_dir",
     "CaijitError",
     "InterfaceError",
     "ArgumentError",
@@ -29,3 +53,149 @@ __all__ = [
     "CudaNotAvailable",
     "__version__",
 ]
+
+# pip-installed NVRTC (nvidia-cuda-nvrtc) lives in site-packages: tell the runtime where.
+_native.add_site_dirs([p for p in sys.path if p and os.path.isdir(p)])
+
+Source = Union[str, "os.PathLike[str]"]
+
+
+def include_dir() -> str:
+    """The directory of caijit's device headers as shipped in the repository (they are
+    also embedded in the extension, so ``#include <caijit/caijit.cuh>`` always works)."""
+    return os.path.join(os.path.dirname(__file__), "include")
+
+
+def _read_source(source: Source) -> tuple[str, Optional[str]]:
+    if isinstance(source, os.PathLike) or (
+        isinstance(source, str) and "\n" not in source and source.endswith((".cu", ".cuh")) and os.path.isfile(source)
+    ):
+        path = os.fspath(source)
+        with open(path, encoding="utf-8") as f:
+            return f.read(), path
+    if not isinstance(source, str):
+        raise ArgumentError(f"kernel source must be a str or a path, got {type(source).__name__}")
+    return source, None
+
+
+def _defines(defines: Optional[Mapping[str, Any]]) -> list[tuple[str, Optional[str]]]:
+    return [(k, None if v is None else str(v)) for k, v in (defines or {}).items()]
+
+
+def kernel(
+    source: Source,
+    name: Optional[str] = None,
+    *,
+    options: Sequence[str] = (),
+    include_dirs: Iterable[Source] = (),
+    defines: Optional[Mapping[str, Any]] = None,
+) -> Kernel:
+    """A kernel from CUDA C++ source text or a ``.cu`` path.
+
+    ``name`` may be omitted when the source declares one ``__global__`` function; it may be
+    a name expression (``"axpy<float>"``) to pick a template instance explicitly. Templates
+    named without arguments are instantiated per argument types on launch, Numba-style.
+    Launch with ``k[grid, block](*args)``, ``k[grid, block, stream, shared_mem](*args)`` or
+    ``k.forall(n)(*args)``.
+    """
+    text, path = _read_source(source)
+    return _native.make_kernel(
+        text,
+        name,
+        path,
+        list(options),
+        [os.fspath(d) for d in include_dirs],
+        _defines(defines),
+    )
+
+
+class Module:
+    """Several kernels of one program: ``m.kernel("name")`` or ``m["name"]``."""
+
+    def __init__(
+        self,
+        source: Source,
+        *,
+        options: Sequence[str] = (),
+        include_dirs: Iterable[Source] = (),
+        defines: Optional[Mapping[str, Any]] = None,
+    ) -> None:
+        self._source, self._path = _read_source(source)
+        self._options = list(options)
+        self._include_dirs = [os.fspath(d) for d in include_dirs]
+        self._defines = _defines(defines)
+        self._kernels: dict[str, Kernel] = {}
+
+    @property
+    def names(self) -> list[str]:
+        """The ``__global__`` functions the source declares."""
+        return [d[0] for d in _native.declarations(self._source)]
+
+    def kernel(self, name: str) -> Kernel:
+        k = self._kernels.get(name)
+        if k is None:
+            k = _native.make_kernel(self._source, name, self._path, self._options, self._include_dirs, self._defines)
+            self._kernels[name] = k
+        return k
+
+    __getitem__ = kernel
+
+    def __repr__(self) -> str:
+        return f"caijit.Module(kernels={self.names})"
+
+
+def module(
+    source: Source,
+    *,
+    options: Sequence[str] = (),
+    include_dirs: Iterable[Source] = (),
+    defines: Optional[Mapping[str, Any]] = None,
+) -> Module:
+    """A program with several kernels."""
+    return Module(source, options=options, include_dirs=include_dirs, defines=defines)
+
+
+def empty(shape: Union[int, Sequence[int]], dtype: Any = "float32", *, stream: Any = None, device: int = 0) -> DeviceArray:
+    """Uninitialised device memory, allocated stream-ordered."""
+    return DeviceArray.empty(shape, dtype, stream=stream, device=device)
+
+
+def zeros(shape: Union[int, Sequence[int]], dtype: Any = "float32", *, stream: Any = None, device: int = 0) -> DeviceArray:
+    """Zero-filled device memory."""
+    return DeviceArray.zeros(shape, dtype, stream=stream, device=device)
+
+
+def full(
+    shape: Union[int, Sequence[int]], fill_value: Any, dtype: Any = "float32", *, stream: Any = None, device: int = 0
+) -> DeviceArray:
+    """Device memory filled with ``fill_value``."""
+    import numpy
+
+    return to_device(numpy.full(shape, fill_value, dtype=dtype), stream=stream, device=device)
+
+
+def to_device(array: Any, *, stream: Any = None, device: int = 0) -> DeviceArray:
+    """Copy a host array (anything ``numpy.asarray`` accepts) to the device."""
+    import numpy
+
+    a = numpy.ascontiguousarray(numpy.asarray(array))
+    return DeviceArray.from_buffer(a.tobytes(), a.shape, a.dtype, stream=stream, device=device)
+
+
+def as_cuda_array(obj: Any) -> Interface:
+    """A zero-copy view of any CUDA Array Interface object: validated, with the derived
+    facts of :class:`Interface`, and itself exporting ``__cuda_array_interface__``. Keep
+    ``obj`` alive while the view is used."""
+    if isinstance(obj, DeviceArray):
+        return parse_interface(obj.__cuda_array_interface__)
+    return parse_interface(obj)
+
+
+def stats() -> dict[str, int]:
+    """caijit's counters: launches, compiles, cache hits, stream waits, host syncs, ..."""
+    return _native.stats()
+
+
+def device_count() -> int:
+    """Number of CUDA devices; raises :class:`CudaNotAvailable` without a driver."""
+    return _native.device_count()

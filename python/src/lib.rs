@@ -2,15 +2,103 @@
 //!
 //! Python objects are converted here; every rule lives in `cai-runtime`.
 
+mod array;
 mod errors;
 mod interface;
+mod kernel;
+mod stream;
 
+use cai_runtime::compile::{toolkit, DiskCache};
 use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use errors::PyCaiResult;
+
+/// Every counter of `cai_runtime::stats` as a dict.
+#[pyfunction]
+fn stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let d = PyDict::new(py);
+    for (k, v) in cai_runtime::stats::stats().entries() {
+        d.set_item(k, v)?;
+    }
+    Ok(d)
+}
+
+/// Number of CUDA devices (`CudaNotAvailable` without a driver).
+#[pyfunction]
+fn device_count() -> PyCaiResult<usize> {
+    Ok(cai_runtime::runtime::device_count()?)
+}
+
+/// `(name, (major, minor))` of a device.
+#[pyfunction]
+#[pyo3(signature = (device = 0))]
+fn device_info(device: usize) -> PyCaiResult<(String, (i32, i32), usize)> {
+    let ctx = cai_runtime::runtime::Context::new(device)?;
+    let (_, total) = ctx.mem_info()?;
+    Ok((ctx.name().to_string(), ctx.compute_capability(), total))
+}
+
+#[pyfunction]
+fn driver_version() -> PyCaiResult<i32> {
+    Ok(cai_runtime::runtime::driver_version()?)
+}
+
+/// Where NVRTC was found: `(path, (major, minor), include_dirs, supported_archs)`.
+#[pyfunction]
+fn nvrtc_info() -> PyCaiResult<(String, (i32, i32), Vec<String>, Vec<i32>)> {
+    let tk = toolkit()?;
+    Ok((
+        tk.nvrtc_path.display().to_string(),
+        tk.version,
+        tk.include_dirs.iter().map(|d| d.display().to_string()).collect(),
+        tk.supported_archs.clone(),
+    ))
+}
+
+/// Tell the runtime where Python's packages live (for pip-installed NVRTC).
+#[pyfunction]
+fn add_site_dirs(dirs: Vec<std::path::PathBuf>) {
+    cai_runtime::compile::add_site_dirs(dirs);
+}
+
+/// `(directory, entries, bytes)` of the disk cache, or None when disabled.
+#[pyfunction]
+fn cache_info() -> Option<(String, usize, u64)> {
+    DiskCache::from_env().map(|c| {
+        let (n, b) = c.size();
+        (c.dir().display().to_string(), n, b)
+    })
+}
+
+/// Remove every disk cache entry; returns how many.
+#[pyfunction]
+fn cache_clear() -> PyResult<usize> {
+    match DiskCache::from_env() {
+        Some(c) => c.clear().map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string())),
+        None => Ok(0),
+    }
+}
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<interface::Interface>()?;
+    m.add_class::<array::DeviceArray>()?;
+    m.add_class::<stream::Stream>()?;
+    m.add_class::<kernel::Kernel>()?;
+    m.add_class::<kernel::Launcher>()?;
     m.add_function(wrap_pyfunction!(interface::parse_interface, m)?)?;
+    m.add_function(wrap_pyfunction!(kernel::make_kernel, m)?)?;
+    m.add_function(wrap_pyfunction!(kernel::compile_program, m)?)?;
+    m.add_function(wrap_pyfunction!(kernel::declarations, m)?)?;
+    m.add_function(wrap_pyfunction!(stats, m)?)?;
+    m.add_function(wrap_pyfunction!(device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(device_info, m)?)?;
+    m.add_function(wrap_pyfunction!(driver_version, m)?)?;
+    m.add_function(wrap_pyfunction!(nvrtc_info, m)?)?;
+    m.add_function(wrap_pyfunction!(add_site_dirs, m)?)?;
+    m.add_function(wrap_pyfunction!(cache_info, m)?)?;
+    m.add_function(wrap_pyfunction!(cache_clear, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -1,0 +1,269 @@
+//! `caijit.DeviceArray` and turning Python objects into launch arguments.
+
+use std::sync::Arc;
+
+use cai_runtime::array::DeviceArray as RtArray;
+use cai_runtime::cai::{ArrayView, DType, TypestrOptions};
+use cai_runtime::launch::{Arg, Num};
+use cai_runtime::runtime::{Context, Stream as RtStream};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyComplex, PyDict, PyFloat, PyInt, PyTuple};
+
+use crate::errors::{PyCaiError, PyCaiResult};
+use crate::interface::{descriptor_from_dict, descriptor_to_dict, numpy_dtype, Interface};
+use crate::stream::stream_from_py;
+
+/// Device memory owned by caijit, exporting CAI v3 with its stream.
+#[pyclass(frozen, module = "caijit", name = "DeviceArray")]
+pub struct DeviceArray {
+    pub inner: RtArray,
+}
+
+pub fn dtype_from_py(obj: &Bound<'_, PyAny>) -> PyCaiResult<DType> {
+    // Anything numpy.dtype() accepts: "float32", np.float32, np.dtype(...), "<f4".
+    let np = obj.py().import("numpy")?;
+    let d = np.getattr("dtype")?.call1((obj,)).map_err(|e| PyCaiError::argument(format!("not a dtype: {e}")))?;
+    let name: String = d.getattr("name")?.extract()?;
+    DType::from_name(&name).ok_or_else(|| PyCaiError::argument(format!("dtype {name} is not supported by caijit")))
+}
+
+fn shape_from_py(obj: &Bound<'_, PyAny>) -> PyCaiResult<Vec<usize>> {
+    if let Ok(n) = obj.extract::<usize>() {
+        return Ok(vec![n]);
+    }
+    obj.extract::<Vec<usize>>().map_err(|_| PyCaiError::argument("shape must be an int or a tuple of non-negative ints"))
+}
+
+/// The stream an array is allocated on: the one given, else the legacy default stream
+/// (which orders with every blocking stream, as CuPy's and PyTorch's defaults do).
+fn array_stream(stream: Option<&Bound<'_, PyAny>>) -> PyCaiResult<Arc<RtStream>> {
+    Ok(stream.map(stream_from_py).transpose()?.flatten().unwrap_or_else(|| Arc::new(RtStream::legacy())))
+}
+
+#[pymethods]
+impl DeviceArray {
+    /// Uninitialised device memory (`caijit.empty`).
+    #[staticmethod]
+    #[pyo3(signature = (shape, dtype, *, stream = None, device = 0))]
+    fn empty(
+        py: Python<'_>,
+        shape: &Bound<'_, PyAny>,
+        dtype: &Bound<'_, PyAny>,
+        stream: Option<&Bound<'_, PyAny>>,
+        device: usize,
+    ) -> PyCaiResult<Self> {
+        let (shape, dtype) = (shape_from_py(shape)?, dtype_from_py(dtype)?);
+        let ctx = py.detach(|| Context::new(device))?;
+        let s = array_stream(stream)?;
+        Ok(DeviceArray { inner: RtArray::empty(&ctx, &shape, dtype, &s)? })
+    }
+
+    /// Zero-filled device memory (`caijit.zeros`).
+    #[staticmethod]
+    #[pyo3(signature = (shape, dtype, *, stream = None, device = 0))]
+    fn zeros(
+        py: Python<'_>,
+        shape: &Bound<'_, PyAny>,
+        dtype: &Bound<'_, PyAny>,
+        stream: Option<&Bound<'_, PyAny>>,
+        device: usize,
+    ) -> PyCaiResult<Self> {
+        let (shape, dtype) = (shape_from_py(shape)?, dtype_from_py(dtype)?);
+        let ctx = py.detach(|| Context::new(device))?;
+        let s = array_stream(stream)?;
+        Ok(DeviceArray { inner: RtArray::zeros(&ctx, &shape, dtype, &s)? })
+    }
+
+    /// Copy host bytes in C order (`caijit.to_device` passes a NumPy array's bytes here).
+    #[staticmethod]
+    #[pyo3(signature = (data, shape, dtype, *, stream = None, device = 0))]
+    fn from_buffer(
+        py: Python<'_>,
+        data: &Bound<'_, PyBytes>,
+        shape: &Bound<'_, PyAny>,
+        dtype: &Bound<'_, PyAny>,
+        stream: Option<&Bound<'_, PyAny>>,
+        device: usize,
+    ) -> PyCaiResult<Self> {
+        let (shape, dtype) = (shape_from_py(shape)?, dtype_from_py(dtype)?);
+        let bytes = data.as_bytes();
+        let ctx = py.detach(|| Context::new(device))?;
+        let s = array_stream(stream)?;
+        Ok(DeviceArray { inner: py.detach(|| RtArray::from_bytes(&ctx, &shape, dtype, bytes, &s))? })
+    }
+
+    /// The array's bytes, after the work pending on its stream (a host synchronisation).
+    fn to_bytes<'py>(&self, py: Python<'py>) -> PyCaiResult<Bound<'py, PyBytes>> {
+        let b = py.detach(|| self.inner.to_bytes())?;
+        Ok(PyBytes::new(py, &b))
+    }
+
+    /// A NumPy copy, after the work pending on the array's stream (a host synchronisation).
+    fn copy_to_host<'py>(&self, py: Python<'py>) -> PyCaiResult<Bound<'py, PyAny>> {
+        let b = py.detach(|| self.inner.to_bytes())?;
+        let np = py.import("numpy")?;
+        let flat = np.getattr("frombuffer")?.call1((PyBytes::new(py, &b), numpy_dtype(py, self.inner.dtype())?))?;
+        // frombuffer over bytes is readonly; hand out a writable array like CuPy's .get().
+        let arr = flat.call_method1("reshape", (PyTuple::new(py, self.inner.shape())?,))?.call_method0("copy")?;
+        Ok(arr)
+    }
+
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.inner.shape())
+    }
+    #[getter]
+    fn strides<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        PyTuple::new(py, self.inner.view().strides())
+    }
+    #[getter]
+    fn dtype<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        numpy_dtype(py, self.inner.dtype())
+    }
+    #[getter]
+    fn size(&self) -> usize {
+        self.inner.size()
+    }
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.inner.nbytes()
+    }
+    #[getter]
+    fn ndim(&self) -> usize {
+        self.inner.shape().len()
+    }
+    #[getter]
+    fn ptr(&self) -> u64 {
+        self.inner.ptr()
+    }
+    #[getter]
+    fn device(&self) -> usize {
+        self.inner.context().ordinal()
+    }
+    /// The stream the array lives on (its CAI `stream` value).
+    #[getter]
+    fn stream(&self) -> u64 {
+        self.inner.stream().handle()
+    }
+    #[getter]
+    fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let mut d = self.inner.view().to_descriptor();
+        if std::env::var("CAIJIT_CAI_EXPORT_VERSION").is_ok_and(|v| v == "2") {
+            d.version = 2;
+            d.stream = None;
+            let out = descriptor_to_dict(py, &d)?;
+            out.del_item("stream")?;
+            return Ok(out);
+        }
+        descriptor_to_dict(py, &d)
+    }
+    fn __len__(&self) -> PyResult<usize> {
+        self.inner.shape().first().copied().ok_or_else(|| pyo3::exceptions::PyTypeError::new_err("len() of a 0-d array"))
+    }
+    fn __repr__(&self) -> String {
+        format!("caijit.DeviceArray(shape={:?}, dtype={}, device={})", self.inner.shape(), self.inner.dtype(), self.device())
+    }
+}
+
+/// A launch argument converted from Python, holding what must stay alive until the launch.
+pub enum PyArg {
+    Array(ArrayView),
+    Scalar(Num, Option<DType>),
+    Bytes(Vec<u8>),
+}
+
+impl PyArg {
+    pub fn as_arg(&self) -> Arg<'_> {
+        match self {
+            PyArg::Array(v) => Arg::Array(v),
+            PyArg::Scalar(value, dtype) => Arg::Scalar { value: *value, dtype: *dtype },
+            PyArg::Bytes(b) => Arg::Bytes(b),
+        }
+    }
+}
+
+fn type_name(obj: &Bound<'_, PyAny>) -> String {
+    let t = obj.get_type();
+    let module = t.module().map(|m| m.to_string()).unwrap_or_default();
+    let name = t.name().map(|n| n.to_string()).unwrap_or_default();
+    if module.is_empty() || module == "builtins" { name } else { format!("{module}.{name}") }
+}
+
+/// Convert argument `index` of a launch.
+pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>) -> PyCaiResult<PyArg> {
+    if let Ok(a) = obj.cast::<DeviceArray>() {
+        return Ok(PyArg::Array(a.get().inner.view()));
+    }
+    if let Ok(i) = obj.cast::<Interface>() {
+        return Ok(PyArg::Array(i.get().view.clone()));
+    }
+    if obj.is_instance_of::<PyBool>() {
+        return Ok(PyArg::Scalar(Num::Bool(obj.extract()?), None));
+    }
+    if obj.is_instance_of::<PyInt>() {
+        let v: i128 = obj.extract().map_err(|_| PyCaiError::argument(format!("argument {index}: integer {obj} does not fit in 128 bits")))?;
+        return Ok(PyArg::Scalar(Num::Int(v), None));
+    }
+    if obj.is_instance_of::<PyFloat>() {
+        return Ok(PyArg::Scalar(Num::Float(obj.extract()?), None));
+    }
+    if let Ok(c) = obj.cast::<PyComplex>() {
+        return Ok(PyArg::Scalar(Num::Complex(c.real(), c.imag()), None));
+    }
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        return Ok(PyArg::Bytes(b.as_bytes().to_vec()));
+    }
+    match obj.getattr("__cuda_array_interface__") {
+        Ok(cai) => {
+            let dict = cai.cast_into::<PyDict>().map_err(|e| {
+                PyCaiError::Cai(cai_runtime::Error::Interface(cai_runtime::cai::InterfaceError::NotADict {
+                    got: type_name(&e.into_inner()),
+                }))
+            })?;
+            let desc = descriptor_from_dict(&dict)?;
+            let view = ArrayView::from_descriptor(&desc, TypestrOptions::default()).map_err(|e| {
+                PyCaiError::Cai(cai_runtime::Error::Interface(e))
+            })?;
+            return Ok(PyArg::Array(view));
+        }
+        Err(e) if !e.is_instance_of::<pyo3::exceptions::PyAttributeError>(obj.py()) => return Err(e.into()),
+        Err(_) => {}
+    }
+    // NumPy scalars: typed, so they also drive template deduction.
+    if is_numpy_scalar(obj)? {
+        let name: String = obj.getattr("dtype")?.getattr("name")?.extract()?;
+        let dtype = DType::from_name(&name);
+        let item = obj.call_method0("item")?;
+        let PyArg::Scalar(value, _) = arg_from_py(index, &item)? else {
+            return Err(PyCaiError::argument(format!("argument {index}: unsupported NumPy scalar {name}")));
+        };
+        return Ok(PyArg::Scalar(value, dtype));
+    }
+    if obj.hasattr("__array_interface__")? || obj.hasattr("__array__")? || is_cpu_dlpack(obj)? {
+        return Err(PyCaiError::argument(format!(
+            "argument {index}: a {} is host memory; caijit never copies implicitly (use caijit.to_device, or a GPU array)",
+            type_name(obj)
+        )));
+    }
+    Err(PyCaiError::argument(format!(
+        "argument {index}: cannot pass a {} to a kernel (expected a CUDA array, a scalar, or bytes for a struct)",
+        type_name(obj)
+    )))
+}
+
+/// `numpy.float32(1.5)` and friends (0-d, typed), but not `numpy.ndarray`.
+fn is_numpy_scalar(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    if !type_name(obj).starts_with("numpy.") || obj.get_type().name().is_ok_and(|n| n == "ndarray") {
+        return Ok(false);
+    }
+    Ok(obj.hasattr("dtype")? && obj.hasattr("item")?)
+}
+
+fn is_cpu_dlpack(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    if !obj.hasattr("__dlpack_device__")? {
+        return Ok(false);
+    }
+    let dev = obj.call_method0("__dlpack_device__")?;
+    let kind: i32 = dev.get_item(0)?.extract()?;
+    Ok(kind == 1 || kind == 3) // kDLCPU, kDLCUDAHost
+}

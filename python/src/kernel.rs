@@ -1,0 +1,412 @@
+//! `caijit.Kernel`: lazily compiled, per-signature instantiated, launched with
+//! `kernel[grid, block(, stream(, shared_mem))](*args)`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use cai_runtime::compile::{compile, Arch, Program};
+use cai_runtime::launch::{Arg, LaunchConfig};
+use cai_runtime::runtime::{self as rt, Context, Stream as RtStream};
+use cai_runtime::signature::{deduce, ArgType, KernelDecl, ParamKind};
+use cai_runtime::Error;
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
+
+use crate::array::{arg_from_py, PyArg};
+use crate::errors::{PyCaiError, PyCaiResult};
+use crate::stream::stream_from_py;
+
+/// A kernel of a program: compiled on first launch (per device, per argument types for
+/// templates) and cached.
+#[pyclass(frozen, module = "caijit", name = "Kernel")]
+pub struct Kernel {
+    program: Program,
+    /// The name asked for: a `__global__` name, or a name expression (`axpy<float>`).
+    name: String,
+    decl: Option<KernelDecl>,
+    instances: Mutex<HashMap<(usize, Vec<ArgType>), Arc<rt::Kernel>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Kernel {
+    pub fn new(program: Program, name: Option<String>) -> PyCaiResult<Kernel> {
+        let decls = program.declarations()?;
+        let name = match name {
+            Some(n) => n,
+            None => match decls.as_slice() {
+                [one] => one.name.clone(),
+                [] => return Err(PyCaiError::argument("the source declares no __global__ function")),
+                many => {
+                    let names: Vec<_> = many.iter().map(|d| d.name.as_str()).collect();
+                    return Err(PyCaiError::argument(format!(
+                        "the source declares {} kernels ({}); pass name=...",
+                        many.len(),
+                        names.join(", ")
+                    )));
+                }
+            },
+        };
+        let base = name.split('<').next().unwrap_or(&name).trim().to_string();
+        let decl = decls.iter().find(|d| d.name == base).cloned();
+        if decl.is_none() && !name.contains('<') {
+            let names: Vec<_> = decls.iter().map(|d| d.name.as_str()).collect();
+            return Err(PyCaiError::argument(format!("no __global__ function named {name:?} (found: {})", names.join(", "))));
+        }
+        Ok(Kernel { program, name, decl, instances: Mutex::new(HashMap::new()) })
+    }
+
+    fn is_deduced_template(&self) -> bool {
+        self.decl.as_ref().is_some_and(|d| d.is_template()) && !self.name.contains('<')
+    }
+
+    /// The name expression to compile for these argument types.
+    fn name_expression(&self, types: &[ArgType]) -> PyCaiResult<String> {
+        match &self.decl {
+            Some(d) if self.is_deduced_template() => deduce(d, types).map_err(PyCaiError::argument),
+            _ => Ok(self.name.clone()),
+        }
+    }
+
+    /// The compiled, loaded kernel for a device and argument types.
+    pub fn resolve(&self, py: Python<'_>, device: usize, types: &[ArgType]) -> PyCaiResult<Arc<rt::Kernel>> {
+        let key_types = if self.is_deduced_template() { types.to_vec() } else { Vec::new() };
+        let key = (device, key_types);
+        if let Some(k) = lock(&self.instances).get(&key) {
+            return Ok(k.clone());
+        }
+        let expr = self.name_expression(types)?;
+        let mut program = self.program.clone();
+        if expr.contains('<') {
+            program = program.name_expression(expr.clone());
+        }
+        let k = py.detach(|| -> cai_runtime::Result<_> {
+            let ctx = Context::new(device)?;
+            ctx.compile(&program)?.kernel(&expr)
+        })?;
+        lock(&self.instances).insert(key, k.clone());
+        Ok(k)
+    }
+
+    fn resolved_for_attributes(&self, py: Python<'_>) -> PyCaiResult<Arc<rt::Kernel>> {
+        if self.is_deduced_template() {
+            return Err(PyCaiError::argument(format!(
+                "`{}` is a template: its attributes exist per instance; use .specialize(\"{}<...>\")",
+                self.name, self.name
+            )));
+        }
+        self.resolve(py, 0, &[])
+    }
+}
+
+/// Parse a grid or block: an int or a tuple of 1 to 3 ints, padded with 1s.
+fn dims(what: &str, obj: &Bound<'_, PyAny>) -> PyCaiResult<[u32; 3]> {
+    let bad = || PyCaiError::argument(format!("{what} must be an int or a tuple of 1 to 3 positive ints, got {obj}"));
+    if let Ok(n) = obj.extract::<u32>() {
+        return Ok([n, 1, 1]);
+    }
+    let v: Vec<u32> = obj.extract().map_err(|_| bad())?;
+    if v.is_empty() || v.len() > 3 {
+        return Err(bad());
+    }
+    let mut out = [1u32; 3];
+    out[..v.len()].copy_from_slice(&v);
+    Ok(out)
+}
+
+const SYNTAX: &str = "launch a kernel with a configuration: kernel[grid, block](*args), kernel[grid, block, stream](*args), kernel[grid, block, stream, shared_mem](*args), or kernel.forall(n)(*args)";
+
+/// Launch configuration bound to a kernel: `kernel[grid, block, stream, shared_mem]`.
+#[pyclass(frozen, module = "caijit", name = "Launcher")]
+pub struct Launcher {
+    kernel: Py<Kernel>,
+    config: Option<LaunchConfig>,
+    forall: Option<usize>,
+    stream: Option<Arc<RtStream>>,
+    sync: bool,
+}
+
+/// Which device a launch runs on: the device of its first non-empty array.
+fn launch_device(args: &[PyArg]) -> PyCaiResult<usize> {
+    if rt::device_count()? <= 1 {
+        return Ok(0);
+    }
+    for a in args {
+        if let PyArg::Array(v) = a {
+            if !v.is_empty() {
+                if let Some(d) = rt::pointer_device(v.ptr())? {
+                    return Ok(d);
+                }
+            }
+        }
+    }
+    Ok(0)
+}
+
+fn launch_now(
+    py: Python<'_>,
+    kernel: &Kernel,
+    config: Option<LaunchConfig>,
+    forall: Option<usize>,
+    stream: Option<&RtStream>,
+    sync: bool,
+    args: &Bound<'_, PyTuple>,
+) -> PyCaiResult<()> {
+    let converted: Vec<PyArg> = args.iter().enumerate().map(|(i, a)| arg_from_py(i, &a)).collect::<Result<_, _>>()?;
+    let launch_args: Vec<Arg<'_>> = converted.iter().map(PyArg::as_arg).collect();
+    let types: Vec<ArgType> = launch_args.iter().map(Arg::arg_type).collect();
+    let device = launch_device(&converted)?;
+    let k = kernel.resolve(py, device, &types)?;
+    match (config, forall) {
+        (Some(cfg), _) => k.launch(&cfg, &launch_args, stream, sync)?,
+        (None, Some(n)) => k.forall(n, &launch_args, stream, sync)?,
+        (None, None) => return Err(PyCaiError::argument(SYNTAX)),
+    };
+    Ok(())
+}
+
+#[pymethods]
+impl Launcher {
+    #[pyo3(signature = (*args))]
+    fn __call__(&self, py: Python<'_>, args: &Bound<'_, PyTuple>) -> PyCaiResult<()> {
+        launch_now(py, self.kernel.get(), self.config, self.forall, self.stream.as_deref(), self.sync, args)
+    }
+    fn __repr__(&self) -> String {
+        match (self.config, self.forall) {
+            (Some(c), _) => format!("caijit.Launcher(grid={:?}, block={:?}, shared_mem={})", c.grid, c.block, c.shared_mem),
+            (None, n) => format!("caijit.Launcher(forall={n:?})"),
+        }
+    }
+}
+
+fn param_dicts<'py>(py: Python<'py>, k: &cai_runtime::compile::KernelInfo) -> PyResult<Bound<'py, PyList>> {
+    let out = PyList::empty(py);
+    for p in &k.params {
+        let d = PyDict::new(py);
+        d.set_item("index", p.index)?;
+        d.set_item("name", p.name.clone())?;
+        d.set_item("type", &p.cpp_type)?;
+        let kind = match &p.kind {
+            ParamKind::Pointer { .. } => "pointer",
+            ParamKind::Array { .. } => "array",
+            ParamKind::Scalar(_) => "scalar",
+            ParamKind::Struct { .. } => "struct",
+            _ => "other",
+        };
+        d.set_item("kind", kind)?;
+        d.set_item("size", p.size)?;
+        d.set_item("align", p.align)?;
+        d.set_item("offset", p.offset)?;
+        out.append(d)?;
+    }
+    Ok(out)
+}
+
+#[pymethods]
+impl Kernel {
+    #[getter]
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn __getitem__(slf: &Bound<'_, Self>, key: &Bound<'_, PyAny>) -> PyCaiResult<Launcher> {
+        let items: Vec<Bound<'_, PyAny>> = match key.cast::<PyTuple>() {
+            Ok(t) => t.iter().collect(),
+            Err(_) => vec![key.clone()],
+        };
+        if !(2..=4).contains(&items.len()) {
+            return Err(PyCaiError::argument(SYNTAX));
+        }
+        let mut cfg = LaunchConfig::new(dims("grid", &items[0])?, dims("block", &items[1])?);
+        let stream = items.get(2).map(stream_from_py).transpose()?.flatten();
+        if let Some(sm) = items.get(3) {
+            cfg.shared_mem = sm.extract().map_err(|_| PyCaiError::argument("shared_mem must be a non-negative int"))?;
+        }
+        Ok(Launcher { kernel: slf.clone().unbind(), config: Some(cfg), forall: None, stream, sync: true })
+    }
+
+    /// Launch over `n` elements with an occupancy-chosen block size.
+    #[pyo3(signature = (n, stream = None))]
+    fn forall(slf: &Bound<'_, Self>, n: usize, stream: Option<&Bound<'_, PyAny>>) -> PyCaiResult<Launcher> {
+        let stream = stream.map(stream_from_py).transpose()?.flatten();
+        Ok(Launcher { kernel: slf.clone().unbind(), config: None, forall: Some(n), stream, sync: true })
+    }
+
+    /// Launch with keywords: `k.launch(*args, grid=..., block=..., stream=None, shared_mem=0, sync=True)`.
+    #[pyo3(signature = (*args, grid, block, stream = None, shared_mem = 0, sync = true))]
+    fn launch(
+        &self,
+        py: Python<'_>,
+        args: &Bound<'_, PyTuple>,
+        grid: &Bound<'_, PyAny>,
+        block: &Bound<'_, PyAny>,
+        stream: Option<&Bound<'_, PyAny>>,
+        shared_mem: u32,
+        sync: bool,
+    ) -> PyCaiResult<()> {
+        let cfg = LaunchConfig::new(dims("grid", grid)?, dims("block", block)?).shared_mem(shared_mem);
+        let stream = stream.map(stream_from_py).transpose()?.flatten();
+        launch_now(py, self, Some(cfg), None, stream.as_deref(), sync, args)
+    }
+
+    #[pyo3(signature = (*_args, **_kwargs))]
+    fn __call__(&self, _args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>) -> PyCaiResult<()> {
+        Err(PyCaiError::argument(format!("kernel `{}` has no launch configuration; {SYNTAX}", self.name)))
+    }
+
+    /// An explicit instance: `k.specialize("axpy<float>")` or `k.specialize("float")`.
+    fn specialize(&self, args: &str) -> PyCaiResult<Kernel> {
+        let base = self.name.split('<').next().unwrap_or(&self.name).trim();
+        let expr = if args.contains('<') { args.to_string() } else { format!("{base}<{args}>") };
+        Kernel::new(self.program.clone(), Some(expr))
+    }
+
+    /// Compile now (no GPU needed when `arch` is given) and return each kernel's layout.
+    #[pyo3(signature = (arch = None))]
+    fn compile<'py>(&self, py: Python<'py>, arch: Option<&str>) -> PyCaiResult<Bound<'py, PyList>> {
+        let arch = match arch {
+            Some(a) => Arch::parse(a)?,
+            None => py.detach(|| Context::new(0))?.arch(),
+        };
+        let mut program = self.program.clone();
+        if self.name.contains('<') {
+            program = program.name_expression(self.name.clone());
+        }
+        let compiled = py.detach(|| compile(&program, arch))?;
+        crate::kernel::kernel_infos(py, &compiled)
+    }
+
+    /// Parameter layouts of this (non-template or specialized) kernel, by compiling it.
+    #[getter]
+    fn params<'py>(&self, py: Python<'py>) -> PyCaiResult<Bound<'py, PyList>> {
+        let k = self.resolved_for_attributes(py)?;
+        Ok(param_dicts(py, k.info())?)
+    }
+    #[getter]
+    fn num_regs(&self, py: Python<'_>) -> PyCaiResult<i32> {
+        Ok(self.resolved_for_attributes(py)?.attributes().num_regs)
+    }
+    #[getter]
+    fn max_threads_per_block(&self, py: Python<'_>) -> PyCaiResult<i32> {
+        Ok(self.resolved_for_attributes(py)?.attributes().max_threads_per_block)
+    }
+    #[getter]
+    fn shared_size_bytes(&self, py: Python<'_>) -> PyCaiResult<i32> {
+        Ok(self.resolved_for_attributes(py)?.attributes().shared_size_bytes)
+    }
+    #[getter]
+    fn max_dynamic_shared_size_bytes(&self, py: Python<'_>) -> PyCaiResult<i32> {
+        Ok(self.resolved_for_attributes(py)?.attributes().max_dynamic_shared_size_bytes)
+    }
+    #[setter]
+    fn set_max_dynamic_shared_size_bytes(&self, py: Python<'_>, bytes: i32) -> PyCaiResult<()> {
+        Ok(self.resolved_for_attributes(py)?.set_max_dynamic_shared_size_bytes(bytes)?)
+    }
+    fn __repr__(&self) -> String {
+        format!("caijit.Kernel({:?})", self.name)
+    }
+}
+
+/// `[{name_expression, lowered_name, demangled, params: [...]}, ...]` plus cache info.
+pub fn kernel_infos<'py>(py: Python<'py>, c: &cai_runtime::compile::Compiled) -> PyCaiResult<Bound<'py, PyList>> {
+    let out = PyList::empty(py);
+    for k in &c.kernels {
+        let d = PyDict::new(py);
+        d.set_item("name", &k.base_name)?;
+        d.set_item("name_expression", k.name_expression.clone())?;
+        d.set_item("lowered_name", &k.lowered_name)?;
+        d.set_item("demangled", k.demangled.clone())?;
+        d.set_item("params", param_dicts(py, k)?)?;
+        d.set_item("param_bytes", k.param_buffer_size())?;
+        d.set_item("arch", c.arch.to_string())?;
+        d.set_item("image", match c.image {
+            cai_runtime::compile::Image::Cubin(_) => "cubin",
+            cai_runtime::compile::Image::Ptx(_) => "ptx",
+        })?;
+        d.set_item("cache", format!("{:?}", c.source).to_lowercase())?;
+        out.append(d)?;
+    }
+    Ok(out)
+}
+
+pub fn program_from_py(
+    source: &str,
+    filename: Option<&str>,
+    options: Vec<String>,
+    include_dirs: Vec<std::path::PathBuf>,
+    defines: Vec<(String, Option<String>)>,
+) -> Program {
+    let mut p = Program::new(source);
+    if let Some(f) = filename {
+        let path = std::path::Path::new(f);
+        p = p.name(path.file_name().map_or(f.to_string(), |n| n.to_string_lossy().into_owned()));
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            p = p.include_dir(dir);
+        }
+    }
+    for o in options {
+        p = p.option(o);
+    }
+    for d in include_dirs {
+        p = p.include_dir(d);
+    }
+    for (k, v) in defines {
+        p = p.define(k, v);
+    }
+    p
+}
+
+/// `_native.Kernel` factory: `make_kernel(source, name, filename, options, include_dirs, defines)`.
+#[pyfunction]
+#[pyo3(signature = (source, name = None, filename = None, options = Vec::new(), include_dirs = Vec::new(), defines = Vec::new()))]
+pub fn make_kernel(
+    source: &str,
+    name: Option<String>,
+    filename: Option<&str>,
+    options: Vec<String>,
+    include_dirs: Vec<std::path::PathBuf>,
+    defines: Vec<(String, Option<String>)>,
+) -> PyCaiResult<Kernel> {
+    Kernel::new(program_from_py(source, filename, options, include_dirs, defines), name)
+}
+
+/// Compile a program without a GPU: `compile_program(source, arch, ...)` → kernel infos.
+#[pyfunction]
+#[pyo3(signature = (source, arch, filename = None, name_expressions = Vec::new(), options = Vec::new(), include_dirs = Vec::new(), defines = Vec::new()))]
+pub fn compile_program<'py>(
+    py: Python<'py>,
+    source: &str,
+    arch: &str,
+    filename: Option<&str>,
+    name_expressions: Vec<String>,
+    options: Vec<String>,
+    include_dirs: Vec<std::path::PathBuf>,
+    defines: Vec<(String, Option<String>)>,
+) -> PyCaiResult<Bound<'py, PyList>> {
+    let mut p = program_from_py(source, filename, options, include_dirs, defines);
+    for e in name_expressions {
+        p = p.name_expression(e);
+    }
+    let arch = Arch::parse(arch)?;
+    let c = py.detach(|| compile(&p, arch))?;
+    kernel_infos(py, &c)
+}
+
+/// Declarations of the source's `__global__` functions (for the CLI and tools).
+#[pyfunction]
+pub fn declarations(source: &str) -> PyCaiResult<Vec<(String, bool, Vec<String>, Vec<String>)>> {
+    let decls = cai_runtime::signature::parse_kernels(source).map_err(|e| Error::Argument(e.0))?;
+    Ok(decls
+        .into_iter()
+        .map(|d| {
+            (
+                d.name,
+                d.extern_c,
+                d.template_params.iter().map(|t| t.name().to_string()).collect(),
+                d.params.iter().map(|(_, t)| t.to_string()).collect(),
+            )
+        })
+        .collect())
+}

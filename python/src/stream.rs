@@ -1,0 +1,88 @@
+//! Streams from Python: `caijit.Stream`, and any stream-like object given to a launch.
+
+use std::sync::Arc;
+
+use cai_runtime::runtime::{Context, Stream as RtStream};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyInt, PyTuple};
+
+use crate::errors::{PyCaiError, PyCaiResult};
+
+/// A CUDA stream owned by caijit (non-blocking), usable wherever a stream is accepted.
+#[pyclass(frozen, module = "caijit", name = "Stream")]
+pub struct Stream {
+    pub inner: Arc<RtStream>,
+}
+
+#[pymethods]
+impl Stream {
+    #[new]
+    #[pyo3(signature = (device = 0))]
+    fn new(py: Python<'_>, device: usize) -> PyCaiResult<Self> {
+        let ctx = py.detach(|| Context::new(device))?;
+        Ok(Stream { inner: Arc::new(RtStream::new(&ctx)?) })
+    }
+    /// The `CUstream` handle as an int.
+    #[getter]
+    fn handle(&self) -> u64 {
+        self.inner.handle()
+    }
+    /// The cuda.core stream protocol: `(version, handle)`.
+    fn __cuda_stream__(&self) -> (u32, u64) {
+        (0, self.inner.handle())
+    }
+    /// Block until the stream's work is done.
+    fn synchronize(&self, py: Python<'_>) -> PyCaiResult<()> {
+        Ok(py.detach(|| self.inner.synchronize())?)
+    }
+    fn __repr__(&self) -> String {
+        format!("caijit.Stream(handle={:#x})", self.inner.handle())
+    }
+}
+
+/// Read a stream argument: `None`, an int (1 and 2 are the default streams), a
+/// `caijit.Stream`, or any object with `__cuda_stream__`, `.ptr` (CuPy), `.cuda_stream`
+/// (PyTorch) or `.handle` (Numba).
+pub fn stream_from_py(obj: &Bound<'_, PyAny>) -> PyCaiResult<Option<Arc<RtStream>>> {
+    if obj.is_none() {
+        return Ok(None);
+    }
+    if let Ok(s) = obj.cast::<Stream>() {
+        return Ok(Some(s.get().inner.clone()));
+    }
+    let handle = stream_handle(obj)?;
+    Ok(Some(Arc::new(RtStream::borrowed(handle)?)))
+}
+
+fn as_handle(v: &Bound<'_, PyAny>) -> Option<u64> {
+    if v.is_instance_of::<PyBool>() {
+        return None;
+    }
+    if v.is_instance_of::<PyInt>() {
+        return v.extract::<u64>().ok();
+    }
+    // ctypes.c_void_p (Numba's `.handle`): `.value`, None meaning the legacy stream 0.
+    v.getattr("value").ok().and_then(|x| if x.is_none() { Some(0) } else { x.extract::<u64>().ok() })
+}
+
+fn stream_handle(obj: &Bound<'_, PyAny>) -> PyCaiResult<u64> {
+    if let Some(h) = as_handle(obj) {
+        return Ok(h);
+    }
+    if let Ok(f) = obj.getattr("__cuda_stream__") {
+        let t = f.call0()?;
+        let t = t.cast::<PyTuple>().map_err(|_| PyCaiError::argument("__cuda_stream__() must return (version, handle)"))?;
+        if let Some(h) = t.get_item(1).ok().as_ref().and_then(as_handle) {
+            return Ok(h);
+        }
+    }
+    for attr in ["cuda_stream", "ptr", "handle"] {
+        if let Some(h) = obj.getattr(attr).ok().as_ref().and_then(as_handle) {
+            return Ok(h);
+        }
+    }
+    let ty = obj.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+    Err(PyCaiError::argument(format!(
+        "cannot use a {ty} as a stream: pass None, an int handle, or an object with __cuda_stream__, .ptr, .cuda_stream or .handle"
+    )))
+}

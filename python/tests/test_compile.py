@@ -1,0 +1,55 @@
+"""Compilation from Python without a GPU: kernels, modules, errors."""
+
+from __future__ import annotations
+
+import pytest
+
+import caijit
+
+SRC = r"""
+template <typename T> __global__ void axpy(T a, const T* x, T* y, int n) { int i = threadIdx.x; if (i < n) y[i] += a * x[i]; }
+extern "C" __global__ void scale(float* y, float a) { y[threadIdx.x] *= a; }
+"""
+
+
+def test_kernel_needs_a_name_when_ambiguous() -> None:
+    with pytest.raises(caijit.ArgumentError, match="declares 2 kernels"):
+        caijit.kernel(SRC)
+    with pytest.raises(caijit.ArgumentError, match="no __global__ function named"):
+        caijit.kernel(SRC, "nope")
+
+
+def test_specialize_and_compile_for_an_arch() -> None:
+    k = caijit.kernel(SRC, "axpy").specialize("double")
+    (info,) = [i for i in k.compile(arch="sm_90") if i["name_expression"] == "axpy<double>"]
+    assert [p["type"] for p in info["params"]] == ["double", "const double*", "double*", "int"]
+
+
+def test_module_lists_kernels() -> None:
+    m = caijit.module(SRC)
+    assert m.names == ["axpy", "scale"]
+    assert m["scale"].name == "scale"
+    infos = m["scale"].compile(arch="sm_80")
+    assert any(i["lowered_name"] == "scale" for i in infos)
+
+
+def test_compile_error_has_the_log() -> None:
+    k = caijit.kernel('extern "C" __global__ void k(int* y) {\n y[0] = missing;\n}')
+    with pytest.raises(caijit.CompileError) as e:
+        k.compile(arch="sm_90")
+    assert "missing" in e.value.log and "(2)" in e.value.log
+
+
+def test_templates_need_specialization_for_attributes() -> None:
+    with pytest.raises(caijit.ArgumentError, match="specialize"):
+        caijit.kernel(SRC, "axpy").num_regs
+
+
+def test_launcher_configuration_errors() -> None:
+    k = caijit.kernel(SRC, "scale")
+    with pytest.raises(caijit.ArgumentError, match="grid must be"):
+        k[(1, 2, 3, 4), 32]
+    with pytest.raises(caijit.ArgumentError, match="kernel\\[grid, block\\]"):
+        k[1]
+    with pytest.raises(caijit.ArgumentError, match="cannot use a"):
+        k[1, 32, "not a stream"]

@@ -1,0 +1,265 @@
+"""Launches on the GPU with caijit's own arrays and with CuPy, PyTorch, Numba and JAX
+arrays; the stream protocol observed through counters and through results.
+
+Skips without a GPU; fails with CAIJIT_REQUIRE_GPU=1. Inputs are fresh random numbers,
+outputs are poisoned before each launch."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+import caijit
+
+pytestmark = pytest.mark.gpu
+
+AXPY = r"""
+#include <caijit/caijit.cuh>
+template <typename T>
+__global__ void axpy(T a, const T* __restrict__ x, T* __restrict__ y, long long n) {
+    for (long long i = caijit::global_thread(); i < n; i += caijit::grid_threads()) y[i] = a * x[i] + y[i];
+}
+"""
+
+COPY2D = r"""
+#include <caijit/caijit.cuh>
+template <typename T>
+__global__ void copy2d(caijit::Array<const T, 2> src, caijit::Array<T, 2> dst) {
+    long long n = src.size();
+    for (long long i = caijit::global_thread(); i < n; i += caijit::grid_threads()) {
+        long long r = i / src.shape[1], c = i % src.shape[1];
+        dst(r, c) = src(r, c);
+    }
+}
+"""
+
+SLOW_FILL = r"""
+extern "C" __global__ void slow_fill(float* y, float v, long long n, long long cycles) {
+    if (threadIdx.x == 0) { long long t0 = clock64(); while (clock64() - t0 < cycles) {} }
+    __syncthreads();
+    for (long long i = threadIdx.x; i < n; i += blockDim.x) y[i] = v;
+}
+extern "C" __global__ void copy(const float* x, float* y, long long n) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) y[i] = x[i];
+}
+"""
+
+rng = np.random.default_rng()
+
+
+def has(mod: str) -> bool:
+    return importlib.util.find_spec(mod) is not None
+
+
+@pytest.fixture(scope="module")
+def axpy() -> caijit.Kernel:
+    return caijit.kernel(AXPY)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.int32, np.float16])
+def test_axpy_on_caijit_arrays_every_dtype(axpy: caijit.Kernel, dtype: type) -> None:
+    n = 50_001
+    x_h = (rng.standard_normal(n) * 10).astype(dtype)
+    y_h = (rng.standard_normal(n) * 10).astype(dtype)
+    x, y = caijit.to_device(x_h), caijit.to_device(y_h)
+    a = dtype(3)
+    axpy.forall(n)(a, x, y, n)
+    want = (a * x_h.astype(np.float64) + y_h).astype(dtype)
+    tol = 1e-2 if dtype == np.float16 else 1e-6
+    np.testing.assert_allclose(y.copy_to_host().astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol)
+
+
+def test_deduction_errors_and_argument_errors(axpy: caijit.Kernel) -> None:
+    x = caijit.to_device(rng.standard_normal(16).astype(np.float32))
+    y = caijit.to_device(rng.standard_normal(16))  # float64
+    with pytest.raises(caijit.ArgumentError, match="template parameter T"):
+        axpy[1, 32](2.0, x, y, 16)
+    with pytest.raises(caijit.ArgumentError, match="takes 4 arguments, got 3"):
+        axpy[1, 32](np.float32(2.0), x, x)
+    with pytest.raises(caijit.ArgumentError, match="argument 1: a numpy.ndarray is host memory"):
+        axpy[1, 32](np.float32(2.0), np.zeros(16, np.float32), x, 16)
+    with pytest.raises(caijit.ArgumentError, match="out of range"):
+        axpy.specialize("float")[1, 32](2.0, x, x, 2**70)
+    with pytest.raises(caijit.ArgumentError, match="no launch configuration"):
+        axpy(1.0, x, x, 16)
+
+
+def test_strided_views_through_caijit_array(axpy: caijit.Kernel) -> None:
+    k = caijit.kernel(COPY2D)
+    src_h = rng.standard_normal((64, 48)).astype(np.float32)
+    src = caijit.to_device(src_h)
+    dst = caijit.to_device(np.full((48, 64), np.nan, np.float32))
+    t = caijit.parse_interface({**src.__cuda_array_interface__, "shape": (48, 64), "strides": (4, 48 * 4)})
+    k.forall(t.size)(t, dst)
+    np.testing.assert_array_equal(dst.copy_to_host(), src_h.T)
+    # Negative strides: the rows reversed.
+    rev = caijit.parse_interface(
+        {**src.__cuda_array_interface__, "data": (src.ptr + 63 * 48 * 4, False), "strides": (-48 * 4, 4)}
+    )
+    out = caijit.to_device(np.full((64, 48), np.nan, np.float32))
+    k.forall(rev.size)(rev, out)
+    np.testing.assert_array_equal(out.copy_to_host(), src_h[::-1])
+
+
+def test_caijit_arrays_export_v3_with_stream() -> None:
+    s = caijit.Stream()
+    a = caijit.zeros((3, 4), "int32", stream=s)
+    cai = a.__cuda_array_interface__
+    assert cai["version"] == 3 and cai["stream"] == s.handle and cai["strides"] is None
+    assert caijit.zeros((0, 4)).__cuda_array_interface__["data"] == (0, False)
+    assert caijit.zeros(4).__cuda_array_interface__["stream"] == 1
+
+
+def test_stream_protocol_orders_both_ways() -> None:
+    m = caijit.module(SLOW_FILL)
+    slow, copy = m["slow_fill"], m["copy"]
+    a, c = caijit.Stream(), caijit.Stream()
+    n = 1 << 16
+    x = caijit.zeros(n, stream=a)
+    y = caijit.zeros(n, stream=a)
+    z = caijit.zeros(n, stream=a)
+    a.synchronize()
+    before = caijit.stats()
+    slow[1, 256, a](x, 7.0, n, 100_000_000)  # ~50 ms, then x = 7
+    copy[64, 256, c](x, y, n)  # on c: must wait for a
+    after = caijit.stats()
+    copy[64, 256, a](y, z, n)  # on a: must come after the copy on c (reverse edge)
+    assert after["waits"] - before["waits"] == 1
+    assert after["reverse_waits"] - before["reverse_waits"] == 1
+    assert after["host_syncs"] == 0
+    assert (z.copy_to_host() == 7).all()
+
+
+@pytest.mark.skipif(not has("cupy"), reason="CuPy is not installed")
+def test_cupy_arrays_and_streams(axpy: caijit.Kernel) -> None:
+    import cupy
+
+    n = 100_000
+    x = cupy.asarray(rng.standard_normal(n).astype(np.float32))
+    y = cupy.asarray(rng.standard_normal(n).astype(np.float32))
+    y0 = y.copy()
+    s = cupy.cuda.Stream(non_blocking=True)
+    with s:
+        before = caijit.stats()
+        axpy.forall(n)(np.float32(2), x, y, n)  # CuPy exports its current stream: s
+        after = caijit.stats()
+        s.synchronize()
+    assert after["waits"] == before["waits"], "one common producer stream: launched on it, no waits"
+    cupy.testing.assert_allclose(y, 2 * x + y0, rtol=1e-6)
+    # caijit arrays read by CuPy, zero-copy, ordered by the exported stream.
+    c = caijit.to_device(np.arange(10, dtype=np.float64))
+    assert cupy.asarray(c).sum().item() == 45.0
+    # Explicit stream objects: CuPy's .ptr.
+    y1 = y.copy()
+    axpy[(n + 255) // 256, 256, s](np.float32(1), x, y, n)
+    s.synchronize()
+    cupy.testing.assert_allclose(y, x + y1, rtol=1e-6)
+
+
+@pytest.mark.skipif(not has("torch"), reason="PyTorch is not installed")
+def test_torch_tensors_streams_and_readonly(axpy: caijit.Kernel) -> None:
+    import torch
+
+    n = 100_000
+    x = torch.randn(n, device="cuda")
+    y = torch.randn(n, device="cuda")
+    want = 0.5 * x + y
+    axpy.forall(n)(np.float32(0.5), x, y, n)  # v2, no stream: the legacy default stream
+    torch.testing.assert_close(y, want)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        y2 = y.clone()
+        axpy[(n + 255) // 256, 256, s](np.float32(1.0), x, y2, n)  # .cuda_stream
+    s.synchronize()
+    torch.testing.assert_close(y2, x + y)
+    # Non-contiguous tensor for a pointer parameter: a clear error.
+    with pytest.raises(caijit.ArgumentError, match="C-contiguous"):
+        axpy[1, 32](np.float32(1), x[::2], y[: n // 2], n // 2)
+    # caijit arrays consumed by PyTorch.
+    c = caijit.to_device(np.arange(6, dtype=np.float32).reshape(2, 3))
+    t = torch.as_tensor(c, device="cuda")
+    assert t.sum().item() == 15.0
+
+
+@pytest.mark.skipif(not has("torch"), reason="PyTorch is not installed")
+def test_launch_inside_cuda_graph_capture(axpy: caijit.Kernel) -> None:
+    import torch
+
+    n = 4096
+    x = torch.randn(n, device="cuda")
+    y = torch.zeros(n, device="cuda")
+    other = caijit.Stream()
+    z = caijit.zeros(n, stream=other)  # exports a stream outside the capture
+    k = axpy.specialize("float")
+    g = torch.cuda.CUDAGraph()
+    torch.cuda.synchronize()
+    with torch.cuda.graph(g):
+        k[(n + 255) // 256, 256, torch.cuda.current_stream()](2.0, x, y, n)
+        k[(n + 255) // 256, 256, torch.cuda.current_stream()](1.0, x, z, n)
+    y.zero_()
+    g.replay()
+    g.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(y, 4 * x)
+    torch.testing.assert_close(torch.as_tensor(z, device="cuda"), 2 * x)
+
+
+@pytest.mark.skipif(not has("numba"), reason="Numba is not installed")
+def test_numba_device_arrays(axpy: caijit.Kernel) -> None:
+    from numba import cuda
+
+    n = 10_000
+    x_h = rng.standard_normal(n)
+    y_h = rng.standard_normal(n)
+    x, y = cuda.to_device(x_h), cuda.to_device(y_h)
+    axpy.forall(n)(np.float64(2.0), x, y, n)
+    np.testing.assert_allclose(y.copy_to_host(), 2 * x_h + y_h)
+    # Numba reads caijit arrays.
+    c = caijit.to_device(x_h)
+    np.testing.assert_array_equal(cuda.as_cuda_array(c).copy_to_host(), x_h)
+
+
+@pytest.mark.skipif(not has("jax"), reason="JAX is not installed")
+def test_jax_readonly_arrays(axpy: caijit.Kernel) -> None:
+    import jax.numpy as jnp
+
+    n = 1000
+    x_h = rng.standard_normal(n).astype(np.float32)
+    x = jnp.asarray(x_h)
+    if not hasattr(x, "__cuda_array_interface__"):
+        pytest.skip("this JAX does not export __cuda_array_interface__ (CPU backend?)")
+    y = caijit.to_device(np.ones(n, np.float32))
+    axpy.forall(n)(np.float32(2), x, y, n)  # const T* accepts readonly
+    np.testing.assert_allclose(y.copy_to_host(), 2 * x_h + 1, rtol=1e-6)
+    with pytest.raises(caijit.ArgumentError, match="readonly"):
+        axpy.forall(n)(np.float32(2), y, x, n)
+
+
+def test_many_threads_share_kernels_and_streams(axpy: caijit.Kernel) -> None:
+    import threading
+
+    k = axpy.specialize("float")
+    n = 4096
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        try:
+            s = caijit.Stream()
+            r = np.random.default_rng(seed)
+            x_h = r.standard_normal(n).astype(np.float32)
+            x = caijit.to_device(x_h, stream=s)
+            y = caijit.zeros(n, stream=s)
+            for _ in range(500):
+                k[(n + 255) // 256, 256](1.0, x, y, n)
+            np.testing.assert_allclose(y.copy_to_host(), 500 * x_h, rtol=1e-4)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
