@@ -29,6 +29,12 @@ if [ -n "${PYTHONPATH:-}" ]; then
     echo "pytest: $(tail -1 "$OUT/pytest.log")" >>"$SUMMARY"
 fi
 
+if [ -n "${PYTHONPATH:-}" ]; then
+    # The main job, as the README runs it (from outside the source tree, so the installed
+    # wheel is the one imported).
+    (cd /tmp && python3 -m caijit demo 2>&1 | tee "$OUT/demo.txt") || status=1
+fi
+
 if [ "${1:-}" = "--bench" ] && [ -n "${PYTHONPATH:-}" ]; then
     for b in python/benchmarks/bench_*.py; do
         python3 "$b" 2>&1 | tee "$OUT/$(basename "$b" .py).txt"

@@ -29,7 +29,7 @@ fn nvrtc_is_found() {
 #[test]
 fn every_kernel_compiles_for_sm80_and_sm90() {
     let sources = kernel_sources();
-    assert!(sources.len() >= 3, "{sources:?}");
+    assert!(sources.len() >= 2, "{sources:?}");
     for path in sources {
         for arch in ["sm_80", "sm_90"] {
             let mut p = Program::from_file(&path).unwrap();

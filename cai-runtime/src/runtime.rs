@@ -29,9 +29,14 @@ pub fn driver_version() -> Result<i32> {
     Ok(driver()?.version()?)
 }
 
-/// Number of CUDA devices.
+/// Number of CUDA devices (read once: it cannot change within a process).
 pub fn device_count() -> Result<usize> {
-    Ok(driver()?.device_count()? as usize)
+    static COUNT: OnceLock<usize> = OnceLock::new();
+    if let Some(&n) = COUNT.get() {
+        return Ok(n);
+    }
+    let n = driver()?.device_count()? as usize;
+    Ok(*COUNT.get_or_init(|| n))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -133,6 +133,12 @@ pub struct Interface {
     typestr: String,
 }
 
+impl Interface {
+    pub fn from_view(view: ArrayView, typestr: String) -> Interface {
+        Interface { view, typestr }
+    }
+}
+
 #[pymethods]
 impl Interface {
     #[getter]

@@ -12,7 +12,7 @@ use cai_runtime::Error;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
-use crate::array::{arg_from_py, PyArg};
+use crate::array::{arg_from_py, ArgContext, PyArg};
 use crate::errors::{PyCaiError, PyCaiResult};
 use crate::stream::stream_from_py;
 
@@ -154,7 +154,9 @@ fn launch_now(
     sync: bool,
     args: &Bound<'_, PyTuple>,
 ) -> PyCaiResult<()> {
-    let converted: Vec<PyArg> = args.iter().enumerate().map(|(i, a)| arg_from_py(i, &a)).collect::<Result<_, _>>()?;
+    let mut ctx = ArgContext::default();
+    let converted: Vec<PyArg> =
+        args.iter().enumerate().map(|(i, a)| arg_from_py(i, &a, &mut ctx)).collect::<Result<_, _>>()?;
     let launch_args: Vec<Arg<'_>> = converted.iter().map(PyArg::as_arg).collect();
     let types: Vec<ArgType> = launch_args.iter().map(Arg::arg_type).collect();
     let device = launch_device(&converted)?;

@@ -263,3 +263,36 @@ def test_many_threads_share_kernels_and_streams(axpy: caijit.Kernel) -> None:
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+def _same_view(obj: object) -> None:
+    fast = caijit._native.launch_view(obj)
+    slow = caijit.parse_interface(obj)
+    assert (fast.shape, fast.strides, fast.dtype, fast.readonly) == (slow.shape, slow.strides, slow.dtype, slow.readonly)
+    assert fast.stream == slow.stream
+    if fast.size:
+        assert fast.ptr == slow.ptr
+
+
+@pytest.mark.skipif(not has("cupy"), reason="CuPy is not installed")
+def test_cupy_fast_path_matches_the_interface() -> None:
+    import cupy
+
+    a = cupy.arange(60, dtype=cupy.float32).reshape(3, 4, 5)
+    for v in (a, a.T, a[:, ::2, ::-1], a[1], cupy.zeros((0, 3)), cupy.zeros((), cupy.int8)):
+        _same_view(v)
+    with cupy.cuda.Stream(non_blocking=True):
+        _same_view(a)
+
+
+@pytest.mark.skipif(not has("torch"), reason="PyTorch is not installed")
+def test_torch_fast_path_matches_the_interface() -> None:
+    import torch
+
+    t = torch.arange(60, device="cuda", dtype=torch.float64).reshape(3, 4, 5)
+    for v in (t, t.transpose(0, 2), t[:, ::2, 1:], t[1], torch.zeros(0, 3, device="cuda"), torch.zeros((), device="cuda", dtype=torch.int16)):
+        _same_view(v)
+    with pytest.raises(RuntimeError):  # torch's own refusal, unchanged
+        caijit._native.launch_view(torch.zeros(3, device="cuda", requires_grad=True))
+    with pytest.raises(caijit.ArgumentError, match="host memory"):
+        caijit._native.launch_view(torch.zeros(3))
