@@ -144,7 +144,7 @@ fn strided_views_and_argument_errors() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("argument 0 `x`") && e.contains("C-contiguous"), "{e}");
-    let host = vec![1.0f32; 4];
+    let host = [1.0f32; 4];
     let hv = ArrayView::contiguous(host.as_ptr() as u64, &[4], DType::F32, false).unwrap();
     let e = copy
         .launch(&cfg, &[Arg::Array(&hv), Arg::Array(&outv), Arg::Scalar { value: Num::Int(4), dtype: None }], None, true)

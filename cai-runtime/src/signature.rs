@@ -358,7 +358,7 @@ fn parse_param(toks: &[Tok], tparams: &[TemplateParam]) -> Result<(Option<String
             t.pop();
         }
     }
-    if t.iter().any(|x| *x == Tok::Punct('&')) {
+    if t.contains(&Tok::Punct('&')) {
         return Err(SignatureError(format!("reference parameters are not supported: `{}`", join_type(toks))));
     }
     let stars: Vec<usize> = t.iter().enumerate().filter(|(_, x)| **x == Tok::Punct('*')).map(|(i, _)| i).collect();

@@ -24,8 +24,14 @@ pub struct Kernel {
     /// The name asked for: a `__global__` name, or a name expression (`axpy<float>`).
     name: String,
     decl: Option<KernelDecl>,
-    instances: Mutex<HashMap<(usize, Vec<ArgType>), Arc<rt::Kernel>>>,
+    instances: Mutex<HashMap<InstanceKey, Arc<rt::Kernel>>>,
 }
+
+/// (device, argument types; empty unless the kernel is a deduced template)
+type InstanceKey = (usize, Vec<ArgType>);
+
+/// `(name, extern_c, template parameters, parameter types)` of a declaration.
+type DeclSummary = (String, bool, Vec<String>, Vec<String>);
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -238,6 +244,7 @@ impl Kernel {
 
     /// Launch with keywords: `k.launch(*args, grid=..., block=..., stream=None, shared_mem=0, sync=True)`.
     #[pyo3(signature = (*args, grid, block, stream = None, shared_mem = 0, sync = true))]
+    #[allow(clippy::too_many_arguments)] // the Python signature
     fn launch(
         &self,
         py: Python<'_>,
@@ -377,6 +384,7 @@ pub fn make_kernel(
 /// Compile a program without a GPU: `compile_program(source, arch, ...)` → kernel infos.
 #[pyfunction]
 #[pyo3(signature = (source, arch, filename = None, name_expressions = Vec::new(), options = Vec::new(), include_dirs = Vec::new(), defines = Vec::new()))]
+#[allow(clippy::too_many_arguments)] // the Python signature
 pub fn compile_program<'py>(
     py: Python<'py>,
     source: &str,
@@ -398,7 +406,7 @@ pub fn compile_program<'py>(
 
 /// Declarations of the source's `__global__` functions (for the CLI and tools).
 #[pyfunction]
-pub fn declarations(source: &str) -> PyCaiResult<Vec<(String, bool, Vec<String>, Vec<String>)>> {
+pub fn declarations(source: &str) -> PyCaiResult<Vec<DeclSummary>> {
     let decls = cai_runtime::signature::parse_kernels(source).map_err(|e| Error::Argument(e.0))?;
     Ok(decls
         .into_iter()

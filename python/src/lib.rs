@@ -44,9 +44,12 @@ fn driver_version() -> PyCaiResult<i32> {
     Ok(cai_runtime::runtime::driver_version()?)
 }
 
-/// Where NVRTC was found: `(path, (major, minor), include_dirs, supported_archs)`.
+/// `(path, (major, minor), include_dirs, supported_archs)`
+type NvrtcInfo = (String, (i32, i32), Vec<String>, Vec<i32>);
+
+/// Where NVRTC was found.
 #[pyfunction]
-fn nvrtc_info() -> PyCaiResult<(String, (i32, i32), Vec<String>, Vec<i32>)> {
+fn nvrtc_info() -> PyCaiResult<NvrtcInfo> {
     let tk = toolkit()?;
     Ok((
         tk.nvrtc_path.display().to_string(),

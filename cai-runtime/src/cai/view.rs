@@ -248,7 +248,7 @@ impl ArrayView {
         if self.size == 0 {
             return true;
         }
-        self.ptr % item as u64 == 0 && self.shape.iter().zip(&self.strides).all(|(&n, &s)| n <= 1 || s % item == 0)
+        self.ptr.is_multiple_of(item as u64) && self.shape.iter().zip(&self.strides).all(|(&n, &s)| n <= 1 || s % item == 0)
     }
 
     /// Export as a version-3 descriptor by DESIGN.md's producer rules: `strides: None`
