@@ -28,17 +28,32 @@ use crate::stats::{bump, COUNTERS};
 use crate::sys::{Capture, RawStream};
 use crate::{Error, Result};
 
-/// Grid, block and dynamic shared memory of a launch.
+/// Grid, block and dynamic shared memory of a launch; optionally thread-block cluster
+/// dimensions (sm_90+) and a cooperative launch (`cuLaunchKernelEx`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LaunchConfig {
     pub grid: [u32; 3],
     pub block: [u32; 3],
     pub shared_mem: u32,
+    pub cluster: Option<[u32; 3]>,
+    pub cooperative: bool,
 }
 
 impl LaunchConfig {
     pub fn new(grid: [u32; 3], block: [u32; 3]) -> Self {
-        LaunchConfig { grid, block, shared_mem: 0 }
+        LaunchConfig { grid, block, shared_mem: 0, cluster: None, cooperative: false }
+    }
+
+    /// Thread-block cluster dimensions (each grid dimension must be a multiple).
+    pub fn cluster(mut self, dims: [u32; 3]) -> Self {
+        self.cluster = Some(dims);
+        self
+    }
+
+    /// A cooperative launch (grid-wide synchronisation); every block must be co-resident.
+    pub fn cooperative(mut self, yes: bool) -> Self {
+        self.cooperative = yes;
+        self
     }
 
     /// A 1-D launch covering `n` elements with `block` threads per block (grid ≥ 1).
@@ -72,6 +87,27 @@ impl LaunchConfig {
                 "block of {threads} threads exceeds this kernel's limit of {} threads per block",
                 attrs.max_threads_per_block
             )));
+        }
+        if let Some(cluster) = self.cluster {
+            let (major, _) = k.context().compute_capability();
+            if major < 9 {
+                return Err(Error::Argument(format!(
+                    "thread-block clusters need compute capability 9.0 or newer; device {} has {major}.x",
+                    k.context().ordinal()
+                )));
+            }
+            for (axis, (&c, &g)) in cluster.iter().zip(&self.grid).enumerate() {
+                if c == 0 || g % c != 0 {
+                    return Err(Error::Argument(format!(
+                        "cluster dimension {} is {c}; it must be at least 1 and divide the grid dimension {g}",
+                        ["x", "y", "z"][axis]
+                    )));
+                }
+            }
+            let size: u32 = cluster.iter().product();
+            if size > 8 {
+                return Err(Error::Argument(format!("a cluster of {size} blocks exceeds the portable limit of 8")));
+            }
         }
         if self.shared_mem as i64 > attrs.max_dynamic_shared_size_bytes as i64 {
             return Err(Error::Argument(format!(
@@ -365,7 +401,11 @@ impl Kernel {
         // The arguments were checked against the compiled parameter list above: each
         // pointer refers to a value of exactly the parameter's size; device pointers come
         // from validated CAI descriptors whose owners keep them alive (CAI contract).
-        d.launch_checked(self.raw, cfg.grid, cfg.block, cfg.shared_mem, launch_stream, &mut ptrs)?;
+        if cfg.cluster.is_none() && !cfg.cooperative {
+            d.launch_checked(self.raw, cfg.grid, cfg.block, cfg.shared_mem, launch_stream, &mut ptrs)?;
+        } else {
+            d.launch_ex_checked(self.raw, cfg.grid, cfg.block, cfg.shared_mem, launch_stream, cfg.cluster, cfg.cooperative, &mut ptrs)?;
+        }
         bump(&COUNTERS.launches);
         for &p in &producers {
             ctx.order(d, p, launch_stream)?;

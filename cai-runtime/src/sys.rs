@@ -347,6 +347,49 @@ impl Driver {
         unsafe { self.launch(f, grid, block, shared_mem, stream, params) }
     }
 
+    /// `cuLaunchKernelEx` with thread-block cluster dimensions and/or a cooperative launch,
+    /// under the same contract as [`Driver::launch_checked`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch_ex_checked(
+        &self,
+        f: RawFunction,
+        grid: [u32; 3],
+        block: [u32; 3],
+        shared_mem: u32,
+        stream: RawStream,
+        cluster: Option<[u32; 3]>,
+        cooperative: bool,
+        params: &mut [*mut c_void],
+    ) -> Result<(), DriverError> {
+        use cu::CUlaunchAttributeID::*;
+        let mut attrs: Vec<cu::CUlaunchAttribute> = Vec::with_capacity(2);
+        if let Some([x, y, z]) = cluster {
+            let mut value = cu::CUlaunchAttributeValue { pad: [0; 64] };
+            value.clusterDim = cu::CUlaunchAttributeValue_union__bindgen_ty_1 { x, y, z };
+            attrs.push(cu::CUlaunchAttribute { id: CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, pad: [0; 4], value });
+        }
+        if cooperative {
+            let mut value = cu::CUlaunchAttributeValue { pad: [0; 64] };
+            value.cooperative = 1;
+            attrs.push(cu::CUlaunchAttribute { id: CU_LAUNCH_ATTRIBUTE_COOPERATIVE, pad: [0; 4], value });
+        }
+        let config = cu::CUlaunchConfig {
+            gridDimX: grid[0],
+            gridDimY: grid[1],
+            gridDimZ: grid[2],
+            blockDimX: block[0],
+            blockDimY: block[1],
+            blockDimZ: block[2],
+            sharedMemBytes: shared_mem,
+            hStream: stream.0,
+            attrs: attrs.as_mut_ptr(),
+            numAttrs: attrs.len() as c_uint,
+        };
+        // SAFETY: as `launch_checked` for the parameters; `config` and `attrs` outlive the
+        // call, and every attribute's value is the union member its id names.
+        check("cuLaunchKernelEx", unsafe { cu::cuLaunchKernelEx(&config, f.0, params.as_mut_ptr(), ptr::null_mut()) })
+    }
+
     /// The unique id of the capture `s` belongs to (0 when not capturing).
     pub fn capture_id(&self, s: RawStream) -> Result<u64, DriverError> {
         let mut status = cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;

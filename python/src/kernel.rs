@@ -242,8 +242,9 @@ impl Kernel {
         Ok(Launcher { kernel: slf.clone().unbind(), config: None, forall: Some(n), stream, sync: true })
     }
 
-    /// Launch with keywords: `k.launch(*args, grid=..., block=..., stream=None, shared_mem=0, sync=True)`.
-    #[pyo3(signature = (*args, grid, block, stream = None, shared_mem = 0, sync = true))]
+    /// Launch with keywords: `k.launch(*args, grid=..., block=..., stream=None,
+    /// shared_mem=0, cluster=None, cooperative=False, sync=True)`.
+    #[pyo3(signature = (*args, grid, block, stream = None, shared_mem = 0, cluster = None, cooperative = false, sync = true))]
     #[allow(clippy::too_many_arguments)] // the Python signature
     fn launch(
         &self,
@@ -253,9 +254,14 @@ impl Kernel {
         block: &Bound<'_, PyAny>,
         stream: Option<&Bound<'_, PyAny>>,
         shared_mem: u32,
+        cluster: Option<&Bound<'_, PyAny>>,
+        cooperative: bool,
         sync: bool,
     ) -> PyCaiResult<()> {
-        let cfg = LaunchConfig::new(dims("grid", grid)?, dims("block", block)?).shared_mem(shared_mem);
+        let mut cfg = LaunchConfig::new(dims("grid", grid)?, dims("block", block)?).shared_mem(shared_mem).cooperative(cooperative);
+        if let Some(c) = cluster {
+            cfg = cfg.cluster(dims("cluster", c)?);
+        }
         let stream = stream.map(stream_from_py).transpose()?.flatten();
         launch_now(py, self, Some(cfg), None, stream.as_deref(), sync, args)
     }

@@ -296,3 +296,49 @@ def test_torch_fast_path_matches_the_interface() -> None:
         caijit._native.launch_view(torch.zeros(3, device="cuda", requires_grad=True))
     with pytest.raises(caijit.ArgumentError, match="host memory"):
         caijit._native.launch_view(torch.zeros(3))
+
+
+COOP = r"""
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+
+// Grid-wide sum with one grid synchronisation (needs a cooperative launch).
+extern "C" __global__ void grid_sum(const float* x, float* partial, float* out, int n) {
+    cg::grid_group grid = cg::this_grid();
+    __shared__ float acc;
+    if (threadIdx.x == 0) acc = 0.f;
+    __syncthreads();
+    float s = 0.f;
+    for (long long i = grid.thread_rank(); i < n; i += grid.size()) s += x[i];
+    atomicAdd(&acc, s);
+    __syncthreads();
+    if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+    grid.sync();
+    if (grid.thread_rank() == 0) {
+        float t = 0.f;
+        for (unsigned b = 0; b < gridDim.x; ++b) t += partial[b];
+        *out = t;
+    }
+}
+
+// Each block writes its rank within its thread-block cluster.
+extern "C" __global__ void cluster_rank(int* out) {
+    if (threadIdx.x == 0) out[blockIdx.x] = (int)cg::this_cluster().block_rank();
+}
+"""
+
+
+def test_cooperative_and_cluster_launches() -> None:
+    m = caijit.module(COOP)
+    n = 1 << 16
+    x_h = rng.standard_normal(n).astype(np.float32)
+    x = caijit.to_device(x_h)
+    partial = caijit.zeros(32)
+    out = caijit.to_device(np.array([np.nan], np.float32))
+    m["grid_sum"].launch(x, partial, out, n, grid=32, block=256, cooperative=True)
+    np.testing.assert_allclose(out.copy_to_host()[0], x_h.astype(np.float64).sum(), rtol=1e-3, atol=1e-2)
+    ranks = caijit.to_device(np.full(16, -1, np.int32))
+    m["cluster_rank"].launch(ranks, grid=16, block=32, cluster=4)
+    np.testing.assert_array_equal(ranks.copy_to_host(), np.tile(np.arange(4), 4))
+    with pytest.raises(caijit.ArgumentError, match="divide the grid"):
+        m["cluster_rank"].launch(ranks, grid=15, block=32, cluster=4)
