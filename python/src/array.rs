@@ -3,10 +3,11 @@
 use std::sync::Arc;
 
 use cai_runtime::array::DeviceArray as RtArray;
-use cai_runtime::cai::{ArrayView, DType, TypestrOptions};
+use cai_runtime::cai::{ArrayView, DType, StreamRef, TypestrOptions};
 use cai_runtime::launch::{Arg, Num};
 use cai_runtime::runtime::{Context, Stream as RtStream};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyBytes, PyComplex, PyDict, PyFloat, PyInt, PyTuple};
 
 use crate::errors::{PyCaiError, PyCaiResult};
@@ -228,28 +229,49 @@ impl ArgContext {
     /// The stream CuPy's `__cuda_array_interface__` would export now: its current stream
     /// (the null stream exported as 1, the legacy default stream).
     fn cupy_stream(&mut self, py: Python<'_>) -> PyResult<Option<u64>> {
+        static CURRENT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
         if let Some(s) = self.cupy_stream {
             return Ok(s);
         }
-        let ptr: u64 = py.import("cupy.cuda")?.getattr("get_current_stream")?.call0()?.getattr("ptr")?.extract()?;
+        let f = CURRENT.get_or_try_init(py, || -> PyResult<_> {
+            Ok(py.import("cupy.cuda")?.getattr("get_current_stream")?.unbind())
+        })?;
+        let ptr: u64 = f.bind(py).call0()?.getattr("ptr")?.extract()?;
         let s = Some(if ptr == 0 { 1 } else { ptr });
         self.cupy_stream = Some(s);
         Ok(s)
     }
 }
 
+/// NumPy and PyTorch dtype objects are singletons: their caijit dtype is looked up by
+/// address after the first time (the table holds a reference, so addresses stay unique).
+fn cached_dtype(dtype_obj: &Bound<'_, PyAny>, read: impl FnOnce() -> PyResult<Option<DType>>) -> PyResult<Option<DType>> {
+    static SEEN: std::sync::Mutex<Vec<(usize, Option<DType>)>> = std::sync::Mutex::new(Vec::new());
+    let key = dtype_obj.as_ptr() as usize;
+    if let Some(&(_, d)) = SEEN.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|(k, _)| *k == key) {
+        return Ok(d);
+    }
+    let d = read()?;
+    std::mem::forget(dtype_obj.clone().unbind());
+    SEEN.lock().unwrap_or_else(|p| p.into_inner()).push((key, d));
+    Ok(d)
+}
+
 fn fast_view(obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option<ArrayView>> {
     let view = match classify(obj) {
         Known::Other => return Ok(None),
         Known::CupyArray => {
+            let dtype_obj = obj.getattr("dtype")?;
+            let dtype = cached_dtype(&dtype_obj, || {
+                let typestr: String = dtype_obj.getattr("str")?.extract()?;
+                Ok(DType::from_typestr(&typestr).ok())
+            })?;
+            let Some(dtype) = dtype else { return Ok(None) };
             let ptr: u64 = obj.getattr("data")?.getattr("ptr")?.extract()?;
-            let shape: Vec<i64> = obj.getattr("shape")?.extract()?;
+            let shape: Vec<usize> = obj.getattr("shape")?.extract()?;
             let strides: Vec<i64> = obj.getattr("strides")?.extract()?;
-            let typestr: String = obj.getattr("dtype")?.getattr("str")?.extract()?;
-            let mut d = cai_runtime::cai::Descriptor::new(shape, typestr, ptr, false);
-            d.strides = Some(strides);
-            d.stream = ctx.cupy_stream(obj.py())?;
-            ArrayView::from_descriptor(&d, TypestrOptions::default())?
+            let stream = ctx.cupy_stream(obj.py())?.map(StreamRef::from_cai).transpose()?;
+            ArrayView::new(ptr, &shape, Some(&strides), dtype, false, stream)?
         }
         Known::TorchTensor => {
             // Exactly when torch's own __cuda_array_interface__ would refuse or differ, take
@@ -257,8 +279,12 @@ fn fast_view(obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option
             if !obj.getattr("is_cuda")?.extract::<bool>()? || obj.getattr("requires_grad")?.extract::<bool>()? {
                 return Ok(None);
             }
-            let dtype_name = obj.getattr("dtype")?.str()?.to_string();
-            let Some(dtype) = DType::from_name(dtype_name.trim_start_matches("torch.")) else { return Ok(None) };
+            let dtype_obj = obj.getattr("dtype")?;
+            let dtype = cached_dtype(&dtype_obj, || {
+                let name = dtype_obj.str()?.to_string();
+                Ok(DType::from_name(name.trim_start_matches("torch.")))
+            })?;
+            let Some(dtype) = dtype else { return Ok(None) };
             if matches!(dtype, DType::C64 | DType::C128) && obj.call_method0("is_conj")?.extract::<bool>()? {
                 return Ok(None);
             }

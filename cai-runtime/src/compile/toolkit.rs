@@ -183,9 +183,14 @@ fn find_include_dirs(nvrtc: &Path) -> Vec<PathBuf> {
     for root in cuda_roots() {
         candidates.push(root.join("include"));
     }
-    let mut found: Vec<PathBuf> = candidates.into_iter().filter(|d| d.join("cuda_fp16.h").is_file()).collect();
-    found.dedup();
-    found.truncate(1);
+    let Some(dir) = candidates.into_iter().find(|d| d.join("cuda_fp16.h").is_file()) else { return Vec::new() };
+    // CUDA 13 keeps CCCL (libcu++, needed by cooperative_groups and <cuda/std/...>) in
+    // include/cccl; the pip layout is the same (nvidia-cuda-cccl).
+    let cccl = dir.join("cccl");
+    let mut found = vec![dir];
+    if cccl.is_dir() {
+        found.push(cccl);
+    }
     found
 }
 
