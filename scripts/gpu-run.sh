@@ -17,6 +17,7 @@ fi
 
 status=0
 for t in .gpu/bin/*; do
+    [ "$(basename "$t")" = bench_launch ] && continue
     log="$OUT/rust-$(basename "$t").log"
     "$t" --test-threads=1 --nocapture >"$log" 2>&1 || status=1
     grep -oE "device 0:.*" "$log" >>"$SUMMARY"
@@ -35,10 +36,17 @@ if [ -n "${PYTHONPATH:-}" ]; then
     (cd /tmp && python3 -m caijit demo 2>&1 | tee "$OUT/demo.txt") || status=1
 fi
 
-if [ "${1:-}" = "--bench" ] && [ -n "${PYTHONPATH:-}" ]; then
-    for b in python/benchmarks/bench_*.py; do
-        python3 "$b" 2>&1 | tee "$OUT/$(basename "$b" .py).txt"
-    done
+if [ "${1:-}" = "--bench" ]; then
+    [ -x .gpu/bin/bench_launch ] && .gpu/bin/bench_launch --bench 2>&1 | tee "$OUT/bench_launch_rust.txt"
+    if nvcc -O2 -o /tmp/launch_floor python/benchmarks/launch_floor.cu -lcuda 2>"$OUT/nvcc.log"; then
+        export CAIJIT_LAUNCH_FLOOR=/tmp/launch_floor
+    fi
+    export CAIJIT_BENCH_CHART="$OUT/launch_overhead.png"
+    if [ -n "${PYTHONPATH:-}" ]; then
+        for b in python/benchmarks/bench_*.py; do
+            python3 "$b" 2>&1 | tee "$OUT/$(basename "$b" .py).txt"
+        done
+    fi
 fi
 
 echo "===== summary"; cat "$SUMMARY"

@@ -131,8 +131,11 @@ pub enum Num {
 /// A launch argument.
 #[derive(Clone, Copy, Debug)]
 pub enum Arg<'a> {
-    /// A CAI array (any producer).
+    /// A CAI array (any producer); its device is read from its pointer at launch.
     Array(&'a ArrayView),
+    /// A CAI array whose device the caller already knows (caijit's own arrays, or a
+    /// producer's array object that says so): no pointer query at launch.
+    ArrayOn(&'a ArrayView, usize),
     /// A scalar; `dtype` is its own type when it has one (NumPy scalars), for deduction.
     Scalar { value: Num, dtype: Option<DType> },
     /// The bytes of a struct parameter.
@@ -145,7 +148,7 @@ impl Arg<'_> {
     /// What template deduction sees of this argument.
     pub fn arg_type(&self) -> ArgType {
         match self {
-            Arg::Array(v) => ArgType::Array { dtype: v.dtype(), rank: v.ndim() },
+            Arg::Array(v) | Arg::ArrayOn(v, _) => ArgType::Array { dtype: v.dtype(), rank: v.ndim() },
             Arg::Scalar { dtype: Some(d), .. } => ArgType::TypedScalar(*d),
             Arg::Scalar { dtype: None, .. } => ArgType::UntypedScalar,
             Arg::Bytes(_) | Arg::Pointer(_) => ArgType::Opaque,
@@ -271,6 +274,10 @@ pub fn encode_scalar(value: Num, dtype: DType) -> std::result::Result<Vec<u8>, S
 /// Lay out `args` for `params`: every check that names a parameter happens here.
 fn marshal(params: &[ParamLayout], args: &[Arg<'_>], buf: &mut ParamBuffer) -> Result<()> {
     for (p, a) in params.iter().zip(args) {
+        let a = match a {
+            Arg::ArrayOn(v, _) => &Arg::Array(v),
+            other => other,
+        };
         match (&p.kind, a) {
             (ParamKind::Pointer { dtype, is_const }, Arg::Array(v)) => {
                 check_array(p, v, *dtype, *is_const)?;
@@ -314,7 +321,7 @@ fn marshal(params: &[ParamLayout], args: &[Arg<'_>], buf: &mut ParamBuffer) -> R
             }
             (kind, other) => {
                 let got = match other {
-                    Arg::Array(v) => format!("a {}-d array of {}", v.ndim(), v.dtype()),
+                    Arg::Array(v) | Arg::ArrayOn(v, _) => format!("a {}-d array of {}", v.ndim(), v.dtype()),
                     Arg::Scalar { .. } => "a scalar".into(),
                     Arg::Bytes(b) => format!("{} bytes", b.len()),
                     Arg::Pointer(_) => "a raw pointer (int)".into(),
@@ -350,9 +357,17 @@ impl Kernel {
         let mut producers: Vec<RawStream> = Vec::new();
         let mut common: Option<Option<RawStream>> = None;
         for (p, a) in params.iter().zip(args) {
-            let Arg::Array(v) = a else { continue };
+            let (v, known) = match a {
+                Arg::Array(v) => (*v, None),
+                Arg::ArrayOn(v, device) => (*v, Some(*device as i32)),
+                _ => continue,
+            };
             if !v.is_empty() {
-                match d.pointer_device(v.ptr())? {
+                let device = match known {
+                    Some(o) => Some(o),
+                    None => d.pointer_device(v.ptr())?,
+                };
+                match device {
                     Some(o) if o as usize == ctx.ordinal() => {}
                     Some(o) => {
                         return Err(err(p, format!("the array is on device {o} but the kernel runs on device {}", ctx.ordinal())));

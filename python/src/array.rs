@@ -169,6 +169,8 @@ impl DeviceArray {
 /// A launch argument converted from Python, holding what must stay alive until the launch.
 pub enum PyArg {
     Array(ArrayView),
+    /// An array whose device is known without asking the driver.
+    ArrayOn(ArrayView, usize),
     Scalar(Num, Option<DType>),
     Bytes(Vec<u8>),
 }
@@ -177,6 +179,7 @@ impl PyArg {
     pub fn as_arg(&self) -> Arg<'_> {
         match self {
             PyArg::Array(v) => Arg::Array(v),
+            PyArg::ArrayOn(v, d) => Arg::ArrayOn(v, *d),
             PyArg::Scalar(value, dtype) => Arg::Scalar { value: *value, dtype: *dtype },
             PyArg::Bytes(b) => Arg::Bytes(b),
         }
@@ -257,8 +260,21 @@ fn cached_dtype(dtype_obj: &Bound<'_, PyAny>, read: impl FnOnce() -> PyResult<Op
     Ok(d)
 }
 
-fn fast_view(obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option<ArrayView>> {
-    let view = match classify(obj) {
+/// The device of a CuPy array or PyTorch tensor: 0 on a single-GPU machine, else asked of
+/// the object itself (still cheaper than the driver's pointer query).
+fn object_device(obj: &Bound<'_, PyAny>, known: Known) -> PyCaiResult<usize> {
+    if cai_runtime::runtime::device_count()? <= 1 {
+        return Ok(0);
+    }
+    Ok(match known {
+        Known::CupyArray => obj.getattr("device")?.getattr("id")?.extract()?,
+        _ => obj.call_method0("get_device")?.extract()?,
+    })
+}
+
+fn fast_view(obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option<(ArrayView, usize)>> {
+    let known = classify(obj);
+    let view = match known {
         Known::Other => return Ok(None),
         Known::CupyArray => {
             let dtype_obj = obj.getattr("dtype")?;
@@ -296,16 +312,17 @@ fn fast_view(obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option
             ArrayView::new(ptr, &shape, Some(&strides), dtype, false, None)?
         }
     };
-    Ok(Some(view))
+    Ok(Some((view, object_device(obj, known)?)))
 }
 
 /// Convert argument `index` of a launch.
 pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<PyArg> {
     if let Ok(a) = obj.cast::<DeviceArray>() {
-        return Ok(PyArg::Array(a.get().inner.view()));
+        let inner = &a.get().inner;
+        return Ok(PyArg::ArrayOn(inner.view(), inner.context().ordinal()));
     }
-    if let Some(v) = fast_view(obj, ctx)? {
-        return Ok(PyArg::Array(v));
+    if let Some((v, device)) = fast_view(obj, ctx)? {
+        return Ok(PyArg::ArrayOn(v, device));
     }
     if let Ok(i) = obj.cast::<Interface>() {
         return Ok(PyArg::Array(i.get().view.clone()));
@@ -385,7 +402,7 @@ fn is_cpu_dlpack(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
 #[pyfunction]
 pub fn launch_view(obj: &Bound<'_, PyAny>) -> PyCaiResult<Interface> {
     match arg_from_py(0, obj, &mut ArgContext::default())? {
-        PyArg::Array(view) => {
+        PyArg::Array(view) | PyArg::ArrayOn(view, _) => {
             let typestr = view.dtype().typestr().to_string();
             Ok(Interface::from_view(view, typestr))
         }

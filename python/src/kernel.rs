@@ -140,12 +140,14 @@ fn launch_device(args: &[PyArg]) -> PyCaiResult<usize> {
         return Ok(0);
     }
     for a in args {
-        if let PyArg::Array(v) = a {
-            if !v.is_empty() {
+        match a {
+            PyArg::ArrayOn(v, d) if !v.is_empty() => return Ok(*d),
+            PyArg::Array(v) if !v.is_empty() => {
                 if let Some(d) = rt::pointer_device(v.ptr())? {
                     return Ok(d);
                 }
             }
+            _ => {}
         }
     }
     Ok(0)
@@ -167,11 +169,12 @@ fn launch_now(
     let types: Vec<ArgType> = launch_args.iter().map(Arg::arg_type).collect();
     let device = launch_device(&converted)?;
     let k = kernel.resolve(py, device, &types)?;
-    match (config, forall) {
-        (Some(cfg), _) => k.launch(&cfg, &launch_args, stream, sync)?,
-        (None, Some(n)) => k.forall(n, &launch_args, stream, sync)?,
-        (None, None) => return Err(PyCaiError::argument(SYNTAX)),
-    };
+    // The GIL is released while the driver enqueues: other Python threads keep running.
+    py.detach(|| match (config, forall) {
+        (Some(cfg), _) => k.launch(&cfg, &launch_args, stream, sync),
+        (None, Some(n)) => k.forall(n, &launch_args, stream, sync),
+        (None, None) => Err(Error::Argument(SYNTAX.into())),
+    })?;
     Ok(())
 }
 

@@ -341,3 +341,74 @@ def test_cooperative_and_cluster_launches() -> None:
     np.testing.assert_array_equal(ranks.copy_to_host(), np.tile(np.arange(4), 4))
     with pytest.raises(caijit.ArgumentError, match="divide the grid"):
         m["cluster_rank"].launch(ranks, grid=15, block=32, cluster=4)
+
+
+ORDER = r"""
+// Spins ~`cycles`, then copies x into y: a slow consumer.
+extern "C" __global__ void slow_copy(const float* x, float* y, long long n, long long cycles) {
+    if (threadIdx.x == 0) { long long t0 = clock64(); while (clock64() - t0 < cycles) {} }
+    __syncthreads();
+    for (long long i = threadIdx.x; i < n; i += blockDim.x) y[i] = x[i];
+}
+extern "C" __global__ void fill(float* y, float v, long long n) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) y[i] = v;
+}
+// Uses `n` floats of dynamic shared memory: y = reverse(x) through shared memory.
+extern "C" __global__ void smem_reverse(const float* x, float* y, int n) {
+    extern __shared__ float buf[];
+    for (int i = threadIdx.x; i < n; i += blockDim.x) buf[i] = x[i];
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = buf[n - 1 - i];
+}
+"""
+
+
+@pytest.mark.skipif(not has("cupy"), reason="CuPy is not installed")
+def test_reverse_edge_protects_the_input_and_no_host_sync() -> None:
+    import time
+
+    import cupy
+
+    m = caijit.module(ORDER)
+    n = 1 << 14
+    producer = cupy.cuda.Stream(non_blocking=True)
+    with producer:
+        x = cupy.full(n, 3.0, cupy.float32)  # written on the producer stream
+    y = caijit.zeros(n)
+    launch_stream = caijit.Stream()
+    with producer:  # CuPy exports its current stream: the producer
+        t0 = time.perf_counter()
+        m["slow_copy"][1, 256, launch_stream](x, y, n, 200_000_000)  # ~100 ms on the GPU
+        returned_after = time.perf_counter() - t0
+        x.fill(11.0)  # the producer's next kernel overwrites x: it must wait for slow_copy
+    assert not cupy.cuda.ExternalStream(launch_stream.handle).done, "the launch returned before the kernel finished"
+    assert returned_after < 0.05, f"launching took {returned_after * 1e3:.1f} ms: something synchronised"
+    assert (y.copy_to_host() == 3.0).all(), "the producer overwrote x before the caijit kernel read it"
+    assert caijit.stats()["host_syncs"] == 0
+
+
+def test_sync_disabled_skips_the_protocol() -> None:
+    m = caijit.module(ORDER)
+    a, b = caijit.Stream(), caijit.Stream()
+    x = caijit.zeros(1024, stream=a)
+    before = caijit.stats()
+    m["fill"].launch(x, 1.0, 1024, grid=4, block=256, stream=b, sync=False)
+    after = caijit.stats()
+    assert (after["waits"], after["reverse_waits"]) == (before["waits"], before["reverse_waits"])
+    m["fill"].launch(x, 2.0, 1024, grid=4, block=256, stream=b)
+    again = caijit.stats()
+    assert (again["waits"] - after["waits"], again["reverse_waits"] - after["reverse_waits"]) == (1, 1)
+    assert (x.copy_to_host() == 2.0).all()
+
+
+def test_dynamic_shared_memory_above_48k() -> None:
+    k = caijit.module(ORDER)["smem_reverse"]
+    n = 40_000  # 160 KB of shared memory
+    x_h = rng.standard_normal(n).astype(np.float32)
+    x, y = caijit.to_device(x_h), caijit.to_device(np.full(n, np.nan, np.float32))
+    with pytest.raises(caijit.ArgumentError, match="dynamic shared memory"):
+        k[1, 1024, None, n * 4](x, y, n)
+    k.max_dynamic_shared_size_bytes = n * 4
+    assert k.max_dynamic_shared_size_bytes == n * 4
+    k[1, 1024, None, n * 4](x, y, n)
+    np.testing.assert_array_equal(y.copy_to_host(), x_h[::-1])

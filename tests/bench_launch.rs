@@ -1,0 +1,132 @@
+//! Per-launch host cost of a 3-array + 1-scalar launch through caijit (no foreign
+//! streams; one; three) beside a raw cudarc launch of the same CUBIN, in one run.
+//!
+//! `cargo test --test bench_launch` only checks that it can run; on a GPU machine run the
+//! binary with `--bench` (scripts/gpu-run.sh --bench does).
+//!
+//! host µs = median over 100 batches of 200 launches without synchronising;
+//! sustained µs = 20,000 launches then one synchronisation.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use cai_runtime::cai::{ArrayView, DType};
+use cai_runtime::compile::{Image, Program};
+use cai_runtime::launch::{Arg, LaunchConfig, Num};
+use cai_runtime::runtime::{Context, Stream};
+use cai_runtime::stats::stats;
+
+const SRC: &str = r#"extern "C" __global__ void empty3(const float* a, const float* b, float* c, int n) {}"#;
+const N: usize = 1 << 10;
+
+fn measure(mut launch: impl FnMut(), sync: impl Fn()) -> (f64, f64) {
+    for _ in 0..2000 {
+        launch();
+    }
+    sync();
+    let mut batches = Vec::with_capacity(100);
+    for _ in 0..100 {
+        let t0 = Instant::now();
+        for _ in 0..200 {
+            launch();
+        }
+        batches.push(t0.elapsed().as_secs_f64() / 200.0);
+        sync();
+    }
+    let t0 = Instant::now();
+    for _ in 0..20_000 {
+        launch();
+    }
+    sync();
+    let sustained = t0.elapsed().as_secs_f64() / 20_000.0;
+    batches.sort_by(|a, b| a.total_cmp(b));
+    (batches[50] * 1e6, sustained * 1e6)
+}
+
+fn main() {
+    let bench = std::env::args().any(|a| a == "--bench");
+    let ctx = match Context::new(0) {
+        Ok(c) => c,
+        Err(e) => {
+            if caijit_integration::require_gpu() {
+                panic!("CAIJIT_REQUIRE_GPU=1 but no CUDA device: {e}");
+            }
+            println!("SKIPPED: bench_launch needs a CUDA device: {e}");
+            return;
+        }
+    };
+    if !bench {
+        println!("bench_launch: pass --bench to measure");
+        return;
+    }
+    let module = ctx.compile(&Program::new(SRC)).unwrap();
+    let k = module.kernel("empty3").unwrap();
+    let home = Arc::new(Stream::new(&ctx).unwrap());
+    let foreign: Vec<Stream> = (0..3).map(|_| Stream::new(&ctx).unwrap()).collect();
+    let bufs: Vec<_> = (0..3).map(|_| cai_runtime::array::DeviceArray::zeros(&ctx, &[N], DType::F32, &home).unwrap()).collect();
+    home.synchronize().unwrap();
+    let view = |i: usize, s: &Stream| ArrayView::contiguous(bufs[i].ptr(), &[N], DType::F32, false).unwrap().with_stream(Some(s.stream_ref()));
+    let n = Arg::Scalar { value: Num::Int(N as i128), dtype: None };
+    let cfg = LaunchConfig::new([1, 1, 1], [128, 1, 1]);
+    let sync_all = || {
+        home.synchronize().unwrap();
+        for f in &foreign {
+            f.synchronize().unwrap();
+        }
+    };
+    let mut rows = Vec::new();
+
+    let same = [view(0, &home), view(1, &home), view(2, &home)];
+    let args = [Arg::Array(&same[0]), Arg::Array(&same[1]), Arg::Array(&same[2]), n];
+    rows.push(("caijit, no foreign stream", measure(|| { k.launch(&cfg, &args, Some(&home), true).unwrap(); }, sync_all)));
+
+    let one = [view(0, &home), view(1, &home), view(2, &foreign[0])];
+    let args = [Arg::Array(&one[0]), Arg::Array(&one[1]), Arg::Array(&one[2]), n];
+    rows.push(("caijit, one foreign stream", measure(|| { k.launch(&cfg, &args, Some(&home), true).unwrap(); }, sync_all)));
+
+    let three = [view(0, &foreign[0]), view(1, &foreign[1]), view(2, &foreign[2])];
+    let args = [Arg::Array(&three[0]), Arg::Array(&three[1]), Arg::Array(&three[2]), n];
+    rows.push(("caijit, three foreign streams", measure(|| { k.launch(&cfg, &args, Some(&home), true).unwrap(); }, sync_all)));
+
+    // Raw cudarc: the same CUBIN, cudarc's own slices and stream, event tracking off.
+    let cubin = match &module.compiled().image {
+        Image::Cubin(b) => b.clone(),
+        Image::Ptx(p) => p.clone().into_bytes(),
+    };
+    let cctx = cudarc::driver::CudaContext::new(0).unwrap();
+    // SAFETY: single-stream use below; no slice is shared across streams.
+    unsafe { cctx.disable_event_tracking() };
+    let cstream = cctx.new_stream().unwrap();
+    let cmod = cctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).unwrap();
+    let f = cmod.load_function("empty3").unwrap();
+    let (a, b, mut c) = (
+        cstream.alloc_zeros::<f32>(N).unwrap(),
+        cstream.alloc_zeros::<f32>(N).unwrap(),
+        cstream.alloc_zeros::<f32>(N).unwrap(),
+    );
+    let nn = N as i32;
+    let ccfg = cudarc::driver::LaunchConfig { grid_dim: (1, 1, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
+    rows.push((
+        "raw cudarc launch_builder",
+        measure(
+            || {
+                use cudarc::driver::PushKernelArg;
+                let mut l = cstream.launch_builder(&f);
+                l.arg(&a).arg(&b).arg(&mut c).arg(&nn);
+                // SAFETY: empty3 takes three float pointers and an int, matching the args.
+                unsafe { l.launch(ccfg) }.unwrap();
+            },
+            || cstream.synchronize().unwrap(),
+        ),
+    ));
+
+    let base = rows.iter().find(|r| r.0.starts_with("raw")).unwrap().1 .0;
+    println!("\n## Rust launch cost, 3 arrays + 1 int, empty kernel ({})", ctx.name());
+    println!("| path | host µs | sustained µs | host vs raw cudarc |");
+    println!("|---|---|---|---|");
+    for (name, (host, sus)) in &rows {
+        println!("| {name} | {host:.2} | {sus:.2} | {:.2}x |", host / base);
+    }
+    let s = stats();
+    println!("\ncounters: launches={} waits={} reverse_waits={} host_syncs={} events_created={}", s.launches, s.waits, s.reverse_waits, s.host_syncs, s.events_created);
+}
