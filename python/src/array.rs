@@ -7,6 +7,7 @@ use cai_runtime::cai::{ArrayView, DType, StreamRef, TypestrOptions};
 use cai_runtime::launch::{Arg, Num};
 use cai_runtime::runtime::{Context, Stream as RtStream};
 use pyo3::prelude::*;
+use pyo3::intern;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyBytes, PyComplex, PyDict, PyFloat, PyInt, PyTuple};
 
@@ -239,7 +240,7 @@ impl ArgContext {
         let f = CURRENT.get_or_try_init(py, || -> PyResult<_> {
             Ok(py.import("cupy.cuda")?.getattr("get_current_stream")?.unbind())
         })?;
-        let ptr: u64 = f.bind(py).call0()?.getattr("ptr")?.extract()?;
+        let ptr: u64 = f.bind(py).call0()?.getattr(intern!(py, "ptr"))?.extract()?;
         let s = Some(if ptr == 0 { 1 } else { ptr });
         self.cupy_stream = Some(s);
         Ok(s)
@@ -267,47 +268,48 @@ fn object_device(obj: &Bound<'_, PyAny>, known: Known) -> PyCaiResult<usize> {
         return Ok(0);
     }
     Ok(match known {
-        Known::CupyArray => obj.getattr("device")?.getattr("id")?.extract()?,
-        _ => obj.call_method0("get_device")?.extract()?,
+        Known::CupyArray => obj.getattr(intern!(obj.py(), "device"))?.getattr(intern!(obj.py(), "id"))?.extract()?,
+        _ => obj.call_method0(intern!(obj.py(), "get_device"))?.extract()?,
     })
 }
 
 fn fast_view(obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option<(ArrayView, usize)>> {
+    let py = obj.py();
     let known = classify(obj);
     let view = match known {
         Known::Other => return Ok(None),
         Known::CupyArray => {
-            let dtype_obj = obj.getattr("dtype")?;
+            let dtype_obj = obj.getattr(intern!(py, "dtype"))?;
             let dtype = cached_dtype(&dtype_obj, || {
-                let typestr: String = dtype_obj.getattr("str")?.extract()?;
+                let typestr: String = dtype_obj.getattr(intern!(py, "str"))?.extract()?;
                 Ok(DType::from_typestr(&typestr).ok())
             })?;
             let Some(dtype) = dtype else { return Ok(None) };
-            let ptr: u64 = obj.getattr("data")?.getattr("ptr")?.extract()?;
-            let shape: Vec<usize> = obj.getattr("shape")?.extract()?;
-            let strides: Vec<i64> = obj.getattr("strides")?.extract()?;
+            let ptr: u64 = obj.getattr(intern!(py, "data"))?.getattr(intern!(py, "ptr"))?.extract()?;
+            let shape: Vec<usize> = obj.getattr(intern!(py, "shape"))?.extract()?;
+            let strides: Vec<i64> = obj.getattr(intern!(py, "strides"))?.extract()?;
             let stream = ctx.cupy_stream(obj.py())?.map(StreamRef::from_cai).transpose()?;
             ArrayView::new(ptr, &shape, Some(&strides), dtype, false, stream)?
         }
         Known::TorchTensor => {
             // Exactly when torch's own __cuda_array_interface__ would refuse or differ, take
             // the generic path (it raises torch's own error).
-            if !obj.getattr("is_cuda")?.extract::<bool>()? || obj.getattr("requires_grad")?.extract::<bool>()? {
+            if !obj.getattr(intern!(py, "is_cuda"))?.extract::<bool>()? || obj.getattr(intern!(py, "requires_grad"))?.extract::<bool>()? {
                 return Ok(None);
             }
-            let dtype_obj = obj.getattr("dtype")?;
+            let dtype_obj = obj.getattr(intern!(py, "dtype"))?;
             let dtype = cached_dtype(&dtype_obj, || {
                 let name = dtype_obj.str()?.to_string();
                 Ok(DType::from_name(name.trim_start_matches("torch.")))
             })?;
             let Some(dtype) = dtype else { return Ok(None) };
-            if matches!(dtype, DType::C64 | DType::C128) && obj.call_method0("is_conj")?.extract::<bool>()? {
+            if matches!(dtype, DType::C64 | DType::C128) && obj.call_method0(intern!(py, "is_conj"))?.extract::<bool>()? {
                 return Ok(None);
             }
-            let ptr: u64 = obj.call_method0("data_ptr")?.extract()?;
-            let shape: Vec<usize> = obj.getattr("shape")?.extract()?;
+            let ptr: u64 = obj.call_method0(intern!(py, "data_ptr"))?.extract()?;
+            let shape: Vec<usize> = obj.getattr(intern!(py, "shape"))?.extract()?;
             let item = dtype.itemsize() as i64;
-            let strides: Vec<i64> = obj.call_method0("stride")?.extract::<Vec<i64>>()?.into_iter().map(|s| s * item).collect();
+            let strides: Vec<i64> = obj.call_method0(intern!(py, "stride"))?.extract::<Vec<i64>>()?.into_iter().map(|s| s * item).collect();
             let ptr = if shape.contains(&0) { 0 } else { ptr };
             ArrayView::new(ptr, &shape, Some(&strides), dtype, false, None)?
         }
@@ -343,7 +345,7 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
     if let Ok(b) = obj.cast::<PyBytes>() {
         return Ok(PyArg::Bytes(b.as_bytes().to_vec()));
     }
-    match obj.getattr("__cuda_array_interface__") {
+    match obj.getattr(intern!(obj.py(), "__cuda_array_interface__")) {
         Ok(cai) => {
             let dict = cai.cast_into::<PyDict>().map_err(|e| {
                 PyCaiError::Cai(cai_runtime::Error::Interface(cai_runtime::cai::InterfaceError::NotADict {
