@@ -50,6 +50,7 @@ pub struct Context {
     ctx: Ctx,
     name: String,
     capability: (i32, i32),
+    sm_count: usize,
     events: Mutex<Vec<RawEvent>>,
     modules: Mutex<HashMap<String, Arc<Module>>>,
 }
@@ -74,6 +75,7 @@ impl Context {
             ctx,
             name: drv.device_name(o)?,
             capability: drv.compute_capability(o)?,
+            sm_count: drv.sm_count(o)? as usize,
             events: Mutex::new(Vec::new()),
             modules: Mutex::new(HashMap::new()),
         });
@@ -89,6 +91,10 @@ impl Context {
     }
     pub fn compute_capability(&self) -> (i32, i32) {
         self.capability
+    }
+    /// Number of streaming multiprocessors.
+    pub fn sm_count(&self) -> usize {
+        self.sm_count
     }
     pub fn arch(&self) -> Arch {
         Arch::from_capability(self.capability.0, self.capability.1)

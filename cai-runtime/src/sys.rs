@@ -202,6 +202,10 @@ impl Driver {
         Ok(v)
     }
 
+    pub fn sm_count(&self, ordinal: i32) -> Result<i32, DriverError> {
+        self.device_attribute(ordinal, cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+    }
+
     pub fn compute_capability(&self, ordinal: i32) -> Result<(i32, i32), DriverError> {
         use cu::CUdevice_attribute::*;
         Ok((

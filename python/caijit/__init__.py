@@ -45,6 +45,7 @@ __all__ = [
     "stats",
     "device_count",
     "include_dir",
+    "ops",
     "CaijitError",
     "InterfaceError",
     "ArgumentError",
@@ -199,3 +200,6 @@ def stats() -> dict[str, int]:
 def device_count() -> int:
     """Number of CUDA devices; raises :class:`CudaNotAvailable` without a driver."""
     return _native.device_count()
+
+
+from . import ops  # noqa: E402  (ops builds on the names above)

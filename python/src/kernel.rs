@@ -277,7 +277,13 @@ impl Kernel {
     /// An explicit instance: `k.specialize("axpy<float>")` or `k.specialize("float")`.
     fn specialize(&self, args: &str) -> PyCaiResult<Kernel> {
         let base = self.name.split('<').next().unwrap_or(&self.name).trim();
-        let expr = if args.contains('<') { args.to_string() } else { format!("{base}<{args}>") };
+        let args = args.trim();
+        let full = args.strip_prefix(base).is_some_and(|rest| rest.trim_start().starts_with('<'));
+        let expr = match (full, args.ends_with('>')) {
+            (true, _) => args.to_string(),
+            (false, true) => format!("{base}<{args} >"),
+            (false, false) => format!("{base}<{args}>"),
+        };
         Kernel::new(self.program.clone(), Some(expr))
     }
 

@@ -83,6 +83,23 @@ fn cache_clear() -> PyResult<usize> {
     }
 }
 
+/// The source of a kernel-library file (`kernels/ops/<name>.cu`), embedded in the wheel.
+#[pyfunction]
+fn op_source(name: &str) -> PyResult<&'static str> {
+    cai_runtime::compile::OPS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, s)| *s)
+        .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(name.to_string()))
+}
+
+/// Number of streaming multiprocessors of a device.
+#[pyfunction]
+#[pyo3(signature = (device = 0))]
+fn sm_count(device: usize) -> PyCaiResult<usize> {
+    Ok(cai_runtime::runtime::Context::new(device)?.sm_count())
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<interface::Interface>()?;
@@ -96,6 +113,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(kernel::compile_program, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::declarations, m)?)?;
     m.add_function(wrap_pyfunction!(stats, m)?)?;
+    m.add_function(wrap_pyfunction!(op_source, m)?)?;
+    m.add_function(wrap_pyfunction!(sm_count, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(device_info, m)?)?;
     m.add_function(wrap_pyfunction!(driver_version, m)?)?;

@@ -34,7 +34,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use sha2::{Digest, Sha256};
 
 pub use cache::DiskCache;
-pub use headers::HEADERS;
+pub use headers::{HEADERS, OPS};
 pub use toolkit::{add_site_dirs, toolkit, Toolkit};
 
 use crate::signature::{self, KernelDecl, ParamLayout};

@@ -11,3 +11,4 @@
 #include <caijit/array.cuh>
 #include <caijit/complex.cuh>
 #include <caijit/grid.cuh>
+#include <caijit/vec.cuh>

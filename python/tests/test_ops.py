@@ -1,0 +1,187 @@
+"""The kernel library: every op compiles for every dtype it supports (CPU, real NVRTC), and
+matches NumPy (float64 reference) on the GPU, contiguous and strided inputs alike."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import caijit
+import caijit.ops as ops
+
+REAL = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "bfloat16", "float32", "float64"]
+FLOATS = ["float16", "bfloat16", "float32", "float64"]
+
+
+def cpp(name: str) -> str:
+    return ops.CPP_TYPES[name]
+
+
+@pytest.mark.parametrize("dtype", REAL + ["complex64", "complex128"])
+def test_elementwise_compiles_for_every_dtype(dtype: str) -> None:
+    m = caijit.module(caijit._native.op_source("elementwise"))
+    for k in ("axpy", "scale", "fill"):
+        m[k].specialize(cpp(dtype)).compile(arch="sm_90")
+    if not dtype.startswith("complex"):
+        m["binary_contiguous"].specialize(cpp(dtype)).compile(arch="sm_90")
+        m["binary_broadcast"].specialize(f"{cpp(dtype)}, 3").compile(arch="sm_90")
+        m["cast"].specialize(f"{cpp(dtype)}, float").compile(arch="sm_90")
+        m["cast"].specialize(f"__half, {cpp(dtype)}").compile(arch="sm_90")
+
+
+@pytest.mark.parametrize("dtype", REAL)
+def test_reductions_copy_transpose_softmax_compile(dtype: str) -> None:
+    acc = {"float16": "float", "bfloat16": "float"}.get(dtype, cpp(dtype))
+    r = caijit.module(caijit._native.op_source("reduce"))
+    r["reduce_partial"].specialize(f"{cpp(dtype)}, {acc}").compile(arch="sm_90")
+    r["reduce_final"].specialize(f"{acc}, {cpp(dtype)}").compile(arch="sm_90")
+    r["reduce_rows"].specialize(f"{cpp(dtype)}, {acc}").compile(arch="sm_90")
+    caijit.module(caijit._native.op_source("strided_copy"))["strided_copy"].specialize(f"{cpp(dtype)}, 4").compile(arch="sm_80")
+    caijit.module(caijit._native.op_source("transpose"))["transpose"].specialize(cpp(dtype)).compile(arch="sm_90")
+    if dtype in FLOATS:
+        caijit.module(caijit._native.op_source("softmax"))["softmax_rows"].specialize(cpp(dtype)).compile(arch="sm_90")
+
+
+# ---------------------------------------------------------------------------- GPU
+
+rng = np.random.default_rng()
+TOL = {"float16": 2e-3, "bfloat16": 2e-2, "float32": 1e-5, "float64": 1e-12}
+
+
+def rand(shape: Any, dtype: str) -> np.ndarray:
+    if dtype.startswith(("int", "uint")):
+        info = np.iinfo(dtype)
+        return rng.integers(max(info.min, -100), min(info.max, 100), shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def host(a: Any) -> np.ndarray:
+    return a.copy_to_host()
+
+
+def close(got: np.ndarray, want: np.ndarray, dtype: str, scale: float = 1.0) -> None:
+    if dtype in TOL:
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=TOL[dtype] * scale, atol=TOL[dtype] * scale)
+    else:
+        np.testing.assert_array_equal(got, want.astype(got.dtype))
+
+
+gpu = pytest.mark.gpu
+NP_REAL = [d for d in REAL if d != "bfloat16"]
+
+
+@gpu
+@pytest.mark.parametrize("dtype", NP_REAL)
+def test_axpy_scale_fill(dtype: str) -> None:
+    n = 100_003
+    x_h, y_h = rand(n, dtype), rand(n, dtype)
+    x, y = caijit.to_device(x_h), caijit.to_device(y_h)
+    a = 3
+    close(host(ops.axpy(a, x, y)), a * x_h.astype(np.float64) + y_h, dtype, 4)
+    close(host(ops.scale(x, 2)), 2 * x_h.astype(np.float64), dtype)
+    out = caijit.empty(n, dtype)
+    ops.fill(out, 7)
+    assert (host(out) == 7).all()
+    # Misaligned start (offset by one element): the scalar path.
+    xs = caijit.parse_interface({**x.__cuda_array_interface__, "shape": (n - 1,), "data": (x.ptr + x_h.itemsize, False)})
+    ys = caijit.parse_interface({**y.__cuda_array_interface__, "shape": (n - 1,), "data": (y.ptr + y_h.itemsize, False)})
+    close(host(ops.axpy(a, xs, ys)), a * x_h[1:].astype(np.float64) + y_h[1:], dtype, 4)
+
+
+@gpu
+@pytest.mark.parametrize("src,dst", [("float32", "float16"), ("float16", "float64"), ("int32", "float32"), ("float64", "int64"), ("uint8", "int16")])
+def test_cast(src: str, dst: str) -> None:
+    x_h = rand((257, 3), src)
+    got = host(ops.cast(caijit.to_device(x_h), dst))
+    np.testing.assert_array_equal(got, x_h.astype(dst))
+
+
+@gpu
+@pytest.mark.parametrize("op", ["add", "subtract", "multiply", "maximum", "minimum", "divide"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "float16"])
+def test_binary_with_broadcasting(op: str, dtype: str) -> None:
+    a_h, b_h = rand((64, 1, 33), dtype), rand((5, 33), dtype)
+    if op == "divide":
+        b_h = np.where(b_h == 0, 1, b_h).astype(dtype)
+    ref = getattr(np, op)(a_h.astype(np.float64), b_h.astype(np.float64))
+    if op == "divide" and dtype.startswith("int"):
+        ref = np.trunc(ref)
+    close(host(getattr(ops, op)(caijit.to_device(a_h), caijit.to_device(b_h))), ref, dtype, 4)
+    same = caijit.to_device(rand((64, 5, 33), dtype))
+    ref2 = getattr(np, op)(host(same).astype(np.float64), host(same).astype(np.float64))
+    close(host(getattr(ops, op)(same, same)), ref2, dtype, 4)
+
+
+def views(h: np.ndarray) -> list[tuple[str, np.ndarray, caijit.Interface]]:
+    d = caijit.to_device(h)
+    base = d.__cuda_array_interface__
+    out = [("contiguous", h, caijit.parse_interface(base))]
+    keep.append(d)
+    for label, v in [("transpose", h.T), ("reversed", h[::-1]), ("step slice", h[:, ::3]), ("broadcast", np.broadcast_to(h[:1], h.shape))]:
+        offset = (v.__array_interface__["data"][0] - h.__array_interface__["data"][0])
+        out.append((label, v, caijit.parse_interface({**base, "shape": v.shape, "strides": v.strides, "data": (d.ptr + offset, False)})))
+    return out
+
+
+keep: list[Any] = []
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["int8", "float16", "float32", "float64", "uint64"])
+def test_ascontiguous_every_view(dtype: str) -> None:
+    h = rand((37, 41), dtype)
+    for label, want, v in views(h):
+        np.testing.assert_array_equal(host(ops.ascontiguous(v)), want, err_msg=label)
+    h4 = rand((3, 4, 5, 6), dtype)
+    d = caijit.to_device(h4)
+    t = h4.transpose(2, 0, 3, 1)
+    v = caijit.parse_interface({**d.__cuda_array_interface__, "shape": t.shape, "strides": t.strides})
+    np.testing.assert_array_equal(host(ops.ascontiguous(v)), t)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int32", "uint8", "int64"])
+def test_reductions(dtype: str) -> None:
+    h = rand((300, 1001), dtype)
+    d = caijit.to_device(h)
+    close(host(ops.sum(d)), np.sum(h.astype(np.float64)), dtype, 100)
+    close(host(ops.max(d)), np.max(h.astype(np.float64)), dtype)
+    close(host(ops.sum(d, axis=-1)), np.sum(h.astype(np.float64), axis=-1), dtype, 30)
+    close(host(ops.max(d, axis=-1)), np.max(h.astype(np.float64), axis=-1), dtype)
+    # Strided input: made contiguous first.
+    for label, want, v in views(h)[1:3]:
+        close(host(ops.sum(v, axis=-1)), np.sum(want.astype(np.float64), axis=-1), dtype, 30)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int16", "float16"])
+def test_transpose(dtype: str) -> None:
+    for shape in [(1, 1), (33, 65), (1000, 3), (512, 512)]:
+        h = rand(shape, dtype)
+        np.testing.assert_array_equal(host(ops.transpose(caijit.to_device(h))), h.T)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_softmax(dtype: str) -> None:
+    for shape in [(7, 1), (100, 1000), (3, 5000), (2, 3, 65)]:
+        h = (rand(shape, dtype) * 10).astype(dtype)
+        x = h.astype(np.float64)
+        e = np.exp(x - x.max(axis=-1, keepdims=True))
+        close(host(ops.softmax(caijit.to_device(h))), e / e.sum(axis=-1, keepdims=True), dtype, 10)
+
+
+@gpu
+def test_ops_accept_foreign_arrays_and_out() -> None:
+    torch = pytest.importorskip("torch")
+    x = torch.randn(1000, device="cuda")
+    y = torch.randn(1000, device="cuda")
+    want = 2 * x + y
+    ops.axpy(2.0, x, y, out=y)  # in place, into a PyTorch tensor
+    torch.testing.assert_close(y, want)
+    with pytest.raises(caijit.ArgumentError, match="out must be"):
+        ops.scale(x, 2.0, out=torch.empty(999, device="cuda"))
+    t = torch.randn(64, 48, device="cuda").t()
+    torch.testing.assert_close(torch.as_tensor(ops.ascontiguous(t), device="cuda"), t.contiguous())
