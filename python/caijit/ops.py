@@ -12,6 +12,7 @@ Launches follow caijit's stream protocol, so foreign producers are ordered corre
 
 from __future__ import annotations
 
+import builtins
 import functools
 from typing import Any, Optional, Sequence
 
@@ -47,8 +48,12 @@ def _blocks_cap(device: int) -> int:
     return _native.sm_count(device) * 16
 
 
+# This module defines `sum` and `max` (the ops); the builtins are used by these names.
+_builtin_max = builtins.max
+
+
 def _grid(work: int, device: int = 0) -> int:
-    return max(1, min(-(-work // _BLOCK), _blocks_cap(device)))
+    return _builtin_max(1, min(-(-work // _BLOCK), _blocks_cap(device)))
 
 
 def _view(x: Any) -> caijit.Interface:
@@ -198,7 +203,7 @@ def ascontiguous(x: Any, *, out: Any = None, stream: Any = None) -> Any:
         xv = caijit.parse_interface({**xv.__cuda_array_interface__, "shape": (1,), "strides": (xv.itemsize,)})
     cols = xv.shape[-1]
     rows = xv.size // cols
-    block = min(_BLOCK, max(32, -(-cols // 32) * 32))
+    block = min(_BLOCK, _builtin_max(32, -(-cols // 32) * 32))
     _module("strided_copy")["strided_copy"][min(rows, 65535 * 32), block, stream](xv, out)
     return out
 
@@ -231,7 +236,7 @@ def _reduce(name: str, opcode: int, x: Any, axis: Optional[int], out: Any, strea
     out = _new(xv.shape[:-1], dt, stream) if out is None else out
     _check_out(out, xv.shape[:-1], dt)
     k = m["reduce_rows"].specialize(f"{CPP_TYPES[dt]}, {CPP_TYPES[acc]}")
-    k[min(rows, 65535 * 16), min(1024, max(32, -(-cols // 32) * 32)), stream](x, out, rows, cols, opcode)
+    k[min(rows, 65535 * 16), min(1024, _builtin_max(32, -(-cols // 32) * 32)), stream](x, out, rows, cols, opcode)
     return out
 
 
@@ -261,7 +266,7 @@ def transpose(x: Any, *, out: Any = None, stream: Any = None) -> Any:
 
 
 def max_blocks(n: int) -> int:
-    return max(1, min(n, 65535 * 32))
+    return _builtin_max(1, min(n, 65535 * 32))
 
 
 def softmax(x: Any, *, out: Any = None, stream: Any = None) -> Any:
@@ -275,6 +280,6 @@ def softmax(x: Any, *, out: Any = None, stream: Any = None) -> Any:
     out = _new(xv.shape, xv.dtype, stream) if out is None else out
     _check_out(out, xv.shape, xv.dtype)
     if rows:
-        block = min(1024, max(32, -(-cols // 4 // 32) * 32))
+        block = min(1024, _builtin_max(32, -(-cols // 4 // 32) * 32))
         _module("softmax")["softmax_rows"][max_blocks(rows), block, stream](x, out, rows, cols)
     return out

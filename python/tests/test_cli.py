@@ -32,8 +32,8 @@ def test_compile_prints_layouts() -> None:
     r = run("compile", path, "--arch", "sm_80", "--instantiate", "axpy<double>", "--name", "axpy<double>", "--json")
     assert r.returncode == 0, r.stderr
     (k,) = json.loads(r.stdout)
-    assert k["demangled"] == "void axpy<double>(double, double const*, double*, long long)"
-    assert [p["offset"] for p in k["params"]] == [0, 8, 16, 24]
+    assert k["demangled"] == "void axpy<double>(double, double const*, double const*, double*, long long)"
+    assert [p["offset"] for p in k["params"]] == [0, 8, 16, 24, 32]
     assert k["arch"] == "sm_80" and k["image"] == "cubin"
 
 
