@@ -80,6 +80,9 @@ fn main() {
     let args = [Arg::Array(&same[0]), Arg::Array(&same[1]), Arg::Array(&same[2]), n];
     rows.push(("caijit, no foreign stream", measure(|| { k.launch(&cfg, &args, Some(&home), true).unwrap(); }, sync_all)));
 
+    let args = [Arg::ArrayOn(&same[0], 0), Arg::ArrayOn(&same[1], 0), Arg::ArrayOn(&same[2], 0), n];
+    rows.push(("caijit, no foreign stream, device known", measure(|| { k.launch(&cfg, &args, Some(&home), true).unwrap(); }, sync_all)));
+
     let one = [view(0, &home), view(1, &home), view(2, &foreign[0])];
     let args = [Arg::Array(&one[0]), Arg::Array(&one[1]), Arg::Array(&one[2]), n];
     rows.push(("caijit, one foreign stream", measure(|| { k.launch(&cfg, &args, Some(&home), true).unwrap(); }, sync_all)));

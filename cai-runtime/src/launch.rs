@@ -161,26 +161,30 @@ fn sync_enabled_by_env() -> bool {
     *S.get_or_init(|| std::env::var("CAIJIT_CAI_SYNC").map_or(true, |v| v != "0"))
 }
 
-/// A parameter buffer whose parameter offsets are 16-byte aligned in host memory.
+/// A parameter buffer, 16-byte aligned; on the stack for the usual sizes (≤ 512 bytes).
 struct ParamBuffer {
-    bytes: Vec<u8>,
-    base: usize,
+    inline: [u128; 32],
+    heap: Vec<u128>,
 }
 
 impl ParamBuffer {
     fn new(size: usize) -> Self {
-        let bytes = vec![0u8; size + 16];
-        let base = bytes.as_ptr().align_offset(16);
-        ParamBuffer { bytes, base }
+        let words = size.div_ceil(16).max(1);
+        let heap = if words > 32 { vec![0; words] } else { Vec::new() };
+        ParamBuffer { inline: [0; 32], heap }
+    }
+    fn words(&mut self) -> &mut [u128] {
+        if self.heap.is_empty() { &mut self.inline[..] } else { &mut self.heap[..] }
     }
     fn write(&mut self, offset: usize, data: &[u8]) {
-        let at = self.base + offset;
-        self.bytes[at..at + data.len()].copy_from_slice(data);
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(self.words());
+        bytes[offset..offset + data.len()].copy_from_slice(data);
     }
-    /// One pointer per parameter, into this buffer (valid while it is neither moved nor written).
-    fn pointers(&mut self, params: &[ParamLayout]) -> Vec<*mut c_void> {
-        let start = self.bytes.as_mut_ptr();
-        params.iter().map(|p| start.wrapping_add(self.base + p.offset) as *mut c_void).collect()
+    /// One pointer per parameter, into this buffer (valid while it is neither moved nor
+    /// written).
+    fn pointers(&mut self, params: &[ParamLayout], out: &mut Vec<*mut c_void>) {
+        let start = self.words().as_mut_ptr() as *mut u8;
+        out.extend(params.iter().map(|p| start.wrapping_add(p.offset) as *mut c_void));
     }
 }
 
@@ -412,7 +416,8 @@ impl Kernel {
             ctx.order(d, launch_stream, p)?;
             bump(&COUNTERS.waits);
         }
-        let mut ptrs = buf.pointers(params);
+        let mut ptrs = Vec::with_capacity(params.len());
+        buf.pointers(params, &mut ptrs);
         // The arguments were checked against the compiled parameter list above: each
         // pointer refers to a value of exactly the parameter's size; device pointers come
         // from validated CAI descriptors whose owners keep them alive (CAI contract).
