@@ -28,6 +28,7 @@ done
 if [ -n "${PYTHONPATH:-}" ]; then
     (cd python/tests && python3 -m pytest -q -ra -p no:cacheprovider . 2>&1 | tee "$OUT/pytest.log" | tail -25) || status=1
     echo "pytest: $(tail -1 "$OUT/pytest.log")" >>"$SUMMARY"
+    grep -E "^E  " "$OUT/pytest.log" | head -40
 fi
 
 if [ -n "${PYTHONPATH:-}" ]; then

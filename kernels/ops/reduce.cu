@@ -18,7 +18,7 @@ __device__ __forceinline__ A block_reduce(A v, int op) {
     __syncthreads();
     const int warps = (blockDim.x + 31) / 32;
     if (warp == 0) {
-        v = lane < warps ? warp_results[lane] : warp_results[0];
+        v = lane < warps ? warp_results[lane] : (op == 0 ? A(0) : warp_results[0]);
 #pragma unroll
         for (int o = 16; o > 0; o /= 2) v = combine(op, v, static_cast<A>(__shfl_down_sync(0xffffffffu, v, o)));
     }
@@ -51,7 +51,7 @@ __global__ void reduce_partial(const T* __restrict__ x, A* __restrict__ partial,
 // out[0] = reduce(partial[0..m)) converted to the output type; one block.
 template <typename A, typename T>
 __global__ void reduce_final(const A* __restrict__ partial, T* __restrict__ out, long long m, int op) {
-    A acc = partial[0];
+    A acc = op == 0 ? A(0) : partial[0];
     for (long long i = threadIdx.x; i < m; i += blockDim.x) acc = combine(op, acc, partial[i]);
     acc = block_reduce(acc, op);
     if (threadIdx.x == 0) out[0] = caijit::convert<T>(acc);

@@ -1,47 +1,62 @@
 // Row-wise softmax of a row-major (rows, cols) matrix, numerically stable: one block per
 // row computes the row's max and sum of exponentials in one pass (online rescaling), then
 // writes exp(x - max) / sum in a second pass over the row (served mostly from L2).
+// float16/bfloat16/float compute in float, double in double.
 #include <caijit/caijit.cuh>
 #include <caijit/convert.cuh>
 
-struct MaxSum { float m, s; };
+namespace {
 
-__device__ __forceinline__ MaxSum merge(MaxSum a, MaxSum b) {
-    const float m = fmaxf(a.m, b.m);
-    if (m == __int_as_float(0xff800000)) return {m, 0.f};
-    return {m, a.s * __expf(a.m - m) + b.s * __expf(b.m - m)};
+__device__ __forceinline__ float fast_exp(float x) { return __expf(x); }
+__device__ __forceinline__ double fast_exp(double x) { return exp(x); }
+
+template <typename A> __device__ __forceinline__ A neg_inf() { return -__int_as_float(0x7f800000); }
+template <> __device__ __forceinline__ double neg_inf<double>() { return -__longlong_as_double(0x7ff0000000000000ll); }
+
+template <typename A>
+struct MaxSum { A m, s; };
+
+template <typename A>
+__device__ __forceinline__ MaxSum<A> merge(MaxSum<A> a, MaxSum<A> b) {
+    const A m = a.m < b.m ? b.m : a.m;
+    if (m == neg_inf<A>()) return {m, A(0)};
+    return {m, a.s * fast_exp(a.m - m) + b.s * fast_exp(b.m - m)};
 }
+
+template <typename A>
+__device__ __forceinline__ MaxSum<A> warp_merge(MaxSum<A> t) {
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) {
+        MaxSum<A> other{__shfl_down_sync(0xffffffffu, t.m, o), __shfl_down_sync(0xffffffffu, t.s, o)};
+        t = merge(t, other);
+    }
+    return t;
+}
+
+}  // namespace
 
 template <typename T>
 __global__ void softmax_rows(const T* __restrict__ x, T* __restrict__ y, long long rows, long long cols) {
-    __shared__ MaxSum warp_results[32];
-    __shared__ MaxSum row_result;
+    using A = typename caijit::accumulator<T>::type;
+    __shared__ MaxSum<A> warp_results[32];
+    __shared__ MaxSum<A> row_result;
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const T* in = x + r * cols;
         T* out = y + r * cols;
-        MaxSum t{__int_as_float(0xff800000), 0.f};
-        for (long long c = threadIdx.x; c < cols; c += blockDim.x) t = merge(t, MaxSum{caijit::convert<float>(in[c]), 1.f});
-#pragma unroll
-        for (int o = 16; o > 0; o /= 2) {
-            MaxSum other{__shfl_down_sync(0xffffffffu, t.m, o), __shfl_down_sync(0xffffffffu, t.s, o)};
-            t = merge(t, other);
-        }
+        MaxSum<A> t{neg_inf<A>(), A(0)};
+        for (long long c = threadIdx.x; c < cols; c += blockDim.x) t = merge(t, MaxSum<A>{caijit::convert<A>(in[c]), A(1)});
+        t = warp_merge(t);
         const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = (blockDim.x + 31) / 32;
         if (lane == 0) warp_results[warp] = t;
         __syncthreads();
         if (warp == 0) {
-            t = lane < warps ? warp_results[lane] : MaxSum{__int_as_float(0xff800000), 0.f};
-#pragma unroll
-            for (int o = 16; o > 0; o /= 2) {
-                MaxSum other{__shfl_down_sync(0xffffffffu, t.m, o), __shfl_down_sync(0xffffffffu, t.s, o)};
-                t = merge(t, other);
-            }
+            t = warp_merge(lane < warps ? warp_results[lane] : MaxSum<A>{neg_inf<A>(), A(0)});
             if (lane == 0) row_result = t;
         }
         __syncthreads();
-        const float m = row_result.m, inv = 1.f / row_result.s;
+        const A m = row_result.m, inv = A(1) / row_result.s;
         for (long long c = threadIdx.x; c < cols; c += blockDim.x) {
-            out[c] = caijit::convert<T>(__expf(caijit::convert<float>(in[c]) - m) * inv);
+            out[c] = caijit::convert<T>(fast_exp(caijit::convert<A>(in[c]) - m) * inv);
         }
         __syncthreads();
     }

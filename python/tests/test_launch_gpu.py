@@ -376,6 +376,8 @@ def test_reverse_edge_protects_the_input_and_no_host_sync() -> None:
     producer = cupy.cuda.Stream(non_blocking=True)
     with producer:
         x = cupy.full(n, 3.0, cupy.float32)  # written on the producer stream
+        x.fill(3.0)  # CuPy compiles its fill kernel on first use: not inside the timing below
+    producer.synchronize()
     y = caijit.zeros(n)
     launch_stream = caijit.Stream()
     with producer:  # CuPy exports its current stream: the producer
