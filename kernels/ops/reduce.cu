@@ -27,25 +27,40 @@ __device__ __forceinline__ A block_reduce(A v, int op) {
 }
 
 // partial[blockIdx.x] = reduce(x[block's share]); op 0 sum, 1 max. Needs n >= 1 for max.
+// Four independent 16-byte loads per iteration keep enough bytes in flight.
 template <typename T, typename A>
 __global__ void reduce_partial(const T* __restrict__ x, A* __restrict__ partial, long long n, int op) {
     using V16 = caijit::vec16<T>;
-    A acc = op == 0 ? A(0) : caijit::convert<A>(x[0]);
+    constexpr int U = 4;
+    const A init = op == 0 ? A(0) : caijit::convert<A>(x[0]);
+    A acc[U] = {init, init, init, init};
     long long start = 0;
     if (V16::size > 1 && caijit::aligned16(x)) {
         const long long nv = n / V16::size;
-        for (long long i = caijit::global_thread(); i < nv; i += caijit::grid_threads()) {
+        const long long stride = caijit::grid_threads();
+        long long i = caijit::global_thread();
+        for (; i + (U - 1) * stride < nv; i += U * stride) {
+            V16 v[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) v[u] = reinterpret_cast<const V16*>(x)[i + u * stride];
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+#pragma unroll
+                for (int k = 0; k < V16::size; ++k) acc[u] = combine(op, acc[u], caijit::convert<A>(v[u].v[k]));
+        }
+        for (; i < nv; i += stride) {
             const V16 v = reinterpret_cast<const V16*>(x)[i];
 #pragma unroll
-            for (int k = 0; k < V16::size; ++k) acc = combine(op, acc, caijit::convert<A>(v.v[k]));
+            for (int k = 0; k < V16::size; ++k) acc[0] = combine(op, acc[0], caijit::convert<A>(v.v[k]));
         }
         start = nv * V16::size;
     }
     for (long long i = start + caijit::global_thread(); i < n; i += caijit::grid_threads()) {
-        acc = combine(op, acc, caijit::convert<A>(x[i]));
+        acc[0] = combine(op, acc[0], caijit::convert<A>(x[i]));
     }
-    acc = block_reduce(acc, op);
-    if (threadIdx.x == 0) partial[blockIdx.x] = acc;
+    A total = combine(op, combine(op, acc[0], acc[1]), combine(op, acc[2], acc[3]));
+    total = block_reduce(total, op);
+    if (threadIdx.x == 0) partial[blockIdx.x] = total;
 }
 
 // out[0] = reduce(partial[0..m)) converted to the output type; one block.
@@ -57,13 +72,25 @@ __global__ void reduce_final(const A* __restrict__ partial, T* __restrict__ out,
     if (threadIdx.x == 0) out[0] = caijit::convert<T>(acc);
 }
 
-// out[r] = reduce(x[r, :]) for a row-major (rows, cols) matrix with cols >= 1.
+// out[r] = reduce(x[r, :]) for a row-major (rows, cols) matrix with cols >= 1; one block
+// per row, 16-byte loads when the row is aligned.
 template <typename T, typename A>
 __global__ void reduce_rows(const T* __restrict__ x, T* __restrict__ out, long long rows, long long cols, int op) {
+    using V16 = caijit::vec16<T>;
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const T* row = x + r * cols;
         A acc = op == 0 ? A(0) : caijit::convert<A>(row[0]);
-        for (long long c = threadIdx.x; c < cols; c += blockDim.x) acc = combine(op, acc, caijit::convert<A>(row[c]));
+        long long start = 0;
+        if (V16::size > 1 && caijit::aligned16(row)) {
+            const long long nv = cols / V16::size;
+            for (long long v = threadIdx.x; v < nv; v += blockDim.x) {
+                const V16 e = reinterpret_cast<const V16*>(row)[v];
+#pragma unroll
+                for (int k = 0; k < V16::size; ++k) acc = combine(op, acc, caijit::convert<A>(e.v[k]));
+            }
+            start = nv * V16::size;
+        }
+        for (long long c = start + threadIdx.x; c < cols; c += blockDim.x) acc = combine(op, acc, caijit::convert<A>(row[c]));
         acc = block_reduce(acc, op);
         if (threadIdx.x == 0) out[r] = caijit::convert<T>(acc);
     }

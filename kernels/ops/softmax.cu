@@ -44,7 +44,16 @@ __global__ void softmax_rows(const T* __restrict__ x, T* __restrict__ y, long lo
         const T* in = x + r * cols;
         T* out = y + r * cols;
         MaxSum<A> t{neg_inf<A>(), A(0)};
-        for (long long c = threadIdx.x; c < cols; c += blockDim.x) t = merge(t, MaxSum<A>{caijit::convert<A>(in[c]), A(1)});
+        for (long long c = threadIdx.x; c < cols; c += blockDim.x) {
+            // One exponential per element: rescale the running sum only when the max grows.
+            const A v = caijit::convert<A>(in[c]);
+            if (v > t.m) {
+                t.s = t.s * fast_exp(t.m - v) + A(1);
+                t.m = v;
+            } else {
+                t.s += fast_exp(v - t.m);
+            }
+        }
         t = warp_merge(t);
         const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = (blockDim.x + 31) / 32;
         if (lane == 0) warp_results[warp] = t;

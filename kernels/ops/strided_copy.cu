@@ -1,27 +1,42 @@
 // Copy any strided N-d view (N <= 8; arbitrary, zero and negative byte strides) into a
 // contiguous C-order output: the building block for making foreign views contiguous.
 //
-// Rows of the output's last dimension are contiguous: each block takes whole rows, so the
-// index arithmetic (divisions by extents) happens once per row, not once per element.
+// Work is split into (row, column chunk) tiles of the last dimension, so the index
+// arithmetic (divisions by extents) happens once per tile, not once per element; a tile
+// whose source columns are dense and 16-byte aligned is copied with vector accesses.
 #include <caijit/caijit.cuh>
 
 template <typename T, int N>
 __global__ void strided_copy(caijit::Array<const T, N> src, T* __restrict__ dst) {
+    using V16 = caijit::vec16<T>;
+    constexpr long long CHUNK = 4096;
     const long long cols = src.shape[N - 1];
     const long long rows = cols == 0 ? 0 : src.size() / cols;
+    const long long chunks = (cols + CHUNK - 1) / CHUNK;
     const long long cstride = src.strides[N - 1];
     const char* base = reinterpret_cast<const char*>(src.data);
-    for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
+    for (long long t = blockIdx.x; t < rows * chunks; t += gridDim.x) {
+        const long long r = t / chunks, c0 = (t % chunks) * CHUNK;
         long long off = 0, rest = r;
 #pragma unroll
         for (int d = N - 2; d >= 0; --d) {
             off += (rest % src.shape[d]) * src.strides[d];
             rest /= src.shape[d];
         }
-        const char* row = base + off;
+        const T* row = reinterpret_cast<const T*>(base + off) ;
         T* out = dst + r * cols;
-        for (long long c = threadIdx.x; c < cols; c += blockDim.x) {
-            out[c] = *reinterpret_cast<const T*>(row + c * cstride);
+        const long long c1 = c0 + CHUNK < cols ? c0 + CHUNK : cols;
+        long long c = c0;
+        if (V16::size > 1 && cstride == (long long)sizeof(T) && caijit::aligned16(row + c0, out + c0)) {
+            const long long nv = (c1 - c0) / V16::size;
+            const V16* in_v = reinterpret_cast<const V16*>(row + c0);
+            V16* out_v = reinterpret_cast<V16*>(out + c0);
+            for (long long v = threadIdx.x; v < nv; v += blockDim.x) out_v[v] = in_v[v];
+            c = c0 + nv * V16::size;
+        }
+        const char* rowb = reinterpret_cast<const char*>(row);
+        for (long long k = c + threadIdx.x; k < c1; k += blockDim.x) {
+            out[k] = *reinterpret_cast<const T*>(rowb + k * cstride);
         }
     }
 }

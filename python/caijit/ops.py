@@ -156,7 +156,10 @@ def _binary(op: str, a: Any, b: Any, out: Any, stream: Any) -> Any:
         m["binary_contiguous"][_grid(n), _BLOCK, stream](a, b, out, n, _OPS[op])
     elif n:
         ab, bb = _broadcast_view(av, shape), _broadcast_view(bv, shape)
-        m["binary_broadcast"][_grid(n), _BLOCK, stream](ab, bb, out, _OPS[op])
+        tiles = (n // shape[-1]) * -(-shape[-1] // 1024) if shape else 1
+        if not shape:
+            ab, bb = (caijit.parse_interface({**v.__cuda_array_interface__, "shape": (1,), "strides": (v.itemsize,)}) for v in (ab, bb))
+        m["binary_broadcast"][min(tiles, _blocks_cap(0) * 4), _BLOCK, stream](ab, bb, out, _OPS[op])
     return out
 
 
@@ -199,12 +202,14 @@ def ascontiguous(x: Any, *, out: Any = None, stream: Any = None) -> Any:
     _check_out(out, xv.shape, xv.dtype)
     if xv.size == 0:
         return out
+    if xv.is_c_contiguous:
+        _module("elementwise")["copy"][_grid(xv.size), _BLOCK, stream](x, out, xv.size)
+        return out
     if xv.ndim == 0:
         xv = caijit.parse_interface({**xv.__cuda_array_interface__, "shape": (1,), "strides": (xv.itemsize,)})
     cols = xv.shape[-1]
-    rows = xv.size // cols
-    block = min(_BLOCK, _builtin_max(32, -(-cols // 32) * 32))
-    _module("strided_copy")["strided_copy"][min(rows, 65535 * 32), block, stream](xv, out)
+    tiles = (xv.size // cols) * -(-cols // 4096)
+    _module("strided_copy")["strided_copy"][min(tiles, _blocks_cap(0) * 4), _BLOCK, stream](xv, out)
     return out
 
 
@@ -236,7 +241,7 @@ def _reduce(name: str, opcode: int, x: Any, axis: Optional[int], out: Any, strea
     out = _new(xv.shape[:-1], dt, stream) if out is None else out
     _check_out(out, xv.shape[:-1], dt)
     k = m["reduce_rows"].specialize(f"{CPP_TYPES[dt]}, {CPP_TYPES[acc]}")
-    k[min(rows, 65535 * 16), min(1024, _builtin_max(32, -(-cols // 32) * 32)), stream](x, out, rows, cols, opcode)
+    k[min(rows, 65535 * 16), min(_BLOCK, _builtin_max(32, -(-cols // 32) * 32)), stream](x, out, rows, cols, opcode)
     return out
 
 

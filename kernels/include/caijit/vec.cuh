@@ -9,6 +9,12 @@ struct alignas(16) vec16 {
     T v[size];
 };
 
+// N elements of T loaded or stored as one access (N * sizeof(T) bytes, aligned to that).
+template <typename T, int N>
+struct alignas(N * sizeof(T) >= 16 ? 16 : N * sizeof(T)) vec {
+    T v[N];
+};
+
 // True when every pointer given is 16-byte aligned.
 template <typename... P>
 __device__ __forceinline__ bool aligned16(const P*... p) {
