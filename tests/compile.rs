@@ -252,3 +252,21 @@ fn array_layout_matches_the_rust_mirror() {
     assert_eq!((shape0, strides0), (8, 32));
     assert_eq!(std::mem::size_of::<ArrayParam<3>>(), c.kernel("probe").unwrap().params[0].size);
 }
+
+/// A derived Rust twin has exactly the size NVRTC compiled for the CUDA struct.
+#[test]
+fn derived_struct_twin_matches_the_compiled_parameter() {
+    use cai_runtime::ParamBytes;
+    #[derive(cai_runtime::KernelParams, Clone, Copy)]
+    #[repr(C)]
+    struct Twin {
+        a: f64,
+        b: i8,
+        c: [f32; 3],
+    }
+    let src = "struct Twin { double a; signed char b; float c[3]; };\nextern \"C\" __global__ void k(Twin t, int* o) { o[0] = t.b; }";
+    let c = compile_with(&Program::new(src), Arch(90), &fresh()).unwrap();
+    let p = &c.kernel("k").unwrap().params[0];
+    assert_eq!(p.kind, ParamKind::Struct { name: "Twin".into() });
+    assert_eq!((p.size, p.align), (<Twin as ParamBytes>::SIZE, std::mem::align_of::<Twin>()));
+}

@@ -205,3 +205,41 @@ fn cai_stream_values_and_export() {
     let e = DeviceArray::zeros(&ctx, &[0, 5], DType::F64, &s).unwrap();
     assert_eq!(e.view().to_descriptor().data.ptr, 0);
 }
+
+/// A `#[derive(KernelParams)]` struct and its CUDA twin: same bytes, same offsets.
+#[derive(cai_runtime::KernelParams, Clone, Copy)]
+#[repr(C)]
+#[cai(size = 24, align = 8)]
+struct Params {
+    scale: f64,
+    flag: i8,
+    #[cai(offset = 12)]
+    v: [f32; 2],
+    n: i32,
+}
+
+const PARAMS_SRC: &str = r#"
+struct Params { double scale; signed char flag; float v[2]; int n; };
+extern "C" __global__ void use_params(Params p, double* out) {
+    out[0] = p.scale; out[1] = p.flag; out[2] = p.v[0]; out[3] = p.v[1]; out[4] = p.n;
+}
+"#;
+
+#[test]
+fn struct_parameters_from_derived_rust_twins() {
+    use cai_runtime::ParamBytes;
+    let ctx = skip_unless!(ctx(), "no CUDA device");
+    let s = Arc::new(Stream::new(&ctx).unwrap());
+    let m = ctx.compile(&Program::new(PARAMS_SRC)).unwrap();
+    let k = m.kernel("use_params").unwrap();
+    assert_eq!(k.info().params[0].size, <Params as ParamBytes>::SIZE);
+    let out = DeviceArray::from_bytes(&ctx, &[5], DType::F64, &[0xAAu8; 40], &s).unwrap();
+    let p = Params { scale: 2.5, flag: -3, v: [0.25, -8.0], n: 41 };
+    let bytes = p.param_bytes();
+    let ov = out.view();
+    k.launch(&LaunchConfig::new([1, 1, 1], [1, 1, 1]), &[Arg::Bytes(&bytes), Arg::Array(&ov)], None, true).unwrap();
+    let got: Vec<f64> = out.to_bytes().unwrap().chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect();
+    assert_eq!(got, [2.5, -3.0, 0.25, -8.0, 41.0]);
+    let e = k.launch(&LaunchConfig::new([1, 1, 1], [1, 1, 1]), &[Arg::Bytes(&bytes[..20]), Arg::Array(&ov)], None, true).unwrap_err();
+    assert!(e.to_string().contains("expected 24 bytes"), "{e}");
+}

@@ -46,4 +46,12 @@ pub enum InterfaceError {
     StreamZero,
     #[error("__cuda_array_interface__ rank {rank} exceeds the supported maximum of {max}")]
     RankTooLarge { rank: usize, max: usize },
+    #[error("__cuda_array_interface__['typestr'] is {got}, but this type holds {expected}")]
+    DtypeMismatch { expected: crate::cai::DType, got: crate::cai::DType },
+    #[error("__cuda_array_interface__['shape'] has {got} dimensions, but this type holds {expected}")]
+    RankMismatch { expected: usize, got: usize },
+    #[error("__cuda_array_interface__['strides'] {strides:?} is not C-contiguous, and this type has no strides field")]
+    NotContiguous { strides: Vec<i64> },
+    #[error("__cuda_array_interface__['data'] is readonly, but this type's data field is writable")]
+    Readonly,
 }

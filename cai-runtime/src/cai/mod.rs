@@ -25,11 +25,16 @@
 //! The device of the pointer is not part of this model: it needs the driver, and is
 //! resolved when an array is bound to a launch.
 
+mod derive;
 mod descriptor;
 mod dtype;
 mod error;
 mod view;
 
+pub use derive::{
+    check_import, export_view, CudaArrayInterface, DataField, Element, FromCudaArrayInterface, ShapeField, StreamField,
+    StreamFieldImport, StridesField,
+};
 pub use descriptor::{Data, Descriptor};
 pub use dtype::{DType, TypestrOptions};
 pub use error::InterfaceError;
