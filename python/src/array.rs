@@ -170,6 +170,9 @@ impl DeviceArray {
 /// A launch argument converted from Python, holding what must stay alive until the launch.
 pub enum PyArg {
     Array(ArrayView),
+    /// An array imported by DLPack, with the capsule holder that keeps it alive (it is only
+    /// held, never read: dropping it after the launch releases the producer's tensor).
+    Dlpack(ArrayView, #[allow(dead_code)] Py<PyAny>),
     /// An array whose device is known without asking the driver.
     ArrayOn(ArrayView, usize),
     Scalar(Num, Option<DType>),
@@ -179,7 +182,7 @@ pub enum PyArg {
 impl PyArg {
     pub fn as_arg(&self) -> Arg<'_> {
         match self {
-            PyArg::Array(v) => Arg::Array(v),
+            PyArg::Array(v) | PyArg::Dlpack(v, _) => Arg::Array(v),
             PyArg::ArrayOn(v, d) => Arg::ArrayOn(v, *d),
             PyArg::Scalar(value, dtype) => Arg::Scalar { value: *value, dtype: *dtype },
             PyArg::Bytes(b) => Arg::Bytes(b),
@@ -227,9 +230,24 @@ fn classify(obj: &Bound<'_, PyAny>) -> Known {
 #[derive(Default)]
 pub struct ArgContext {
     cupy_stream: Option<Option<u64>>,
+    /// The stream the launch will use when it was given (CAI value); DLPack producers are
+    /// asked to order their work before it.
+    pub explicit_stream: Option<u64>,
+    /// Whether a DLPack argument was imported for `dlpack_stream()`.
+    pub used_dlpack: bool,
 }
 
 impl ArgContext {
+    pub fn new(explicit_stream: Option<u64>) -> Self {
+        ArgContext { explicit_stream, ..Default::default() }
+    }
+
+    /// The stream DLPack producers order their work before: the launch's explicit stream,
+    /// else the legacy default stream (which the launch then uses).
+    pub fn dlpack_stream(&self) -> u64 {
+        self.explicit_stream.unwrap_or(1)
+    }
+
     /// The stream CuPy's `__cuda_array_interface__` would export now: its current stream
     /// (the null stream exported as 1, the legacy default stream).
     fn cupy_stream(&mut self, py: Python<'_>) -> PyResult<Option<u64>> {
@@ -361,6 +379,20 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
         Err(e) if !e.is_instance_of::<pyo3::exceptions::PyAttributeError>(obj.py()) => return Err(e.into()),
         Err(_) => {}
     }
+    // DLPack-only producers (the handshake orders their work before the launch stream).
+    if obj.hasattr(intern!(obj.py(), "__dlpack__"))? {
+        let dl = obj.py().import("caijit._dlpack")?;
+        if dl.getattr("is_cuda_dlpack")?.call1((obj,))?.extract::<bool>()? {
+            let holder = dl.getattr("view")?.call1((obj, ctx.dlpack_stream()))?;
+            let bf16: bool = holder.getattr("bfloat16")?.extract()?;
+            let dict = holder.getattr("__cuda_array_interface__")?.cast_into::<PyDict>().map_err(|e| PyErr::from(e))?;
+            let desc = descriptor_from_dict(&dict)?;
+            let options = if bf16 { TypestrOptions::BFLOAT16_V2 } else { TypestrOptions::default() };
+            let view = ArrayView::from_descriptor(&desc, options)?;
+            ctx.used_dlpack = true;
+            return Ok(PyArg::Dlpack(view, holder.unbind()));
+        }
+    }
     // NumPy scalars: typed, so they also drive template deduction.
     if is_numpy_scalar(obj)? {
         let name: String = obj.getattr("dtype")?.getattr("name")?.extract()?;
@@ -404,7 +436,7 @@ fn is_cpu_dlpack(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
 #[pyfunction]
 pub fn launch_view(obj: &Bound<'_, PyAny>) -> PyCaiResult<Interface> {
     match arg_from_py(0, obj, &mut ArgContext::default())? {
-        PyArg::Array(view) | PyArg::ArrayOn(view, _) => {
+        PyArg::Array(view) | PyArg::ArrayOn(view, _) | PyArg::Dlpack(view, _) => {
             let typestr = view.dtype().typestr().to_string();
             Ok(Interface::from_view(view, typestr))
         }

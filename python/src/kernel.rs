@@ -142,7 +142,7 @@ fn launch_device(args: &[PyArg]) -> PyCaiResult<usize> {
     for a in args {
         match a {
             PyArg::ArrayOn(v, d) if !v.is_empty() => return Ok(*d),
-            PyArg::Array(v) if !v.is_empty() => {
+            PyArg::Array(v) | PyArg::Dlpack(v, _) if !v.is_empty() => {
                 if let Some(d) = rt::pointer_device(v.ptr())? {
                     return Ok(d);
                 }
@@ -162,9 +162,12 @@ fn launch_now(
     sync: bool,
     args: &Bound<'_, PyTuple>,
 ) -> PyCaiResult<()> {
-    let mut ctx = ArgContext::default();
+    let mut ctx = ArgContext::new(stream.map(RtStream::handle));
     let converted: Vec<PyArg> =
         args.iter().enumerate().map(|(i, a)| arg_from_py(i, &a, &mut ctx)).collect::<Result<_, _>>()?;
+    // DLPack producers ordered their work before the legacy stream: launch there.
+    let legacy = RtStream::legacy();
+    let stream = if ctx.used_dlpack && stream.is_none() { Some(&legacy) } else { stream };
     let launch_args: Vec<Arg<'_>> = converted.iter().map(PyArg::as_arg).collect();
     let types: Vec<ArgType> = launch_args.iter().map(Arg::arg_type).collect();
     let device = launch_device(&converted)?;

@@ -1,0 +1,133 @@
+"""DLPack import (consumer side), read with ctypes so that no unsafe code is needed in the
+extension: the capsule's ``DLManagedTensor`` (or ``DLManagedTensorVersioned``) becomes a
+CUDA Array Interface view that keeps the capsule alive.
+
+The DLPack stream handshake: ``obj.__dlpack__(stream=s)`` makes the producer order its own
+pending work before ``s``; caijit then launches on ``s``, so the view carries no stream.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+from .errors import ArgumentError, InterfaceError
+
+KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED, KDL_CPU = 2, 3, 13, 1
+_READ_ONLY = 1
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+
+
+class _DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class _DLManagedTensorVersioned(ctypes.Structure):
+    _fields_ = [
+        ("version", _DLPackVersion),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+        ("flags", ctypes.c_uint64),
+        ("dl_tensor", _DLTensor),
+    ]
+
+
+_get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_get_pointer.restype = ctypes.c_void_p
+_get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_is_valid = ctypes.pythonapi.PyCapsule_IsValid
+_is_valid.restype = ctypes.c_int
+_is_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+# DLPack type codes → NumPy kinds (bfloat16 is exported as caijit reads it: "<V2").
+_KINDS = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}
+
+
+def _typestr(code: int, bits: int, lanes: int) -> str:
+    if lanes != 1:
+        raise InterfaceError(f"DLPack dtype with {lanes} lanes is not supported")
+    if code == 4 and bits == 16:
+        return "<V2"
+    if code not in _KINDS or bits % 8:
+        raise InterfaceError(f"DLPack dtype code {code} with {bits} bits is not supported")
+    return ("|" if bits == 8 else "<") + _KINDS[code] + str(bits // 8)
+
+
+class DLPackView:
+    """A CUDA Array Interface over a DLPack capsule, alive as long as this object."""
+
+    def __init__(self, capsule: Any, interface: dict[str, Any], bfloat16: bool) -> None:
+        self._capsule = capsule  # the producer frees the memory when the capsule dies
+        self.__cuda_array_interface__ = interface
+        self.bfloat16 = bfloat16
+
+
+def is_cuda_dlpack(obj: Any) -> bool:
+    dev = getattr(obj, "__dlpack_device__", None)
+    if dev is None or not hasattr(obj, "__dlpack__"):
+        return False
+    return int(dev()[0]) in (KDL_CUDA, KDL_CUDA_MANAGED)
+
+
+def view(obj: Any, stream: int) -> DLPackView:
+    """Import ``obj`` by DLPack for use on ``stream`` (a CAI-style handle: 1, 2 or a CUstream)."""
+    dev_type, _ = obj.__dlpack_device__()
+    if int(dev_type) not in (KDL_CUDA, KDL_CUDA_MANAGED):
+        raise ArgumentError(f"a DLPack array on device type {dev_type} is not on a CUDA device (no implicit copies)")
+    try:
+        capsule = obj.__dlpack__(stream=stream, max_version=(1, 0))
+    except TypeError:  # producers predating DLPack 1.0
+        capsule = obj.__dlpack__(stream=stream)
+    interface = interface_from_capsule(capsule)
+    return DLPackView(capsule, interface, bfloat16=interface["typestr"] == "<V2")
+
+
+def interface_from_capsule(capsule: Any) -> dict[str, Any]:
+    """The CAI dict (stream None) of an unconsumed DLPack capsule, legacy or versioned."""
+    if _is_valid(capsule, b"dltensor_versioned"):
+        managed: Any = _DLManagedTensorVersioned.from_address(_get_pointer(capsule, b"dltensor_versioned"))
+        if managed.version.major != 1:
+            raise InterfaceError(f"DLPack version {managed.version.major}.{managed.version.minor} is not supported")
+        readonly = bool(managed.flags & _READ_ONLY)
+    elif _is_valid(capsule, b"dltensor"):
+        managed = _DLManagedTensor.from_address(_get_pointer(capsule, b"dltensor"))
+        readonly = False
+    else:
+        raise InterfaceError("__dlpack__() did not return an unconsumed DLPack capsule")
+    t = managed.dl_tensor
+    typestr = _typestr(t.dtype.code, t.dtype.bits, t.dtype.lanes)
+    itemsize = t.dtype.bits // 8
+    shape = tuple(t.shape[i] for i in range(t.ndim))
+    strides = None if not t.strides else tuple(t.strides[i] * itemsize for i in range(t.ndim))
+    empty = any(n == 0 for n in shape)
+    return {
+        "shape": shape,
+        "typestr": typestr,
+        "data": (0 if empty else (t.data or 0) + t.byte_offset, readonly),
+        "strides": strides,
+        "version": 3,
+        "stream": None,  # ordered by the producer in the __dlpack__(stream=...) handshake
+    }
