@@ -13,7 +13,7 @@ import json, shutil, sys, os
 for line in sys.stdin:
     m = json.loads(line)
     exe = m.get("executable")
-    # proc-macro test binaries link the compiler's libstd dynamically: they stay here.
+    # proc-macro test binaries link the toolchain libstd dynamically: they stay here.
     if m.get("reason") == "compiler-artifact" and exe and m["target"]["kind"] not in (["bin"], ["proc-macro"]):
         name = m["target"]["name"].replace("-", "_")
         if m["target"]["kind"] == ["lib"]:

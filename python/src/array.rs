@@ -385,7 +385,7 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
         if dl.getattr("is_cuda_dlpack")?.call1((obj,))?.extract::<bool>()? {
             let holder = dl.getattr("view")?.call1((obj, ctx.dlpack_stream()))?;
             let bf16: bool = holder.getattr("bfloat16")?.extract()?;
-            let dict = holder.getattr("__cuda_array_interface__")?.cast_into::<PyDict>().map_err(|e| PyErr::from(e))?;
+            let dict = holder.getattr("__cuda_array_interface__")?.cast_into::<PyDict>().map_err(PyErr::from)?;
             let desc = descriptor_from_dict(&dict)?;
             let options = if bf16 { TypestrOptions::BFLOAT16_V2 } else { TypestrOptions::default() };
             let view = ArrayView::from_descriptor(&desc, options)?;
