@@ -5,7 +5,8 @@
 //! carries, if they agree; else the legacy default stream):
 //! 1. for each distinct producer stream P ≠ L: record a pooled event on P, L waits on it;
 //! 2. launch on L;
-//! 3. for each such P: record a pooled event on L, P waits on it (the reverse edge).
+//! 3. record one pooled event on L after the kernel; every such P waits on it (the
+//!    reverse edge: one record serves all producers, since they all wait for the same point).
 //!
 //! No host synchronisation happens on this path. `sync = false` (or `CAIJIT_CAI_SYNC=0`)
 //! skips steps 1 and 3.
@@ -412,25 +413,40 @@ impl Kernel {
             }
             producers = same;
         }
-        for &p in &producers {
-            ctx.order(d, launch_stream, p)?;
-            bump(&COUNTERS.waits);
+        // Forward edges: one event per producer stream, all waited on by the launch stream.
+        let mut events = Vec::new();
+        if !producers.is_empty() {
+            ctx.take_events(producers.len() + 1, &mut events)?;
         }
-        let mut ptrs = Vec::with_capacity(params.len());
-        buf.pointers(params, &mut ptrs);
-        // The arguments were checked against the compiled parameter list above: each
-        // pointer refers to a value of exactly the parameter's size; device pointers come
-        // from validated CAI descriptors whose owners keep them alive (CAI contract).
-        if cfg.cluster.is_none() && !cfg.cooperative {
-            d.launch_checked(self.raw, cfg.grid, cfg.block, cfg.shared_mem, launch_stream, &mut ptrs)?;
-        } else {
-            d.launch_ex_checked(self.raw, cfg.grid, cfg.block, cfg.shared_mem, launch_stream, cfg.cluster, cfg.cooperative, &mut ptrs)?;
-        }
-        bump(&COUNTERS.launches);
-        for &p in &producers {
-            ctx.order(d, p, launch_stream)?;
-            bump(&COUNTERS.reverse_waits);
-        }
+        let result = (|| -> Result<()> {
+            for (&p, &e) in producers.iter().zip(&events) {
+                d.event_record(e, p)?;
+                d.stream_wait_event(launch_stream, e)?;
+                bump(&COUNTERS.waits);
+            }
+            let mut ptrs = Vec::with_capacity(params.len());
+            buf.pointers(params, &mut ptrs);
+            // The arguments were checked against the compiled parameter list above: each
+            // pointer refers to a value of exactly the parameter's size; device pointers come
+            // from validated CAI descriptors whose owners keep them alive (CAI contract).
+            if cfg.cluster.is_none() && !cfg.cooperative {
+                d.launch_checked(self.raw, cfg.grid, cfg.block, cfg.shared_mem, launch_stream, &mut ptrs)?;
+            } else {
+                d.launch_ex_checked(self.raw, cfg.grid, cfg.block, cfg.shared_mem, launch_stream, cfg.cluster, cfg.cooperative, &mut ptrs)?;
+            }
+            bump(&COUNTERS.launches);
+            // Reverse edges: one event after the kernel, waited on by every producer stream.
+            if let Some(&after) = events.last() {
+                d.event_record(after, launch_stream)?;
+                for &p in &producers {
+                    d.stream_wait_event(p, after)?;
+                    bump(&COUNTERS.reverse_waits);
+                }
+            }
+            Ok(())
+        })();
+        ctx.return_events(&mut events);
+        result?;
         Ok(launch_stream.as_u64())
     }
 

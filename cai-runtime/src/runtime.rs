@@ -129,28 +129,28 @@ impl Context {
         Ok(lock(&self.modules).entry(compiled.key.clone()).or_insert(m).clone())
     }
 
-    pub(crate) fn take_event(&self) -> Result<RawEvent> {
-        if let Some(e) = lock(&self.events).pop() {
-            return Ok(e);
+    /// `n` events from the pool (created when it runs dry), under one lock.
+    pub(crate) fn take_events(&self, n: usize, out: &mut Vec<RawEvent>) -> Result<()> {
+        {
+            let mut pool = lock(&self.events);
+            while out.len() < n {
+                match pool.pop() {
+                    Some(e) => out.push(e),
+                    None => break,
+                }
+            }
         }
-        let e = self.bind()?.event_create()?;
-        bump(&COUNTERS.events_created);
-        Ok(e)
+        while out.len() < n {
+            out.push(self.bind()?.event_create()?);
+            bump(&COUNTERS.events_created);
+        }
+        Ok(())
     }
 
-    pub(crate) fn return_event(&self, e: RawEvent) {
-        lock(&self.events).push(e);
-    }
-
-    /// Make `waiter` wait for all work enqueued so far on `producer`, without blocking the
-    /// host: an event from the pool is recorded on `producer` and waited on by `waiter`.
-    /// (A stream's wait captures the event's state at the call, so the event can go back to
-    /// the pool at once.)
-    pub(crate) fn order(&self, d: &Driver, waiter: RawStream, producer: RawStream) -> Result<()> {
-        let e = self.take_event()?;
-        let r = d.event_record(e, producer).and_then(|_| d.stream_wait_event(waiter, e));
-        self.return_event(e);
-        Ok(r?)
+    /// Give events back to the pool. A stream's wait captures an event's state when it is
+    /// enqueued, so an event can be reused as soon as the waits on it are enqueued.
+    pub(crate) fn return_events(&self, events: &mut Vec<RawEvent>) {
+        lock(&self.events).append(events);
     }
 }
 
