@@ -1,0 +1,48 @@
+"""01: a template kernel launched on caijit arrays, then on CuPy and PyTorch arrays if
+they are installed. Runs on any machine with an NVIDIA GPU: python examples/01_axpy.py"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+
+import caijit
+
+axpy = caijit.kernel(r"""
+#include <caijit/caijit.cuh>
+template <typename T>
+__global__ void axpy(T a, const T* x, T* y, long long n) {
+    for (long long i = caijit::global_thread(); i < n; i += caijit::grid_threads()) y[i] = a * x[i] + y[i];
+}
+""")
+
+
+def main() -> None:
+    n = 1 << 20
+    rng = np.random.default_rng()
+    x_h = rng.standard_normal(n).astype(np.float32)
+    y_h = rng.standard_normal(n).astype(np.float32)
+    x, y = caijit.to_device(x_h), caijit.to_device(y_h)
+    axpy.forall(n)(np.float32(2), x, y, n)  # compiles axpy<float> once
+    assert np.allclose(y.copy_to_host(), 2 * x_h + y_h)
+    print("caijit arrays: ok")
+    if importlib.util.find_spec("cupy"):
+        import cupy
+
+        cx, cy = cupy.asarray(x_h), cupy.asarray(y_h)
+        axpy.forall(n)(np.float32(2), cx, cy, n)
+        assert np.allclose(cupy.asnumpy(cy), 2 * x_h + y_h)
+        print("CuPy arrays: ok")
+    if importlib.util.find_spec("torch"):
+        import torch
+
+        tx, ty = torch.from_numpy(x_h).cuda(), torch.from_numpy(y_h).cuda()
+        axpy.forall(n)(np.float32(2), tx, ty, n)
+        assert np.allclose(ty.cpu().numpy(), 2 * x_h + y_h)
+        print("PyTorch tensors: ok")
+    print(caijit.stats())
+
+
+if __name__ == "__main__":
+    main()

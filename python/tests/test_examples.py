@@ -1,0 +1,34 @@
+"""The examples: type-checked with mypy --strict against the stubs (CPU), run on the GPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EXAMPLES = sorted(os.path.join(ROOT, "examples", f) for f in os.listdir(os.path.join(ROOT, "examples")) if f.endswith(".py"))
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="mypy is not installed")
+def test_examples_type_check_strictly() -> None:
+    plain = [e for e in EXAMPLES if "torch" not in os.path.basename(e)]
+    r = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--ignore-missing-imports", "--no-incremental", *plain],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", EXAMPLES, ids=os.path.basename)
+def test_example_runs(path: str) -> None:
+    if "torch" in os.path.basename(path) and importlib.util.find_spec("torch") is None:
+        pytest.skip("PyTorch is not installed")
+    r = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=600, cwd="/tmp")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "ok" in r.stdout
