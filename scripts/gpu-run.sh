@@ -44,7 +44,7 @@ if [ "${1:-}" = "--bench" ]; then
     fi
     export CAIJIT_BENCH_CHART="$OUT/launch_overhead.png"
     if [ -n "${PYTHONPATH:-}" ]; then
-        for b in python/benchmarks/bench_*.py; do
+        for b in python/benchmarks/bench_*.py python/benchmarks/soak.py; do
             python3 "$b" 2>&1 | tee "$OUT/$(basename "$b" .py).txt"
         done
     fi

@@ -83,6 +83,7 @@ __global__ void reduce_rows(const T* __restrict__ x, T* __restrict__ out, long l
         long long start = 0;
         if (V16::size > 1 && caijit::aligned16(row)) {
             const long long nv = cols / V16::size;
+#pragma unroll 4
             for (long long v = threadIdx.x; v < nv; v += blockDim.x) {
                 const V16 e = reinterpret_cast<const V16*>(row)[v];
 #pragma unroll

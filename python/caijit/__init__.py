@@ -202,4 +202,10 @@ def device_count() -> int:
     return _native.device_count()
 
 
-from . import ops  # noqa: E402  (ops builds on the names above)
+def __getattr__(name: str) -> Any:
+    # `caijit.ops` (and NumPy with it) is imported on first use, not with caijit.
+    if name == "ops":
+        import importlib
+
+        return importlib.import_module(".ops", __name__)
+    raise AttributeError(f"module 'caijit' has no attribute {name!r}")

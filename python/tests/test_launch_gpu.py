@@ -238,22 +238,26 @@ def test_jax_readonly_arrays(axpy: caijit.Kernel) -> None:
 
 
 def test_many_threads_share_kernels_and_streams(axpy: caijit.Kernel) -> None:
+    """8 threads x 10,000 launches: four on their own streams, four sharing one."""
     import threading
 
     k = axpy.specialize("float")
     n = 4096
     errors: list[BaseException] = []
+    shared = caijit.Stream()
+    before = caijit.stats()["launches"]
 
     def work(seed: int) -> None:
         try:
-            s = caijit.Stream()
+            s = shared if seed % 2 else caijit.Stream()
             r = np.random.default_rng(seed)
-            x_h = r.standard_normal(n).astype(np.float32)
+            x_h = r.integers(-8, 8, n).astype(np.float32)
             x = caijit.to_device(x_h, stream=s)
             y = caijit.zeros(n, stream=s)
-            for _ in range(500):
-                k[(n + 255) // 256, 256](1.0, x, y, n)
-            np.testing.assert_allclose(y.copy_to_host(), 500 * x_h, rtol=1e-4)
+            launcher = k[(n + 255) // 256, 256]
+            for _ in range(10_000):
+                launcher(1.0, x, y, n)
+            np.testing.assert_array_equal(y.copy_to_host(), 10_000 * x_h)
         except BaseException as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
@@ -263,6 +267,7 @@ def test_many_threads_share_kernels_and_streams(axpy: caijit.Kernel) -> None:
     for t in threads:
         t.join()
     assert not errors, errors
+    assert caijit.stats()["launches"] - before == 80_000
 
 
 def _same_view(obj: object) -> None:
