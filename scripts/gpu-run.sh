@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Run on an x86-64 machine with an NVIDIA GPU and Python 3.12 (no Rust needed), from the
 # repository root, after scripts/gpu-bundle.sh filled .gpu/. Installs the wheel into a
-# temporary directory, runs the GPU suites with CAIJIT_REQUIRE_GPU=1 and, with --bench,
-# the benchmarks; prints each suite's summary line at the end (and into $OUT if set).
+# temporary directory, runs the GPU suites with CAIJIT_REQUIRE_GPU=1, then with --bench the
+# benchmarks and with --sanitize compute-sanitizer (memcheck, racecheck) over the kernel
+# library's tests; prints each suite's summary line at the end (and into $OUT if set).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export CAIJIT_REQUIRE_GPU=1 CAIJIT_KERNELS_DIR="$PWD/kernels" CAIJIT_CACHE_DIR=/tmp/caijit-cache PYTHONUNBUFFERED=1
@@ -37,7 +38,7 @@ if [ -n "${PYTHONPATH:-}" ]; then
     (cd /tmp && python3 -m caijit demo 2>&1 | tee "$OUT/demo.txt") || status=1
 fi
 
-if [ "${1:-}" = "--bench" ]; then
+if [[ " $* " == *" --bench "* ]]; then
     [ -x .gpu/bin/bench_launch ] && .gpu/bin/bench_launch --bench 2>&1 | tee "$OUT/bench_launch_rust.txt"
     if nvcc -O2 -o /tmp/launch_floor python/benchmarks/launch_floor.cu -lcuda 2>"$OUT/nvcc.log"; then
         export CAIJIT_LAUNCH_FLOOR=/tmp/launch_floor
@@ -48,6 +49,18 @@ if [ "${1:-}" = "--bench" ]; then
             python3 "$b" 2>&1 | tee "$OUT/$(basename "$b" .py).txt"
         done
     fi
+fi
+
+if [[ " $* " == *" --sanitize "* ]] && [ -n "${PYTHONPATH:-}" ]; then
+    # compute-sanitizer over the kernel library's GPU tests: memcheck for every kernel,
+    # racecheck for the ones that share memory between threads.
+    SAN=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    (cd python/tests && timeout 240 "$SAN" --tool memcheck --target-processes all \
+        python3 -m pytest -q -p no:cacheprovider test_ops.py -k "not compile" 2>&1 | tail -6 | tee "$OUT/memcheck.txt")
+    (cd python/tests && timeout 180 "$SAN" --tool racecheck --target-processes all \
+        python3 -m pytest -q -p no:cacheprovider test_ops.py -k "transpose or reductions or softmax" 2>&1 | tail -6 | tee "$OUT/racecheck.txt")
+    echo "memcheck: $(grep -h 'ERROR SUMMARY' "$OUT/memcheck.txt" | tail -1)" >>"$SUMMARY"
+    echo "racecheck: $(grep -h 'RACECHECK SUMMARY\|ERROR SUMMARY' "$OUT/racecheck.txt" | tail -1)" >>"$SUMMARY"
 fi
 
 echo "===== summary"; cat "$SUMMARY"
