@@ -227,8 +227,7 @@ def _reduce(name: str, opcode: int, x: Any, axis: Optional[int], out: Any, strea
     x = _contiguous(x, stream)
     m = _module("reduce")
     if axis is None:
-        # One resident wave of blocks (8 per SM): no tail, each thread streams more bytes.
-        blocks = min(_grid(xv.size), _native.sm_count(0) * 8)
+        blocks = _grid(xv.size)
         partial = _new((blocks,), acc, stream)
         out = _new((), result_dtype, stream) if out is None else out
         _check_out(out, (), result_dtype)

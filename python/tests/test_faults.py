@@ -25,6 +25,12 @@ def run_isolated(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-S", "-c", prelude + textwrap.dedent(code)], capture_output=True, text=True, env=clean, timeout=300)
 
 
+def run_subprocess(code: str) -> subprocess.CompletedProcess[str]:
+    """Run `code` in a fresh interpreter with this one's environment (a sticky device error
+    must not poison the test process)."""
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300)
+
+
 @pytest.mark.skipif(
     ctypes.util.find_library("nvrtc") is not None or os.path.isdir("/usr/local/cuda"),
     reason="this machine has a system NVRTC, so it cannot be missing",
@@ -59,7 +65,7 @@ def test_unusable_cache_directory_is_not_fatal(monkeypatch: pytest.MonkeyPatch) 
 
 @pytest.mark.gpu
 def test_trapping_kernel_gives_errors_not_crashes() -> None:
-    r = run_isolated(
+    r = run_subprocess(
         """
         import caijit
         k = caijit.kernel('extern "C" __global__ void boom(int* y) { if (threadIdx.x == 0) __trap(); y[0] = 1; }')
@@ -75,8 +81,7 @@ def test_trapping_kernel_gives_errors_not_crashes() -> None:
             s.synchronize()
         except caijit.LaunchError as e:
             print("after:", e)
-        """,
-        PYTHONPATH=os.environ.get("PYTHONPATH", ""),
+        """
     )
     assert r.returncode == 0, r.stderr
     assert "sync: cuStreamSynchronize failed" in r.stdout, r.stdout
