@@ -243,3 +243,29 @@ fn struct_parameters_from_derived_rust_twins() {
     let e = k.launch(&LaunchConfig::new([1, 1, 1], [1, 1, 1]), &[Arg::Bytes(&bytes[..20]), Arg::Array(&ov)], None, true).unwrap_err();
     assert!(e.to_string().contains("expected 24 bytes"), "{e}");
 }
+
+/// cudarc slices are arguments like any other CAI array, ordered against their stream.
+#[test]
+fn cudarc_slices_as_arguments() {
+    use cai_runtime::interop::cudarc_view;
+    let ctx = skip_unless!(ctx(), "no CUDA device");
+    let cctx = cudarc::driver::CudaContext::new(0).unwrap();
+    let cstream = cctx.new_stream().unwrap();
+    let n = 10_001;
+    let xs = randoms(n, seed());
+    let x = cstream.clone_htod(&xs).unwrap();
+    let y = cstream.alloc_zeros::<f32>(n).unwrap();
+    let m = ctx.compile(&Program::new(AXPY).name_expression("axpy<float>")).unwrap();
+    let k = m.kernel("axpy<float>").unwrap();
+    let (xv, yv) = (cudarc_view(&x, true), cudarc_view(&y, false));
+    assert_eq!(xv.stream(), yv.stream());
+    let own = Stream::new(&ctx).unwrap();
+    let before = stats();
+    let args = [Arg::Scalar { value: Num::Float(3.0), dtype: None }, Arg::Array(&xv), Arg::Array(&yv), Arg::Scalar { value: Num::Int(n as i128), dtype: None }];
+    k.forall(n, &args, Some(&own), true).unwrap();
+    assert_eq!(stats().waits - before.waits, 1, "the launch waited on the cudarc stream");
+    let got: Vec<f32> = cstream.clone_dtoh(&y).unwrap();
+    for i in 0..n {
+        assert_eq!(got[i], 3.0 * xs[i]);
+    }
+}

@@ -13,6 +13,7 @@ mod error;
 
 pub use error::{Error, Result};
 pub mod compile;
+pub mod interop;
 pub mod launch;
 pub mod params;
 pub mod runtime;

@@ -147,6 +147,21 @@ impl Context {
         Ok(())
     }
 
+    /// Make `waiter` wait for the work enqueued so far on `producer`, without blocking the
+    /// host (an event from the pool recorded on `producer`, waited on by `waiter`).
+    pub fn order_streams(&self, waiter: &Stream, producer: &Stream) -> Result<()> {
+        if waiter.raw() == producer.raw() {
+            return Ok(());
+        }
+        let mut events = Vec::new();
+        self.take_events(1, &mut events)?;
+        let d = self.bind()?;
+        let r = d.event_record(events[0], producer.raw()).and_then(|_| d.stream_wait_event(waiter.raw(), events[0]));
+        self.return_events(&mut events);
+        bump(&COUNTERS.waits);
+        Ok(r?)
+    }
+
     /// Give events back to the pool. A stream's wait captures an event's state when it is
     /// enqueued, so an event can be reused as soon as the waits on it are enqueued.
     pub(crate) fn return_events(&self, events: &mut Vec<RawEvent>) {

@@ -131,3 +131,64 @@ def interface_from_capsule(capsule: Any) -> dict[str, Any]:
         "version": 3,
         "stream": None,  # ordered by the producer in the __dlpack__(stream=...) handshake
     }
+
+
+# ---------------------------------------------------------------------------- export
+
+_Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_CapsuleDestructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _CapsuleDestructor]
+# By address (the capsule is being destroyed: no new references to it), with the GIL held.
+_raw_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_IsValid", ctypes.pythonapi))
+_raw_get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_GetPointer", ctypes.pythonapi))
+
+_NAME = b"dltensor"
+#: Exported tensors by address: the struct, its shape and strides, and the array they keep alive.
+_LIVE: dict[int, tuple[Any, ...]] = {}
+_CODES = {"b": 6, "i": 0, "u": 1, "f": 2, "c": 5}
+
+
+@_Deleter
+def _delete(address: int) -> None:
+    _LIVE.pop(address, None)
+
+
+@_CapsuleDestructor
+def _destroy_capsule(capsule: int) -> None:
+    # A consumer that took the tensor renamed the capsule ("used_dltensor") and owns it.
+    if _raw_is_valid(capsule, _NAME):
+        _LIVE.pop(_raw_get_pointer(capsule, _NAME), None)
+
+
+def export(array: Any, device: int, consumer_stream: Any) -> Any:
+    """A DLPack capsule of a caijit array (legacy ``dltensor``), after making the consumer's
+    stream wait for the array's pending work (``stream=-1``: no ordering)."""
+    from . import _native
+
+    cai = array.__cuda_array_interface__
+    if consumer_stream is None:
+        consumer_stream = 1  # the array API: None means the legacy default stream for CUDA
+    if consumer_stream == 0:
+        raise ArgumentError("__dlpack__(stream=0) is ambiguous; pass 1 (legacy) or 2 (per-thread)")
+    if consumer_stream != -1 and cai.get("stream") not in (None, consumer_stream):
+        _native.order_streams(int(consumer_stream), int(cai["stream"]), device)
+    typestr = array.dtype.str if str(array.dtype) != "void16" else "<V2"
+    kind, itemsize = typestr[1], int(typestr[2:])
+    code = 4 if typestr == "<V2" else _CODES[kind]
+    ndim = len(array.shape)
+    shape = (ctypes.c_int64 * max(ndim, 1))(*array.shape)
+    strides = (ctypes.c_int64 * max(ndim, 1))(*(s // itemsize for s in array.strides))
+    m = _DLManagedTensor()
+    m.dl_tensor.data = cai["data"][0] or None
+    m.dl_tensor.device = _DLDevice(KDL_CUDA, device)
+    m.dl_tensor.ndim = ndim
+    m.dl_tensor.dtype = _DLDataType(code, itemsize * 8, 1)
+    m.dl_tensor.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
+    m.dl_tensor.strides = ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64))
+    m.dl_tensor.byte_offset = 0
+    m.deleter = ctypes.cast(_delete, ctypes.c_void_p)
+    address = ctypes.addressof(m)
+    _LIVE[address] = (m, shape, strides, array)
+    return _capsule_new(address, _NAME, _destroy_capsule)

@@ -159,6 +159,30 @@ impl DeviceArray {
         }
         descriptor_to_dict(py, &d)
     }
+    /// DLPack export: a `dltensor` capsule; the consumer's `stream` is made to wait for the
+    /// array's pending work first (`-1`: no ordering; `None`: the legacy default stream).
+    #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]
+    fn __dlpack__<'py>(
+        slf: &Bound<'py, Self>,
+        stream: Option<&Bound<'py, PyAny>>,
+        max_version: Option<&Bound<'py, PyAny>>,
+        dl_device: Option<&Bound<'py, PyAny>>,
+        copy: Option<bool>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let _ = (max_version, dl_device);
+        if copy == Some(true) {
+            return Err(pyo3::exceptions::PyBufferError::new_err("caijit arrays export without copying"));
+        }
+        let py = slf.py();
+        let device = slf.get().inner.context().ordinal();
+        py.import("caijit._dlpack")?.getattr("export")?.call1((slf, device, stream))
+    }
+
+    /// `(kDLCUDA, device ordinal)`.
+    fn __dlpack_device__(&self) -> (i32, usize) {
+        (2, self.inner.context().ordinal())
+    }
+
     fn __len__(&self) -> PyResult<usize> {
         self.inner.shape().first().copied().ok_or_else(|| pyo3::exceptions::PyTypeError::new_err("len() of a 0-d array"))
     }

@@ -100,6 +100,16 @@ fn sm_count(device: usize) -> PyCaiResult<usize> {
     Ok(cai_runtime::runtime::Context::new(device)?.sm_count())
 }
 
+/// Make stream `waiter` wait for the work pending on stream `producer` (CAI values), without
+/// blocking the host: the DLPack producer handshake.
+#[pyfunction]
+#[pyo3(signature = (waiter, producer, device = 0))]
+fn order_streams(waiter: u64, producer: u64, device: usize) -> PyCaiResult<()> {
+    let ctx = cai_runtime::runtime::Context::new(device)?;
+    let (w, p) = (cai_runtime::runtime::Stream::borrowed(waiter)?, cai_runtime::runtime::Stream::borrowed(producer)?);
+    Ok(ctx.order_streams(&w, &p)?)
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<interface::Interface>()?;
@@ -115,6 +125,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stats, m)?)?;
     m.add_function(wrap_pyfunction!(op_source, m)?)?;
     m.add_function(wrap_pyfunction!(sm_count, m)?)?;
+    m.add_function(wrap_pyfunction!(order_streams, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(device_info, m)?)?;
     m.add_function(wrap_pyfunction!(driver_version, m)?)?;

@@ -90,3 +90,30 @@ def test_cuda_dlpack_producers() -> None:
     out = torch.empty(64, device="cuda", dtype=torch.bfloat16)
     k.forall(64)(bf, out)
     torch.testing.assert_close(out, 2 * bf.a)
+
+
+@pytest.mark.gpu
+def test_caijit_arrays_export_dlpack() -> None:
+    torch = pytest.importorskip("torch")
+    h = np.arange(12, dtype=np.float32).reshape(3, 4)
+    a = caijit.to_device(h)
+    assert a.__dlpack_device__() == (2, 0)
+    t = torch.from_dlpack(a)
+    assert t.device.type == "cuda" and t.shape == (3, 4)
+    np.testing.assert_array_equal(t.cpu().numpy(), h)
+    t.mul_(2)  # zero-copy: the caijit array sees the write
+    np.testing.assert_array_equal(a.copy_to_host(), 2 * h)
+    del a  # the tensor keeps the memory alive
+    np.testing.assert_array_equal(t.cpu().numpy(), 2 * h)
+    # A consumer on another stream is ordered after the array's pending work.
+    s = caijit.Stream()
+    b = caijit.to_device(np.ones(1000, np.float32), stream=s)
+    cap = b.__dlpack__(stream=torch.cuda.current_stream().cuda_stream)
+    assert cap is not None
+    jax = pytest.importorskip("jax")
+    c = caijit.to_device(np.arange(5, dtype=np.int32))
+    try:
+        j = jax.dlpack.from_dlpack(c)
+    except Exception as e:  # noqa: BLE001 - JAX without a GPU backend
+        pytest.skip(f"jax cannot take a CUDA DLPack tensor here: {e}")
+    np.testing.assert_array_equal(np.asarray(j), np.arange(5))
