@@ -108,8 +108,13 @@ def test_caijit_arrays_export_dlpack() -> None:
     # A consumer on another stream is ordered after the array's pending work.
     s = caijit.Stream()
     b = caijit.to_device(np.ones(1000, np.float32), stream=s)
-    cap = b.__dlpack__(stream=torch.cuda.current_stream().cuda_stream)
+    consumer = torch.cuda.Stream()  # torch's default stream is handle 0, which DLPack forbids
+    before = caijit.stats()["waits"]
+    cap = b.__dlpack__(stream=consumer.cuda_stream)
     assert cap is not None
+    assert caijit.stats()["waits"] == before + 1, "the consumer's stream waits for the array's stream"
+    with pytest.raises(caijit.ArgumentError, match="stream=0"):
+        b.__dlpack__(stream=0)
     jax = pytest.importorskip("jax")
     c = caijit.to_device(np.arange(5, dtype=np.int32))
     try:
