@@ -54,11 +54,10 @@ pub fn cai_struct(input: &DeriveInput, p: &Parsed<'_>, errors: &mut Errors) {
             errors.spanned(*extra, format!("more than one field is marked `{}`", role.name()));
         }
     }
-    for (f, a) in &p.fields {
+    for (_, a) in &p.fields {
         if let Some(o) = &a.offset {
             errors.spanned(o.span(), "`offset` belongs to #[derive(KernelParams)]");
         }
-        let _ = f;
     }
     if p.role(Role::Data).is_none() {
         errors.spanned(input.ident.span(), "mark the device pointer field with #[cai(data)]");

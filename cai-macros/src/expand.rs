@@ -17,9 +17,8 @@ fn krate(p: &check::Parsed<'_>) -> TokenStream {
 }
 
 /// On error: the errors, plus stub impls so that uses of the type report nothing more.
-fn fallback(input: &DeriveInput, err: syn::Error, stub: TokenStream) -> TokenStream {
+fn fallback(err: syn::Error, stub: TokenStream) -> TokenStream {
     let errors = err.to_compile_error();
-    let _ = input;
     quote! { #errors #stub }
 }
 
@@ -40,7 +39,7 @@ pub fn cuda_array_interface(input: &DeriveInput) -> TokenStream {
                 }
             };
         };
-        return fallback(input, e, stub);
+        return fallback(e, stub);
     }
     let data = p.role(Role::Data).expect("checked");
     let shape = p.role(Role::Shape).expect("checked");
@@ -165,7 +164,7 @@ pub fn kernel_params(input: &DeriveInput) -> TokenStream {
                 impl #k::__private::KernelStruct for #name {}
             };
         };
-        return fallback(input, e, stub);
+        return fallback(e, stub);
     }
     let writes = p.fields.iter().map(|(f, _)| {
         let id = &f.ident;

@@ -306,7 +306,7 @@ pub struct Kernel {
     pub(crate) module: Arc<Module>,
     pub(crate) info: KernelInfo,
     pub(crate) raw: RawFunction,
-    attributes: Mutex<sys::FuncAttributes>,
+    attributes: Mutex<KernelAttributes>,
 }
 
 impl Kernel {
@@ -317,15 +317,7 @@ impl Kernel {
         &self.module.ctx
     }
     pub fn attributes(&self) -> KernelAttributes {
-        let a = *lock(&self.attributes);
-        KernelAttributes {
-            num_regs: a.num_regs,
-            max_threads_per_block: a.max_threads_per_block,
-            shared_size_bytes: a.shared_size_bytes,
-            const_size_bytes: a.const_size_bytes,
-            local_size_bytes: a.local_size_bytes,
-            max_dynamic_shared_size_bytes: a.max_dynamic_shared_size_bytes,
-        }
+        *lock(&self.attributes)
     }
 
     /// Allow up to `bytes` of dynamic shared memory (above the 48 KiB default).

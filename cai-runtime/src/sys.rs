@@ -144,16 +144,7 @@ unsafe impl Send for RawFunction {}
 // SAFETY: as above.
 unsafe impl Sync for RawFunction {}
 
-/// Function attributes caijit reads.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct FuncAttributes {
-    pub num_regs: i32,
-    pub max_threads_per_block: i32,
-    pub shared_size_bytes: i32,
-    pub const_size_bytes: i32,
-    pub local_size_bytes: i32,
-    pub max_dynamic_shared_size_bytes: i32,
-}
+pub(crate) use crate::runtime::KernelAttributes as FuncAttributes;
 
 /// Capture state of a stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -299,39 +290,6 @@ impl Driver {
         Ok((grid, block))
     }
 
-    /// Launch `f` with parameters already laid out: `params[i]` points at parameter `i`.
-    ///
-    /// # Safety
-    /// Each `params[i]` must point at a value of exactly the size and layout of the kernel's
-    /// parameter `i`, every device pointer among them must be valid for what the kernel does
-    /// with it, and the function's context must be current.
-    pub unsafe fn launch(
-        &self,
-        f: RawFunction,
-        grid: [u32; 3],
-        block: [u32; 3],
-        shared_mem: u32,
-        stream: RawStream,
-        params: &mut [*mut c_void],
-    ) -> Result<(), DriverError> {
-        // SAFETY: forwarded to the caller's contract above.
-        check("cuLaunchKernel", unsafe {
-            cu::cuLaunchKernel(
-                f.0,
-                grid[0],
-                grid[1],
-                grid[2],
-                block[0],
-                block[1],
-                block[2],
-                shared_mem,
-                stream.0,
-                params.as_mut_ptr(),
-                ptr::null_mut(),
-            )
-        })
-    }
-
     /// Launch after the caller checked every argument against the kernel's compiled
     /// parameter list (`launch::marshal`): `params[i]` points at exactly parameter `i`'s
     /// bytes. Device pointers inside come from validated CAI descriptors.
@@ -348,7 +306,21 @@ impl Driver {
         // (sizes cross-checked against the PTX and the driver), so the driver reads exactly
         // the bytes the kernel declares; what the kernel does with device pointers is the
         // CAI producer's promise that they are valid for the array's extent.
-        unsafe { self.launch(f, grid, block, shared_mem, stream, params) }
+        check("cuLaunchKernel", unsafe {
+            cu::cuLaunchKernel(
+                f.0,
+                grid[0],
+                grid[1],
+                grid[2],
+                block[0],
+                block[1],
+                block[2],
+                shared_mem,
+                stream.0,
+                params.as_mut_ptr(),
+                ptr::null_mut(),
+            )
+        })
     }
 
     /// `cuLaunchKernelEx` with thread-block cluster dimensions and/or a cooperative launch,
