@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import pytest
 
 import caijit
@@ -53,3 +56,26 @@ def test_launcher_configuration_errors() -> None:
         k[1]
     with pytest.raises(caijit.ArgumentError, match="cannot use a"):
         k[1, 32, "not a stream"]
+
+
+def test_processes_sharing_one_disk_cache(tmp_path: Any) -> None:
+    """Four processes compile the same new program into one cache directory at once; the
+    directory ends with one good entry that a fifth process loads."""
+    import subprocess
+    import sys
+    import uuid
+
+    src = f'// {uuid.uuid4()}\nextern "C" __global__ void k(int* y) {{ y[0] = 5; }}'
+    code = (
+        "import sys, caijit\n"
+        "print(caijit.kernel(sys.argv[1]).compile(arch='sm_90')[0]['cache'])\n"
+    )
+    env = {**os.environ, "CAIJIT_CACHE_DIR": str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, "-c", code, src], env=env, stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    outs = [p.communicate(timeout=300)[0].strip() for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    entries = [f for f in os.listdir(tmp_path) if f.endswith(".cubin-entry")]
+    assert len(entries) == 1 and not [f for f in os.listdir(tmp_path) if f.startswith(".tmp-")]
+    again = subprocess.run([sys.executable, "-c", code, src], env=env, capture_output=True, text=True, timeout=300)
+    assert again.stdout.strip() == "disk", again.stderr
+    assert oct(os.stat(os.path.join(tmp_path, entries[0])).st_mode & 0o777) == "0o600"
