@@ -15,6 +15,7 @@ pub use error::{Error, Result};
 pub mod compile;
 pub mod interop;
 pub mod launch;
+pub mod ops;
 pub mod params;
 pub mod runtime;
 pub mod signature;

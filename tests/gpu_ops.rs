@@ -1,0 +1,60 @@
+//! The kernel library from Rust (`cai_runtime::ops`), checked against CPU references.
+
+use std::sync::Arc;
+
+use cai_runtime::array::DeviceArray;
+use cai_runtime::cai::{ArrayView, DType};
+use cai_runtime::ops;
+use cai_runtime::runtime::{device_count, Context, Stream};
+use caijit_integration::skip_unless;
+
+fn ctx() -> Result<Arc<Context>, cai_runtime::Error> {
+    device_count()?;
+    Context::new(0)
+}
+
+fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+fn bytes<T: Copy>(v: &[T], to: impl Fn(T) -> [u8; 4]) -> Vec<u8> {
+    v.iter().flat_map(|&x| to(x)).collect()
+}
+
+#[test]
+fn rust_ops_match_cpu_references() {
+    let ctx = skip_unless!(ctx(), "no CUDA device");
+    let s = Arc::new(Stream::new(&ctx).unwrap());
+    let (r, c) = (129usize, 77usize);
+    let xs: Vec<f32> = (0..r * c).map(|i| ((i * 7919) % 1000) as f32 / 7.0 - 50.0).collect();
+    let ys: Vec<f32> = (0..r * c).map(|i| ((i * 104_729) % 997) as f32 / 3.0).collect();
+    let x = DeviceArray::from_bytes(&ctx, &[r, c], DType::F32, &bytes(&xs, f32::to_le_bytes), &s).unwrap();
+    let y = DeviceArray::from_bytes(&ctx, &[r, c], DType::F32, &bytes(&ys, f32::to_le_bytes), &s).unwrap();
+    let out = DeviceArray::zeros(&ctx, &[r, c], DType::F32, &s).unwrap();
+
+    ops::axpy(&ctx, 2.0, &x.view(), &y.view(), &out.view(), None).unwrap();
+    let got = f32s(&out.to_bytes().unwrap());
+    assert!(got.iter().zip(xs.iter().zip(&ys)).all(|(g, (a, b))| *g == 2.0 * a + b));
+
+    // The transpose of x as a strided view, made contiguous; and the tiled transpose.
+    let xt = ArrayView::new(x.ptr(), &[c, r], Some(&[4, 4 * c as i64]), DType::F32, true, Some(s.stream_ref())).unwrap();
+    let t1 = DeviceArray::zeros(&ctx, &[c, r], DType::F32, &s).unwrap();
+    ops::ascontiguous(&ctx, &xt, &t1.view(), None).unwrap();
+    let t2 = DeviceArray::zeros(&ctx, &[c, r], DType::F32, &s).unwrap();
+    ops::transpose(&ctx, &x.view(), &t2.view(), None).unwrap();
+    let want: Vec<f32> = (0..c * r).map(|k| xs[(k % r) * c + k / r]).collect();
+    assert_eq!(f32s(&t1.to_bytes().unwrap()), want);
+    assert_eq!(f32s(&t2.to_bytes().unwrap()), want);
+
+    let partial = DeviceArray::zeros(&ctx, &[ops::reduce_scratch_len(&ctx)], DType::F32, &s).unwrap();
+    let total = DeviceArray::zeros(&ctx, &[], DType::F32, &s).unwrap();
+    ops::sum(&ctx, &x.view(), &total.view(), &partial.view(), None).unwrap();
+    let want: f64 = xs.iter().map(|&v| f64::from(v)).sum();
+    let got = f64::from(f32s(&total.to_bytes().unwrap())[0]);
+    assert!((got - want).abs() <= 1e-3 * want.abs().max(1.0), "{got} vs {want}");
+    ops::max(&ctx, &x.view(), &total.view(), &partial.view(), None).unwrap();
+    assert_eq!(f32s(&total.to_bytes().unwrap())[0], xs.iter().cloned().fold(f32::MIN, f32::max));
+
+    let e = ops::axpy(&ctx, 1.0, &xt, &y.view(), &out.view(), None).unwrap_err().to_string();
+    assert!(e.contains("must match") || e.contains("C-contiguous"), "{e}");
+}
