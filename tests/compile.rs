@@ -270,3 +270,25 @@ fn derived_struct_twin_matches_the_compiled_parameter() {
     assert_eq!(p.kind, ParamKind::Struct { name: "Twin".into() });
     assert_eq!((p.size, p.align), (<Twin as ParamBytes>::SIZE, std::mem::align_of::<Twin>()));
 }
+
+/// Program names, options and name expressions never reach a file name: entries are named
+/// by the key's hex digits, inside the cache directory.
+#[test]
+fn nothing_escapes_the_cache_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("cache");
+    let mut disk = CompileOptions::default();
+    disk.disk_cache = Some(Some(DiskCache::at(&cache)));
+    disk.skip_memory_cache = true;
+    let p = Program::new(format!("// {:?}\nextern \"C\" __global__ void k(int* y) {{ y[0] = 6; }}", std::time::SystemTime::now()))
+        .name("../../../escape.cu")
+        .option("-DPATH=../../x");
+    compile_with(&p, Arch(90), &disk).unwrap();
+    let outside: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert_eq!(outside, [std::ffi::OsString::from("cache")]);
+    for e in std::fs::read_dir(&cache).unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let stem = name.strip_suffix(".cubin-entry").expect("only cache entries");
+        assert!(stem.len() == 64 && stem.bytes().all(|b| b.is_ascii_hexdigit()), "{name}");
+    }
+}
