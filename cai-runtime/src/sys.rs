@@ -23,7 +23,16 @@ use cudarc::nvrtc::sys as nv;
 pub(crate) fn load_library(name: &Path) -> Result<(), String> {
     // SAFETY: loading runs the library's initialisers; the libraries loaded here (NVRTC,
     // its builtins, the CUDA driver) have no initialisers with preconditions on the caller.
-    let lib = unsafe { libloading::Library::new(name.as_os_str()) }.map_err(|e| e.to_string())?;
+    let lib = unsafe { libloading::Library::new(name.as_os_str()) }.map_err(|e| {
+        // libloading puts dlerror()'s text in the source chain.
+        let mut message = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            message = format!("{message}: {s}");
+            source = s.source();
+        }
+        message
+    })?;
     // Never unloaded: cudarc resolves symbols from it for the life of the process.
     std::mem::forget(lib);
     Ok(())
