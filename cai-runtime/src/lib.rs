@@ -17,6 +17,8 @@ pub mod interop;
 pub mod launch;
 pub mod ops;
 pub mod params;
+#[cfg(feature = "python")]
+pub mod python;
 pub mod runtime;
 pub mod signature;
 pub mod stats;
@@ -81,4 +83,6 @@ pub mod __private {
         StreamFieldImport, StridesField,
     };
     pub use crate::{CudaArrayInterface, FromCudaArrayInterface, KernelStruct, ParamBytes};
+    #[cfg(feature = "python")]
+    pub use crate::python;
 }

@@ -39,6 +39,18 @@ impl From<CaiInterfaceError> for PyCaiError {
     }
 }
 
+impl From<cai_runtime::python::FromPyError> for PyCaiError {
+    fn from(e: cai_runtime::python::FromPyError) -> Self {
+        use cai_runtime::python::FromPyError as E;
+        match e {
+            E::Interface(e) => PyCaiError::Cai(Error::Interface(e)),
+            E::NoInterface(m) => PyCaiError::argument(m),
+            E::Py(e) => PyCaiError::Py(e),
+            other => PyCaiError::Py(other.into()),
+        }
+    }
+}
+
 impl From<PyErr> for PyCaiError {
     fn from(e: PyErr) -> Self {
         PyCaiError::Py(e)
