@@ -10,3 +10,5 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -r python/requirements-dev.txt
 (cd python && ../.venv/bin/maturin develop --release -q)
+# The example extension of #[derive(CudaArrayInterface)] with #[cai(python)] (tested by pytest).
+(cd examples/rust-extension && ../../.venv/bin/maturin develop --release -q)

@@ -30,6 +30,8 @@ impl Errors {
 
 #[derive(Default)]
 pub struct Container {
+    /// `#[cai(python)]`: a `__cuda_array_interface__` getter and `FromPyObject` (pyo3).
+    pub python: Option<Span>,
     pub dtype: Option<Type>,
     pub krate: Option<Path>,
     pub size: Option<LitInt>,
@@ -76,12 +78,14 @@ pub fn container(attrs: &[Attribute], errors: &mut Errors) -> Container {
             } else if meta.path.is_ident("crate") {
                 let s: LitStr = meta.value()?.parse()?;
                 c.krate = Some(s.parse()?);
+            } else if meta.path.is_ident("python") {
+                c.python = Some(meta.path.segments[0].ident.span());
             } else if meta.path.is_ident("size") {
                 c.size = Some(meta.value()?.parse()?);
             } else if meta.path.is_ident("align") {
                 c.align = Some(meta.value()?.parse()?);
             } else {
-                return Err(meta.error("unknown cai attribute; expected `dtype = T`, `crate = \"path\"`, `size = N` or `align = N`"));
+                return Err(meta.error("unknown cai attribute; expected `dtype = T`, `python`, `crate = \"path\"`, `size = N` or `align = N`"));
             }
             Ok(())
         });

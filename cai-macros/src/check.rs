@@ -74,6 +74,9 @@ pub fn cai_struct(input: &DeriveInput, p: &Parsed<'_>, errors: &mut Errors) {
             );
         }
     }
+    if let (Some(span), false) = (p.container.python, input.generics.params.is_empty()) {
+        errors.spanned(span, "`python` needs a non-generic struct (#[pyclass] cannot be generic)");
+    }
     if let Some(s) = &p.container.size {
         errors.spanned(s.span(), "`size` belongs to #[derive(KernelParams)]");
     }

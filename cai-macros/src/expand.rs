@@ -127,11 +127,47 @@ pub fn cuda_array_interface(input: &DeriveInput) -> TokenStream {
     } else {
         quote!()
     };
+    let python = p.container.python.map(|span| python_glue(&k, name, borrowed, span));
     quote! {
         const _: () = {
             #export
             #import
+            #python
         };
+    }
+}
+
+/// `#[cai(python)]`: the `__cuda_array_interface__` getter of a `#[pyclass]`, and (where
+/// import exists) `FromPyObject` from any object carrying a CAI, so a `#[pyfunction]` can
+/// take the type from a PyTorch tensor or a CuPy array. Uses the user's own `pyo3`.
+fn python_glue(k: &TokenStream, name: &syn::Ident, import: bool, span: proc_macro2::Span) -> TokenStream {
+    let from = import.then(|| {
+        quote_spanned! {span=>
+            impl<'a, 'py> ::pyo3::FromPyObject<'a, 'py> for #name {
+                type Error = ::pyo3::PyErr;
+                fn extract(obj: ::pyo3::Borrowed<'a, 'py, ::pyo3::PyAny>) -> ::core::result::Result<Self, ::pyo3::PyErr> {
+                    let d = #k::__private::python::descriptor_from_object(&obj)?;
+                    <Self as #k::__private::FromCudaArrayInterface>::from_descriptor(&d)
+                        .map_err(|e| ::pyo3::exceptions::PyValueError::new_err(e.to_string()))
+                }
+            }
+        }
+    });
+    quote_spanned! {span=>
+        #[::pyo3::pymethods]
+        impl #name {
+            /// The CUDA Array Interface (v3, with the stream).
+            #[getter]
+            fn __cuda_array_interface__<'py>(
+                &self,
+                py: ::pyo3::Python<'py>,
+            ) -> ::pyo3::PyResult<::pyo3::Bound<'py, ::pyo3::types::PyDict>> {
+                let d = <Self as #k::__private::CudaArrayInterface>::cai_descriptor(self)
+                    .map_err(|e| ::pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
+                ::core::result::Result::Ok(#k::__private::python::descriptor_to_dict(py, &d)?)
+            }
+        }
+        #from
     }
 }
 
