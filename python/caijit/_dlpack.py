@@ -150,16 +150,19 @@ _LIVE: dict[int, tuple[Any, ...]] = {}
 _CODES = {"b": 6, "i": 0, "u": 1, "f": 2, "c": 5}
 
 
-@_Deleter
-def _delete(address: int) -> None:
+def _delete_impl(address: int) -> None:
     _LIVE.pop(address, None)
 
 
-@_CapsuleDestructor
-def _destroy_capsule(capsule: int) -> None:
+def _destroy_capsule_impl(capsule: int) -> None:
     # A consumer that took the tensor renamed the capsule ("used_dltensor") and owns it.
     if _raw_is_valid(capsule, _NAME):
         _LIVE.pop(_raw_get_pointer(capsule, _NAME), None)
+
+
+# C callbacks (module-level, so they live as long as any capsule that points at them).
+_delete = _Deleter(_delete_impl)
+_destroy_capsule = _CapsuleDestructor(_destroy_capsule_impl)
 
 
 def export(array: Any, device: int, consumer_stream: Any) -> Any:

@@ -32,3 +32,12 @@ def test_example_runs(path: str) -> None:
     r = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=600, cwd="/tmp")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "ok" in r.stdout
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="mypy is not installed")
+def test_package_type_checks_strictly() -> None:
+    pkg = os.path.join(ROOT, "python", "caijit")
+    r = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", pkg], capture_output=True, text=True, cwd=os.path.join(ROOT, "python")
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
