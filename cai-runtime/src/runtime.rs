@@ -1,8 +1,27 @@
 //! Devices, contexts, streams, the event pool, loaded modules and kernels.
 //!
+//! # Examples
+//! ```no_run
+//! use cai_runtime::compile::Program;
+//! use cai_runtime::launch::{Arg, LaunchConfig};
+//! use cai_runtime::runtime::{Context, Stream};
+//! let ctx = Context::new(0)?;
+//! let k = ctx.compile(&Program::new(r#"extern "C" __global__ void k(float* y) { y[threadIdx.x] = 1.f; }"#))?.kernel("k")?;
+//! let s = Stream::new(&ctx)?;
+//! # let view = cai_runtime::cai::ArrayView::contiguous(0x7f00_0000_0000, &[32], cai_runtime::cai::DType::F32, false)?;
+//! k.launch(&LaunchConfig::new([1, 1, 1], [32, 1, 1]), &[Arg::Array(&view)], Some(&s), true)?;
+//! # Ok::<(), cai_runtime::Error>(())
+//! ```
+//!
+//! # Rationale
 //! One [`Context`] per device: the primary context, shared with CuPy, PyTorch and Numba in
-//! the same process. Streams are caijit's own (destroyed on drop) or borrowed handles
-//! (foreign streams, the legacy and per-thread default streams), never destroyed by caijit.
+//! the same process, so pointers and streams from any of them are valid here. Streams are
+//! caijit's own (destroyed on drop) or borrowed handles (foreign streams, the legacy and
+//! per-thread default streams), never destroyed by caijit. Events come from a per-context
+//! pool: the steady-state launch path creates none.
+//!
+//! # Limitations
+//! Modules stay loaded for the life of the process (kernel handles may be held anywhere).
 
 use std::collections::HashMap;
 use std::ffi::CString;
