@@ -16,11 +16,6 @@ fn krate(p: &check::Parsed<'_>) -> TokenStream {
     }
 }
 
-/// On error: the errors, plus stub impls so that uses of the type report nothing more.
-fn fallback(err: syn::Error, stub: TokenStream) -> TokenStream {
-    let errors = err.to_compile_error();
-    quote! { #errors #stub }
-}
 
 pub fn cuda_array_interface(input: &DeriveInput) -> TokenStream {
     let mut errors = Errors::default();
@@ -30,16 +25,7 @@ pub fn cuda_array_interface(input: &DeriveInput) -> TokenStream {
     let name = &input.ident;
     let (impl_g, ty_g, where_g) = input.generics.split_for_impl();
     if let Err(e) = errors.finish() {
-        let stub = quote! {
-            const _: () = {
-                impl #impl_g #k::__private::CudaArrayInterface for #name #ty_g #where_g {
-                    fn cai_view(&self) -> ::core::result::Result<#k::__private::ArrayView, #k::__private::InterfaceError> {
-                        ::core::unimplemented!()
-                    }
-                }
-            };
-        };
-        return fallback(e, stub);
+        return e.to_compile_error();
     }
     let data = p.role(Role::Data).expect("checked");
     let shape = p.role(Role::Shape).expect("checked");
@@ -191,16 +177,7 @@ pub fn kernel_params(input: &DeriveInput) -> TokenStream {
     }
     let k = krate(&p);
     if let Err(e) = errors.finish() {
-        let stub = quote! {
-            const _: () = {
-                impl #k::__private::ParamBytes for #name {
-                    const SIZE: usize = 0;
-                    fn write_param(&self, _: &mut [u8]) { ::core::unimplemented!() }
-                }
-                impl #k::__private::KernelStruct for #name {}
-            };
-        };
-        return fallback(e, stub);
+        return e.to_compile_error();
     }
     let writes = p.fields.iter().map(|(f, _)| {
         let id = &f.ident;

@@ -23,8 +23,7 @@
 //! | `readonly` | field | `bool` |
 //!
 //! Layout: parse (`attr.rs`) → validate (`check.rs`) → expand (`expand.rs`). Attribute
-//! errors are collected and reported together; on error a stub impl keeps follow-on errors
-//! away.
+//! errors are collected and reported together, each at the user's token.
 
 use proc_macro::TokenStream;
 use syn::{parse_macro_input, DeriveInput};
