@@ -181,11 +181,20 @@ impl ParamBuffer {
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(self.words());
         bytes[offset..offset + data.len()].copy_from_slice(data);
     }
-    /// One pointer per parameter, into this buffer (valid while it is neither moved nor
-    /// written).
-    fn pointers(&mut self, params: &[ParamLayout], out: &mut Vec<*mut c_void>) {
+    /// Call `f` with one pointer per parameter into this buffer (on the stack for up to 32
+    /// parameters).
+    fn with_pointers<R>(&mut self, params: &[ParamLayout], f: impl FnOnce(&mut [*mut c_void]) -> R) -> R {
         let start = self.words().as_mut_ptr() as *mut u8;
-        out.extend(params.iter().map(|p| start.wrapping_add(p.offset) as *mut c_void));
+        let at = |p: &ParamLayout| start.wrapping_add(p.offset) as *mut c_void;
+        if params.len() <= 32 {
+            let mut inline = [std::ptr::null_mut(); 32];
+            for (slot, p) in inline.iter_mut().zip(params) {
+                *slot = at(p);
+            }
+            f(&mut inline[..params.len()])
+        } else {
+            f(&mut params.iter().map(at).collect::<Vec<_>>())
+        }
     }
 }
 
@@ -424,16 +433,10 @@ impl Kernel {
                 d.stream_wait_event(launch_stream, e)?;
                 bump(&COUNTERS.waits);
             }
-            let mut ptrs = Vec::with_capacity(params.len());
-            buf.pointers(params, &mut ptrs);
             // The arguments were checked against the compiled parameter list above: each
             // pointer refers to a value of exactly the parameter's size; device pointers come
             // from validated CAI descriptors whose owners keep them alive (CAI contract).
-            if cfg.cluster.is_none() && !cfg.cooperative {
-                d.launch_checked(self.raw, cfg.grid, cfg.block, cfg.shared_mem, launch_stream, &mut ptrs)?;
-            } else {
-                d.launch_ex_checked(self.raw, cfg.grid, cfg.block, cfg.shared_mem, launch_stream, cfg.cluster, cfg.cooperative, &mut ptrs)?;
-            }
+            buf.with_pointers(params, |ptrs| d.launch_checked(self.raw, cfg, launch_stream, ptrs))?;
             bump(&COUNTERS.launches);
             // Reverse edges: one event after the kernel, waited on by every producer stream.
             if let Some(&after) = events.last() {

@@ -301,77 +301,52 @@ impl Driver {
 
     /// Launch after the caller checked every argument against the kernel's compiled
     /// parameter list (`launch::marshal`): `params[i]` points at exactly parameter `i`'s
-    /// bytes. Device pointers inside come from validated CAI descriptors.
+    /// bytes. Device pointers inside come from validated CAI descriptors. Plain launches go
+    /// through `cuLaunchKernel`; thread-block clusters and cooperative launches through
+    /// `cuLaunchKernelEx`.
     pub fn launch_checked(
         &self,
         f: RawFunction,
-        grid: [u32; 3],
-        block: [u32; 3],
-        shared_mem: u32,
+        cfg: &crate::launch::LaunchConfig,
         stream: RawStream,
         params: &mut [*mut c_void],
     ) -> Result<(), DriverError> {
-        // SAFETY: the parameter values were laid out from the kernel's own parameter list
-        // (sizes cross-checked against the PTX and the driver), so the driver reads exactly
-        // the bytes the kernel declares; what the kernel does with device pointers is the
-        // CAI producer's promise that they are valid for the array's extent.
-        check("cuLaunchKernel", unsafe {
-            cu::cuLaunchKernel(
-                f.0,
-                grid[0],
-                grid[1],
-                grid[2],
-                block[0],
-                block[1],
-                block[2],
-                shared_mem,
-                stream.0,
-                params.as_mut_ptr(),
-                ptr::null_mut(),
-            )
-        })
-    }
-
-    /// `cuLaunchKernelEx` with thread-block cluster dimensions and/or a cooperative launch,
-    /// under the same contract as [`Driver::launch_checked`].
-    #[allow(clippy::too_many_arguments)]
-    pub fn launch_ex_checked(
-        &self,
-        f: RawFunction,
-        grid: [u32; 3],
-        block: [u32; 3],
-        shared_mem: u32,
-        stream: RawStream,
-        cluster: Option<[u32; 3]>,
-        cooperative: bool,
-        params: &mut [*mut c_void],
-    ) -> Result<(), DriverError> {
+        let ([gx, gy, gz], [bx, by, bz]) = (cfg.grid, cfg.block);
+        if cfg.cluster.is_none() && !cfg.cooperative {
+            // SAFETY: the parameter values were laid out from the kernel's own parameter list
+            // (sizes cross-checked against the PTX and the driver), so the driver reads exactly
+            // the bytes the kernel declares; what the kernel does with device pointers is the
+            // CAI producer's promise that they are valid for the array's extent.
+            return check("cuLaunchKernel", unsafe {
+                cu::cuLaunchKernel(f.0, gx, gy, gz, bx, by, bz, cfg.shared_mem, stream.0, params.as_mut_ptr(), ptr::null_mut())
+            });
+        }
         use cu::CUlaunchAttributeID::*;
         let mut attrs: Vec<cu::CUlaunchAttribute> = Vec::with_capacity(2);
-        if let Some([x, y, z]) = cluster {
+        if let Some([x, y, z]) = cfg.cluster {
             let mut value = cu::CUlaunchAttributeValue { pad: [0; 64] };
             value.clusterDim = cu::CUlaunchAttributeValue_union__bindgen_ty_1 { x, y, z };
             attrs.push(cu::CUlaunchAttribute { id: CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, pad: [0; 4], value });
         }
-        if cooperative {
+        if cfg.cooperative {
             let mut value = cu::CUlaunchAttributeValue { pad: [0; 64] };
             value.cooperative = 1;
             attrs.push(cu::CUlaunchAttribute { id: CU_LAUNCH_ATTRIBUTE_COOPERATIVE, pad: [0; 4], value });
         }
         let config = cu::CUlaunchConfig {
-            gridDimX: grid[0],
-            gridDimY: grid[1],
-            gridDimZ: grid[2],
-            blockDimX: block[0],
-            blockDimY: block[1],
-            blockDimZ: block[2],
-            sharedMemBytes: shared_mem,
+            gridDimX: gx,
+            gridDimY: gy,
+            gridDimZ: gz,
+            blockDimX: bx,
+            blockDimY: by,
+            blockDimZ: bz,
+            sharedMemBytes: cfg.shared_mem,
             hStream: stream.0,
             attrs: attrs.as_mut_ptr(),
             numAttrs: attrs.len() as c_uint,
         };
-        // SAFETY: as `launch_checked` for the parameters; `config` and `attrs` outlive the
-        // call, and every attribute's value is the union member its id names.
+        // SAFETY: as above for the parameters; `config` and `attrs` outlive the call, and
+        // every attribute's value is the union member its id names.
         check("cuLaunchKernelEx", unsafe { cu::cuLaunchKernelEx(&config, f.0, params.as_mut_ptr(), ptr::null_mut()) })
     }
 
