@@ -302,7 +302,7 @@ impl Module {
             }
         }
         let attributes = d.func_attributes(raw)?;
-        let k = Arc::new(Kernel { module: self.clone(), info, raw, attributes: Mutex::new(attributes) });
+        let k = Arc::new(Kernel { module: self.clone(), info, raw, attributes: Mutex::new(attributes), forall_block: OnceLock::new() });
         Ok(lock(&self.kernels).entry(name.to_string()).or_insert(k).clone())
     }
 }
@@ -326,6 +326,9 @@ pub struct Kernel {
     pub(crate) info: KernelInfo,
     pub(crate) raw: RawFunction,
     attributes: Mutex<KernelAttributes>,
+    /// The occupancy-maximising block size without dynamic shared memory (`forall`),
+    /// asked of the driver once.
+    forall_block: OnceLock<u32>,
 }
 
 impl Kernel {
@@ -349,8 +352,17 @@ impl Kernel {
 
     /// The block size that maximises occupancy, with `dynamic_smem` bytes per block.
     pub fn occupancy_block_size(&self, dynamic_smem: usize) -> Result<u32> {
+        if dynamic_smem == 0 {
+            if let Some(&b) = self.forall_block.get() {
+                return Ok(b);
+            }
+        }
         let d = self.context().bind()?;
-        Ok(d.occupancy_block_size(self.raw, dynamic_smem)?.1.max(1) as u32)
+        let block = d.occupancy_block_size(self.raw, dynamic_smem)?.1.max(1) as u32;
+        if dynamic_smem == 0 {
+            let _ = self.forall_block.set(block);
+        }
+        Ok(block)
     }
 }
 
