@@ -3,7 +3,8 @@ extension: the capsule's ``DLManagedTensor`` (or ``DLManagedTensorVersioned``) b
 CUDA Array Interface view that keeps the capsule alive.
 
 The DLPack stream handshake: ``obj.__dlpack__(stream=s)`` makes the producer order its own
-pending work before ``s``; caijit then launches on ``s``, so the view carries no stream.
+pending work before ``s``; the view then carries ``s`` as its producer stream, so caijit's
+stream protocol launches on ``s`` (or orders against it) like for any CAI array.
 """
 
 from __future__ import annotations
@@ -55,12 +56,10 @@ class _DLManagedTensorVersioned(ctypes.Structure):
     ]
 
 
-_get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
-_get_pointer.restype = ctypes.c_void_p
-_get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_is_valid = ctypes.pythonapi.PyCapsule_IsValid
-_is_valid.restype = ctypes.c_int
-_is_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+# Capsules are passed by address (``id()`` in CPython), with the GIL held: the same calls
+# serve reading a capsule we hold and a capsule being destroyed (no new references to it).
+_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_IsValid", ctypes.pythonapi))
+_get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_GetPointer", ctypes.pythonapi))
 
 # DLPack type codes → NumPy kinds (bfloat16 is exported as caijit reads it: "<V2").
 _KINDS = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}
@@ -102,18 +101,20 @@ def view(obj: Any, stream: int) -> DLPackView:
     except TypeError:  # producers predating DLPack 1.0
         capsule = obj.__dlpack__(stream=stream)
     interface = interface_from_capsule(capsule)
+    interface["stream"] = stream  # the producer ordered its work before this stream
     return DLPackView(capsule, interface, bfloat16=interface["typestr"] == "<V2")
 
 
 def interface_from_capsule(capsule: Any) -> dict[str, Any]:
     """The CAI dict (stream None) of an unconsumed DLPack capsule, legacy or versioned."""
-    if _is_valid(capsule, b"dltensor_versioned"):
-        managed: Any = _DLManagedTensorVersioned.from_address(_get_pointer(capsule, b"dltensor_versioned"))
+    address = id(capsule)
+    if _is_valid(address, b"dltensor_versioned"):
+        managed: Any = _DLManagedTensorVersioned.from_address(_get_pointer(address, b"dltensor_versioned"))
         if managed.version.major != 1:
             raise InterfaceError(f"DLPack version {managed.version.major}.{managed.version.minor} is not supported")
         readonly = bool(managed.flags & _READ_ONLY)
-    elif _is_valid(capsule, b"dltensor"):
-        managed = _DLManagedTensor.from_address(_get_pointer(capsule, b"dltensor"))
+    elif _is_valid(address, b"dltensor"):
+        managed = _DLManagedTensor.from_address(_get_pointer(address, b"dltensor"))
         readonly = False
     else:
         raise InterfaceError("__dlpack__() did not return an unconsumed DLPack capsule")
@@ -129,7 +130,7 @@ def interface_from_capsule(capsule: Any) -> dict[str, Any]:
         "data": (0 if empty else (t.data or 0) + t.byte_offset, readonly),
         "strides": strides,
         "version": 3,
-        "stream": None,  # ordered by the producer in the __dlpack__(stream=...) handshake
+        "stream": None,  # no stream is known from the capsule itself
     }
 
 
@@ -140,9 +141,6 @@ _CapsuleDestructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _capsule_new = ctypes.pythonapi.PyCapsule_New
 _capsule_new.restype = ctypes.py_object
 _capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _CapsuleDestructor]
-# By address (the capsule is being destroyed: no new references to it), with the GIL held.
-_raw_is_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_IsValid", ctypes.pythonapi))
-_raw_get_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_char_p)(("PyCapsule_GetPointer", ctypes.pythonapi))
 
 _NAME = b"dltensor"
 #: Exported tensors by address: the struct, its shape and strides, and the array they keep alive.
@@ -156,8 +154,8 @@ def _delete_impl(address: int) -> None:
 
 def _destroy_capsule_impl(capsule: int) -> None:
     # A consumer that took the tensor renamed the capsule ("used_dltensor") and owns it.
-    if _raw_is_valid(capsule, _NAME):
-        _LIVE.pop(_raw_get_pointer(capsule, _NAME), None)
+    if _is_valid(capsule, _NAME):
+        _LIVE.pop(_get_pointer(capsule, _NAME), None)
 
 
 # C callbacks (module-level, so they live as long as any capsule that points at them).

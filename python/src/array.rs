@@ -265,9 +265,7 @@ pub struct ArgContext {
     cupy_stream: Option<Option<u64>>,
     /// The stream the launch will use when it was given (CAI value); DLPack producers are
     /// asked to order their work before it.
-    pub explicit_stream: Option<u64>,
-    /// Whether a DLPack argument was imported for `dlpack_stream()`.
-    pub used_dlpack: bool,
+    explicit_stream: Option<u64>,
 }
 
 impl ArgContext {
@@ -276,7 +274,8 @@ impl ArgContext {
     }
 
     /// The stream DLPack producers order their work before: the launch's explicit stream,
-    /// else the legacy default stream (which the launch then uses).
+    /// else the legacy default stream. The imported view carries it as its producer stream,
+    /// so the stream protocol needs no special case for DLPack.
     pub fn dlpack_stream(&self) -> u64 {
         self.explicit_stream.unwrap_or(1)
     }
@@ -422,7 +421,6 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
             let desc = descriptor_from_dict(&dict)?;
             let options = if bf16 { TypestrOptions::BFLOAT16_V2 } else { TypestrOptions::default() };
             let view = ArrayView::from_descriptor(&desc, options)?;
-            ctx.used_dlpack = true;
             return Ok(PyArg::Dlpack(view, holder.unbind()));
         }
     }

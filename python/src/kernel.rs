@@ -76,14 +76,16 @@ impl Kernel {
         }
     }
 
-    /// The compiled, loaded kernel for a device and argument types.
-    pub fn resolve(&self, py: Python<'_>, device: usize, types: &[ArgType]) -> PyCaiResult<Arc<rt::Kernel>> {
-        let key_types = if self.is_deduced_template() { types.to_vec() } else { Vec::new() };
-        let key = (device, key_types);
+    /// The compiled, loaded kernel for a device and, for a deduced template, the types of
+    /// the launch's arguments (read only then).
+    pub fn resolve(&self, py: Python<'_>, device: usize, args: &[Arg<'_>]) -> PyCaiResult<Arc<rt::Kernel>> {
+        let types: Vec<ArgType> =
+            if self.is_deduced_template() { args.iter().map(Arg::arg_type).collect() } else { Vec::new() };
+        let key = (device, types);
         if let Some(k) = lock(&self.instances).get(&key) {
             return Ok(k.clone());
         }
-        let expr = self.name_expression(types)?;
+        let expr = self.name_expression(&key.1)?;
         let mut program = self.program.clone();
         if expr.contains('<') {
             program = program.name_expression(expr.clone());
@@ -165,13 +167,9 @@ fn launch_now(
     let mut ctx = ArgContext::new(stream.map(RtStream::handle));
     let converted: Vec<PyArg> =
         args.iter().enumerate().map(|(i, a)| arg_from_py(i, &a, &mut ctx)).collect::<Result<_, _>>()?;
-    // DLPack producers ordered their work before the legacy stream: launch there.
-    let legacy = RtStream::legacy();
-    let stream = if ctx.used_dlpack && stream.is_none() { Some(&legacy) } else { stream };
     let launch_args: Vec<Arg<'_>> = converted.iter().map(PyArg::as_arg).collect();
-    let types: Vec<ArgType> = launch_args.iter().map(Arg::arg_type).collect();
     let device = launch_device(&converted)?;
-    let k = kernel.resolve(py, device, &types)?;
+    let k = kernel.resolve(py, device, &launch_args)?;
     // The GIL is released while the driver enqueues: other Python threads keep running.
     py.detach(|| match (config, forall) {
         (Some(cfg), _) => k.launch(&cfg, &launch_args, stream, sync),
