@@ -158,12 +158,12 @@ def module(
 
 def empty(shape: Union[int, Sequence[int]], dtype: Any = "float32", *, stream: Any = None, device: int = 0) -> DeviceArray:
     """Uninitialised device memory, allocated stream-ordered."""
-    return DeviceArray.empty(shape, dtype, stream=stream, device=device)
+    return DeviceArray.allocate(shape, dtype, stream=stream, device=device)
 
 
 def zeros(shape: Union[int, Sequence[int]], dtype: Any = "float32", *, stream: Any = None, device: int = 0) -> DeviceArray:
     """Zero-filled device memory."""
-    return DeviceArray.zeros(shape, dtype, stream=stream, device=device)
+    return DeviceArray.allocate(shape, dtype, zeroed=True, stream=stream, device=device)
 
 
 def full(

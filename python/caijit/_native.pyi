@@ -60,9 +60,9 @@ class DeviceArray:
     """Device memory owned by caijit; exports CAI v3 with its stream."""
 
     @staticmethod
-    def empty(shape: Union[int, Sequence[int]], dtype: Any, *, stream: _Stream = None, device: int = 0) -> DeviceArray: ...
-    @staticmethod
-    def zeros(shape: Union[int, Sequence[int]], dtype: Any, *, stream: _Stream = None, device: int = 0) -> DeviceArray: ...
+    def allocate(
+        shape: Union[int, Sequence[int]], dtype: Any, *, zeroed: bool = False, stream: _Stream = None, device: int = 0
+    ) -> DeviceArray: ...
     @staticmethod
     def from_buffer(
         data: bytes, shape: Union[int, Sequence[int]], dtype: Any, *, stream: _Stream = None, device: int = 0

@@ -42,47 +42,25 @@ fn array_stream(stream: Option<&Bound<'_, PyAny>>) -> PyCaiResult<Arc<RtStream>>
     Ok(stream.map(stream_from_py).transpose()?.flatten().unwrap_or_else(|| Arc::new(RtStream::legacy())))
 }
 
-fn allocate(
-    py: Python<'_>,
-    shape: &Bound<'_, PyAny>,
-    dtype: &Bound<'_, PyAny>,
-    stream: Option<&Bound<'_, PyAny>>,
-    device: usize,
-    zeroed: bool,
-) -> PyCaiResult<DeviceArray> {
-    let (shape, dtype) = (shape_from_py(shape)?, dtype_from_py(dtype)?);
-    let ctx = py.detach(|| Context::new(device))?;
-    let s = array_stream(stream)?;
-    let inner = if zeroed { RtArray::zeros(&ctx, &shape, dtype, &s)? } else { RtArray::empty(&ctx, &shape, dtype, &s)? };
-    Ok(DeviceArray { inner })
-}
-
 #[pymethods]
 impl DeviceArray {
-    /// Uninitialised device memory (`caijit.empty`).
+    /// Device memory, stream-ordered on `stream` (`caijit.empty`; `caijit.zeros` with
+    /// `zeroed=True`).
     #[staticmethod]
-    #[pyo3(signature = (shape, dtype, *, stream = None, device = 0))]
-    fn empty(
+    #[pyo3(signature = (shape, dtype, *, zeroed = false, stream = None, device = 0))]
+    fn allocate(
         py: Python<'_>,
         shape: &Bound<'_, PyAny>,
         dtype: &Bound<'_, PyAny>,
+        zeroed: bool,
         stream: Option<&Bound<'_, PyAny>>,
         device: usize,
     ) -> PyCaiResult<Self> {
-        allocate(py, shape, dtype, stream, device, false)
-    }
-
-    /// Zero-filled device memory (`caijit.zeros`).
-    #[staticmethod]
-    #[pyo3(signature = (shape, dtype, *, stream = None, device = 0))]
-    fn zeros(
-        py: Python<'_>,
-        shape: &Bound<'_, PyAny>,
-        dtype: &Bound<'_, PyAny>,
-        stream: Option<&Bound<'_, PyAny>>,
-        device: usize,
-    ) -> PyCaiResult<Self> {
-        allocate(py, shape, dtype, stream, device, true)
+        let (shape, dtype) = (shape_from_py(shape)?, dtype_from_py(dtype)?);
+        let ctx = py.detach(|| Context::new(device))?;
+        let s = array_stream(stream)?;
+        let inner = if zeroed { RtArray::zeros(&ctx, &shape, dtype, &s)? } else { RtArray::empty(&ctx, &shape, dtype, &s)? };
+        Ok(DeviceArray { inner })
     }
 
     /// Copy host bytes in C order (`caijit.to_device` passes a NumPy array's bytes here).
