@@ -365,21 +365,11 @@ pub fn program_from_py(
 ) -> Program {
     let mut p = Program::new(source);
     if let Some(f) = filename {
-        let path = std::path::Path::new(f);
-        p = p.name(path.file_name().map_or(f.to_string(), |n| n.to_string_lossy().into_owned()));
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            p = p.include_dir(dir);
-        }
+        p = p.located_at(f);
     }
-    for o in options {
-        p = p.option(o);
-    }
-    for d in include_dirs {
-        p = p.include_dir(d);
-    }
-    for (k, v) in defines {
-        p = p.define(k, v);
-    }
+    p.options = options;
+    p.include_dirs.extend(include_dirs);
+    p.defines = defines;
     p
 }
 

@@ -67,12 +67,20 @@ impl Program {
         let path = path.as_ref();
         let source = std::fs::read_to_string(path)
             .map_err(|e| Error::Argument(format!("cannot read the kernel source {}: {e}", path.display())))?;
-        let mut p = Program::new(source);
-        p.name = path.file_name().map_or("kernel.cu".into(), |n| n.to_string_lossy().into_owned());
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            p.include_dirs.push(dir.to_path_buf());
+        Ok(Program::new(source).located_at(path))
+    }
+
+    /// Name the program after the file it came from and add that file's directory to the
+    /// include path (what [`Program::from_file`] does, for source already read).
+    pub fn located_at(mut self, path: impl AsRef<Path>) -> Self {
+        let path = path.as_ref();
+        if let Some(n) = path.file_name() {
+            self.name = n.to_string_lossy().into_owned();
         }
-        Ok(p)
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            self.include_dirs.push(dir.to_path_buf());
+        }
+        self
     }
 
     pub fn name(mut self, name: impl Into<String>) -> Self {
