@@ -223,10 +223,6 @@ impl Stream {
         Ok(Stream { raw: RawStream::from_cai(handle), owner: None })
     }
 
-    pub fn from_ref(r: StreamRef) -> Stream {
-        Stream { raw: RawStream::from_cai(r.to_cai()), owner: None }
-    }
-
     /// The CAI value of this stream: `1`, `2` or the handle.
     pub fn handle(&self) -> u64 {
         self.raw.as_u64()

@@ -44,27 +44,21 @@ __all__ = [
     "parse_interface",
     "stats",
     "device_count",
-    "include_dir",
     "ops",
+    "__version__",
+    # The exception hierarchy (errors.py), listed here too so type checkers see the export.
     "CaijitError",
     "InterfaceError",
     "ArgumentError",
     "CompileError",
     "LaunchError",
     "CudaNotAvailable",
-    "__version__",
 ]
 
 # pip-installed NVRTC (nvidia-cuda-nvrtc) lives in site-packages: tell the runtime where.
 _native.add_site_dirs([p for p in sys.path if p and os.path.isdir(p)])
 
 Source = Union[str, "os.PathLike[str]"]
-
-
-def include_dir() -> str:
-    """The directory of caijit's device headers as shipped in the repository (they are
-    also embedded in the extension, so ``#include <caijit/caijit.cuh>`` always works)."""
-    return os.path.join(os.path.dirname(__file__), "include")
 
 
 def _read_source(source: Source) -> tuple[str, Optional[str]]:

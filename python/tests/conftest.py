@@ -19,8 +19,6 @@ def gpu_unavailable_reason() -> str | None:
 
     try:
         caijit.device_count()
-    except AttributeError:
-        return "this build of caijit has no launch support"
     except caijit.CudaNotAvailable as e:
         return f"no CUDA device: {e}"
     return None
