@@ -7,39 +7,9 @@ use cai_runtime::array::DeviceArray;
 use cai_runtime::cai::{ArrayView, DType, StreamRef};
 use cai_runtime::compile::{toolkit, Program};
 use cai_runtime::launch::{Arg, LaunchConfig, Num};
-use cai_runtime::runtime::{device_count, driver_version, Context, Stream};
+use cai_runtime::runtime::{driver_version, Stream};
 use cai_runtime::stats::stats;
-use caijit_integration::skip_unless;
-
-fn ctx() -> Result<Arc<Context>, cai_runtime::Error> {
-    device_count()?;
-    Context::new(0)
-}
-
-/// A small deterministic generator (fresh inputs per test, no zeros).
-fn randoms(n: usize, seed: u64) -> Vec<f32> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ((x >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0 + 0.001
-        })
-        .collect()
-}
-
-fn f32s(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
-}
-
-fn bytes(v: &[f32]) -> Vec<u8> {
-    v.iter().flat_map(|x| x.to_le_bytes()).collect()
-}
-
-fn seed() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
-}
+use caijit_integration::{f32_bytes as bytes, f32s, gpu_context as ctx, randoms, seed, skip_unless};
 
 #[test]
 fn smoke_driver_nvrtc_device() {

@@ -5,21 +5,8 @@ use std::sync::Arc;
 use cai_runtime::array::DeviceArray;
 use cai_runtime::cai::{ArrayView, DType};
 use cai_runtime::ops;
-use cai_runtime::runtime::{device_count, Context, Stream};
-use caijit_integration::skip_unless;
-
-fn ctx() -> Result<Arc<Context>, cai_runtime::Error> {
-    device_count()?;
-    Context::new(0)
-}
-
-fn f32s(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
-}
-
-fn bytes<T: Copy>(v: &[T], to: impl Fn(T) -> [u8; 4]) -> Vec<u8> {
-    v.iter().flat_map(|&x| to(x)).collect()
-}
+use cai_runtime::runtime::Stream;
+use caijit_integration::{f32_bytes, f32s, gpu_context as ctx, skip_unless};
 
 #[test]
 fn rust_ops_match_cpu_references() {
@@ -28,8 +15,8 @@ fn rust_ops_match_cpu_references() {
     let (r, c) = (129usize, 77usize);
     let xs: Vec<f32> = (0..r * c).map(|i| ((i * 7919) % 1000) as f32 / 7.0 - 50.0).collect();
     let ys: Vec<f32> = (0..r * c).map(|i| ((i * 104_729) % 997) as f32 / 3.0).collect();
-    let x = DeviceArray::from_bytes(&ctx, &[r, c], DType::F32, &bytes(&xs, f32::to_le_bytes), &s).unwrap();
-    let y = DeviceArray::from_bytes(&ctx, &[r, c], DType::F32, &bytes(&ys, f32::to_le_bytes), &s).unwrap();
+    let x = DeviceArray::from_bytes(&ctx, &[r, c], DType::F32, &f32_bytes(&xs), &s).unwrap();
+    let y = DeviceArray::from_bytes(&ctx, &[r, c], DType::F32, &f32_bytes(&ys), &s).unwrap();
     let out = DeviceArray::zeros(&ctx, &[r, c], DType::F32, &s).unwrap();
 
     ops::axpy(&ctx, 2.0, &x.view(), &y.view(), &out.view(), None).unwrap();

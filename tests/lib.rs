@@ -28,6 +28,39 @@ pub fn kernel_sources() -> Vec<PathBuf> {
     out
 }
 
+/// Device 0's context, or why there is none (for [`skip_unless!`]).
+pub fn gpu_context() -> Result<std::sync::Arc<cai_runtime::runtime::Context>, cai_runtime::Error> {
+    cai_runtime::runtime::device_count()?;
+    cai_runtime::runtime::Context::new(0)
+}
+
+/// A small deterministic generator (fresh inputs per test, no zeros).
+pub fn randoms(n: usize, seed: u64) -> Vec<f32> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((x >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0 + 0.001
+        })
+        .collect()
+}
+
+/// A seed that differs per run.
+pub fn seed() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64)
+}
+
+/// Little-endian bytes of f32s, and back.
+pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+pub fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))).collect()
+}
+
 /// Whether a GPU test must fail instead of skipping (`CAIJIT_REQUIRE_GPU=1`).
 pub fn require_gpu() -> bool {
     std::env::var("CAIJIT_REQUIRE_GPU").is_ok_and(|v| v == "1")
