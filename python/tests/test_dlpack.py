@@ -111,7 +111,7 @@ def test_caijit_arrays_export_dlpack() -> None:
     consumer = torch.cuda.Stream()  # torch's default stream is handle 0, which DLPack forbids
     before = caijit.stats()["waits"]
     cap = b.__dlpack__(stream=consumer.cuda_stream)
-    assert cap is not None
+    assert type(cap).__name__ == "PyCapsule" and _dlpack._is_valid(id(cap), b"dltensor")
     assert caijit.stats()["waits"] == before + 1, "the consumer's stream waits for the array's stream"
     with pytest.raises(caijit.ArgumentError, match="stream=0"):
         b.__dlpack__(stream=0)

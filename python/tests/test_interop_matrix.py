@@ -125,7 +125,6 @@ def test_strided_views_ranks_0_to_4(m: caijit.Module, dtype: Any) -> None:
     for shape in [(), (5,), (4, 6), (3, 4, 5), (2, 3, 4, 5)]:
         h = random(shape, dtype)
         d = caijit.to_device(h)
-        item = h.itemsize
         cases: list[tuple[str, np.ndarray, caijit.Interface]] = [("C order", h, caijit.as_cuda_array(d))]
         if len(shape) >= 2:
             t = h.transpose()
@@ -141,7 +140,6 @@ def test_strided_views_ranks_0_to_4(m: caijit.Module, dtype: Any) -> None:
             y = caijit.to_device(poison(want.shape, dtype))
             m["copy_arr"].forall(max(want.size, 1))(x, y)
             np.testing.assert_array_equal(y.copy_to_host(), want, err_msg=f"{label} {shape} {np.dtype(dtype).name}")
-        assert item > 0
 
 
 def test_empty_arrays_launch(m: caijit.Module) -> None:
