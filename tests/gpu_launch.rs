@@ -121,6 +121,11 @@ fn strided_views_and_argument_errors() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("not device memory"), "{e}");
+    // An address inside an allocation already launched on is device memory (on one device,
+    // answered from the per-thread range table; on several, by the driver).
+    let inner = ArrayView::contiguous(out.ptr() + 4, &[1], DType::F32, false).unwrap();
+    let one = Arg::Scalar { value: Num::Int(1), dtype: None };
+    copy.launch(&cfg, &[Arg::Array(&inner), Arg::Array(&inner), one], None, true).unwrap();
     let big = LaunchConfig::new([1, 1, 1], [2048, 1, 1]);
     assert!(k.launch(&big, &[Arg::Array(&at), Arg::Array(&outv)], None, true).unwrap_err().to_string().contains("block dimension x"));
 }

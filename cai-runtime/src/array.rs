@@ -16,9 +16,8 @@ use crate::{Error, Result};
 #[derive(Debug)]
 pub struct DeviceArray {
     ctx: Arc<Context>,
-    ptr: u64,
-    shape: Vec<usize>,
-    dtype: DType,
+    /// Pointer, shape and dtype, validated once at allocation; the stream is added on export.
+    layout: ArrayView,
     stream: Arc<Stream>,
 }
 
@@ -30,25 +29,30 @@ fn export_stream_enabled() -> bool {
 impl DeviceArray {
     /// Uninitialised memory for `shape` elements of `dtype`, allocated on `stream`.
     pub fn empty(ctx: &Arc<Context>, shape: &[usize], dtype: DType, stream: &Arc<Stream>) -> Result<DeviceArray> {
+        let overflow = || Error::Argument(format!("shape {shape:?} of {dtype} overflows"));
         let size = shape
             .iter()
             .try_fold(1usize, |a, &n| a.checked_mul(n))
             .and_then(|n| n.checked_mul(dtype.itemsize()))
-            .ok_or_else(|| Error::Argument(format!("shape {shape:?} of {dtype} overflows")))?;
+            .filter(|&bytes| i64::try_from(bytes).is_ok())
+            .ok_or_else(overflow)?;
         let d = ctx.bind()?;
         let ptr = if size == 0 {
             0
         } else {
             d.mem_alloc_async(size, stream.raw()).map_err(|e| Error::Launch(format!("allocating {size} bytes: {e}")))?
         };
-        Ok(DeviceArray { ctx: ctx.clone(), ptr, shape: shape.to_vec(), dtype, stream: stream.clone() })
+        // `contiguous` fails only on the overflow ruled out above (or a null pointer for a
+        // non-empty array, which the allocator never returns).
+        let layout = ArrayView::contiguous(ptr, shape, dtype, false).map_err(|_| overflow())?;
+        Ok(DeviceArray { ctx: ctx.clone(), layout, stream: stream.clone() })
     }
 
     /// Zero-filled.
     pub fn zeros(ctx: &Arc<Context>, shape: &[usize], dtype: DType, stream: &Arc<Stream>) -> Result<DeviceArray> {
         let a = Self::empty(ctx, shape, dtype, stream)?;
         if a.nbytes() > 0 {
-            ctx.bind()?.zero_owned(a.ptr, a.nbytes(), stream.raw())?;
+            ctx.bind()?.zero_owned(a.ptr(), a.nbytes(), stream.raw())?;
         }
         Ok(a)
     }
@@ -64,7 +68,7 @@ impl DeviceArray {
             )));
         }
         if !bytes.is_empty() {
-            ctx.bind()?.copy_to_owned(a.ptr, bytes, stream.raw())?;
+            ctx.bind()?.copy_to_owned(a.ptr(), bytes, stream.raw())?;
         }
         Ok(a)
     }
@@ -73,25 +77,25 @@ impl DeviceArray {
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let mut out = vec![0u8; self.nbytes()];
         if !out.is_empty() {
-            self.ctx.bind()?.copy_from_owned(&mut out, self.ptr, self.stream.raw())?;
+            self.ctx.bind()?.copy_from_owned(&mut out, self.ptr(), self.stream.raw())?;
         }
         Ok(out)
     }
 
     pub fn ptr(&self) -> u64 {
-        self.ptr
+        self.layout.ptr()
     }
     pub fn shape(&self) -> &[usize] {
-        &self.shape
+        self.layout.shape()
     }
     pub fn dtype(&self) -> DType {
-        self.dtype
+        self.layout.dtype()
     }
     pub fn size(&self) -> usize {
-        self.shape.iter().product()
+        self.layout.size()
     }
     pub fn nbytes(&self) -> usize {
-        self.size() * self.dtype.itemsize()
+        self.layout.nbytes()
     }
     pub fn stream(&self) -> &Arc<Stream> {
         &self.stream
@@ -104,21 +108,19 @@ impl DeviceArray {
     /// `CAIJIT_CAI_EXPORT_STREAM=0`).
     pub fn view(&self) -> ArrayView {
         let stream = export_stream_enabled().then(|| self.stream.stream_ref());
-        ArrayView::contiguous(self.ptr, &self.shape, self.dtype, false)
-            .expect("a DeviceArray's shape was checked at allocation")
-            .with_stream(stream)
+        self.layout.clone().with_stream(stream)
     }
 }
 
 impl Drop for DeviceArray {
     fn drop(&mut self) {
-        if self.ptr == 0 {
+        if self.ptr() == 0 {
             return;
         }
         // Drop never panics; a failed free is reported by the next driver call (sticky
         // errors) or leaks this allocation at worst.
         if let Ok(d) = self.ctx.bind() {
-            let _ = d.free_owned_async(self.ptr, self.stream.raw());
+            let _ = d.free_owned_async(self.ptr(), self.stream.raw());
         }
     }
 }

@@ -368,8 +368,43 @@ pub fn pointer_device(ptr: u64) -> Result<Option<usize>> {
     if ptr == 0 {
         return Ok(None);
     }
-    let d = driver()?;
     // The query needs a current context; any device's primary context will do.
-    Context::new(0)?.bind()?;
-    Ok(d.pointer_device(ptr)?.map(|o| o as usize))
+    let d = Context::new(0)?.bind()?;
+    Ok(device_of(d, ptr)?.map(|o| o as usize))
+}
+
+/// Allocations recently found to be device memory, per thread: `[start, end)`.
+const KNOWN_RANGES: usize = 16;
+thread_local! {
+    static KNOWN: std::cell::RefCell<([(u64, u64); KNOWN_RANGES], usize)> =
+        const { std::cell::RefCell::new(([(0, 0); KNOWN_RANGES], 0)) };
+}
+
+/// The device ordinal owning `ptr`, `None` when it is not device memory; a context must be
+/// current.
+///
+/// With one device every device allocation is on device 0, so an address inside an
+/// allocation already seen is answered from a small per-thread table without asking the
+/// driver (`cuPointerGetAttribute` costs ~0.1 µs per array). The check exists to refuse
+/// host arrays; a stale entry answers "device 0" for device memory freed since, which is
+/// what the driver said of it while it was allocated (a pointer freed just after the query
+/// is no different). With several devices a freed range may come back on another device,
+/// so every pointer is asked.
+pub(crate) fn device_of(d: &Driver, ptr: u64) -> Result<Option<i32>> {
+    if device_count()? != 1 {
+        return Ok(d.pointer_device(ptr)?);
+    }
+    if KNOWN.with_borrow(|(ranges, _)| ranges.iter().any(|&(lo, hi)| lo <= ptr && ptr < hi)) {
+        return Ok(Some(0));
+    }
+    let device = d.pointer_device(ptr)?;
+    if device == Some(0) {
+        if let Some(range) = d.pointer_range(ptr) {
+            KNOWN.with_borrow_mut(|(ranges, next)| {
+                ranges[*next] = range;
+                *next = (*next + 1) % KNOWN_RANGES;
+            });
+        }
+    }
+    Ok(device)
 }

@@ -484,6 +484,21 @@ impl Driver {
         Ok(Some(ordinal))
     }
 
+    /// The allocation `[start, end)` that contains `ptr`, when the driver knows one.
+    pub fn pointer_range(&self, ptr: u64) -> Option<(u64, u64)> {
+        use cu::CUpointer_attribute::*;
+        let (mut start, mut size): (cu::CUdeviceptr, usize) = (0, 0);
+        // SAFETY: each out-pointer has its attribute's type (CUdeviceptr, size_t).
+        let ok = unsafe {
+            cu::cuPointerGetAttribute(&mut start as *mut cu::CUdeviceptr as *mut c_void, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ptr)
+                == cu::CUresult::CUDA_SUCCESS
+                && cu::cuPointerGetAttribute(&mut size as *mut usize as *mut c_void, CU_POINTER_ATTRIBUTE_RANGE_SIZE, ptr)
+                    == cu::CUresult::CUDA_SUCCESS
+        };
+        let end = start.checked_add(size as u64)?;
+        (ok && start <= ptr && ptr < end).then_some((start, end))
+    }
+
     pub fn mem_info(&self) -> Result<(usize, usize), DriverError> {
         let (mut free, mut total) = (0, 0);
         // SAFETY: valid out-pointers; a context is current.

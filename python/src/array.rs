@@ -1,5 +1,6 @@
 //! `caijit.DeviceArray` and turning Python objects into launch arguments.
 
+use std::cell::RefCell;
 use std::sync::Arc;
 
 use cai_runtime::array::DeviceArray as RtArray;
@@ -10,6 +11,7 @@ use pyo3::prelude::*;
 use pyo3::intern;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyBytes, PyComplex, PyDict, PyFloat, PyInt, PyTuple};
+use smallvec::SmallVec;
 
 use crate::errors::{PyCaiError, PyCaiResult};
 use crate::interface::{descriptor_from_dict, descriptor_to_dict, numpy_dtype, Interface};
@@ -218,23 +220,41 @@ enum Known {
 }
 
 fn classify(obj: &Bound<'_, PyAny>) -> Known {
-    static SEEN: std::sync::Mutex<Vec<(usize, Known)>> = std::sync::Mutex::new(Vec::new());
     let ty = obj.get_type();
-    let key = ty.as_ptr() as usize;
-    let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(&(_, k)) = seen.iter().find(|(t, _)| *t == key) {
-        return k;
+    remember(&SEEN_TYPES, ty.as_any(), || {
+        Ok(match type_name(obj).as_str() {
+            "cupy.ndarray" | "cupy._core.core.ndarray" => Known::CupyArray,
+            "torch.Tensor" | "torch.nn.parameter.Parameter" => Known::TorchTensor,
+            _ => Known::Other,
+        })
+    })
+    .unwrap_or(Known::Other)
+}
+
+thread_local! {
+    /// Types seen by `classify`, and dtype objects seen by `cached_dtype`: per thread, so the
+    /// launch path takes no lock.
+    static SEEN_TYPES: RefCell<Vec<(usize, Known)>> = const { RefCell::new(Vec::new()) };
+    static SEEN_DTYPES: RefCell<Vec<(usize, Option<DType>)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Look `key`'s address up in a per-thread table, computing and recording it the first
+/// time. Every recorded object is kept alive for the process's life (a leaked strong
+/// reference: types and dtype singletons, a handful per process), so no address in a table
+/// can be reused by another object.
+fn remember<V: Copy>(
+    table: &'static std::thread::LocalKey<RefCell<Vec<(usize, V)>>>,
+    key: &Bound<'_, PyAny>,
+    compute: impl FnOnce() -> PyResult<V>,
+) -> PyResult<V> {
+    let addr = key.as_ptr() as usize;
+    if let Some(v) = table.with_borrow(|t| t.iter().find(|(k, _)| *k == addr).map(|&(_, v)| v)) {
+        return Ok(v);
     }
-    let k = match type_name(obj).as_str() {
-        "cupy.ndarray" | "cupy._core.core.ndarray" => Known::CupyArray,
-        "torch.Tensor" | "torch.nn.parameter.Parameter" => Known::TorchTensor,
-        _ => Known::Other,
-    };
-    // The table keeps a strong reference to every type it records, so no address in it
-    // can be reused by another type.
-    std::mem::forget(ty.clone().unbind());
-    seen.push((key, k));
-    k
+    let v = compute()?;
+    std::mem::forget(key.clone().unbind());
+    table.with_borrow_mut(|t| t.push((addr, v)));
+    Ok(v)
 }
 
 /// Per-launch facts shared by all arguments (read at most once per launch).
@@ -278,15 +298,19 @@ impl ArgContext {
 /// NumPy and PyTorch dtype objects are singletons: their caijit dtype is looked up by
 /// address after the first time (the table holds a reference, so addresses stay unique).
 fn cached_dtype(dtype_obj: &Bound<'_, PyAny>, read: impl FnOnce() -> PyResult<Option<DType>>) -> PyResult<Option<DType>> {
-    static SEEN: std::sync::Mutex<Vec<(usize, Option<DType>)>> = std::sync::Mutex::new(Vec::new());
-    let key = dtype_obj.as_ptr() as usize;
-    if let Some(&(_, d)) = SEEN.lock().unwrap_or_else(|p| p.into_inner()).iter().find(|(k, _)| *k == key) {
-        return Ok(d);
+    remember(&SEEN_DTYPES, dtype_obj, read)
+}
+
+/// A shape or strides tuple (torch.Size included) read item by item, into a buffer on the
+/// stack; any other sequence through the generic conversion.
+fn ints<T>(obj: &Bound<'_, PyAny>) -> PyResult<SmallVec<[T; 4]>>
+where
+    T: for<'a, 'py> FromPyObject<'a, 'py, Error = PyErr>,
+{
+    match obj.cast::<PyTuple>() {
+        Ok(t) => t.iter_borrowed().map(|item| item.extract::<T>()).collect(),
+        Err(_) => Ok(obj.extract::<Vec<T>>()?.into()),
     }
-    let d = read()?;
-    std::mem::forget(dtype_obj.clone().unbind());
-    SEEN.lock().unwrap_or_else(|p| p.into_inner()).push((key, d));
-    Ok(d)
 }
 
 /// The device of a CuPy array or PyTorch tensor: 0 on a single-GPU machine, else asked of
@@ -314,8 +338,8 @@ fn fast_view(obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option
             })?;
             let Some(dtype) = dtype else { return Ok(None) };
             let ptr: u64 = obj.getattr(intern!(py, "data"))?.getattr(intern!(py, "ptr"))?.extract()?;
-            let shape: Vec<usize> = obj.getattr(intern!(py, "shape"))?.extract()?;
-            let strides: Vec<i64> = obj.getattr(intern!(py, "strides"))?.extract()?;
+            let shape = ints::<usize>(&obj.getattr(intern!(py, "shape"))?)?;
+            let strides = ints::<i64>(&obj.getattr(intern!(py, "strides"))?)?;
             let stream = ctx.cupy_stream(obj.py())?.map(StreamRef::from_cai).transpose()?;
             ArrayView::new(ptr, &shape, Some(&strides), dtype, false, stream)?
         }
@@ -335,9 +359,12 @@ fn fast_view(obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option
                 return Ok(None);
             }
             let ptr: u64 = obj.call_method0(intern!(py, "data_ptr"))?.extract()?;
-            let shape: Vec<usize> = obj.getattr(intern!(py, "shape"))?.extract()?;
+            let shape = ints::<usize>(&obj.getattr(intern!(py, "shape"))?)?;
             let item = dtype.itemsize() as i64;
-            let strides: Vec<i64> = obj.call_method0(intern!(py, "stride"))?.extract::<Vec<i64>>()?.into_iter().map(|s| s * item).collect();
+            let mut strides = ints::<i64>(&obj.call_method0(intern!(py, "stride"))?)?;
+            for s in &mut strides {
+                *s = s.checked_mul(item).ok_or_else(|| PyCaiError::argument(format!("stride {s} of a torch tensor overflows")))?;
+            }
             let ptr = if shape.contains(&0) { 0 } else { ptr };
             ArrayView::new(ptr, &shape, Some(&strides), dtype, false, None)?
         }
@@ -347,7 +374,14 @@ fn fast_view(obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option
 
 /// Convert argument `index` of a launch.
 pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<PyArg> {
-    if let Ok(a) = obj.cast::<DeviceArray>() {
+    // The commonest arguments are recognised by their exact type alone.
+    if obj.is_exact_instance_of::<PyInt>() {
+        return Ok(PyArg::Scalar(Num::Int(int_value(index, obj)?), None));
+    }
+    if obj.is_exact_instance_of::<PyFloat>() {
+        return Ok(PyArg::Scalar(Num::Float(obj.extract()?), None));
+    }
+    if let Ok(a) = obj.cast_exact::<DeviceArray>() {
         let inner = &a.get().inner;
         return Ok(PyArg::ArrayOn(inner.view(), inner.context().ordinal()));
     }
@@ -361,8 +395,7 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
         return Ok(PyArg::Scalar(Num::Bool(obj.extract()?), None));
     }
     if obj.is_instance_of::<PyInt>() {
-        let v: i128 = obj.extract().map_err(|_| PyCaiError::argument(format!("argument {index}: integer {obj} does not fit in 128 bits")))?;
-        return Ok(PyArg::Scalar(Num::Int(v), None));
+        return Ok(PyArg::Scalar(Num::Int(int_value(index, obj)?), None));
     }
     if obj.is_instance_of::<PyFloat>() {
         return Ok(PyArg::Scalar(Num::Float(obj.extract()?), None));
@@ -422,6 +455,16 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
         "argument {index}: cannot pass a {} to a kernel (expected a CUDA array, a scalar, or bytes for a struct)",
         type_name(obj)
     )))
+}
+
+/// An int's value: through `i64` (one C call), and only beyond that through the limited
+/// API's slower 128-bit path.
+fn int_value(index: usize, obj: &Bound<'_, PyAny>) -> PyCaiResult<i128> {
+    if let Ok(v) = obj.extract::<i64>() {
+        return Ok(v.into());
+    }
+    obj.extract::<i128>()
+        .map_err(|_| PyCaiError::argument(format!("argument {index}: integer {obj} does not fit in 128 bits")))
 }
 
 /// `numpy.float32(1.5)` and friends (0-d, typed), but not `numpy.ndarray`.

@@ -2,7 +2,7 @@
 //! `kernel[grid, block(, stream(, shared_mem))](*args)`.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cai_runtime::compile::{compile, Arch, Program};
 use cai_runtime::launch::{Arg, LaunchConfig};
@@ -11,6 +11,7 @@ use cai_runtime::signature::{deduce, ArgType, KernelDecl, ParamKind};
 use cai_runtime::Error;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
+use smallvec::SmallVec;
 
 use crate::array::{arg_from_py, ArgContext, PyArg};
 use crate::errors::{PyCaiError, PyCaiResult};
@@ -25,6 +26,9 @@ pub struct Kernel {
     name: String,
     decl: Option<KernelDecl>,
     instances: Mutex<HashMap<InstanceKey, Arc<rt::Kernel>>>,
+    /// The first instance resolved, read without a lock: a kernel that is not a deduced
+    /// template has one instance per device, and most programs use one device.
+    first: OnceLock<(usize, Arc<rt::Kernel>)>,
 }
 
 /// (device, argument types; empty unless the kernel is a deduced template)
@@ -61,7 +65,7 @@ impl Kernel {
             let names: Vec<_> = decls.iter().map(|d| d.name.as_str()).collect();
             return Err(PyCaiError::argument(format!("no __global__ function named {name:?} (found: {})", names.join(", "))));
         }
-        Ok(Kernel { program, name, decl, instances: Mutex::new(HashMap::new()) })
+        Ok(Kernel { program, name, decl, instances: Mutex::new(HashMap::new()), first: OnceLock::new() })
     }
 
     fn is_deduced_template(&self) -> bool {
@@ -79,8 +83,11 @@ impl Kernel {
     /// The compiled, loaded kernel for a device and, for a deduced template, the types of
     /// the launch's arguments (read only then).
     pub fn resolve(&self, py: Python<'_>, device: usize, args: &[Arg<'_>]) -> PyCaiResult<Arc<rt::Kernel>> {
-        let types: Vec<ArgType> =
-            if self.is_deduced_template() { args.iter().map(Arg::arg_type).collect() } else { Vec::new() };
+        let deduced = self.is_deduced_template();
+        if let Some((_, k)) = self.first.get().filter(|(d, _)| !deduced && *d == device) {
+            return Ok(k.clone());
+        }
+        let types: Vec<ArgType> = if deduced { args.iter().map(Arg::arg_type).collect() } else { Vec::new() };
         let key = (device, types);
         if let Some(k) = lock(&self.instances).get(&key) {
             return Ok(k.clone());
@@ -95,6 +102,9 @@ impl Kernel {
             ctx.compile(&program)?.kernel(&expr)
         })?;
         lock(&self.instances).insert(key, k.clone());
+        if !deduced {
+            let _ = self.first.set((device, k.clone()));
+        }
         Ok(k)
     }
 
@@ -165,9 +175,9 @@ fn launch_now(
     args: &Bound<'_, PyTuple>,
 ) -> PyCaiResult<()> {
     let mut ctx = ArgContext::new(stream.map(RtStream::handle));
-    let converted: Vec<PyArg> =
+    let converted: SmallVec<[PyArg; 8]> =
         args.iter().enumerate().map(|(i, a)| arg_from_py(i, &a, &mut ctx)).collect::<Result<_, _>>()?;
-    let launch_args: Vec<Arg<'_>> = converted.iter().map(PyArg::as_arg).collect();
+    let launch_args: SmallVec<[Arg<'_>; 8]> = converted.iter().map(PyArg::as_arg).collect();
     let device = launch_device(&converted)?;
     let k = kernel.resolve(py, device, &launch_args)?;
     // The GIL is released while the driver enqueues: other Python threads keep running.

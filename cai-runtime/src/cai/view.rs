@@ -2,6 +2,8 @@
 
 use std::num::NonZeroU64;
 
+use smallvec::SmallVec;
+
 use super::{DType, Data, Descriptor, InterfaceError, TypestrOptions};
 
 /// The largest rank caijit accepts (NumPy's `NPY_MAXDIMS`).
@@ -46,8 +48,9 @@ impl StreamRef {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ArrayView {
     ptr: u64,
-    shape: Vec<usize>,
-    strides: Vec<i64>,
+    // Inline up to rank 4: building and cloning a view allocates nothing on the launch path.
+    shape: SmallVec<[usize; 4]>,
+    strides: SmallVec<[i64; 4]>,
     dtype: DType,
     readonly: bool,
     stream: Option<StreamRef>,
@@ -88,7 +91,7 @@ impl ArrayView {
         readonly: bool,
         stream: Option<StreamRef>,
     ) -> Result<ArrayView, InterfaceError> {
-        let shape: Vec<i64> = shape
+        let shape: SmallVec<[i64; 4]> = shape
             .iter()
             .map(|&n| i64::try_from(n).map_err(|_| InterfaceError::ShapeOverflow { shape: vec![i64::MAX] }))
             .collect::<Result<_, _>>()?;
@@ -105,7 +108,7 @@ impl ArrayView {
         if shape.len() > MAX_RANK {
             return Err(InterfaceError::RankTooLarge { rank: shape.len(), max: MAX_RANK });
         }
-        let mut extents = Vec::with_capacity(shape.len());
+        let mut extents = SmallVec::<[usize; 4]>::with_capacity(shape.len());
         for (axis, &n) in shape.iter().enumerate() {
             let n = usize::try_from(n).map_err(|_| InterfaceError::NegativeExtent { axis, value: n })?;
             extents.push(n);
@@ -115,11 +118,11 @@ impl ArrayView {
         // nbytes must fit an i64 so that byte strides of contiguous layouts do too.
         let nbytes = size.checked_mul(dtype.itemsize()).filter(|&b| i64::try_from(b).is_ok());
         let strides = match strides {
-            None => c_strides(&extents, dtype.itemsize()).ok_or_else(overflow)?,
+            None => c_strides_in(&extents, dtype.itemsize()).ok_or_else(overflow)?,
             Some(s) if s.len() != extents.len() => {
                 return Err(InterfaceError::StridesRank { shape: extents.len(), strides: s.len() });
             }
-            Some(s) => s.to_vec(),
+            Some(s) => SmallVec::from_slice(s),
         };
         if nbytes.is_none() && size > 0 {
             return Err(overflow());
@@ -128,8 +131,8 @@ impl ArrayView {
             (0, 0)
         } else {
             byte_extent(&extents, &strides, dtype.itemsize()).ok_or_else(|| InterfaceError::ExtentOverflow {
-                shape: extents.clone(),
-                strides: strides.clone(),
+                shape: extents.to_vec(),
+                strides: strides.to_vec(),
             })?
         };
         if size > 0 {
@@ -139,7 +142,7 @@ impl ArrayView {
             let lo = i128::from(data.ptr) + extent.0;
             let hi = i128::from(data.ptr) + extent.1;
             if lo < 0 || hi > i128::from(u64::MAX) + 1 {
-                return Err(InterfaceError::AddressOverflow { ptr: data.ptr, strides });
+                return Err(InterfaceError::AddressOverflow { ptr: data.ptr, strides: strides.to_vec() });
             }
         }
         Ok(ArrayView {
@@ -261,7 +264,7 @@ impl ArrayView {
             ptr,
             self.readonly,
         );
-        d.strides = (!self.is_c_contiguous()).then(|| self.strides.clone());
+        d.strides = (!self.is_c_contiguous()).then(|| self.strides.to_vec());
         d.stream = self.stream.map(StreamRef::to_cai);
         d
     }
@@ -269,7 +272,11 @@ impl ArrayView {
 
 /// C-order byte strides for `shape`, or `None` if any would not fit an `i64`.
 pub fn c_strides(shape: &[usize], itemsize: usize) -> Option<Vec<i64>> {
-    let mut strides = vec![0i64; shape.len()];
+    c_strides_in(shape, itemsize).map(|s| s.to_vec())
+}
+
+fn c_strides_in(shape: &[usize], itemsize: usize) -> Option<SmallVec<[i64; 4]>> {
+    let mut strides: SmallVec<[i64; 4]> = smallvec::smallvec![0i64; shape.len()];
     let mut acc = i64::try_from(itemsize).ok()?;
     let empty = shape.contains(&0);
     for (stride, &n) in strides.iter_mut().zip(shape).rev() {

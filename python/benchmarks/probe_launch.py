@@ -1,0 +1,124 @@
+"""Where a Python launch's time goes: the launch with 0, 1 and 4 arguments, and each
+argument kind's conversion alone (``caijit._native.launch_view``), beside the attribute
+reads it is made of. Differences between rows place the cost; absolute values drift.
+
+Run on a GPU machine: python python/benchmarks/probe_launch.py
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import subprocess
+import statistics
+import time
+from typing import Callable
+
+import numpy as np
+
+if not hasattr(np, "row_stack"):  # Numba 0.68 with NumPy 2.5 (benchmark setup, not library)
+    np.row_stack = np.vstack  # type: ignore[attr-defined]
+
+import caijit
+from caijit import _native
+
+SRC = r"""
+extern "C" __global__ void empty0() {}
+extern "C" __global__ void empty1(int n) {}
+extern "C" __global__ void empty3(const float* a, const float* b, float* c, int n) {}
+"""
+
+
+def per_call(f: Callable[[], object], sync: Callable[[], None] = lambda: None) -> float:
+    """Median µs per call over 50 batches of 200 calls (no synchronisation inside a batch)."""
+    for _ in range(1000):
+        f()
+    sync()
+    batches = []
+    for _ in range(50):
+        t0 = time.perf_counter()
+        for _ in range(200):
+            f()
+        batches.append((time.perf_counter() - t0) / 200)
+        sync()
+    return statistics.median(batches) * 1e6
+
+
+def main() -> None:
+    rows: list[tuple[str, float]] = []
+    m = caijit.module(SRC)
+    k0, k1, k3 = m["empty0"][1, 32], m["empty1"][1, 32], m["empty3"][1, 32]
+    a, b, c = (caijit.zeros(1024) for _ in range(3))
+
+    def sync() -> None:
+        c.copy_to_host()
+
+    floor = os.environ.get("CAIJIT_LAUNCH_FLOOR")  # the nvcc-built C loop (3 arrays + 1 int)
+    if floor and os.path.exists(floor):
+        host = float(subprocess.run([floor], capture_output=True, text=True, check=True).stdout.split()[0])
+        rows.append(("C++ cuLaunchKernel loop, 3 arrays + 1 int (the floor)", host))
+    rows.append(("python: empty loop body (lambda: None)", per_call(lambda: None)))
+    libc_gil, libc_nogil = ctypes.PyDLL(None).abs, ctypes.CDLL(None).abs
+    rows.append(("ctypes libc abs(), GIL held", per_call(lambda: libc_gil(-3))))
+    rows.append(("ctypes libc abs(), GIL released", per_call(lambda: libc_nogil(-3))))
+    rows.append(("pyo3 getter: caijit array .size", per_call(lambda: a.size)))
+    rows.append(("launch, no arguments", per_call(lambda: k0(), sync)))
+    rows.append(("launch, 1 int", per_call(lambda: k1(5), sync)))
+    rows.append(("launch, 3 caijit arrays + 1 int", per_call(lambda: k3(a, b, c, 5), sync)))
+    rows.append(("launch_view(caijit array)", per_call(lambda: _native.launch_view(a))))
+    rows.append(("launch_view(5)  [error path]", per_call(lambda: _try(lambda: _native.launch_view(5)))))
+    if importlib.util.find_spec("cupy"):
+        import cupy
+
+        x = cupy.zeros(1024, cupy.float32)
+        csync = cupy.cuda.Device().synchronize
+        rows.append(("launch, 3 CuPy arrays + 1 int", per_call(lambda: k3(x, x, x, 5), csync)))
+        rows.append(("launch_view(CuPy array)", per_call(lambda: _native.launch_view(x))))
+        rows.append(("CuPy a.data.ptr", per_call(lambda: x.data.ptr)))
+        rows.append(("CuPy a.shape, a.strides, a.dtype", per_call(lambda: (x.shape, x.strides, x.dtype))))
+        rows.append(("CuPy get_current_stream().ptr", per_call(lambda: cupy.cuda.get_current_stream().ptr)))
+        rows.append(("CuPy a.flags.c_contiguous", per_call(lambda: x.flags.c_contiguous)))
+        rows.append(("CuPy a.__cuda_array_interface__", per_call(lambda: x.__cuda_array_interface__)))
+        raw = cupy.RawKernel(SRC, "empty3")
+        n32 = np.int32(5)
+        rows.append(("CuPy RawKernel, 3 CuPy arrays + np.int32", per_call(lambda: raw((1,), (32,), (x, x, x, n32)), csync)))
+        raw0 = cupy.RawKernel(SRC, "empty0")
+        rows.append(("CuPy RawKernel, no arguments", per_call(lambda: raw0((1,), (32,), ()), csync)))
+        try:
+            from cuda.core import Device, LaunchConfig, Program, ProgramOptions, launch  # type: ignore[import-not-found]
+
+            dev = Device()
+            dev.set_current()
+            cs = dev.create_stream()
+            prog = Program(SRC, code_type="c++", options=ProgramOptions(arch=f"sm_{dev.arch}")).compile("cubin")
+            cfg = LaunchConfig(grid=1, block=32)
+            ck0 = prog.get_kernel("empty0")
+            rows.append(("cuda.core launch, no arguments", per_call(lambda: launch(cs, cfg, ck0), cs.sync)))
+        except Exception as e:  # noqa: BLE001
+            print(f"cuda.core skipped: {e}")
+    if importlib.util.find_spec("torch"):
+        import torch
+
+        t = torch.zeros(1024, device="cuda")
+        tsync = torch.cuda.synchronize
+        rows.append(("launch, 3 torch tensors + 1 int", per_call(lambda: k3(t, t, t, 5), tsync)))
+        rows.append(("launch_view(torch tensor)", per_call(lambda: _native.launch_view(t))))
+        rows.append(("torch t.data_ptr()", per_call(lambda: t.data_ptr())))
+        rows.append(("torch t.shape, t.stride(), t.dtype", per_call(lambda: (t.shape, t.stride(), t.dtype))))
+        rows.append(("torch t.is_cuda, t.requires_grad", per_call(lambda: (t.is_cuda, t.requires_grad))))
+    print("\n## Launch probe, µs per call (median of 50 batches of 200)")
+    print("| what | µs |\n|---|---|")
+    for name, us in rows:
+        print(f"| {name} | {us:.3f} |")
+
+
+def _try(f: Callable[[], object]) -> None:
+    try:
+        f()
+    except Exception:
+        pass
+
+
+if __name__ == "__main__":
+    main()
