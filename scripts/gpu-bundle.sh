@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Build, on a machine without a GPU, everything a GPU run needs into .gpu/ (ignored by git):
-# the release wheel, the Rust test binaries (built with --no-run) and the benchmarks.
+# the release wheels (caijit, the example extension), the Rust test binaries (built with --no-run) and the benchmarks.
 # Then run it there with scripts/gpu-run.sh (device tool: carry .gpu).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || scripts/setup.sh
 rm -rf .gpu && mkdir -p .gpu/bin .gpu/wheels
 (cd python && ../.venv/bin/maturin build --release -q -o ../.gpu/wheels)
+# The example extension (the derive's GPU test launches through it).
+(cd examples/rust-extension && ../../.venv/bin/maturin build --release -q -o ../../.gpu/wheels)
 cargo test --workspace --release --locked --no-run --message-format=json 2>/dev/null \
     | .venv/bin/python -c '
 import json, shutil, sys, os
