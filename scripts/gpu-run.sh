@@ -45,7 +45,7 @@ if [[ " $* " == *" --bench "* ]]; then
     fi
     export CAIJIT_BENCH_CHART="$OUT/launch_overhead.png"
     if [ -n "${PYTHONPATH:-}" ]; then
-        for b in python/benchmarks/bench_*.py python/benchmarks/soak.py; do
+        for b in python/benchmarks/bench_*.py python/benchmarks/probe_launch.py python/benchmarks/soak.py; do
             python3 "$b" 2>&1 | tee "$OUT/$(basename "$b" .py).txt"
         done
     fi

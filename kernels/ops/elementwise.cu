@@ -142,7 +142,30 @@ __global__ void binary_broadcast(caijit::Array<const T, N> a, caijit::Array<cons
         const char* pb = reinterpret_cast<const char*>(b.data) + ob;
         char* po = reinterpret_cast<char*>(out.data) + oo;
         const long long c1 = c0 + CHUNK < cols ? c0 + CHUNK : cols;
-        for (long long c = c0 + threadIdx.x; c < c1; c += blockDim.x) {
+        long long c = c0 + threadIdx.x;
+        // Rows contiguous in out and in each operand that is not broadcast along them: 16-byte
+        // vectors (a broadcast operand's one value is repeated).
+        using V = caijit::vec16<T>;
+        constexpr long long item = sizeof(T);
+        if (V::size > 1 && so == item && (sa == 0 || sa == item) && (sb == 0 || sb == item) && caijit::aligned16(po) &&
+            (sa == 0 || caijit::aligned16(pa)) && (sb == 0 || caijit::aligned16(pb))) {
+            const long long nvec = (c1 - c0) / V::size;
+            for (long long j = threadIdx.x; j < nvec; j += blockDim.x) {
+                const long long e0 = c0 + j * V::size;
+                V va, vb, vo;
+                if (sa) va = *reinterpret_cast<const V*>(pa + e0 * item);
+                if (sb) vb = *reinterpret_cast<const V*>(pb + e0 * item);
+#pragma unroll
+                for (int k = 0; k < V::size; ++k) {
+                    const T x = sa ? va.v[k] : *reinterpret_cast<const T*>(pa);
+                    const T y = sb ? vb.v[k] : *reinterpret_cast<const T*>(pb);
+                    vo.v[k] = apply(op, x, y);
+                }
+                *reinterpret_cast<V*>(po + e0 * item) = vo;
+            }
+            c = c0 + nvec * V::size + threadIdx.x;
+        }
+        for (; c < c1; c += blockDim.x) {
             *reinterpret_cast<T*>(po + c * so) =
                 apply(op, *reinterpret_cast<const T*>(pa + c * sa), *reinterpret_cast<const T*>(pb + c * sb));
         }

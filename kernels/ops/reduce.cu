@@ -73,26 +73,39 @@ __global__ void reduce_final(const A* __restrict__ partial, T* __restrict__ out,
 }
 
 // out[r] = reduce(x[r, :]) for a row-major (rows, cols) matrix with cols >= 1; one block
-// per row, 16-byte loads when the row is aligned.
+// per row, four independent 16-byte loads per thread in flight when the row is aligned.
 template <typename T, typename A>
 __global__ void reduce_rows(const T* __restrict__ x, T* __restrict__ out, long long rows, long long cols, int op) {
     using V16 = caijit::vec16<T>;
+    constexpr int U = 4;
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
         const T* row = x + r * cols;
-        A acc = op == 0 ? A(0) : caijit::convert<A>(row[0]);
+        const A init = op == 0 ? A(0) : caijit::convert<A>(row[0]);
+        A acc[U] = {init, init, init, init};
         long long start = 0;
         if (V16::size > 1 && caijit::aligned16(row)) {
-            const long long nv = cols / V16::size;
-#pragma unroll 4
-            for (long long v = threadIdx.x; v < nv; v += blockDim.x) {
-                const V16 e = reinterpret_cast<const V16*>(row)[v];
+            const V16* vrow = reinterpret_cast<const V16*>(row);
+            const long long nv = cols / V16::size, step = blockDim.x;
+            long long v = threadIdx.x;
+            for (; v + (U - 1) * step < nv; v += U * step) {
+                V16 e[U];
 #pragma unroll
-                for (int k = 0; k < V16::size; ++k) acc = combine(op, acc, caijit::convert<A>(e.v[k]));
+                for (int u = 0; u < U; ++u) e[u] = vrow[v + u * step];
+#pragma unroll
+                for (int u = 0; u < U; ++u)
+#pragma unroll
+                    for (int k = 0; k < V16::size; ++k) acc[u] = combine(op, acc[u], caijit::convert<A>(e[u].v[k]));
+            }
+            for (; v < nv; v += step) {
+                const V16 e = vrow[v];
+#pragma unroll
+                for (int k = 0; k < V16::size; ++k) acc[0] = combine(op, acc[0], caijit::convert<A>(e.v[k]));
             }
             start = nv * V16::size;
         }
-        for (long long c = start + threadIdx.x; c < cols; c += blockDim.x) acc = combine(op, acc, caijit::convert<A>(row[c]));
-        acc = block_reduce(acc, op);
-        if (threadIdx.x == 0) out[r] = caijit::convert<T>(acc);
+        for (long long c = start + threadIdx.x; c < cols; c += blockDim.x) acc[0] = combine(op, acc[0], caijit::convert<A>(row[c]));
+        A total = combine(op, combine(op, acc[0], acc[1]), combine(op, acc[2], acc[3]));
+        total = block_reduce(total, op);
+        if (threadIdx.x == 0) out[r] = caijit::convert<T>(total);
     }
 }

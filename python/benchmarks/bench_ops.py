@@ -1,8 +1,9 @@
 """Achieved bandwidth of the kernel library beside a device-to-device copy and PyTorch's
 equivalent op, measured in the same run on the same tensors.
 
-bandwidth = bytes that must move / time (CUDA events, median of repeated runs, inputs
-rotated between two sets). Arrays are 1 GiB each: far past the 50 MiB L2.
+bandwidth = bytes that must move / time (CUDA events around 4 back-to-back calls, median
+of 15 such batches, inputs alternating between two sets). Arrays are 1 GiB each: far past
+the 50 MiB L2.
 
 Run on a GPU machine: python python/benchmarks/bench_ops.py
 """
@@ -18,21 +19,25 @@ import caijit.ops as ops
 
 GIB = 1 << 30
 REPS = 15
+BATCH = 4
 
 
 def timed(fn: Callable[[int], None]) -> float:
-    """Median seconds of fn(i) (i alternates input sets), timed with CUDA events."""
+    """Median seconds per call of fn(i) (i alternates input sets): CUDA events around BATCH
+    back-to-back calls, so each call's host work overlaps the previous call's kernels, as in
+    a pipeline of ops (a lone call on an idle GPU would also time Python)."""
     fn(0)
     fn(1)
     torch.cuda.synchronize()
     times = []
-    for i in range(REPS):
+    for _ in range(REPS):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn(i % 2)
+        for i in range(BATCH):
+            fn(i % 2)
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
+        times.append(start.elapsed_time(end) / 1e3 / BATCH)
     return statistics.median(times)
 
 
@@ -95,7 +100,7 @@ def main() -> None:
         lambda i: torch.softmax(m2[i], dim=-1))
 
     name = torch.cuda.get_device_name()
-    print(f"\n## Kernel library bandwidth on {name} (1 GiB arrays, median of {REPS})")
+    print(f"\n## Kernel library bandwidth on {name} (1 GiB arrays, median of {REPS} batches of {BATCH})")
     print(f"device-to-device copy: {copy_bw / 1e9:.0f} GB/s\n")
     print("| op | caijit GB/s | % of copy | PyTorch GB/s | caijit / PyTorch |")
     print("|---|---|---|---|---|")

@@ -36,11 +36,18 @@ CPP_TYPES = {
 }
 _REAL = [k for k in CPP_TYPES if not k.startswith("complex")]
 _BLOCK = 256
+_SOFTMAX_VPT = 8  # 16-byte vectors of a row each thread holds (softmax_rows_reg)
 
 
 @functools.lru_cache(maxsize=None)
 def _module(name: str) -> caijit.Module:
     return caijit.module(_native.op_source(name))
+
+
+@functools.lru_cache(maxsize=None)
+def _instance(module: str, name: str, template_args: str) -> caijit.Kernel:
+    """An explicit template instance, made once (each instance keeps its compiled kernels)."""
+    return _module(module)[name].specialize(template_args)
 
 
 @functools.lru_cache(maxsize=None)
@@ -240,7 +247,7 @@ def _reduce(name: str, opcode: int, x: Any, axis: Optional[int], out: Any, strea
     rows = xv.size // cols
     out = _new(xv.shape[:-1], dt, stream) if out is None else out
     _check_out(out, xv.shape[:-1], dt)
-    k = m["reduce_rows"].specialize(f"{CPP_TYPES[dt]}, {CPP_TYPES[acc]}")
+    k = _instance("reduce", "reduce_rows", f"{CPP_TYPES[dt]}, {CPP_TYPES[acc]}")
     k[min(rows, 65535 * 16), min(_BLOCK, _builtin_max(32, -(-cols // 32) * 32)), stream](x, out, rows, cols, opcode)
     return out
 
@@ -283,8 +290,18 @@ def softmax(x: Any, *, out: Any = None, stream: Any = None) -> Any:
     cols = xv.shape[-1] if xv.ndim else 1
     rows = xv.size // cols if cols else 0
     out = _new(xv.shape, xv.dtype, stream) if out is None else out
-    _check_out(out, xv.shape, xv.dtype)
-    if rows:
-        block = min(1024, _builtin_max(32, -(-cols // 4 // 32) * 32))
-        _module("softmax")["softmax_rows"][max_blocks(rows), block, stream](x, out, rows, cols)
+    ov = _check_out(out, xv.shape, xv.dtype)
+    if not rows:
+        return out
+    # Rows that fit in registers are read once: 16-byte vectors, _SOFTMAX_VPT per thread.
+    per_vec = 16 // xv.itemsize
+    vectors = cols // per_vec
+    if cols % per_vec == 0 and _view(x).ptr % 16 == 0 and ov.ptr % 16 == 0:
+        k = _instance("softmax", "softmax_rows_reg", f"{CPP_TYPES[_name(xv)]}, {_SOFTMAX_VPT}")
+        block = _builtin_max(32, -(-vectors // _SOFTMAX_VPT // 32) * 32)
+        if block <= k.max_threads_per_block:
+            k[max_blocks(rows), block, stream](x, out, rows, cols)
+            return out
+    block = min(1024, _builtin_max(32, -(-cols // 4 // 32) * 32))
+    _module("softmax")["softmax_rows"][max_blocks(rows), block, stream](x, out, rows, cols)
     return out

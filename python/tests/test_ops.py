@@ -41,7 +41,9 @@ def test_reductions_copy_transpose_softmax_compile(dtype: str) -> None:
     caijit.module(caijit._native.op_source("strided_copy"))["strided_copy"].specialize(f"{cpp(dtype)}, 4").compile(arch="sm_80")
     caijit.module(caijit._native.op_source("transpose"))["transpose"].specialize(cpp(dtype)).compile(arch="sm_90")
     if dtype in FLOATS:
-        caijit.module(caijit._native.op_source("softmax"))["softmax_rows"].specialize(cpp(dtype)).compile(arch="sm_90")
+        sm = caijit.module(caijit._native.op_source("softmax"))
+        sm["softmax_rows"].specialize(cpp(dtype)).compile(arch="sm_90")
+        sm["softmax_rows_reg"].specialize(f"{cpp(dtype)}, 8").compile(arch="sm_90")
 
 
 # ---------------------------------------------------------------------------- GPU
@@ -169,7 +171,9 @@ def test_transpose(dtype: str) -> None:
 @gpu
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
 def test_softmax(dtype: str) -> None:
-    for shape in [(7, 1), (100, 1000), (3, 5000), (2, 3, 65)]:
+    # Rows held in registers (widths divisible by the vector, up to 8 vectors per thread of
+    # 1024) and rows too odd or too wide for that.
+    for shape in [(7, 1), (100, 1000), (3, 5000), (2, 3, 65), (4, 8192), (5, 32768), (3, 40000)]:
         h = (rand(shape, dtype) * 10).astype(dtype)
         x = h.astype(np.float64)
         e = np.exp(x - x.max(axis=-1, keepdims=True))
