@@ -411,7 +411,10 @@ impl Kernel {
         if !(sync && sync_enabled_by_env()) {
             producers.clear();
         }
-        if !producers.is_empty() && d.stream_capture_status(launch_stream)? == Capture::Active {
+        // The legacy default stream cannot be captured (CUDA refuses to begin a capture there),
+        // so only other launch streams are asked.
+        let legacy = launch_stream == RawStream::from_cai(1);
+        if !producers.is_empty() && !legacy && d.stream_capture_status(launch_stream)? == Capture::Active {
             // Only streams in the same capture may be joined (see the module docs).
             let id = d.capture_id(launch_stream)?;
             let mut same = Vec::new();

@@ -125,7 +125,8 @@ pub fn transpose(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, stream: Opt
     }
     contiguous("transpose", x)?;
     contiguous("transpose", out)?;
-    let tiles = rows.div_ceil(32) * cols.div_ceil(32);
+    let tile = if x.dtype().itemsize() <= 8 { 64 } else { 32 }; // the kernel's tile width
+    let tiles = rows.div_ceil(tile) * cols.div_ceil(tile);
     let k = kernel(ctx, "transpose", format!("transpose<{}>", x.dtype().cpp_name()))?;
     let cfg = LaunchConfig::new([tiles.clamp(1, 65535 * 32) as u32, 1, 1], [32, 8, 1]);
     k.launch(&cfg, &[Arg::Array(x), Arg::Array(out), int(rows), int(cols)], stream, true).map(drop)

@@ -1,5 +1,6 @@
 // Elementwise kernels over contiguous arrays: grid-stride loops, 16-byte vector loads and
-// stores when every pointer is 16-byte aligned, a scalar loop for the rest.
+// stores (four per thread in flight) when every pointer is 16-byte aligned, a scalar loop
+// for the rest.
 #include <caijit/caijit.cuh>
 #include <caijit/convert.cuh>
 
@@ -9,11 +10,11 @@ __global__ void axpy(T a, const T* __restrict__ x, const T* __restrict__ y, T* _
     using V16 = caijit::vec16<T>;
     caijit::vector_loop<T>(
         n,
-        [=](long long i) {
-            const V16 xv = reinterpret_cast<const V16*>(x)[i], yv = reinterpret_cast<const V16*>(y)[i];
+        [=](long long i) { return caijit::vec<V16, 2>{{reinterpret_cast<const V16*>(x)[i], reinterpret_cast<const V16*>(y)[i]}}; },
+        [=](long long i, const caijit::vec<V16, 2>& in) {
             V16 o;
 #pragma unroll
-            for (int k = 0; k < V16::size; ++k) o.v[k] = a * xv.v[k] + yv.v[k];
+            for (int k = 0; k < V16::size; ++k) o.v[k] = a * in.v[0].v[k] + in.v[1].v[k];
             reinterpret_cast<V16*>(out)[i] = o;
         },
         [=](long long i) { out[i] = a * x[i] + y[i]; },
@@ -26,8 +27,8 @@ __global__ void scale(T a, const T* __restrict__ x, T* __restrict__ out, long lo
     using V16 = caijit::vec16<T>;
     caijit::vector_loop<T>(
         n,
-        [=](long long i) {
-            const V16 xv = reinterpret_cast<const V16*>(x)[i];
+        [=](long long i) { return reinterpret_cast<const V16*>(x)[i]; },
+        [=](long long i, const V16& xv) {
             V16 o;
 #pragma unroll
             for (int k = 0; k < V16::size; ++k) o.v[k] = a * xv.v[k];
@@ -43,7 +44,8 @@ __global__ void fill(T* __restrict__ out, T v, long long n) {
     using V16 = caijit::vec16<T>;
     caijit::vector_loop<T>(
         n,
-        [=](long long i) {
+        [=](long long) { return 0; },
+        [=](long long i, int) {
             V16 o;
 #pragma unroll
             for (int k = 0; k < V16::size; ++k) o.v[k] = v;
@@ -61,14 +63,24 @@ __global__ void cast(const S* __restrict__ x, D* __restrict__ out, long long n) 
     using VD = caijit::vec<D, 4>;
     long long start = 0;
     if (reinterpret_cast<unsigned long long>(x) % alignof(VS) == 0 && reinterpret_cast<unsigned long long>(out) % alignof(VD) == 0) {
-        const long long nv = n / 4;
-        for (long long i = caijit::global_thread(); i < nv; i += caijit::grid_threads()) {
-            const VS a = reinterpret_cast<const VS*>(x)[i];
+        // Four vectors per thread per step, loaded before any is stored (loads in flight).
+        constexpr int U = 4;
+        const long long nv = n / 4, stride = caijit::grid_threads();
+        long long i = caijit::global_thread();
+        auto convert_store = [=](long long j, const VS& a) {
             VD b;
 #pragma unroll
             for (int k = 0; k < 4; ++k) b.v[k] = caijit::convert<D>(a.v[k]);
-            reinterpret_cast<VD*>(out)[i] = b;
+            reinterpret_cast<VD*>(out)[j] = b;
+        };
+        for (; i + (U - 1) * stride < nv; i += U * stride) {
+            VS a[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) a[u] = reinterpret_cast<const VS*>(x)[i + u * stride];
+#pragma unroll
+            for (int u = 0; u < U; ++u) convert_store(i + u * stride, a[u]);
         }
+        for (; i < nv; i += stride) convert_store(i, reinterpret_cast<const VS*>(x)[i]);
         start = nv * 4;
     }
     for (long long i = start + caijit::global_thread(); i < n; i += caijit::grid_threads()) {
@@ -82,7 +94,8 @@ __global__ void copy(const T* __restrict__ x, T* __restrict__ out, long long n) 
     using V16 = caijit::vec16<T>;
     caijit::vector_loop<T>(
         n,
-        [=](long long i) { reinterpret_cast<V16*>(out)[i] = reinterpret_cast<const V16*>(x)[i]; },
+        [=](long long i) { return reinterpret_cast<const V16*>(x)[i]; },
+        [=](long long i, const V16& v) { reinterpret_cast<V16*>(out)[i] = v; },
         [=](long long i) { out[i] = x[i]; },
         x, out);
 }
@@ -106,11 +119,11 @@ __global__ void binary_contiguous(const T* __restrict__ a, const T* __restrict__
     using V16 = caijit::vec16<T>;
     caijit::vector_loop<T>(
         n,
-        [=](long long i) {
-            const V16 av = reinterpret_cast<const V16*>(a)[i], bv = reinterpret_cast<const V16*>(b)[i];
+        [=](long long i) { return caijit::vec<V16, 2>{{reinterpret_cast<const V16*>(a)[i], reinterpret_cast<const V16*>(b)[i]}}; },
+        [=](long long i, const caijit::vec<V16, 2>& in) {
             V16 o;
 #pragma unroll
-            for (int k = 0; k < V16::size; ++k) o.v[k] = apply(op, av.v[k], bv.v[k]);
+            for (int k = 0; k < V16::size; ++k) o.v[k] = apply(op, in.v[0].v[k], in.v[1].v[k]);
             reinterpret_cast<V16*>(out)[i] = o;
         },
         [=](long long i) { out[i] = apply(op, a[i], b[i]); },

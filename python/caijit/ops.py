@@ -272,7 +272,8 @@ def transpose(x: Any, *, out: Any = None, stream: Any = None) -> Any:
     rows, cols = xv.shape
     out = _new((cols, rows), xv.dtype, stream) if out is None else out
     _check_out(out, (cols, rows), xv.dtype)
-    tiles = -(-rows // 32) * -(-cols // 32)
+    tile = 64 if xv.itemsize <= 8 else 32  # the kernel's tile width
+    tiles = -(-rows // tile) * -(-cols // tile)
     _module("transpose")["transpose"][max_blocks(tiles), (32, 8), stream](x, out, rows, cols)
     return out
 
