@@ -379,7 +379,7 @@ impl Kernel {
             if !v.is_empty() {
                 let device = match known {
                     Some(o) => Some(o),
-                    None => crate::runtime::device_of(d, v.ptr())?,
+                    None => crate::runtime::device_of(&d, v.ptr())?,
                 };
                 match device {
                     Some(o) if o as usize == ctx.ordinal() => {}

@@ -62,6 +62,28 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The driver, with a context made current by [`Context::bind`] (see there).
+pub(crate) struct Current {
+    driver: &'static Driver,
+    previous: Option<Ctx>,
+}
+
+impl std::ops::Deref for Current {
+    type Target = Driver;
+    fn deref(&self) -> &Driver {
+        self.driver
+    }
+}
+
+impl Drop for Current {
+    fn drop(&mut self) {
+        if let Some(previous) = self.previous {
+            // A failure here is the driver's sticky error, reported by the next call.
+            let _ = self.driver.restore_current(previous);
+        }
+    }
+}
+
 /// A device and its primary context.
 #[derive(Debug)]
 pub struct Context {
@@ -119,10 +141,13 @@ impl Context {
         Arch::from_capability(self.capability.0, self.capability.1)
     }
 
-    pub(crate) fn bind(&self) -> Result<&'static Driver> {
-        let d = driver()?;
-        d.make_current(self.ctx)?;
-        Ok(d)
+    /// The driver with this context current on the calling thread until the guard drops;
+    /// then the context that was current before (another library's device) is current
+    /// again, so caijit never switches the caller's device.
+    pub(crate) fn bind(&self) -> Result<Current> {
+        let driver = driver()?;
+        let previous = driver.make_current(self.ctx)?;
+        Ok(Current { driver, previous })
     }
 
     /// Free and total device memory in bytes.
@@ -370,7 +395,7 @@ pub fn pointer_device(ptr: u64) -> Result<Option<usize>> {
     }
     // The query needs a current context; any device's primary context will do.
     let d = Context::new(0)?.bind()?;
-    Ok(device_of(d, ptr)?.map(|o| o as usize))
+    Ok(device_of(&d, ptr)?.map(|o| o as usize))
 }
 
 /// Allocations recently found to be device memory, per thread: `[start, end)`.

@@ -224,15 +224,25 @@ impl Driver {
     }
 
     /// Make `ctx` current on this thread if it is not already.
-    pub fn make_current(&self, ctx: Ctx) -> Result<(), DriverError> {
+    /// Make `ctx` current on this thread; returns the context it replaced, if another one
+    /// was current (so that the caller can put it back).
+    pub fn make_current(&self, ctx: Ctx) -> Result<Option<Ctx>, DriverError> {
         let mut cur = ptr::null_mut();
         // SAFETY: valid out-pointer.
         check("cuCtxGetCurrent", unsafe { cu::cuCtxGetCurrent(&mut cur) })?;
-        if cur != ctx.0 {
-            // SAFETY: `ctx` is a retained primary context.
-            check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(ctx.0) })?;
+        if cur == ctx.0 {
+            return Ok(None);
         }
-        Ok(())
+        // SAFETY: `ctx` is a retained primary context.
+        check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(ctx.0) })?;
+        Ok((!cur.is_null()).then_some(Ctx(cur)))
+    }
+
+    /// Make a context that was current before current again.
+    pub fn restore_current(&self, ctx: Ctx) -> Result<(), DriverError> {
+        // SAFETY: `ctx` was current on this thread a moment ago; its owner (another library
+        // or caijit) keeps it alive while it is its thread's current context.
+        check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(ctx.0) })
     }
 
     pub fn load_module(&self, image: &[u8]) -> Result<RawModule, DriverError> {

@@ -71,8 +71,17 @@ def _name(v: caijit.Interface) -> str:
     return str(v.dtype) if str(v.dtype) != "void16" else "bfloat16"
 
 
-def _new(shape: Sequence[int], dtype: Any, stream: Any) -> caijit.DeviceArray:
-    return caijit.empty(tuple(shape), dtype, stream=stream)
+@functools.lru_cache(maxsize=None)
+def _device_count() -> int:
+    return _native.device_count()
+
+
+def _new(shape: Sequence[int], dtype: Any, stream: Any, like: caijit.Interface) -> caijit.DeviceArray:
+    """A result array on the device of ``like``'s memory."""
+    device = 0
+    if like.ptr and _device_count() > 1:
+        device = _native.pointer_device(like.ptr) or 0
+    return caijit.empty(tuple(shape), dtype, stream=stream, device=device)
 
 
 def _check_out(out: Any, shape: Sequence[int], dtype: Any) -> caijit.Interface:
@@ -94,7 +103,7 @@ def axpy(a: Any, x: Any, y: Any, *, out: Any = None, stream: Any = None) -> Any:
     if xv.shape != yv.shape or xv.dtype != yv.dtype:
         raise caijit.ArgumentError(f"axpy: x {xv.dtype}{xv.shape} and y {yv.dtype}{yv.shape} must match")
     x, y = _contiguous(x, stream), _contiguous(y, stream)
-    out = _new(xv.shape, xv.dtype, stream) if out is None else out
+    out = _new(xv.shape, xv.dtype, stream, xv) if out is None else out
     _check_out(out, xv.shape, xv.dtype)
     _module("elementwise")["axpy"][_grid(xv.size), _BLOCK, stream](a, x, y, out, xv.size)
     return out
@@ -104,7 +113,7 @@ def scale(x: Any, a: Any, *, out: Any = None, stream: Any = None) -> Any:
     """``out = a * x``."""
     xv = _view(x)
     x = _contiguous(x, stream)
-    out = _new(xv.shape, xv.dtype, stream) if out is None else out
+    out = _new(xv.shape, xv.dtype, stream, xv) if out is None else out
     _check_out(out, xv.shape, xv.dtype)
     _module("elementwise")["scale"][_grid(xv.size), _BLOCK, stream](a, x, out, xv.size)
     return out
@@ -126,7 +135,7 @@ def cast(x: Any, dtype: Any, *, out: Any = None, stream: Any = None) -> Any:
     if _name(xv) not in _REAL or dst not in _REAL:
         raise caijit.ArgumentError(f"cast: {xv.dtype} → {dst} is not supported (real types only)")
     x = _contiguous(x, stream)
-    out = _new(xv.shape, dtype, stream) if out is None else out
+    out = _new(xv.shape, dtype, stream, xv) if out is None else out
     _check_out(out, xv.shape, dtype)
     k = _module("elementwise")["cast"]
     k[_grid(xv.size), _BLOCK, stream](x, out, xv.size)
@@ -155,7 +164,7 @@ def _binary(op: str, a: Any, b: Any, out: Any, stream: Any) -> Any:
         shape = tuple(np.broadcast_shapes(tuple(av.shape), tuple(bv.shape)))
     except ValueError as e:
         raise caijit.ArgumentError(f"{op}: {e}") from None
-    out = _new(shape, av.dtype, stream) if out is None else out
+    out = _new(shape, av.dtype, stream, av) if out is None else out
     _check_out(out, shape, av.dtype)
     n = int(np.prod(shape, dtype=np.int64))
     m = _module("elementwise")
@@ -205,7 +214,7 @@ def ascontiguous(x: Any, *, out: Any = None, stream: Any = None) -> Any:
     xv = _view(x)
     if xv.ndim > 8:
         raise caijit.ArgumentError(f"ascontiguous: rank {xv.ndim} > 8")
-    out = _new(xv.shape, xv.dtype, stream) if out is None else out
+    out = _new(xv.shape, xv.dtype, stream, xv) if out is None else out
     _check_out(out, xv.shape, xv.dtype)
     if xv.size == 0:
         return out
@@ -235,8 +244,8 @@ def _reduce(name: str, opcode: int, x: Any, axis: Optional[int], out: Any, strea
     m = _module("reduce")
     if axis is None:
         blocks = _grid(xv.size)
-        partial = _new((blocks,), acc, stream)
-        out = _new((), result_dtype, stream) if out is None else out
+        partial = _new((blocks,), acc, stream, xv)
+        out = _new((), result_dtype, stream, xv) if out is None else out
         _check_out(out, (), result_dtype)
         m["reduce_partial"][blocks, _BLOCK, stream](x, partial, xv.size, opcode)
         m["reduce_final"][1, 1024, stream](partial, out, blocks, opcode)
@@ -245,7 +254,7 @@ def _reduce(name: str, opcode: int, x: Any, axis: Optional[int], out: Any, strea
         raise caijit.ArgumentError(f"{name}: axis must be None or the last axis")
     cols = xv.shape[-1]
     rows = xv.size // cols
-    out = _new(xv.shape[:-1], dt, stream) if out is None else out
+    out = _new(xv.shape[:-1], dt, stream, xv) if out is None else out
     _check_out(out, xv.shape[:-1], dt)
     k = _instance("reduce", "reduce_rows", f"{CPP_TYPES[dt]}, {CPP_TYPES[acc]}")
     k[min(rows, 65535 * 16), min(_BLOCK, _builtin_max(32, -(-cols // 32) * 32)), stream](x, out, rows, cols, opcode)
@@ -270,7 +279,7 @@ def transpose(x: Any, *, out: Any = None, stream: Any = None) -> Any:
         raise caijit.ArgumentError(f"transpose: expected a 2-D array, got {xv.ndim}-d")
     x = _contiguous(x, stream)
     rows, cols = xv.shape
-    out = _new((cols, rows), xv.dtype, stream) if out is None else out
+    out = _new((cols, rows), xv.dtype, stream, xv) if out is None else out
     _check_out(out, (cols, rows), xv.dtype)
     tile = 64 if xv.itemsize <= 8 else 32  # the kernel's tile width
     tiles = -(-rows // tile) * -(-cols // tile)
@@ -290,7 +299,7 @@ def softmax(x: Any, *, out: Any = None, stream: Any = None) -> Any:
     x = _contiguous(x, stream)
     cols = xv.shape[-1] if xv.ndim else 1
     rows = xv.size // cols if cols else 0
-    out = _new(xv.shape, xv.dtype, stream) if out is None else out
+    out = _new(xv.shape, xv.dtype, stream, xv) if out is None else out
     ov = _check_out(out, xv.shape, xv.dtype)
     if not rows:
         return out

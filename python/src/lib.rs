@@ -30,6 +30,12 @@ fn device_count() -> PyCaiResult<usize> {
     Ok(cai_runtime::runtime::device_count()?)
 }
 
+/// The device owning a device pointer; `None` for host memory or an unknown pointer.
+#[pyfunction]
+fn pointer_device(ptr: u64) -> PyCaiResult<Option<usize>> {
+    Ok(cai_runtime::runtime::pointer_device(ptr)?)
+}
+
 /// `(name, (major, minor))` of a device.
 #[pyfunction]
 #[pyo3(signature = (device = 0))]
@@ -127,6 +133,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sm_count, m)?)?;
     m.add_function(wrap_pyfunction!(order_streams, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(pointer_device, m)?)?;
     m.add_function(wrap_pyfunction!(device_info, m)?)?;
     m.add_function(wrap_pyfunction!(driver_version, m)?)?;
     m.add_function(wrap_pyfunction!(nvrtc_info, m)?)?;
