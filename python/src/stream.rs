@@ -65,10 +65,18 @@ fn as_handle(v: &Bound<'_, PyAny>) -> Option<u64> {
     v.getattr("value").ok().and_then(|x| if x.is_none() { Some(0) } else { x.extract::<u64>().ok() })
 }
 
+/// The handle of a stream argument. A bare int is taken as given (0 is refused as
+/// ambiguous, as CAI refuses it); a stream *object* whose handle is 0 is its library's
+/// default stream (CuPy's `Stream.null`, PyTorch's default stream, Numba's default
+/// stream), the legacy default stream: `1`.
 fn stream_handle(obj: &Bound<'_, PyAny>) -> PyCaiResult<u64> {
     if let Some(h) = as_handle(obj) {
         return Ok(h);
     }
+    object_stream_handle(obj).map(|h| if h == 0 { 1 } else { h })
+}
+
+fn object_stream_handle(obj: &Bound<'_, PyAny>) -> PyCaiResult<u64> {
     if let Ok(f) = obj.getattr("__cuda_stream__") {
         let t = f.call0()?;
         let t = t.cast::<PyTuple>().map_err(|_| PyCaiError::argument("__cuda_stream__() must return (version, handle)"))?;

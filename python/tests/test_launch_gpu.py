@@ -156,6 +156,12 @@ def test_cupy_arrays_and_streams(axpy: caijit.Kernel) -> None:
     axpy[(n + 255) // 256, 256, s](np.float32(1), x, y, n)
     s.synchronize()
     cupy.testing.assert_allclose(y, x + y1, rtol=1e-6)
+    # CuPy's null stream object (ptr 0) is the legacy default stream, not an error.
+    y2 = y.copy()
+    axpy[(n + 255) // 256, 256, cupy.cuda.Stream.null](np.float32(1), x, y, n)
+    cupy.testing.assert_allclose(y, x + y2, rtol=1e-6)
+    with pytest.raises(caijit.ArgumentError, match="ambiguous"):
+        axpy[1, 32, 0](np.float32(1), x, y, n)  # a bare 0 is refused, as CAI refuses it
 
 
 @pytest.mark.skipif(not has("torch"), reason="PyTorch is not installed")
@@ -174,6 +180,10 @@ def test_torch_tensors_streams_and_readonly(axpy: caijit.Kernel) -> None:
         axpy[(n + 255) // 256, 256, s](np.float32(1.0), x, y2, n)  # .cuda_stream
     s.synchronize()
     torch.testing.assert_close(y2, x + y)
+    # PyTorch's default stream (cuda_stream 0) is the legacy default stream.
+    y3 = y.clone()
+    axpy[(n + 255) // 256, 256, torch.cuda.default_stream()](np.float32(1.0), x, y3, n)
+    torch.testing.assert_close(y3, x + y)
     # Non-contiguous tensor for a pointer parameter: a clear error.
     with pytest.raises(caijit.ArgumentError, match="C-contiguous"):
         axpy[1, 32](np.float32(1), x[::2], y[: n // 2], n // 2)

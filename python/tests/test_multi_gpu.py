@@ -81,9 +81,10 @@ def test_device_1_exports_read_by_cupy_and_torch() -> None:
     torch = pytest.importorskip("torch")
     h = rng.standard_normal((64, 33)).astype(np.float32)
     a = caijit.to_device(h, device=1)
-    c = cupy.asarray(a)
-    assert c.device.id == 1
-    np.testing.assert_array_equal(cupy.asnumpy(c), h)
+    with cupy.cuda.Device(1):  # CuPy consumes another device's memory with that device current
+        c = cupy.asarray(a)
+        assert c.device.id == 1
+        np.testing.assert_array_equal(cupy.asnumpy(c), h)
     t = torch.as_tensor(a, device="cuda:1")
     assert t.device.index == 1 and t.data_ptr() == a.ptr
     np.testing.assert_array_equal(t.cpu().numpy(), h)
