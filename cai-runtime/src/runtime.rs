@@ -144,9 +144,13 @@ impl Context {
     /// The driver with this context current on the calling thread until the guard drops;
     /// then the context that was current before (another library's device) is current
     /// again, so caijit never switches the caller's device.
+    ///
+    /// A thread with no current context is one whose device is 0 (as the CUDA runtime sees
+    /// it): binding device 0 there is left in place (what the runtime would do itself, and
+    /// it spares the next call the switch); binding another device is undone.
     pub(crate) fn bind(&self) -> Result<Current> {
         let driver = driver()?;
-        let previous = driver.make_current(self.ctx)?;
+        let previous = driver.make_current(self.ctx)?.filter(|p| !p.is_null() || self.ordinal != 0);
         Ok(Current { driver, previous })
     }
 

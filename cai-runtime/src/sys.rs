@@ -109,6 +109,12 @@ pub(crate) fn driver() -> Result<&'static Driver, String> {
 /// A primary context handle (retained for the process's life, shared with other libraries).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Ctx(cu::CUcontext);
+
+impl Ctx {
+    pub fn is_null(self) -> bool {
+        self.0.is_null()
+    }
+}
 // SAFETY: CUDA contexts may be used from any thread; the handle is only an identifier.
 unsafe impl Send for Ctx {}
 // SAFETY: as above; the driver synchronises access to the context internally.
@@ -224,8 +230,8 @@ impl Driver {
     }
 
     /// Make `ctx` current on this thread if it is not already.
-    /// Make `ctx` current on this thread; returns the context it replaced, if another one
-    /// was current (so that the caller can put it back).
+    /// Make `ctx` current on this thread; returns the context it replaced (null when none
+    /// was current) when that was another one, so that the caller can put it back.
     pub fn make_current(&self, ctx: Ctx) -> Result<Option<Ctx>, DriverError> {
         let mut cur = ptr::null_mut();
         // SAFETY: valid out-pointer.
@@ -235,13 +241,13 @@ impl Driver {
         }
         // SAFETY: `ctx` is a retained primary context.
         check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(ctx.0) })?;
-        Ok((!cur.is_null()).then_some(Ctx(cur)))
+        Ok(Some(Ctx(cur)))
     }
 
-    /// Make a context that was current before current again.
+    /// Make a context that was current before (or none: null) current again.
     pub fn restore_current(&self, ctx: Ctx) -> Result<(), DriverError> {
-        // SAFETY: `ctx` was current on this thread a moment ago; its owner (another library
-        // or caijit) keeps it alive while it is its thread's current context.
+        // SAFETY: `ctx` is null or was current on this thread a moment ago; its owner
+        // (another library or caijit) keeps it alive while it is its thread's current context.
         check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(ctx.0) })
     }
 
