@@ -48,6 +48,14 @@ fn grid(ctx: &Context, work: usize) -> LaunchConfig {
     LaunchConfig::new([blocks as u32, 1, 1], [BLOCK, 1, 1])
 }
 
+/// One 16-byte vector per thread: a grid covering the array once (on the H200 99 % of the
+/// copy bandwidth, against 93-96 % for a grid capped at 16 blocks per SM).
+fn elementwise_grid(v: &ArrayView) -> LaunchConfig {
+    let per_thread = (16 / v.dtype().itemsize()).max(1);
+    let blocks = v.size().div_ceil(per_thread).div_ceil(BLOCK as usize).clamp(1, i32::MAX as usize);
+    LaunchConfig::new([blocks as u32, 1, 1], [BLOCK, 1, 1])
+}
+
 fn same(what: &str, a: &ArrayView, b: &ArrayView) -> Result<()> {
     if a.shape() != b.shape() || a.dtype() != b.dtype() {
         return Err(Error::Argument(format!(
@@ -81,7 +89,7 @@ pub fn axpy(ctx: &Arc<Context>, a: f64, x: &ArrayView, y: &ArrayView, out: &Arra
     }
     let k = kernel(ctx, "elementwise", format!("axpy<{}>", x.dtype().cpp_name()))?;
     let args = [Arg::Scalar { value: Num::Float(a), dtype: None }, Arg::Array(x), Arg::Array(y), Arg::Array(out), int(x.size())];
-    k.launch(&grid(ctx, x.size()), &args, stream, true).map(drop)
+    k.launch(&elementwise_grid(x), &args, stream, true).map(drop)
 }
 
 /// `out = a * x`.
@@ -91,7 +99,7 @@ pub fn scale(ctx: &Arc<Context>, x: &ArrayView, a: f64, out: &ArrayView, stream:
     contiguous("scale", out)?;
     let k = kernel(ctx, "elementwise", format!("scale<{}>", x.dtype().cpp_name()))?;
     let args = [Arg::Scalar { value: Num::Float(a), dtype: None }, Arg::Array(x), Arg::Array(out), int(x.size())];
-    k.launch(&grid(ctx, x.size()), &args, stream, true).map(drop)
+    k.launch(&elementwise_grid(x), &args, stream, true).map(drop)
 }
 
 /// A C-contiguous copy of any strided view (rank 1 to 8) into `out`.
@@ -103,7 +111,7 @@ pub fn ascontiguous(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, stream: 
     }
     if x.is_c_contiguous() {
         let k = kernel(ctx, "elementwise", format!("copy<{}>", x.dtype().cpp_name()))?;
-        return k.launch(&grid(ctx, x.size()), &[Arg::Array(x), Arg::Array(out), int(x.size())], stream, true).map(drop);
+        return k.launch(&elementwise_grid(x), &[Arg::Array(x), Arg::Array(out), int(x.size())], stream, true).map(drop);
     }
     if !(1..=8).contains(&x.ndim()) {
         return Err(Error::Argument(format!("ascontiguous: rank {} is outside 1 to 8", x.ndim())));
@@ -125,10 +133,10 @@ pub fn transpose(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, stream: Opt
     }
     contiguous("transpose", x)?;
     contiguous("transpose", out)?;
-    let tile = if x.dtype().itemsize() <= 8 { 64 } else { 32 }; // the kernel's tile width
+    let tile = if x.dtype().itemsize() <= 8 { 64 } else { 32 }; // the kernel's tile width; its block is (tile, 2)
     let tiles = rows.div_ceil(tile) * cols.div_ceil(tile);
     let k = kernel(ctx, "transpose", format!("transpose<{}>", x.dtype().cpp_name()))?;
-    let cfg = LaunchConfig::new([tiles.clamp(1, 65535 * 32) as u32, 1, 1], [32, 8, 1]);
+    let cfg = LaunchConfig::new([tiles.clamp(1, 65535 * 32) as u32, 1, 1], [tile as u32, 2, 1]);
     k.launch(&cfg, &[Arg::Array(x), Arg::Array(out), int(rows), int(cols)], stream, true).map(drop)
 }
 

@@ -166,6 +166,13 @@ def test_transpose(dtype: str) -> None:
     for shape in [(1, 1), (33, 65), (1000, 3), (512, 512)]:
         h = rand(shape, dtype)
         np.testing.assert_array_equal(host(ops.transpose(caijit.to_device(h))), h.T)
+    # The kernel with blocks of other shapes than the planned (tile, 2): the same result.
+    k = caijit.module(caijit._native.op_source("transpose"))["transpose"]
+    h = rand((130, 77), dtype)
+    for block in [(32, 8), (16, 3), (64, 1)]:
+        out = caijit.empty((77, 130), dtype)
+        k[7, block](caijit.to_device(h), out, 130, 77)
+        np.testing.assert_array_equal(host(out), h.T)
 
 
 @gpu
