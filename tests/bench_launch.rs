@@ -5,7 +5,10 @@
 //! binary with `--bench` (scripts/gpu-run.sh --bench does).
 //!
 //! host µs = median over 100 batches of 200 launches without synchronising;
-//! sustained µs = 20,000 launches then one synchronisation.
+//! sustained µs = 20,000 launches then one synchronisation. The paths are measured in
+//! ROUNDS interleaved rounds and each figure is the median over rounds (the ratio to raw
+//! cudarc: the median of the per-round ratios), because the host's speed drifts by more
+//! than the differences measured here.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -74,22 +77,15 @@ fn main() {
             f.synchronize().unwrap();
         }
     };
-    let mut rows = Vec::new();
-
     let same = [view(0, &home), view(1, &home), view(2, &home)];
-    let args = [Arg::Array(&same[0]), Arg::Array(&same[1]), Arg::Array(&same[2]), n];
-    rows.push(("caijit, no foreign stream", measure(|| { k.launch(&cfg, &args, Some(&home), true).unwrap(); }, sync_all)));
-
-    let args = [Arg::ArrayOn(&same[0], 0), Arg::ArrayOn(&same[1], 0), Arg::ArrayOn(&same[2], 0), n];
-    rows.push(("caijit, no foreign stream, device known", measure(|| { k.launch(&cfg, &args, Some(&home), true).unwrap(); }, sync_all)));
-
     let one = [view(0, &home), view(1, &home), view(2, &foreign[0])];
-    let args = [Arg::Array(&one[0]), Arg::Array(&one[1]), Arg::Array(&one[2]), n];
-    rows.push(("caijit, one foreign stream", measure(|| { k.launch(&cfg, &args, Some(&home), true).unwrap(); }, sync_all)));
-
     let three = [view(0, &foreign[0]), view(1, &foreign[1]), view(2, &foreign[2])];
-    let args = [Arg::Array(&three[0]), Arg::Array(&three[1]), Arg::Array(&three[2]), n];
-    rows.push(("caijit, three foreign streams", measure(|| { k.launch(&cfg, &args, Some(&home), true).unwrap(); }, sync_all)));
+    fn arrays<'a>(v: &'a [ArrayView; 3], n: Arg<'a>) -> [Arg<'a>; 4] {
+        [Arg::Array(&v[0]), Arg::Array(&v[1]), Arg::Array(&v[2]), n]
+    }
+    let (args_same, args_one, args_three) = (arrays(&same, n), arrays(&one, n), arrays(&three, n));
+    let args_known = [Arg::ArrayOn(&same[0], 0), Arg::ArrayOn(&same[1], 0), Arg::ArrayOn(&same[2], 0), n];
+    let caijit = |args: &[Arg<'_>]| k.launch(&cfg, args, Some(&home), true).map(drop).unwrap();
 
     // Raw cudarc: the same CUBIN, cudarc's own slices and stream, event tracking off.
     let cubin = match &module.compiled().image {
@@ -109,27 +105,45 @@ fn main() {
     );
     let nn = N as i32;
     let ccfg = cudarc::driver::LaunchConfig { grid_dim: (1, 1, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
-    rows.push((
-        "raw cudarc launch_builder",
-        measure(
-            || {
-                use cudarc::driver::PushKernelArg;
-                let mut l = cstream.launch_builder(&f);
-                l.arg(&a).arg(&b).arg(&mut c).arg(&nn);
-                // SAFETY: empty3 takes three float pointers and an int, matching the args.
-                unsafe { l.launch(ccfg) }.unwrap();
-            },
-            || cstream.synchronize().unwrap(),
-        ),
-    ));
+    let mut raw = || {
+        use cudarc::driver::PushKernelArg;
+        let mut l = cstream.launch_builder(&f);
+        l.arg(&a).arg(&b).arg(&mut c).arg(&nn);
+        // SAFETY: empty3 takes three float pointers and an int, matching the args.
+        unsafe { l.launch(ccfg) }.unwrap();
+    };
+    let raw_sync = || cstream.synchronize().unwrap();
 
-    let base = rows.iter().find(|r| r.0.starts_with("raw")).unwrap().1 .0;
-    println!("\n## Rust launch cost, 3 arrays + 1 int, empty kernel ({})", ctx.name());
+    const ROUNDS: usize = 5;
+    let names = [
+        "caijit, no foreign stream (device from the pointer)",
+        "caijit, no foreign stream, device known",
+        "caijit, one foreign stream",
+        "caijit, three foreign streams",
+        "raw cudarc launch_builder",
+    ];
+    let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new(); names.len()];
+    for _ in 0..ROUNDS {
+        runs[0].push(measure(|| caijit(&args_same), sync_all));
+        runs[1].push(measure(|| caijit(&args_known), sync_all));
+        runs[2].push(measure(|| caijit(&args_one), sync_all));
+        runs[3].push(measure(|| caijit(&args_three), sync_all));
+        runs[4].push(measure(&mut raw, raw_sync));
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    println!("\n## Rust launch cost, 3 arrays + 1 int, empty kernel ({}), median of {ROUNDS} interleaved rounds", ctx.name());
     println!("| path | host µs | sustained µs | host vs raw cudarc |");
     println!("|---|---|---|---|");
-    for (name, (host, sus)) in &rows {
-        println!("| {name} | {host:.2} | {sus:.2} | {:.2}x |", host / base);
+    for (name, r) in names.iter().zip(&runs) {
+        let ratio = median(r.iter().zip(&runs[4]).map(|(m, base)| m.0 / base.0).collect());
+        let (host, sus) = (median(r.iter().map(|m| m.0).collect()), median(r.iter().map(|m| m.1).collect()));
+        println!("| {name} | {host:.2} | {sus:.2} | {ratio:.2}x |");
     }
+    let per_stream = |i: usize, streams: f64| median(runs[i].iter().zip(&runs[0]).map(|(m, base)| (m.0 - base.0) / streams).collect());
+    println!("\nper foreign stream: {:.2} µs with one, {:.2} µs each with three", per_stream(2, 1.0), per_stream(3, 3.0));
     let s = stats();
     println!("\ncounters: launches={} waits={} reverse_waits={} host_syncs={} events_created={}", s.launches, s.waits, s.reverse_waits, s.host_syncs, s.events_created);
 }

@@ -29,8 +29,9 @@ def test_examples_type_check_strictly() -> None:
 def test_example_runs(path: str) -> None:
     if "distributed" in os.path.basename(path):
         pytest.skip("one process per GPU: test_multi_gpu.py runs it where two GPUs are present")
-    if "torch" in os.path.basename(path) and importlib.util.find_spec("torch") is None:
-        pytest.skip("PyTorch is not installed")
+    for lib in ("torch", "cupy"):
+        if lib in os.path.basename(path) and importlib.util.find_spec(lib) is None:
+            pytest.skip(f"{lib} is not installed")
     r = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=600, cwd="/tmp")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "ok" in r.stdout

@@ -1,4 +1,99 @@
 //! The traits `#[derive(CudaArrayInterface)]` implements, and what generated code uses.
+//!
+//! # Passing a derived struct to a kernel
+//!
+//! ```no_run
+//! use cai_runtime::compile::Program;
+//! use cai_runtime::launch::{Arg, LaunchConfig, Num};
+//! use cai_runtime::runtime::Context;
+//! use cai_runtime::CudaArrayInterface;
+//!
+//! /// A float32 image in device memory, with the stream its pending work is on.
+//! #[derive(CudaArrayInterface)]
+//! #[cai(dtype = f32)]
+//! struct Image {
+//!     #[cai(data)]
+//!     ptr: u64,
+//!     #[cai(shape)]
+//!     shape: [usize; 2],
+//!     #[cai(stream)]
+//!     stream: Option<u64>,
+//! }
+//!
+//! fn brighten(image: &Image, by: f32) -> cai_runtime::Result<()> {
+//!     let ctx = Context::new(0)?;
+//!     let k = ctx
+//!         .compile(&Program::new(
+//!             r#"extern "C" __global__ void brighten(float* p, float by, long long n) {
+//!                 long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+//!                 if (i < n) p[i] += by;
+//!             }"#,
+//!         ))?
+//!         .kernel("brighten")?;
+//!     let view = image.cai_view()?; // dtype, shape and stream, validated
+//!     let n = view.size();
+//!     let args = [Arg::Array(&view), Arg::Scalar { value: Num::Float(by.into()), dtype: None }, Arg::Scalar {
+//!         value: Num::Int(n as i128),
+//!         dtype: None,
+//!     }];
+//!     // Ordered after `image.stream` (CAI v3), and that stream after the kernel.
+//!     k.launch(&LaunchConfig::for_elements(n, 256), &args, None, true)?;
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # Exporting to Python and importing from it
+//!
+//! With `#[cai(python)]` on a `#[pyclass]` (and this crate's `python` feature), the type gets
+//! a `__cuda_array_interface__` getter (v3, with its stream) that CuPy, PyTorch and Numba
+//! read, and `FromPyObject`, so a `#[pyfunction]` takes it from any object carrying the
+//! interface (dtype, rank, contiguity and writability checked, errors naming the key).
+//! `examples/rust-extension` is the complete, tested version: a function taking a PyTorch
+//! tensor, launching a caijit kernel on it and returning Rust-owned memory CuPy reads.
+//!
+//! ```ignore
+//! #[pyclass(frozen)]
+//! #[derive(CudaArrayInterface)]
+//! #[cai(dtype = f32, python)]
+//! struct Image {
+//!     #[cai(data)] ptr: u64,
+//!     #[cai(shape)] shape: [usize; 2],
+//!     #[cai(stream)] stream: Option<u64>,
+//! }
+//!
+//! #[pyfunction]
+//! fn flatten(image: Image) -> Image { // accepts a torch tensor, a CuPy array, ...
+//!     Image { ptr: image.ptr, shape: [1, image.shape[0] * image.shape[1]], stream: image.stream }
+//! }   // ... and returns an object `cupy.asarray` reads
+//! ```
+//!
+//! # A kernel-parameter struct and its CUDA twin
+//!
+//! `#[derive(KernelParams)]` checks at compile time that the Rust layout is the one written
+//! down (size, alignment, each field's offset), which is the layout of the C++ twin; the
+//! struct is then passed by value as its bytes.
+//!
+//! ```no_run
+//! use cai_runtime::launch::Arg;
+//! use cai_runtime::{KernelParams, ParamBytes};
+//!
+//! // CUDA: struct Params { double scale; int n; float bias[2]; };  // 24 bytes, align 8
+//! #[derive(KernelParams, Clone, Copy)]
+//! #[repr(C)]
+//! #[cai(size = 24, align = 8)]
+//! struct Params {
+//!     #[cai(offset = 0)]
+//!     scale: f64,
+//!     #[cai(offset = 8)]
+//!     n: i32,
+//!     #[cai(offset = 12)]
+//!     bias: [f32; 2],
+//! }
+//!
+//! let bytes = Params { scale: 2.0, n: 10, bias: [0.5, -0.5] }.param_bytes();
+//! let arg = Arg::Bytes(&bytes); // for `__global__ void k(Params p, ...)`
+//! # let _ = arg;
+//! ```
 
 use super::{ArrayView, DType, Descriptor, InterfaceError, TypestrOptions};
 
