@@ -42,7 +42,7 @@ use crate::stats::{bump, COUNTERS};
 use crate::{Error, Result};
 
 /// Bumped whenever the cache entry format or what a key covers changes.
-const SCHEMA_VERSION: u32 = 1;
+const SCHEMA_VERSION: u32 = 2;
 
 /// A CUDA C++ program: source plus everything that changes what NVRTC makes of it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -306,32 +306,40 @@ fn all_name_expressions(program: &Program, decls: &[KernelDecl]) -> Vec<String> 
     exprs
 }
 
-fn cache_key(program: &Program, arch: Arch, opts: &[String], exprs: &[String], tk: &Toolkit) -> String {
-    let mut parts: Vec<Vec<u8>> = vec![
-        SCHEMA_VERSION.to_le_bytes().to_vec(),
-        format!("nvrtc {}.{}", tk.version.0, tk.version.1).into_bytes(),
-        arch.0.to_le_bytes().to_vec(),
-        program.source.as_bytes().to_vec(),
-        program.name.as_bytes().to_vec(),
-    ];
-    parts.extend(opts.iter().map(|o| o.as_bytes().to_vec()));
-    parts.push(b"--exprs".to_vec());
-    parts.extend(exprs.iter().map(|e| e.as_bytes().to_vec()));
-    parts.push(b"--headers".to_vec());
-    for (name, contents) in HEADERS {
-        parts.push(name.as_bytes().to_vec());
-        parts.push(contents.as_bytes().to_vec());
-    }
+fn cache_key(program: &Program, arch: Arch, opts: &[String], tk: &Toolkit) -> String {
+    let (schema, version, arch) =
+        (SCHEMA_VERSION.to_le_bytes(), format!("nvrtc {}.{}", tk.version.0, tk.version.1), arch.0.to_le_bytes());
+    let mut parts: Vec<&[u8]> = vec![&schema, version.as_bytes(), &arch, program.source.as_bytes(), program.name.as_bytes()];
+    parts.extend(opts.iter().map(|o| o.as_bytes()));
+    parts.push(b"--exprs");
+    parts.extend(program.name_expressions.iter().map(|e| e.as_bytes()));
+    parts.push(b"--headers");
+    parts.push(embedded_headers_digest());
     let mut files = Vec::new();
     for d in &program.include_dirs {
         header_files(d, &mut files, 0);
     }
-    for (p, b) in files {
-        parts.push(p.to_string_lossy().as_bytes().to_vec());
-        parts.push(b);
+    let names: Vec<String> = files.iter().map(|(p, _)| p.to_string_lossy().into_owned()).collect();
+    for (name, (_, contents)) in names.iter().zip(&files) {
+        parts.push(name.as_bytes());
+        parts.push(contents);
     }
-    let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
-    sha256_hex(&refs)
+    sha256_hex(&parts)
+}
+
+/// The digest of caijit's embedded headers (constant for a build, hashed once).
+fn embedded_headers_digest() -> &'static [u8] {
+    static DIGEST: OnceLock<Vec<u8>> = OnceLock::new();
+    DIGEST.get_or_init(|| {
+        let mut h = Sha256::new();
+        for (name, contents) in HEADERS {
+            for part in [name.as_bytes(), contents.as_bytes()] {
+                h.update((part.len() as u64).to_le_bytes());
+                h.update(part);
+            }
+        }
+        h.finalize().to_vec()
+    })
 }
 
 /// In-memory cache and per-key locks (so one key compiles once, however many threads ask).
@@ -367,10 +375,10 @@ pub fn compile(program: &Program, arch: Arch) -> Result<Arc<Compiled>> {
 /// [`compile`] with explicit cache choices.
 pub fn compile_with(program: &Program, arch: Arch, options: &CompileOptions) -> Result<Arc<Compiled>> {
     let tk = toolkit()?;
-    let decls = program.declarations()?;
-    let exprs = all_name_expressions(program, &decls);
     let (opts, cubin) = nvrtc_options(program, arch, tk)?;
-    let key = cache_key(program, arch, &opts, &exprs, tk);
+    // The key needs only what the caller gave (the kernels' names follow from the source):
+    // a memory hit parses nothing.
+    let key = cache_key(program, arch, &opts, tk);
     let mem = memory();
     if !options.skip_memory_cache {
         if let Some(hit) = lock(&mem.entries).get(&key) {
@@ -386,6 +394,8 @@ pub fn compile_with(program: &Program, arch: Arch, options: &CompileOptions) -> 
             return Ok(hit.clone());
         }
     }
+    let decls = program.declarations()?;
+    let exprs = all_name_expressions(program, &decls);
     let disk = options.disk_cache.clone().unwrap_or_else(DiskCache::from_env);
     let mut from_disk = None;
     if let Some(d) = &disk {
