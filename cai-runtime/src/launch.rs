@@ -22,8 +22,10 @@
 use std::ffi::c_void;
 use std::sync::OnceLock;
 
+use smallvec::SmallVec;
+
 use crate::cai::{ArrayView, DType};
-use crate::runtime::{Kernel, Stream};
+use crate::runtime::{Events, Kernel, Stream};
 use crate::signature::{ArgType, ParamKind, ParamLayout};
 use crate::stats::{bump, COUNTERS};
 use crate::sys::{Capture, RawStream};
@@ -215,8 +217,40 @@ fn check_array(p: &ParamLayout, v: &ArrayView, dtype: Option<DType>, is_const: b
     Ok(())
 }
 
+/// A scalar parameter's bytes (at most 16, for complex128), kept on the stack: encoding
+/// a launch's scalars allocates nothing.
+#[derive(Clone, Copy, Debug)]
+pub struct ScalarBytes {
+    buf: [u8; 16],
+    len: usize,
+}
+
+impl ScalarBytes {
+    fn new(parts: &[&[u8]]) -> Self {
+        let mut s = ScalarBytes { buf: [0; 16], len: 0 };
+        for p in parts {
+            s.buf[s.len..s.len + p.len()].copy_from_slice(p);
+            s.len += p.len();
+        }
+        s
+    }
+}
+
+impl std::ops::Deref for ScalarBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl<const N: usize> PartialEq<[u8; N]> for ScalarBytes {
+    fn eq(&self, other: &[u8; N]) -> bool {
+        **self == other[..]
+    }
+}
+
 /// Encode a scalar as exactly `dtype`, checking its range.
-pub fn encode_scalar(value: Num, dtype: DType) -> std::result::Result<Vec<u8>, String> {
+pub fn encode_scalar(value: Num, dtype: DType) -> std::result::Result<ScalarBytes, String> {
     use DType::*;
     let int = |v: Num| -> std::result::Result<i128, String> {
         match v {
@@ -237,7 +271,7 @@ pub fn encode_scalar(value: Num, dtype: DType) -> std::result::Result<Vec<u8>, S
     macro_rules! ranged {
         ($t:ty) => {{
             let i = int(value)?;
-            <$t>::try_from(i).map(|x| x.to_le_bytes().to_vec()).map_err(|_| {
+            <$t>::try_from(i).map(|x| ScalarBytes::new(&[&x.to_le_bytes()])).map_err(|_| {
                 format!("{i} is out of range for {} [{}, {}]", dtype.cpp_name(), <$t>::MIN, <$t>::MAX)
             })?
         }};
@@ -251,8 +285,8 @@ pub fn encode_scalar(value: Num, dtype: DType) -> std::result::Result<Vec<u8>, S
     };
     Ok(match dtype {
         Bool => match value {
-            Num::Bool(b) => vec![u8::from(b)],
-            Num::Int(i @ (0 | 1)) => vec![i as u8],
+            Num::Bool(b) => ScalarBytes::new(&[&[u8::from(b)]]),
+            Num::Int(i @ (0 | 1)) => ScalarBytes::new(&[&[i as u8]]),
             other => return Err(format!("{other:?} is not a bool")),
         },
         I8 => ranged!(i8),
@@ -263,23 +297,20 @@ pub fn encode_scalar(value: Num, dtype: DType) -> std::result::Result<Vec<u8>, S
         U16 => ranged!(u16),
         U32 => ranged!(u32),
         U64 => ranged!(u64),
-        F16 => half::f16::from_f64(finite_max(float(value)?, 65504.0)?).to_le_bytes().to_vec(),
-        BF16 => half::bf16::from_f64(finite_max(float(value)?, 3.3895313892515355e38)?).to_le_bytes().to_vec(),
-        F32 => (finite_max(float(value)?, f32::MAX as f64)? as f32).to_le_bytes().to_vec(),
-        F64 => float(value)?.to_le_bytes().to_vec(),
+        F16 => ScalarBytes::new(&[&half::f16::from_f64(finite_max(float(value)?, 65504.0)?).to_le_bytes()]),
+        BF16 => ScalarBytes::new(&[&half::bf16::from_f64(finite_max(float(value)?, 3.3895313892515355e38)?).to_le_bytes()]),
+        F32 => ScalarBytes::new(&[&(finite_max(float(value)?, f32::MAX as f64)? as f32).to_le_bytes()]),
+        F64 => ScalarBytes::new(&[&float(value)?.to_le_bytes()]),
         C64 | C128 => {
             let (re, im) = match value {
                 Num::Complex(re, im) => (re, im),
                 other => (float(other)?, 0.0),
             };
             if dtype == C64 {
-                let mut b = (finite_max(re, f32::MAX as f64)? as f32).to_le_bytes().to_vec();
-                b.extend_from_slice(&(finite_max(im, f32::MAX as f64)? as f32).to_le_bytes());
-                b
+                let (re, im) = (finite_max(re, f32::MAX as f64)? as f32, finite_max(im, f32::MAX as f64)? as f32);
+                ScalarBytes::new(&[&re.to_le_bytes(), &im.to_le_bytes()])
             } else {
-                let mut b = re.to_le_bytes().to_vec();
-                b.extend_from_slice(&im.to_le_bytes());
-                b
+                ScalarBytes::new(&[&re.to_le_bytes(), &im.to_le_bytes()])
             }
         }
     })
@@ -368,7 +399,8 @@ impl Kernel {
         let ctx = self.context();
         let d = ctx.bind()?;
         // Producer streams, and each array's device (from its pointer, never a null one).
-        let mut producers: Vec<RawStream> = Vec::new();
+        // Inline for up to four producer streams: no allocation on the launch path.
+        let mut producers: SmallVec<[RawStream; 4]> = SmallVec::new();
         let mut common: Option<Option<RawStream>> = None;
         for (p, a) in params.iter().zip(args) {
             let (v, known) = match a {
@@ -407,7 +439,7 @@ impl Kernel {
             Some(s) => s.raw(),
             None => common.flatten().unwrap_or(RawStream::from_cai(1)),
         };
-        producers.retain(|&p| p != launch_stream);
+        producers.retain(|p| *p != launch_stream);
         if !(sync && sync_enabled_by_env()) {
             producers.clear();
         }
@@ -417,7 +449,7 @@ impl Kernel {
         if !producers.is_empty() && !legacy && d.stream_capture_status(launch_stream)? == Capture::Active {
             // Only streams in the same capture may be joined (see the module docs).
             let id = d.capture_id(launch_stream)?;
-            let mut same = Vec::new();
+            let mut same = SmallVec::new();
             for p in producers {
                 if d.capture_id(p)? == id {
                     same.push(p);
@@ -426,7 +458,7 @@ impl Kernel {
             producers = same;
         }
         // Forward edges: one event per producer stream, all waited on by the launch stream.
-        let mut events = Vec::new();
+        let mut events = Events::new();
         if !producers.is_empty() {
             ctx.take_events(producers.len() + 1, &mut events)?;
         }

@@ -62,6 +62,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Events taken from a context's pool for one launch (inline for up to four).
+pub(crate) type Events = smallvec::SmallVec<[RawEvent; 4]>;
+
 /// The driver, with a context made current by [`Context::bind`] (see there).
 pub(crate) struct Current {
     driver: &'static Driver,
@@ -178,7 +181,7 @@ impl Context {
     }
 
     /// `n` events from the pool (created when it runs dry), under one lock.
-    pub(crate) fn take_events(&self, n: usize, out: &mut Vec<RawEvent>) -> Result<()> {
+    pub(crate) fn take_events(&self, n: usize, out: &mut Events) -> Result<()> {
         {
             let mut pool = lock(&self.events);
             while out.len() < n {
@@ -201,7 +204,7 @@ impl Context {
         if waiter.raw() == producer.raw() {
             return Ok(());
         }
-        let mut events = Vec::new();
+        let mut events = Events::new();
         self.take_events(1, &mut events)?;
         let d = self.bind()?;
         let r = d.event_record(events[0], producer.raw()).and_then(|_| d.stream_wait_event(waiter.raw(), events[0]));
@@ -212,8 +215,8 @@ impl Context {
 
     /// Give events back to the pool. A stream's wait captures an event's state when it is
     /// enqueued, so an event can be reused as soon as the waits on it are enqueued.
-    pub(crate) fn return_events(&self, events: &mut Vec<RawEvent>) {
-        lock(&self.events).append(events);
+    pub(crate) fn return_events(&self, events: &mut Events) {
+        lock(&self.events).extend(events.drain(..));
     }
 }
 
