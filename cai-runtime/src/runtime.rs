@@ -104,7 +104,7 @@ impl Context {
     pub fn new(ordinal: usize) -> Result<Arc<Context>> {
         static CONTEXTS: OnceLock<Mutex<HashMap<usize, Arc<Context>>>> = OnceLock::new();
         let drv = driver()?;
-        let count = drv.device_count()? as usize;
+        let count = device_count()?;
         if ordinal >= count {
             return Err(Error::Argument(format!("device {ordinal} does not exist ({count} CUDA devices)")));
         }

@@ -14,7 +14,8 @@ use pyo3::types::{PyBool, PyBytes, PyComplex, PyDict, PyFloat, PyInt, PyTuple};
 use smallvec::SmallVec;
 
 use crate::errors::{PyCaiError, PyCaiResult};
-use crate::interface::{descriptor_from_dict, descriptor_to_dict, numpy_dtype, Interface};
+use crate::interface::{descriptor_to_dict, interface_dict, numpy_dtype, view_from_dict, Interface};
+use cai_runtime::python::FromPyError;
 use crate::stream::stream_from_py;
 
 /// Device memory owned by caijit, exporting CAI v3 with its stream.
@@ -406,21 +407,13 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
     if let Ok(b) = obj.cast::<PyBytes>() {
         return Ok(PyArg::Bytes(b.as_bytes().to_vec()));
     }
-    match obj.getattr(intern!(obj.py(), "__cuda_array_interface__")) {
-        Ok(cai) => {
-            let dict = cai.cast_into::<PyDict>().map_err(|e| {
-                PyCaiError::Cai(cai_runtime::Error::Interface(cai_runtime::cai::InterfaceError::NotADict {
-                    got: type_name(&e.into_inner()),
-                }))
-            })?;
-            let desc = descriptor_from_dict(&dict)?;
-            let view = ArrayView::from_descriptor(&desc, TypestrOptions::default()).map_err(|e| {
-                PyCaiError::Cai(cai_runtime::Error::Interface(e))
-            })?;
-            return Ok(PyArg::Array(view));
+    // Any CAI producer (a plain dict is not an array argument).
+    if !obj.is_instance_of::<PyDict>() {
+        match interface_dict(obj) {
+            Ok(dict) => return Ok(PyArg::Array(view_from_dict(&dict, TypestrOptions::default())?)),
+            Err(FromPyError::NoInterface(_)) => {}
+            Err(e) => return Err(e.into()),
         }
-        Err(e) if !e.is_instance_of::<pyo3::exceptions::PyAttributeError>(obj.py()) => return Err(e.into()),
-        Err(_) => {}
     }
     // DLPack-only producers (the handshake orders their work before the launch stream).
     if obj.hasattr(intern!(obj.py(), "__dlpack__"))? {
@@ -428,10 +421,8 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
         if dl.getattr("is_cuda_dlpack")?.call1((obj,))?.extract::<bool>()? {
             let holder = dl.getattr("view")?.call1((obj, ctx.dlpack_stream()))?;
             let bf16: bool = holder.getattr("bfloat16")?.extract()?;
-            let dict = holder.getattr("__cuda_array_interface__")?.cast_into::<PyDict>().map_err(PyErr::from)?;
-            let desc = descriptor_from_dict(&dict)?;
             let options = if bf16 { TypestrOptions::BFLOAT16_V2 } else { TypestrOptions::default() };
-            let view = ArrayView::from_descriptor(&desc, options)?;
+            let view = view_from_dict(&interface_dict(&holder)?, options)?;
             return Ok(PyArg::Dlpack(view, holder.unbind()));
         }
     }

@@ -121,13 +121,18 @@ pub fn numpy_dtype(py: Python<'_>, dtype: DType) -> PyResult<Bound<'_, PyAny>> {
     py.import("numpy")?.getattr("dtype")?.call1((dtype.typestr(),))
 }
 
+/// A CAI dict's validated view (every key type-checked, then the consumer rules), for
+/// arguments of a launch.
+pub fn view_from_dict(dict: &Bound<'_, PyDict>, options: TypestrOptions) -> PyCaiResult<ArrayView> {
+    Ok(ArrayView::from_descriptor(&descriptor_from_dict(dict)?, options)?)
+}
+
 /// Validate `obj`'s `__cuda_array_interface__` (or `obj` itself when it is a dict)
 /// without touching the GPU. `bfloat16=True` reads `<V2` as bfloat16.
 #[pyfunction]
 #[pyo3(signature = (obj, *, bfloat16 = false))]
 pub fn parse_interface(obj: &Bound<'_, PyAny>, bfloat16: bool) -> PyCaiResult<Interface> {
-    let dict = interface_dict(obj)?;
-    let desc = descriptor_from_dict(&dict)?;
+    let desc = descriptor_from_dict(&interface_dict(obj)?)?;
     let options = if bfloat16 { TypestrOptions::BFLOAT16_V2 } else { TypestrOptions::default() };
     let view = ArrayView::from_descriptor(&desc, options)?;
     Ok(Interface { view, typestr: desc.typestr })

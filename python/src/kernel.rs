@@ -146,8 +146,9 @@ pub struct Launcher {
     sync: bool,
 }
 
-/// Which device a launch runs on: the device of its first non-empty array.
-fn launch_device(args: &[PyArg]) -> PyCaiResult<usize> {
+/// Which device a launch runs on: the device of its first non-empty array. An array whose
+/// device had to be asked of the driver keeps the answer, so the launch does not ask again.
+fn launch_device(args: &mut [PyArg]) -> PyCaiResult<usize> {
     if rt::device_count()? <= 1 {
         return Ok(0);
     }
@@ -156,6 +157,9 @@ fn launch_device(args: &[PyArg]) -> PyCaiResult<usize> {
             PyArg::ArrayOn(v, d) if !v.is_empty() => return Ok(*d),
             PyArg::Array(v) | PyArg::Dlpack(v, _) if !v.is_empty() => {
                 if let Some(d) = rt::pointer_device(v.ptr())? {
+                    if let PyArg::Array(v) = a {
+                        *a = PyArg::ArrayOn(v.clone(), d);
+                    }
                     return Ok(d);
                 }
             }
@@ -175,10 +179,10 @@ fn launch_now(
     args: &Bound<'_, PyTuple>,
 ) -> PyCaiResult<()> {
     let mut ctx = ArgContext::new(stream.map(RtStream::handle));
-    let converted: SmallVec<[PyArg; 8]> =
+    let mut converted: SmallVec<[PyArg; 8]> =
         args.iter().enumerate().map(|(i, a)| arg_from_py(i, &a, &mut ctx)).collect::<Result<_, _>>()?;
+    let device = launch_device(&mut converted)?;
     let launch_args: SmallVec<[Arg<'_>; 8]> = converted.iter().map(PyArg::as_arg).collect();
-    let device = launch_device(&converted)?;
     let k = kernel.resolve(py, device, &launch_args)?;
     // The GIL is released while the driver enqueues: other Python threads keep running.
     py.detach(|| match (config, forall) {
