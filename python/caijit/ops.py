@@ -101,8 +101,9 @@ def _check_out(out: Any, shape: Sequence[int], dtype: Any) -> caijit.Interface:
     return o
 
 
-def _contiguous(x: Any, stream: Any) -> Any:
-    return x if _view(x).is_c_contiguous else ascontiguous(x, stream=stream)
+def _contiguous(x: Any, xv: caijit.Interface, stream: Any) -> Any:
+    """``x`` itself when its view ``xv`` is C-contiguous, else a contiguous copy."""
+    return x if xv.is_c_contiguous else ascontiguous(x, stream=stream)
 
 
 def axpy(a: Any, x: Any, y: Any, *, out: Any = None, stream: Any = None) -> Any:
@@ -110,7 +111,7 @@ def axpy(a: Any, x: Any, y: Any, *, out: Any = None, stream: Any = None) -> Any:
     xv, yv = _view(x), _view(y)
     if xv.shape != yv.shape or xv.dtype != yv.dtype:
         raise caijit.ArgumentError(f"axpy: x {xv.dtype}{xv.shape} and y {yv.dtype}{yv.shape} must match")
-    x, y = _contiguous(x, stream), _contiguous(y, stream)
+    x, y = _contiguous(x, xv, stream), _contiguous(y, yv, stream)
     out = _new(xv.shape, xv.dtype, stream, xv) if out is None else out
     _check_out(out, xv.shape, xv.dtype)
     _module("elementwise")["axpy"][_elementwise_grid(xv.size, xv.itemsize), _BLOCK, stream](a, x, y, out, xv.size)
@@ -120,7 +121,7 @@ def axpy(a: Any, x: Any, y: Any, *, out: Any = None, stream: Any = None) -> Any:
 def scale(x: Any, a: Any, *, out: Any = None, stream: Any = None) -> Any:
     """``out = a * x``."""
     xv = _view(x)
-    x = _contiguous(x, stream)
+    x = _contiguous(x, xv, stream)
     out = _new(xv.shape, xv.dtype, stream, xv) if out is None else out
     _check_out(out, xv.shape, xv.dtype)
     _module("elementwise")["scale"][_elementwise_grid(xv.size, xv.itemsize), _BLOCK, stream](a, x, out, xv.size)
@@ -142,7 +143,7 @@ def cast(x: Any, dtype: Any, *, out: Any = None, stream: Any = None) -> Any:
     dst = np.dtype(dtype).name if not (isinstance(dtype, str) and dtype == "bfloat16") else "bfloat16"
     if _name(xv) not in _REAL or dst not in _REAL:
         raise caijit.ArgumentError(f"cast: {xv.dtype} → {dst} is not supported (real types only)")
-    x = _contiguous(x, stream)
+    x = _contiguous(x, xv, stream)
     out = _new(xv.shape, dtype, stream, xv) if out is None else out
     _check_out(out, xv.shape, dtype)
     k = _module("elementwise")["cast"]
@@ -248,7 +249,7 @@ def _reduce(name: str, opcode: int, x: Any, axis: Optional[int], out: Any, strea
     if opcode == 0 and dt.startswith(("int", "uint")):
         acc = "uint64" if dt.startswith("uint") else "int64"  # NumPy's sum promotes integers
     result_dtype = acc if opcode == 0 and acc.endswith("64") and dt.startswith(("int", "uint")) else dt
-    x = _contiguous(x, stream)
+    x = _contiguous(x, xv, stream)
     m = _module("reduce")
     if axis is None:
         blocks = _grid(xv.size)
@@ -285,7 +286,7 @@ def transpose(x: Any, *, out: Any = None, stream: Any = None) -> Any:
     xv = _view(x)
     if xv.ndim != 2:
         raise caijit.ArgumentError(f"transpose: expected a 2-D array, got {xv.ndim}-d")
-    x = _contiguous(x, stream)
+    x = _contiguous(x, xv, stream)
     rows, cols = xv.shape
     out = _new((cols, rows), xv.dtype, stream, xv) if out is None else out
     _check_out(out, (cols, rows), xv.dtype)
@@ -304,7 +305,7 @@ def softmax(x: Any, *, out: Any = None, stream: Any = None) -> Any:
     xv = _view(x)
     if _name(xv) not in ("float16", "bfloat16", "float32", "float64"):
         raise caijit.ArgumentError(f"softmax: {xv.dtype} is not a floating type")
-    x = _contiguous(x, stream)
+    x = _contiguous(x, xv, stream)
     cols = xv.shape[-1] if xv.ndim else 1
     rows = xv.size // cols if cols else 0
     out = _new(xv.shape, xv.dtype, stream, xv) if out is None else out
@@ -314,7 +315,8 @@ def softmax(x: Any, *, out: Any = None, stream: Any = None) -> Any:
     # Rows that fit in registers are read once: 16-byte vectors, _SOFTMAX_VPT per thread.
     per_vec = 16 // xv.itemsize
     vectors = cols // per_vec
-    if cols % per_vec == 0 and _view(x).ptr % 16 == 0 and ov.ptr % 16 == 0:
+    x_ptr = xv.ptr if xv.is_c_contiguous else _view(x).ptr  # x may be a contiguous copy now
+    if cols % per_vec == 0 and x_ptr % 16 == 0 and ov.ptr % 16 == 0:
         k = _instance("softmax", "softmax_rows_reg", f"{CPP_TYPES[_name(xv)]}, {_SOFTMAX_VPT}")
         block = _builtin_max(32, -(-vectors // _SOFTMAX_VPT // 32) * 32)
         if block <= k.max_threads_per_block:

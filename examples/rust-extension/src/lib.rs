@@ -10,13 +10,13 @@
 //! deriving the interface) that CuPy reads with `cupy.asarray`, ordered by the stream the
 //! kernel ran on.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use cai_runtime::array::DeviceArray;
 use cai_runtime::cai::DType;
 use cai_runtime::compile::Program;
 use cai_runtime::launch::{Arg, LaunchConfig, Num};
-use cai_runtime::runtime::{pointer_device, Context, Kernel, Stream};
+use cai_runtime::runtime::{pointer_device, Context, Stream};
 use cai_runtime::CudaArrayInterface;
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -89,19 +89,6 @@ extern "C" __global__ void scale(const float* x, float* y, float a, long long n)
 }
 "#;
 
-/// The `scale` kernel for a device, compiled (NVRTC, cached) and loaded on first use.
-fn scale_kernel(ctx: &Arc<Context>) -> cai_runtime::Result<Arc<Kernel>> {
-    type ByDevice = std::sync::Mutex<Vec<(usize, Arc<Kernel>)>>;
-    static KERNELS: OnceLock<ByDevice> = OnceLock::new();
-    let mut cache = KERNELS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
-    if let Some((_, k)) = cache.iter().find(|(d, _)| *d == ctx.ordinal()) {
-        return Ok(k.clone());
-    }
-    let k = ctx.compile(&Program::new(SCALE))?.kernel("scale")?;
-    cache.push((ctx.ordinal(), k.clone()));
-    Ok(k)
-}
-
 fn runtime_error(e: cai_runtime::Error) -> PyErr {
     match e {
         cai_runtime::Error::Argument(_) | cai_runtime::Error::Interface(_) => PyValueError::new_err(e.to_string()),
@@ -127,7 +114,9 @@ fn scaled(py: Python<'_>, image: Image, a: f32) -> PyResult<OwnedImage> {
         ];
         // No stream given: the protocol launches on the producers' common stream, else the
         // legacy default stream, and returns the one it used.
-        let stream = scale_kernel(&ctx)?.launch(&LaunchConfig::for_elements(n, 256), &args, None, true)?;
+        // Compiled once per process (caijit's memory and disk caches), loaded once per device.
+        let scale = ctx.compile(&Program::new(SCALE))?.kernel("scale")?;
+        let stream = scale.launch(&LaunchConfig::for_elements(n, 256), &args, None, true)?;
         Ok(OwnedImage { data: out, shape: image.shape, stream })
     })
     .map_err(runtime_error)
