@@ -11,14 +11,10 @@ import ctypes
 import importlib.util
 import os
 import subprocess
-import statistics
-import time
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
-
-if not hasattr(np, "row_stack"):  # Numba 0.68 with NumPy 2.5 (benchmark setup, not library)
-    np.row_stack = np.vstack  # type: ignore[attr-defined]
+from bench_launch import measure  # the same timing (and NumPy setup) as the launch benchmark
 
 import caijit
 from caijit import _native
@@ -30,19 +26,9 @@ extern "C" __global__ void empty3(const float* a, const float* b, float* c, int 
 """
 
 
-def per_call(f: Callable[[], object], sync: Callable[[], None] = lambda: None) -> float:
-    """Median µs per call over 50 batches of 200 calls (no synchronisation inside a batch)."""
-    for _ in range(1000):
-        f()
-    sync()
-    batches = []
-    for _ in range(50):
-        t0 = time.perf_counter()
-        for _ in range(200):
-            f()
-        batches.append((time.perf_counter() - t0) / 200)
-        sync()
-    return statistics.median(batches) * 1e6
+def per_call(f: Callable[[], Any], sync: Callable[[], None] = lambda: None) -> float:
+    """Host µs per call, timed as bench_launch.py times launches."""
+    return measure(f, sync)[0]
 
 
 def main() -> None:
@@ -107,7 +93,7 @@ def main() -> None:
         rows.append(("torch t.data_ptr()", per_call(lambda: t.data_ptr())))
         rows.append(("torch t.shape, t.stride(), t.dtype", per_call(lambda: (t.shape, t.stride(), t.dtype))))
         rows.append(("torch t.is_cuda, t.requires_grad", per_call(lambda: (t.is_cuda, t.requires_grad))))
-    print("\n## Launch probe, µs per call (median of 50 batches of 200)")
+    print("\n## Launch probe, host µs per call (median of 100 batches of 200)")
     print("| what | µs |\n|---|---|")
     for name, us in rows:
         print(f"| {name} | {us:.3f} |")
