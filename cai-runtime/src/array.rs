@@ -1,7 +1,7 @@
 //! `DeviceArray`: caijit's own device memory, stream-ordered, exported with its stream.
 //!
-//! Allocation and free are stream-ordered (`cuMemAllocAsync` / `cuMemFreeAsync`) on the
-//! array's stream. The array exports that stream in its CAI descriptor: any consumer that
+//! Allocation and free are stream-ordered (from caijit's pool of the device, which keeps
+//! freed memory for reuse: [`Context::empty_cache`] returns it) on the array's stream. The array exports that stream in its CAI descriptor: any consumer that
 //! synchronises with it sees the array's data; caijit's own launches order themselves
 //! against it (and it against them) by the stream protocol, so it stays the stream after
 //! which the array is idle.
@@ -36,12 +36,7 @@ impl DeviceArray {
             .and_then(|n| n.checked_mul(dtype.itemsize()))
             .filter(|&bytes| i64::try_from(bytes).is_ok())
             .ok_or_else(overflow)?;
-        let d = ctx.bind()?;
-        let ptr = if size == 0 {
-            0
-        } else {
-            d.mem_alloc_async(size, stream.raw()).map_err(|e| Error::Launch(format!("allocating {size} bytes: {e}")))?
-        };
+        let ptr = if size == 0 { 0 } else { ctx.alloc(size, stream)? };
         // `contiguous` fails only on the overflow ruled out above (or a null pointer for a
         // non-empty array, which the allocator never returns).
         let layout = ArrayView::contiguous(ptr, shape, dtype, false).map_err(|_| overflow())?;

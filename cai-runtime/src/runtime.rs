@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::cai::StreamRef;
 use crate::compile::{self, Arch, Compiled, KernelInfo, Program};
 use crate::stats::{bump, COUNTERS};
-use crate::sys::{self, Capture, Ctx, Driver, DriverError, RawEvent, RawFunction, RawModule, RawStream};
+use crate::sys::{self, Capture, Ctx, Driver, DriverError, RawEvent, RawFunction, RawModule, RawPool, RawStream};
 use crate::{Error, Result};
 
 impl From<DriverError> for Error {
@@ -97,12 +97,23 @@ pub struct Context {
     sm_count: usize,
     events: Mutex<Vec<RawEvent>>,
     modules: Mutex<HashMap<String, Arc<Module>>>,
+    /// caijit's memory pool on this device, created by the first allocation.
+    pool: OnceLock<RawPool>,
+}
+
+/// Every device's context made so far, by ordinal.
+static CONTEXTS: OnceLock<Mutex<HashMap<usize, Arc<Context>>>> = OnceLock::new();
+
+/// [`Context::empty_cache`] on every device caijit has used (others are left untouched:
+/// no context is created for them).
+pub fn empty_cache() -> Result<()> {
+    let contexts: Vec<_> = CONTEXTS.get().map(|c| lock(c).values().cloned().collect()).unwrap_or_default();
+    contexts.iter().try_for_each(|c| c.empty_cache())
 }
 
 impl Context {
     /// The context of device `ordinal` (created once per process, then shared).
     pub fn new(ordinal: usize) -> Result<Arc<Context>> {
-        static CONTEXTS: OnceLock<Mutex<HashMap<usize, Arc<Context>>>> = OnceLock::new();
         let drv = driver()?;
         let count = device_count()?;
         if ordinal >= count {
@@ -122,6 +133,7 @@ impl Context {
             sm_count: drv.sm_count(o)? as usize,
             events: Mutex::new(Vec::new()),
             modules: Mutex::new(HashMap::new()),
+            pool: OnceLock::new(),
         });
         all.insert(ordinal, c.clone());
         Ok(c)
@@ -160,6 +172,40 @@ impl Context {
     /// Free and total device memory in bytes.
     pub fn mem_info(&self) -> Result<(usize, usize)> {
         Ok(self.bind()?.mem_info()?)
+    }
+
+    /// `bytes` of device memory from caijit's pool, ordered on `stream`. The pool keeps
+    /// freed memory for the next allocation (as CuPy's and PyTorch's allocators do); when
+    /// the device is out of memory, what it keeps is released and the allocation tried once
+    /// more.
+    pub(crate) fn alloc(&self, bytes: usize, stream: &Stream) -> Result<u64> {
+        let d = self.bind()?;
+        let pool = match self.pool.get() {
+            Some(&p) => p,
+            None => {
+                let created = d.mem_pool_create(self.ordinal as i32)?;
+                *self.pool.get_or_init(|| created)
+            }
+        };
+        let out_of_memory = cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY as u32;
+        let r = match d.mem_alloc_async(bytes, pool, stream.raw()) {
+            Err(e) if e.code == out_of_memory => {
+                d.mem_pool_trim(pool, 0)?;
+                d.mem_alloc_async(bytes, pool, stream.raw())
+            }
+            r => r,
+        };
+        r.map_err(|e| Error::Launch(format!("allocating {bytes} bytes on device {}: {e}", self.ordinal)))
+    }
+
+    /// Return the memory caijit's pool keeps for reuse to the system (PyTorch's
+    /// `torch.cuda.empty_cache()`); memory in use, or freed but still pending on a stream,
+    /// stays.
+    pub fn empty_cache(&self) -> Result<()> {
+        match self.pool.get() {
+            Some(&p) => Ok(self.bind()?.mem_pool_trim(p, 0)?),
+            None => Ok(()),
+        }
     }
 
     /// Compile `program` for this device's architecture and load it.

@@ -159,6 +159,15 @@ unsafe impl Send for RawFunction {}
 // SAFETY: as above.
 unsafe impl Sync for RawFunction {}
 
+/// A device memory pool (created once per device, kept for the process's life).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RawPool(cu::CUmemoryPool);
+// SAFETY: pool handles are identifiers usable from any thread; the driver synchronises
+// allocation from a pool internally.
+unsafe impl Send for RawPool {}
+// SAFETY: as above.
+unsafe impl Sync for RawPool {}
+
 pub(crate) use crate::runtime::KernelAttributes as FuncAttributes;
 
 /// Capture state of a stream.
@@ -435,10 +444,42 @@ impl Driver {
         check("cuStreamWaitEvent", unsafe { cu::cuStreamWaitEvent(s.0, e.0, 0) })
     }
 
-    pub fn mem_alloc_async(&self, bytes: usize, s: RawStream) -> Result<u64, DriverError> {
+    /// A stream-ordered memory pool on device `ordinal` that keeps what is freed into it
+    /// (release threshold: unlimited) until [`Driver::mem_pool_trim`], as CuPy's and
+    /// PyTorch's caching allocators do. The default pool returns freed memory to the system
+    /// at every synchronisation, so the next allocation maps pages again (~80 µs on the H200).
+    pub fn mem_pool_create(&self, ordinal: i32) -> Result<RawPool, DriverError> {
+        // SAFETY: CUmemPoolProps is a plain C struct for which all-zero bytes are valid (no
+        // handle types, no size limit, default usage).
+        let mut props: cu::CUmemPoolProps = unsafe { std::mem::zeroed() };
+        props.allocType = cu::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED;
+        props.location.type_ = cu::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE;
+        props.location.id = ordinal;
+        let mut pool = ptr::null_mut();
+        // SAFETY: valid out-pointer and properties; the pool lives for the process.
+        check("cuMemPoolCreate", unsafe { cu::cuMemPoolCreate(&mut pool, &props) })?;
+        let mut threshold = u64::MAX;
+        // SAFETY: a live pool; the release threshold's value type is cuuint64_t.
+        check("cuMemPoolSetAttribute", unsafe {
+            cu::cuMemPoolSetAttribute(
+                pool,
+                cu::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
+                (&mut threshold as *mut u64).cast(),
+            )
+        })?;
+        Ok(RawPool(pool))
+    }
+
+    /// Release the pool's unused memory to the system, keeping at least `keep` bytes.
+    pub fn mem_pool_trim(&self, pool: RawPool, keep: usize) -> Result<(), DriverError> {
+        // SAFETY: a live pool; trimming never touches memory in use.
+        check("cuMemPoolTrimTo", unsafe { cu::cuMemPoolTrimTo(pool.0, keep) })
+    }
+
+    pub fn mem_alloc_async(&self, bytes: usize, pool: RawPool, s: RawStream) -> Result<u64, DriverError> {
         let mut p = 0;
-        // SAFETY: valid out-pointer; the memory is owned by the caller from here on.
-        check("cuMemAllocAsync", unsafe { cu::cuMemAllocAsync(&mut p, bytes, s.0) })?;
+        // SAFETY: valid out-pointer and live pool; the memory is owned by the caller from here on.
+        check("cuMemAllocFromPoolAsync", unsafe { cu::cuMemAllocFromPoolAsync(&mut p, bytes, pool.0, s.0) })?;
         Ok(p)
     }
 

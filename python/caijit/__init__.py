@@ -44,6 +44,7 @@ __all__ = [
     "parse_interface",
     "stats",
     "device_count",
+    "empty_cache",
     "ops",
     "__version__",
     # The exception hierarchy (errors.py), listed here too so type checkers see the export.
@@ -194,6 +195,14 @@ def stats() -> dict[str, int]:
 def device_count() -> int:
     """Number of CUDA devices; raises :class:`CudaNotAvailable` without a driver."""
     return _native.device_count()
+
+
+def empty_cache() -> None:
+    """Give the device memory caijit keeps for reuse back to the system, on every device it
+    has used (like ``torch.cuda.empty_cache()``). caijit arrays are allocated from a
+    stream-ordered pool that keeps freed memory, so that allocating again costs no mapping
+    of new pages; memory still in use stays allocated."""
+    _native.empty_cache()
 
 
 def __getattr__(name: str) -> Any:

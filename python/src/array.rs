@@ -340,9 +340,13 @@ fn fast_view(obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option
             let Some(dtype) = dtype else { return Ok(None) };
             let ptr: u64 = obj.getattr(intern!(py, "data"))?.getattr(intern!(py, "ptr"))?.extract()?;
             let shape = ints::<usize>(&obj.getattr(intern!(py, "shape"))?)?;
-            let strides = ints::<i64>(&obj.getattr(intern!(py, "strides"))?)?;
+            // A C-contiguous array's strides follow from its shape (CuPy's own CAI exports
+            // `strides: None` then); its flag is a C field, cheaper than the strides tuple.
+            // A CuPy without the (private) flag gives its strides.
+            let c_contiguous = obj.getattr(intern!(py, "_c_contiguous")).and_then(|f| f.extract::<bool>()).unwrap_or(false);
+            let strides = if c_contiguous { None } else { Some(ints::<i64>(&obj.getattr(intern!(py, "strides"))?)?) };
             let stream = ctx.cupy_stream(obj.py())?.map(StreamRef::from_cai).transpose()?;
-            ArrayView::new(ptr, &shape, Some(&strides), dtype, false, stream)?
+            ArrayView::new(ptr, &shape, strides.as_deref(), dtype, false, stream)?
         }
         Known::TorchTensor => {
             // Exactly when torch's own __cuda_array_interface__ would refuse or differ, take

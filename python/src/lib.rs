@@ -30,6 +30,12 @@ fn device_count() -> PyCaiResult<usize> {
     Ok(cai_runtime::runtime::device_count()?)
 }
 
+/// Give the memory caijit's pools keep for reuse back to the system.
+#[pyfunction]
+fn empty_cache() -> PyCaiResult<()> {
+    Ok(cai_runtime::runtime::empty_cache()?)
+}
+
 /// The device owning a device pointer; `None` for host memory or an unknown pointer.
 #[pyfunction]
 fn pointer_device(ptr: u64) -> PyCaiResult<Option<usize>> {
@@ -133,6 +139,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(sm_count, m)?)?;
     m.add_function(wrap_pyfunction!(order_streams, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
+    m.add_function(wrap_pyfunction!(empty_cache, m)?)?;
     m.add_function(wrap_pyfunction!(pointer_device, m)?)?;
     m.add_function(wrap_pyfunction!(device_info, m)?)?;
     m.add_function(wrap_pyfunction!(driver_version, m)?)?;

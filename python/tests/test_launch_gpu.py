@@ -437,3 +437,31 @@ def test_dynamic_shared_memory_above_48k() -> None:
     assert k.max_dynamic_shared_size_bytes == n * 4
     k[1, 1024, None, n * 4](x, y, n)
     np.testing.assert_array_equal(y.copy_to_host(), x_h[::-1])
+
+
+def _device_free_bytes() -> int:
+    import ctypes
+
+    cuda = ctypes.CDLL("libcuda.so.1")
+    free, total = ctypes.c_size_t(), ctypes.c_size_t()
+    assert cuda.cuMemGetInfo_v2(ctypes.byref(free), ctypes.byref(total)) == 0
+    return free.value
+
+
+def test_freed_memory_is_kept_for_reuse_until_empty_cache() -> None:
+    """caijit arrays come from a pool that keeps freed memory (allocating again maps no new
+    pages) until `caijit.empty_cache()` gives it back."""
+    n = 1 << 30
+    s = caijit.Stream()
+    a = caijit.empty(n, "uint8", stream=s)
+    ptr = a.__cuda_array_interface__["data"][0]
+    del a
+    b = caijit.empty(n, "uint8", stream=s)  # same stream: the freed block is reused at once
+    assert b.__cuda_array_interface__["data"][0] == ptr
+    del b
+    s.synchronize()
+    kept = _device_free_bytes()
+    caijit.empty_cache()
+    assert _device_free_bytes() - kept >= n, "empty_cache() gave the freed GiB back"
+    c = caijit.zeros(1024, stream=s)  # and the pool still allocates afterwards
+    assert (c.copy_to_host() == 0).all()
