@@ -75,8 +75,18 @@ def _view(x: Any) -> caijit.Interface:
     return _native.launch_view(x)
 
 
+@functools.lru_cache(maxsize=None)
+def _dtype_name(dtype: Any) -> str:
+    """The library's name of a dtype, typestr or dtype name ("void16", the typestr of a
+    2-byte opaque type, is bfloat16). Cached: NumPy's ``dtype.name`` costs microseconds."""
+    if isinstance(dtype, str) and dtype == "bfloat16":
+        return dtype
+    name = np.dtype(dtype).name
+    return "bfloat16" if name == "void16" else name
+
+
 def _name(v: caijit.Interface) -> str:
-    return str(v.dtype) if str(v.dtype) != "void16" else "bfloat16"
+    return _dtype_name(v.typestr)
 
 
 @functools.lru_cache(maxsize=None)
@@ -140,7 +150,7 @@ def fill(out: Any, value: Any, *, stream: Any = None) -> Any:
 def cast(x: Any, dtype: Any, *, out: Any = None, stream: Any = None) -> Any:
     """``x`` converted to ``dtype`` (real types: bool, integers, float16/32/64, bfloat16)."""
     xv = _view(x)
-    dst = np.dtype(dtype).name if not (isinstance(dtype, str) and dtype == "bfloat16") else "bfloat16"
+    dst = _dtype_name(dtype)
     if _name(xv) not in _REAL or dst not in _REAL:
         raise caijit.ArgumentError(f"cast: {xv.dtype} → {dst} is not supported (real types only)")
     x = _contiguous(x, xv, stream)

@@ -3,6 +3,7 @@
 use cai_runtime::cai::{ArrayView, DType, StreamRef, TypestrOptions};
 pub use cai_runtime::python::{descriptor_from_dict, descriptor_to_dict, interface_dict};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::errors::PyCaiResult;
@@ -112,13 +113,22 @@ impl Interface {
     }
 }
 
+/// The `numpy.dtype` of a dtype, made once per process (ops read it on every call).
 pub fn numpy_dtype(py: Python<'_>, dtype: DType) -> PyResult<Bound<'_, PyAny>> {
-    if dtype == DType::BF16 {
-        if let Ok(m) = py.import("ml_dtypes") {
-            return py.import("numpy")?.getattr("dtype")?.call1((m.getattr("bfloat16")?,));
+    static MADE: [PyOnceLock<Py<PyAny>>; 15] = [const { PyOnceLock::new() }; 15];
+    let make = || -> PyResult<Py<PyAny>> {
+        let np_dtype = py.import("numpy")?.getattr("dtype")?;
+        if dtype == DType::BF16 {
+            if let Ok(m) = py.import("ml_dtypes") {
+                return Ok(np_dtype.call1((m.getattr("bfloat16")?,))?.unbind());
+            }
         }
+        Ok(np_dtype.call1((dtype.typestr(),))?.unbind())
+    };
+    match MADE.get(dtype as usize) {
+        Some(cell) => Ok(cell.get_or_try_init(py, make)?.bind(py).clone()),
+        None => Ok(make()?.into_bound(py)),
     }
-    py.import("numpy")?.getattr("dtype")?.call1((dtype.typestr(),))
 }
 
 /// A CAI dict's validated view (every key type-checked, then the consumer rules), for
