@@ -10,7 +10,7 @@ use cai_runtime::runtime::{Context, Stream as RtStream};
 use pyo3::prelude::*;
 use pyo3::intern;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyBytes, PyComplex, PyDict, PyFloat, PyInt, PyTuple};
+use pyo3::types::{PyBool, PyBytes, PyComplex, PyDict, PyFloat, PyInt, PyString, PyTuple};
 use smallvec::SmallVec;
 
 use crate::errors::{PyCaiError, PyCaiResult};
@@ -25,11 +25,26 @@ pub struct DeviceArray {
 }
 
 pub fn dtype_from_py(obj: &Bound<'_, PyAny>) -> PyCaiResult<DType> {
-    // Anything numpy.dtype() accepts: "float32", np.float32, np.dtype(...), "<f4".
+    // A dtype's name ("float32") directly; anything else numpy.dtype() accepts (np.float32,
+    // np.dtype(...), "<f4") through NumPy, whose dtype singletons are remembered.
+    if let Some(d) = obj.cast::<PyString>().ok().and_then(|s| DType::from_name(&s.to_cow().ok()?)) {
+        return Ok(d);
+    }
     let np = obj.py().import("numpy")?;
     let d = np.getattr("dtype")?.call1((obj,)).map_err(|e| PyCaiError::argument(format!("not a dtype: {e}")))?;
+    // The typestr keeps the byte order (">f4" is named float32 too); NumPy's `name` is a
+    // slow Python property, read only for what the typestr does not say (ml_dtypes'
+    // bfloat16 is "<V2").
+    let typestr: String = d.getattr(intern!(obj.py(), "str"))?.extract()?;
+    if let Ok(dtype) = DType::from_typestr(&typestr) {
+        return Ok(dtype);
+    }
     let name: String = d.getattr("name")?.extract()?;
-    DType::from_name(&name).ok_or_else(|| PyCaiError::argument(format!("dtype {name} is not supported by caijit")))
+    match name.as_str() {
+        "bfloat16" => Ok(DType::BF16),
+        _ if typestr.starts_with('>') => Err(PyCaiError::argument(format!("dtype {typestr} is big-endian; caijit arrays are little-endian"))),
+        _ => Err(PyCaiError::argument(format!("dtype {name} ({typestr}) is not supported by caijit"))),
+    }
 }
 
 fn shape_from_py(obj: &Bound<'_, PyAny>) -> PyCaiResult<Vec<usize>> {

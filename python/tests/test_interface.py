@@ -185,3 +185,13 @@ def test_producer_exceptions_pass_through() -> None:
 
     with pytest.raises(RuntimeError, match="producer exploded"):
         caijit.parse_interface(Broken())
+
+
+def test_array_dtypes_are_checked_before_any_device_work() -> None:
+    """Dtypes caijit cannot hold are refused by name, on any machine (no GPU needed)."""
+    with pytest.raises(caijit.ArgumentError, match="big-endian"):
+        caijit.empty(3, ">f4")
+    with pytest.raises(caijit.ArgumentError, match="float128"):
+        caijit.empty(3, "float128")
+    with pytest.raises(caijit.ArgumentError, match="not a dtype"):
+        caijit.empty(3, "nonsense")
