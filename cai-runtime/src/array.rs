@@ -1,8 +1,9 @@
 //! `DeviceArray`: caijit's own device memory, stream-ordered, exported with its stream.
 //!
-//! Allocation and free are stream-ordered (from caijit's pool of the device, which keeps
-//! freed memory for reuse: [`Context::empty_cache`] returns it) on the array's stream. The array exports that stream in its CAI descriptor: any consumer that
-//! synchronises with it sees the array's data; caijit's own launches order themselves
+//! Allocation and free are stream-ordered on the array's stream, from caijit's pool of the
+//! device (which keeps freed memory for reuse; [`Context::empty_cache`] gives it back).
+//! The array exports that stream in its CAI descriptor: any consumer that synchronises
+//! with it sees the array's data; caijit's own launches order themselves
 //! against it (and it against them) by the stream protocol, so it stays the stream after
 //! which the array is idle.
 

@@ -26,7 +26,7 @@ pub struct DeviceArray {
 
 pub fn dtype_from_py(obj: &Bound<'_, PyAny>) -> PyCaiResult<DType> {
     // A dtype's name ("float32") directly; anything else numpy.dtype() accepts (np.float32,
-    // np.dtype(...), "<f4") through NumPy, whose dtype singletons are remembered.
+    // np.dtype(...), "<f4") through NumPy.
     if let Some(d) = obj.cast::<PyString>().ok().and_then(|s| DType::from_name(&s.to_cow().ok()?)) {
         return Ok(d);
     }

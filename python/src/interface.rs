@@ -115,7 +115,7 @@ impl Interface {
 
 /// The `numpy.dtype` of a dtype, made once per process (ops read it on every call).
 pub fn numpy_dtype(py: Python<'_>, dtype: DType) -> PyResult<Bound<'_, PyAny>> {
-    static MADE: [PyOnceLock<Py<PyAny>>; 15] = [const { PyOnceLock::new() }; 15];
+    static MADE: [PyOnceLock<Py<PyAny>>; DType::ALL.len()] = [const { PyOnceLock::new() }; DType::ALL.len()];
     let make = || -> PyResult<Py<PyAny>> {
         let np_dtype = py.import("numpy")?.getattr("dtype")?;
         if dtype == DType::BF16 {
