@@ -44,4 +44,36 @@ fn rust_ops_match_cpu_references() {
 
     let e = ops::axpy(&ctx, 1.0, &xt, &y.view(), &out.view(), None).unwrap_err().to_string();
     assert!(e.contains("must match") || e.contains("C-contiguous"), "{e}");
+
+    // A contiguous array is copied by the driver, ordered like a launch.
+    let copies = cai_runtime::stats::stats().copies;
+    let c1 = DeviceArray::zeros(&ctx, &[r, c], DType::F32, &s).unwrap();
+    ops::ascontiguous(&ctx, &y.view(), &c1.view(), None).unwrap();
+    assert_eq!(f32s(&c1.to_bytes().unwrap()), ys);
+    assert_eq!(cai_runtime::stats::stats().copies, copies + 1);
+}
+
+#[test]
+fn contiguous_copies_check_their_arrays() {
+    use cai_runtime::launch::{copy_contiguous, Arg};
+    let ctx = skip_unless!(ctx(), "no CUDA device");
+    let s = Arc::new(Stream::new(&ctx).unwrap());
+    let a = DeviceArray::zeros(&ctx, &[4, 6], DType::F32, &s).unwrap();
+    let b = DeviceArray::zeros(&ctx, &[24], DType::F32, &s).unwrap();
+    let i = DeviceArray::zeros(&ctx, &[24], DType::I32, &s).unwrap();
+    // Same dtype and size, any shapes: a flat copy.
+    copy_contiguous(&ctx, &Arg::Array(&a.view()), &Arg::Array(&b.view()), None, true).unwrap();
+    let err = |src: &ArrayView, dst: &ArrayView| copy_contiguous(&ctx, &Arg::Array(src), &Arg::Array(dst), None, true).unwrap_err().to_string();
+    let e = err(&a.view(), &i.view());
+    assert!(e.contains("differ") && e.contains("float32") && e.contains("int32"), "{e}");
+    let strided = ArrayView::new(a.ptr(), &[4, 3], Some(&[24, 8]), DType::F32, false, None).unwrap();
+    let e = err(&strided, &b.view());
+    assert!(e.contains("copy source") && e.contains("not C-contiguous"), "{e}");
+    let ro = ArrayView::new(b.ptr(), &[24], None, DType::F32, true, None).unwrap();
+    let e = err(&a.view(), &ro);
+    assert!(e.contains("copy destination") && e.contains("readonly"), "{e}");
+    let host = [0f32; 24];
+    let on_host = ArrayView::new(host.as_ptr() as u64, &[24], None, DType::F32, false, None).unwrap();
+    let e = err(&on_host, &b.view());
+    assert!(e.contains("copy source") && e.contains("not device memory"), "{e}");
 }

@@ -25,10 +25,10 @@ use std::sync::OnceLock;
 use smallvec::SmallVec;
 
 use crate::cai::{ArrayView, DType};
-use crate::runtime::{Events, Kernel, Stream};
+use crate::runtime::{Context, Events, Kernel, Stream};
 use crate::signature::{ArgType, ParamKind, ParamLayout};
 use crate::stats::{bump, COUNTERS};
-use crate::sys::{Capture, RawStream};
+use crate::sys::{Capture, Driver, RawStream};
 use crate::{Error, Result};
 
 /// Grid, block and dynamic shared memory of a launch; optionally thread-block cluster
@@ -396,96 +396,20 @@ impl Kernel {
         let mut buf = ParamBuffer::new(self.info.param_buffer_size());
         marshal(params, args, &mut buf)?;
 
-        let ctx = self.context();
-        let d = ctx.bind()?;
-        // Producer streams, and each array's device (from its pointer, never a null one).
-        // Inline for up to four producer streams: no allocation on the launch path.
-        let mut producers: SmallVec<[RawStream; 4]> = SmallVec::new();
-        let mut common: Option<Option<RawStream>> = None;
-        for (p, a) in params.iter().zip(args) {
-            let (v, known) = match a {
-                Arg::Array(v) => (*v, None),
-                Arg::ArrayOn(v, device) => (*v, Some(*device as i32)),
-                _ => continue,
-            };
-            if !v.is_empty() {
-                let device = match known {
-                    Some(o) => Some(o),
-                    None => crate::runtime::device_of(&d, v.ptr())?,
-                };
-                match device {
-                    Some(o) if o as usize == ctx.ordinal() => {}
-                    Some(o) => {
-                        return Err(err(p, format!("the array is on device {o} but the kernel runs on device {}", ctx.ordinal())));
-                    }
-                    None => {
-                        return Err(err(p, format!("{:#x} is not device memory (host arrays are never copied implicitly)", v.ptr())));
-                    }
-                }
-            }
-            let s = v.stream().map(|s| RawStream::from_cai(s.to_cai()));
-            if let Some(s) = s {
-                if !producers.contains(&s) {
-                    producers.push(s);
-                }
-                common = match common {
-                    None => Some(Some(s)),
-                    Some(Some(c)) if c == s => Some(Some(c)),
-                    _ => Some(None),
-                };
-            }
-        }
-        let launch_stream = match stream {
-            Some(s) => s.raw(),
-            None => common.flatten().unwrap_or(RawStream::from_cai(1)),
-        };
-        producers.retain(|p| *p != launch_stream);
-        if !(sync && sync_enabled_by_env()) {
-            producers.clear();
-        }
-        // The legacy default stream cannot be captured (CUDA refuses to begin a capture there),
-        // so only other launch streams are asked.
-        let legacy = launch_stream == RawStream::from_cai(1);
-        if !producers.is_empty() && !legacy && d.stream_capture_status(launch_stream)? == Capture::Active {
-            // Only streams in the same capture may be joined (see the module docs).
-            let id = d.capture_id(launch_stream)?;
-            let mut same = SmallVec::new();
-            for p in producers {
-                if d.capture_id(p)? == id {
-                    same.push(p);
-                }
-            }
-            producers = same;
-        }
-        // Forward edges: one event per producer stream, all waited on by the launch stream.
-        let mut events = Events::new();
-        if !producers.is_empty() {
-            ctx.take_events(producers.len() + 1, &mut events)?;
-        }
-        let result = (|| -> Result<()> {
-            for (&p, &e) in producers.iter().zip(&events) {
-                d.event_record(e, p)?;
-                d.stream_wait_event(launch_stream, e)?;
-                bump(&COUNTERS.waits);
-            }
+        let arrays = params.iter().zip(args).enumerate().filter_map(|(i, (_, a))| match a {
+            Arg::Array(v) => Some((i, *v, None)),
+            Arg::ArrayOn(v, device) => Some((i, *v, Some(*device))),
+            _ => None,
+        });
+        let named = |i: usize, what: String| err(&params[i], what);
+        enqueue_ordered(self.context(), arrays, stream, sync, named, |d, launch_stream| {
             // The arguments were checked against the compiled parameter list above: each
             // pointer refers to a value of exactly the parameter's size; device pointers come
             // from validated CAI descriptors whose owners keep them alive (CAI contract).
             buf.with_pointers(params, |ptrs| d.launch_checked(self.raw, cfg, launch_stream, ptrs))?;
             bump(&COUNTERS.launches);
-            // Reverse edges: one event after the kernel, waited on by every producer stream.
-            if let Some(&after) = events.last() {
-                d.event_record(after, launch_stream)?;
-                for &p in &producers {
-                    d.stream_wait_event(p, after)?;
-                    bump(&COUNTERS.reverse_waits);
-                }
-            }
             Ok(())
-        })();
-        ctx.return_events(&mut events);
-        result?;
-        Ok(launch_stream.as_u64())
+        })
     }
 
     /// Launch over `n` elements with the occupancy-maximising block size.
@@ -493,6 +417,142 @@ impl Kernel {
         let block = self.occupancy_block_size(0)?;
         self.launch(&LaunchConfig::for_elements(n, block), args, stream, sync)
     }
+}
+
+/// Enqueue `work` on the launch stream — `stream`, else the one stream every array names,
+/// else the legacy default stream — by the stream protocol: after the work enqueued so far
+/// on each array's producer stream, and with each producer stream made to wait for it
+/// (unless `sync` is false). `arrays` are `(index, view, device when known)`; an array on
+/// another device than `ctx`'s is refused with `named(index, what)`. Returns the launch
+/// stream's CAI value.
+pub(crate) fn enqueue_ordered<'v>(
+    ctx: &Context,
+    arrays: impl Iterator<Item = (usize, &'v ArrayView, Option<usize>)>,
+    stream: Option<&Stream>,
+    sync: bool,
+    named: impl Fn(usize, String) -> Error,
+    work: impl FnOnce(&Driver, RawStream) -> Result<()>,
+) -> Result<u64> {
+    let d = ctx.bind()?;
+    // Producer streams, and each array's device (from its pointer, never a null one).
+    // Inline for up to four producer streams: no allocation on the launch path.
+    let mut producers: SmallVec<[RawStream; 4]> = SmallVec::new();
+    let mut common: Option<Option<RawStream>> = None;
+    for (i, v, known) in arrays {
+        if !v.is_empty() {
+            let device = match known {
+                Some(o) => Some(o as i32),
+                None => crate::runtime::device_of(&d, v.ptr())?,
+            };
+            match device {
+                Some(o) if o as usize == ctx.ordinal() => {}
+                Some(o) => return Err(named(i, format!("the array is on device {o} but the kernel runs on device {}", ctx.ordinal()))),
+                None => return Err(named(i, format!("{:#x} is not device memory (host arrays are never copied implicitly)", v.ptr()))),
+            }
+        }
+        if let Some(s) = v.stream().map(|s| RawStream::from_cai(s.to_cai())) {
+            if !producers.contains(&s) {
+                producers.push(s);
+            }
+            common = match common {
+                None => Some(Some(s)),
+                Some(Some(c)) if c == s => Some(Some(c)),
+                _ => Some(None),
+            };
+        }
+    }
+    let launch_stream = match stream {
+        Some(s) => s.raw(),
+        None => common.flatten().unwrap_or(RawStream::from_cai(1)),
+    };
+    producers.retain(|p| *p != launch_stream);
+    if !(sync && sync_enabled_by_env()) {
+        producers.clear();
+    }
+    // The legacy default stream cannot be captured (CUDA refuses to begin a capture there),
+    // so only other launch streams are asked.
+    let legacy = launch_stream == RawStream::from_cai(1);
+    if !producers.is_empty() && !legacy && d.stream_capture_status(launch_stream)? == Capture::Active {
+        // Only streams in the same capture may be joined (see the module docs).
+        let id = d.capture_id(launch_stream)?;
+        let mut same = SmallVec::new();
+        for p in producers {
+            if d.capture_id(p)? == id {
+                same.push(p);
+            }
+        }
+        producers = same;
+    }
+    // Forward edges: one event per producer stream, all waited on by the launch stream.
+    let mut events = Events::new();
+    if !producers.is_empty() {
+        ctx.take_events(producers.len() + 1, &mut events)?;
+    }
+    let result = (|| -> Result<()> {
+        for (&p, &e) in producers.iter().zip(&events) {
+            d.event_record(e, p)?;
+            d.stream_wait_event(launch_stream, e)?;
+            bump(&COUNTERS.waits);
+        }
+        work(&d, launch_stream)?;
+        // Reverse edges: one event after the work, waited on by every producer stream.
+        if let Some(&after) = events.last() {
+            d.event_record(after, launch_stream)?;
+            for &p in &producers {
+                d.stream_wait_event(p, after)?;
+                bump(&COUNTERS.reverse_waits);
+            }
+        }
+        Ok(())
+    })();
+    ctx.return_events(&mut events);
+    result?;
+    Ok(launch_stream.as_u64())
+}
+
+/// Copy the C-contiguous array `src` into the C-contiguous array `dst` of the same dtype and
+/// size with the driver's device-to-device copy (what CuPy and PyTorch use for such copies),
+/// ordered by the stream protocol as a launch is. Returns the stream it was enqueued on
+/// (CAI value).
+pub fn copy_contiguous(ctx: &Context, src: &Arg<'_>, dst: &Arg<'_>, stream: Option<&Stream>, sync: bool) -> Result<u64> {
+    const NAMES: [&str; 2] = ["source", "destination"];
+    let named = |i: usize, what: String| Error::Argument(format!("copy {}: {what}", NAMES[i]));
+    fn array<'a>(a: &Arg<'a>) -> std::result::Result<(&'a ArrayView, Option<usize>), &'static str> {
+        let (v, device) = match a {
+            Arg::Array(v) => (*v, None),
+            Arg::ArrayOn(v, d) => (*v, Some(*d)),
+            _ => return Err("not an array"),
+        };
+        match v.is_c_contiguous() {
+            true => Ok((v, device)),
+            false => Err("the array is not C-contiguous"),
+        }
+    }
+    let (s, s_dev) = array(src).map_err(|e| named(0, e.into()))?;
+    let (d, d_dev) = array(dst).map_err(|e| named(1, e.into()))?;
+    if s.dtype() != d.dtype() || s.size() != d.size() {
+        return Err(Error::Argument(format!(
+            "copy: the source ({} elements of {}) and the destination ({} of {}) differ",
+            s.size(),
+            s.dtype(),
+            d.size(),
+            d.dtype()
+        )));
+    }
+    if d.readonly() {
+        return Err(named(1, "the array is readonly".into()));
+    }
+    let bytes = s.nbytes();
+    let arrays = [(0, s, s_dev), (1, d, d_dev)].into_iter();
+    enqueue_ordered(ctx, arrays, stream, sync, named, |drv, on| {
+        if bytes > 0 {
+            // Both ranges were validated above: C-contiguous views of `bytes` bytes on this
+            // device, kept alive by their owners (CAI contract); the destination is writable.
+            drv.copy_device_to_device(d.ptr(), s.ptr(), bytes, on)?;
+            bump(&COUNTERS.copies);
+        }
+        Ok(())
+    })
 }
 
 #[cfg(test)]

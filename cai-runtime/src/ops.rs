@@ -110,8 +110,7 @@ pub fn ascontiguous(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, stream: 
         return Ok(());
     }
     if x.is_c_contiguous() {
-        let k = kernel(ctx, "elementwise", format!("copy<{}>", x.dtype().cpp_name()))?;
-        return k.launch(&elementwise_grid(x), &[Arg::Array(x), Arg::Array(out), int(x.size())], stream, true).map(drop);
+        return crate::launch::copy_contiguous(ctx, &Arg::Array(x), &Arg::Array(out), stream, true).map(drop);
     }
     if !(1..=8).contains(&x.ndim()) {
         return Err(Error::Argument(format!("ascontiguous: rank {} is outside 1 to 8", x.ndim())));

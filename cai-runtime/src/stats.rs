@@ -27,6 +27,7 @@ macro_rules! counters {
 
 counters! {
     launches: "Kernel launches enqueued.",
+    copies: "Device-to-device copies enqueued (contiguous copies, by the stream protocol).",
     compiles: "NVRTC compilations run (cache misses).",
     memory_cache_hits: "Compilations answered from the in-memory cache.",
     disk_cache_hits: "Compilations answered from the disk cache.",

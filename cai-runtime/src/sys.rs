@@ -493,6 +493,15 @@ impl Driver {
         check("cuMemFreeAsync", unsafe { cu::cuMemFreeAsync(ptr, s.0) })
     }
 
+    /// Copy `bytes` from device memory at `src` to device memory at `dst`, on `s`.
+    pub fn copy_device_to_device(&self, dst: u64, src: u64, bytes: usize, s: RawStream) -> Result<(), DriverError> {
+        // SAFETY: the caller (`launch::copy_contiguous`) passes the pointers of validated,
+        // C-contiguous CAI views of at least `bytes` bytes on the current context's device,
+        // the destination writable; their owners keep them alive until the copy has run (the
+        // CAI contract, as for a kernel's arguments).
+        check("cuMemcpyDtoDAsync", unsafe { cu::cuMemcpyDtoDAsync_v2(dst, src, bytes, s.0) })
+    }
+
     /// Copy host bytes into owned device memory of at least `src.len()` bytes. Pageable
     /// sources are staged before the call returns, so `src` may be dropped afterwards.
     pub fn copy_to_owned(&self, dst: u64, src: &[u8], s: RawStream) -> Result<(), DriverError> {

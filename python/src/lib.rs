@@ -133,6 +133,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(kernel::make_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(array::launch_view, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::compile_program, m)?)?;
+    m.add_function(wrap_pyfunction!(kernel::copy_contiguous, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::declarations, m)?)?;
     m.add_function(wrap_pyfunction!(stats, m)?)?;
     m.add_function(wrap_pyfunction!(op_source, m)?)?;

@@ -132,6 +132,43 @@ def test_stream_protocol_orders_both_ways() -> None:
     assert (z.copy_to_host() == 7).all()
 
 
+def test_contiguous_copies_follow_the_stream_protocol() -> None:
+    """`ops.ascontiguous` of a contiguous array is the driver's copy, ordered as a launch."""
+    import caijit.ops as ops
+
+    slow = caijit.module(SLOW_FILL)["slow_fill"]
+    a, c = caijit.Stream(), caijit.Stream()
+    n = 1 << 16
+    x, z = caijit.zeros(n, stream=a), caijit.zeros(n, stream=a)
+    y = caijit.zeros(n, stream=c)
+    a.synchronize()
+    c.synchronize()
+    before = caijit.stats()
+    slow[1, 256, a](x, 7.0, n, 100_000_000)  # ~50 ms, then x = 7
+    ops.ascontiguous(x, out=y, stream=c)  # on c: must wait for a
+    ops.ascontiguous(y, out=z, stream=a)  # on a: must wait for the copy on c
+    after = caijit.stats()
+    assert after["copies"] - before["copies"] == 2
+    assert after["waits"] - before["waits"] == 2
+    assert after["reverse_waits"] - before["reverse_waits"] == 2
+    assert after["host_syncs"] == before["host_syncs"] == 0
+    assert (z.copy_to_host() == 7).all()
+
+
+def test_contiguous_copies_check_their_arrays() -> None:
+    a, b = caijit.zeros((4, 6)), caijit.zeros(24, "int32")
+    with pytest.raises(caijit.ArgumentError, match="differ"):
+        caijit._native.copy_contiguous(a, b)
+
+    class Strided:
+        __cuda_array_interface__ = {
+            "shape": (4, 3), "strides": (24, 8), "typestr": "<f4", "data": (a.__cuda_array_interface__["data"][0], False), "version": 3,
+        }
+
+    with pytest.raises(caijit.ArgumentError, match="copy source: the array is not C-contiguous"):
+        caijit._native.copy_contiguous(Strided(), caijit.zeros(12))
+
+
 @pytest.mark.skipif(not has("cupy"), reason="CuPy is not installed")
 def test_cupy_arrays_and_streams(axpy: caijit.Kernel) -> None:
     import cupy
