@@ -396,7 +396,7 @@ impl Kernel {
         let mut buf = ParamBuffer::new(self.info.param_buffer_size());
         marshal(params, args, &mut buf)?;
 
-        let arrays = params.iter().zip(args).enumerate().filter_map(|(i, (_, a))| match a {
+        let arrays = args.iter().enumerate().filter_map(|(i, a)| match a {
             Arg::Array(v) => Some((i, *v, None)),
             Arg::ArrayOn(v, device) => Some((i, *v, Some(*device))),
             _ => None,
@@ -446,7 +446,7 @@ pub(crate) fn enqueue_ordered<'v>(
             };
             match device {
                 Some(o) if o as usize == ctx.ordinal() => {}
-                Some(o) => return Err(named(i, format!("the array is on device {o} but the kernel runs on device {}", ctx.ordinal()))),
+                Some(o) => return Err(named(i, format!("the array is on device {o} but the launch is on device {}", ctx.ordinal()))),
                 None => return Err(named(i, format!("{:#x} is not device memory (host arrays are never copied implicitly)", v.ptr()))),
             }
         }
