@@ -9,7 +9,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use crate::cai::{ArrayView, DType};
+use crate::cai::{ArrayView, DType, Descriptor};
 use crate::runtime::{Context, Stream};
 use crate::{Error, Result};
 
@@ -22,9 +22,16 @@ pub struct DeviceArray {
     stream: Arc<Stream>,
 }
 
-fn export_stream_enabled() -> bool {
-    static S: OnceLock<bool> = OnceLock::new();
-    *S.get_or_init(|| std::env::var("CAIJIT_CAI_EXPORT_STREAM").map_or(true, |v| v != "0"))
+/// DESIGN.md's export opt-outs, read once: `CAIJIT_CAI_EXPORT_STREAM=0` exports
+/// `stream: None`; `CAIJIT_CAI_EXPORT_VERSION=2` exports version 2 (which has no stream).
+/// They change what consumers are told, never how caijit orders its own launches.
+fn export_options() -> (bool, i64) {
+    static OPTIONS: OnceLock<(bool, i64)> = OnceLock::new();
+    *OPTIONS.get_or_init(|| {
+        let stream = std::env::var("CAIJIT_CAI_EXPORT_STREAM").map_or(true, |v| v != "0");
+        let version = if std::env::var("CAIJIT_CAI_EXPORT_VERSION").is_ok_and(|v| v == "2") { 2 } else { 3 };
+        (stream, version)
+    })
 }
 
 impl DeviceArray {
@@ -100,11 +107,21 @@ impl DeviceArray {
         &self.ctx
     }
 
-    /// The CAI view: C-contiguous, with the array's stream (unless
-    /// `CAIJIT_CAI_EXPORT_STREAM=0`).
+    /// The array as a launch argument: C-contiguous, with its stream.
     pub fn view(&self) -> ArrayView {
-        let stream = export_stream_enabled().then(|| self.stream.stream_ref());
-        self.layout.clone().with_stream(stream)
+        self.layout.clone().with_stream(Some(self.stream.stream_ref()))
+    }
+
+    /// The CUDA Array Interface caijit exports for the array: the view's, less what the
+    /// export opt-outs withhold.
+    pub fn descriptor(&self) -> Descriptor {
+        let (stream, version) = export_options();
+        let mut d = self.view().to_descriptor();
+        if !stream || version < 3 {
+            d.stream = None;
+        }
+        d.version = version;
+        d
     }
 }
 

@@ -180,7 +180,9 @@ pub fn descriptor_to_dict<'py>(py: Python<'py>, d: &Descriptor) -> PyResult<Boun
         None => out.set_item("strides", py.None())?,
     }
     out.set_item("descr", vec![("", d.typestr.as_str())])?;
-    out.set_item("stream", d.stream)?;
+    if d.version >= 3 {
+        out.set_item("stream", d.stream)?; // the key exists from version 3 on
+    }
     Ok(out)
 }
 

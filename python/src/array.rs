@@ -154,15 +154,7 @@ impl DeviceArray {
     }
     #[getter]
     fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let mut d = self.inner.view().to_descriptor();
-        if std::env::var("CAIJIT_CAI_EXPORT_VERSION").is_ok_and(|v| v == "2") {
-            d.version = 2;
-            d.stream = None;
-            let out = descriptor_to_dict(py, &d)?;
-            out.del_item("stream")?;
-            return Ok(out);
-        }
-        descriptor_to_dict(py, &d)
+        descriptor_to_dict(py, &self.inner.descriptor())
     }
     /// DLPack export: a `dltensor` capsule; the consumer's `stream` is made to wait for the
     /// array's pending work first (`-1`: no ordering; `None`: the legacy default stream).

@@ -502,3 +502,30 @@ def test_freed_memory_is_kept_for_reuse_until_empty_cache() -> None:
     assert _device_free_bytes() - kept >= n, "empty_cache() gave the freed GiB back"
     c = caijit.zeros(1024, stream=s)  # and the pool still allocates afterwards
     assert (c.copy_to_host() == 0).all()
+
+
+@pytest.mark.parametrize("env", [{"CAIJIT_CAI_EXPORT_STREAM": "0"}, {"CAIJIT_CAI_EXPORT_VERSION": "2"}])
+def test_export_opt_outs_change_the_export_not_the_ordering(env: dict[str, str]) -> None:
+    """The opt-outs withhold the stream from consumers; caijit's own launches still order
+    against the array's stream."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    code = f"""
+        import caijit
+        k = caijit.module({SLOW_FILL!r})["slow_fill"]
+        a, b = caijit.Stream(), caijit.Stream()
+        x = caijit.zeros(1024, stream=a)
+        cai = x.__cuda_array_interface__
+        print("version", cai["version"], "stream", cai.get("stream", "absent"))
+        before = caijit.stats()["waits"]
+        k[1, 256, b](x, 3.0, 1024, 0)  # on b: must wait for x's stream a
+        print("waits", caijit.stats()["waits"] - before, "ok", bool((x.copy_to_host() == 3).all()))
+    """
+    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300, env={**os.environ, **env})
+    assert r.returncode == 0, r.stderr
+    want = "version 3 stream None" if "CAIJIT_CAI_EXPORT_STREAM" in env else "version 2 stream absent"
+    assert want in r.stdout, r.stdout
+    assert "waits 1 ok True" in r.stdout, r.stdout
