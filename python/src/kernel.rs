@@ -31,8 +31,9 @@ pub struct Kernel {
     first: OnceLock<(usize, Arc<rt::Kernel>)>,
 }
 
-/// (device, argument types; empty unless the kernel is a deduced template)
-type InstanceKey = (usize, Vec<ArgType>);
+/// (device, argument types; empty unless the kernel is a deduced template), inline so that
+/// looking an instance up allocates nothing.
+type InstanceKey = (usize, SmallVec<[ArgType; 8]>);
 
 /// `(name, extern_c, template parameters, parameter types)` of a declaration.
 type DeclSummary = (String, bool, Vec<String>, Vec<String>);
@@ -87,7 +88,7 @@ impl Kernel {
         if let Some((_, k)) = self.first.get().filter(|(d, _)| !deduced && *d == device) {
             return Ok(k.clone());
         }
-        let types: Vec<ArgType> = if deduced { args.iter().map(Arg::arg_type).collect() } else { Vec::new() };
+        let types: SmallVec<[ArgType; 8]> = if deduced { args.iter().map(Arg::arg_type).collect() } else { SmallVec::new() };
         let key = (device, types);
         if let Some(k) = lock(&self.instances).get(&key) {
             return Ok(k.clone());
