@@ -103,17 +103,19 @@ def _new(shape: Sequence[int], dtype: Any, stream: Any, like: caijit.Interface) 
 
 
 def _check_out(out: Any, shape: Sequence[int], dtype: Any) -> caijit.Interface:
+    """``out``'s view, checked against what the op writes (the launch takes the view)."""
     o = _view(out)
-    if tuple(o.shape) != tuple(shape) or o.dtype != np.dtype(dtype) or not o.is_c_contiguous:
+    if tuple(o.shape) != tuple(shape) or _name(o) != _dtype_name(dtype) or not o.is_c_contiguous:
         raise caijit.ArgumentError(
-            f"out must be a C-contiguous {np.dtype(dtype)} array of shape {tuple(shape)}, got {o.dtype} {o.shape}"
+            f"out must be a C-contiguous {_dtype_name(dtype)} array of shape {tuple(shape)}, got {o.dtype} {o.shape}"
         )
     return o
 
 
 def _contiguous(x: Any, xv: caijit.Interface, stream: Any) -> Any:
-    """``x`` itself when its view ``xv`` is C-contiguous, else a contiguous copy."""
-    return x if xv.is_c_contiguous else ascontiguous(x, stream=stream)
+    """What to launch with: the view ``xv`` of ``x`` when it is C-contiguous (each array is
+    converted once per op), else a contiguous copy."""
+    return xv if xv.is_c_contiguous else ascontiguous(x, stream=stream)
 
 
 def axpy(a: Any, x: Any, y: Any, *, out: Any = None, stream: Any = None) -> Any:
@@ -123,8 +125,8 @@ def axpy(a: Any, x: Any, y: Any, *, out: Any = None, stream: Any = None) -> Any:
         raise caijit.ArgumentError(f"axpy: x {xv.dtype}{xv.shape} and y {yv.dtype}{yv.shape} must match")
     x, y = _contiguous(x, xv, stream), _contiguous(y, yv, stream)
     out = _new(xv.shape, xv.dtype, stream, xv) if out is None else out
-    _check_out(out, xv.shape, xv.dtype)
-    _module("elementwise")["axpy"][_elementwise_grid(xv.size, xv.itemsize), _BLOCK, stream](a, x, y, out, xv.size)
+    ov = _check_out(out, xv.shape, xv.dtype)
+    _module("elementwise")["axpy"][_elementwise_grid(xv.size, xv.itemsize), _BLOCK, stream](a, x, y, ov, xv.size)
     return out
 
 
@@ -133,8 +135,8 @@ def scale(x: Any, a: Any, *, out: Any = None, stream: Any = None) -> Any:
     xv = _view(x)
     x = _contiguous(x, xv, stream)
     out = _new(xv.shape, xv.dtype, stream, xv) if out is None else out
-    _check_out(out, xv.shape, xv.dtype)
-    _module("elementwise")["scale"][_elementwise_grid(xv.size, xv.itemsize), _BLOCK, stream](a, x, out, xv.size)
+    ov = _check_out(out, xv.shape, xv.dtype)
+    _module("elementwise")["scale"][_elementwise_grid(xv.size, xv.itemsize), _BLOCK, stream](a, x, ov, xv.size)
     return out
 
 
@@ -143,7 +145,7 @@ def fill(out: Any, value: Any, *, stream: Any = None) -> Any:
     o = _view(out)
     if not o.is_c_contiguous:
         raise caijit.ArgumentError("fill: out must be C-contiguous")
-    _module("elementwise")["fill"][_elementwise_grid(o.size, o.itemsize), _BLOCK, stream](out, value, o.size)
+    _module("elementwise")["fill"][_elementwise_grid(o.size, o.itemsize), _BLOCK, stream](o, value, o.size)
     return out
 
 
@@ -155,11 +157,11 @@ def cast(x: Any, dtype: Any, *, out: Any = None, stream: Any = None) -> Any:
         raise caijit.ArgumentError(f"cast: {xv.dtype} → {dst} is not supported (real types only)")
     x = _contiguous(x, xv, stream)
     out = _new(xv.shape, dtype, stream, xv) if out is None else out
-    _check_out(out, xv.shape, dtype)
+    ov = _check_out(out, xv.shape, dtype)
     k = _module("elementwise")["cast"]
     # Four elements per access, two accesses per thread: on the H200 103 % of the copy
     # bandwidth for float32 → float16, against 100 % with one access per thread.
-    k[_builtin_max(1, min(-(-xv.size // (8 * _BLOCK)), 2**31 - 1)), _BLOCK, stream](x, out, xv.size)
+    k[_builtin_max(1, min(-(-xv.size // (8 * _BLOCK)), 2**31 - 1)), _BLOCK, stream](x, ov, xv.size)
     return out
 
 
@@ -186,17 +188,17 @@ def _binary(op: str, a: Any, b: Any, out: Any, stream: Any) -> Any:
     except ValueError as e:
         raise caijit.ArgumentError(f"{op}: {e}") from None
     out = _new(shape, av.dtype, stream, av) if out is None else out
-    _check_out(out, shape, av.dtype)
+    ov = _check_out(out, shape, av.dtype)
     n = int(np.prod(shape, dtype=np.int64))
     m = _module("elementwise")
     if av.shape == bv.shape == shape and av.is_c_contiguous and bv.is_c_contiguous:
-        m["binary_contiguous"][_elementwise_grid(n, av.itemsize), _BLOCK, stream](a, b, out, n, _OPS[op])
+        m["binary_contiguous"][_elementwise_grid(n, av.itemsize), _BLOCK, stream](av, bv, ov, n, _OPS[op])
     elif n:
         ab, bb = _broadcast_view(av, shape), _broadcast_view(bv, shape)
         tiles = (n // shape[-1]) * -(-shape[-1] // 1024) if shape else 1
         if not shape:
             ab, bb = (caijit.parse_interface({**v.__cuda_array_interface__, "shape": (1,), "strides": (v.itemsize,)}) for v in (ab, bb))
-        m["binary_broadcast"][min(tiles, _blocks_cap(0) * 4), _BLOCK, stream](ab, bb, out, _OPS[op])
+        m["binary_broadcast"][min(tiles, _blocks_cap(0) * 4), _BLOCK, stream](ab, bb, ov, _OPS[op])
     return out
 
 
@@ -236,17 +238,17 @@ def ascontiguous(x: Any, *, out: Any = None, stream: Any = None) -> Any:
     if xv.ndim > 8:
         raise caijit.ArgumentError(f"ascontiguous: rank {xv.ndim} > 8")
     out = _new(xv.shape, xv.dtype, stream, xv) if out is None else out
-    _check_out(out, xv.shape, xv.dtype)
+    ov = _check_out(out, xv.shape, xv.dtype)
     if xv.size == 0:
         return out
     if xv.is_c_contiguous:
-        _native.copy_contiguous(x, out, stream)  # the driver's copy, as CuPy's and PyTorch's
+        _native.copy_contiguous(xv, ov, stream)  # the driver's copy, as CuPy's and PyTorch's
         return out
     if xv.ndim == 0:
         xv = caijit.parse_interface({**xv.__cuda_array_interface__, "shape": (1,), "strides": (xv.itemsize,)})
     cols = xv.shape[-1]
     tiles = (xv.size // cols) * -(-cols // 4096)
-    _module("strided_copy")["strided_copy"][min(tiles, _blocks_cap(0) * 4), _BLOCK, stream](xv, out)
+    _module("strided_copy")["strided_copy"][min(tiles, _blocks_cap(0) * 4), _BLOCK, stream](xv, ov)
     return out
 
 
@@ -267,18 +269,18 @@ def _reduce(name: str, opcode: int, x: Any, axis: Optional[int], out: Any, strea
         blocks = _grid(xv.size)
         partial = _new((blocks,), acc, stream, xv)
         out = _new((), result_dtype, stream, xv) if out is None else out
-        _check_out(out, (), result_dtype)
+        ov = _check_out(out, (), result_dtype)
         m["reduce_partial"][blocks, _BLOCK, stream](x, partial, xv.size, opcode)
-        m["reduce_final"][1, 1024, stream](partial, out, blocks, opcode)
+        m["reduce_final"][1, 1024, stream](partial, ov, blocks, opcode)
         return out
     if axis not in (-1, xv.ndim - 1):
         raise caijit.ArgumentError(f"{name}: axis must be None or the last axis")
     cols = xv.shape[-1]
     rows = xv.size // cols
     out = _new(xv.shape[:-1], dt, stream, xv) if out is None else out
-    _check_out(out, xv.shape[:-1], dt)
+    ov = _check_out(out, xv.shape[:-1], dt)
     k = _instance("reduce", "reduce_rows", f"{CPP_TYPES[dt]}, {CPP_TYPES[acc]}")
-    k[min(rows, 65535 * 16), min(_BLOCK, _builtin_max(32, -(-cols // 32) * 32)), stream](x, out, rows, cols, opcode)
+    k[min(rows, 65535 * 16), min(_BLOCK, _builtin_max(32, -(-cols // 32) * 32)), stream](x, ov, rows, cols, opcode)
     return out
 
 
@@ -301,10 +303,10 @@ def transpose(x: Any, *, out: Any = None, stream: Any = None) -> Any:
     x = _contiguous(x, xv, stream)
     rows, cols = xv.shape
     out = _new((cols, rows), xv.dtype, stream, xv) if out is None else out
-    _check_out(out, (cols, rows), xv.dtype)
+    ov = _check_out(out, (cols, rows), xv.dtype)
     tile = 64 if xv.itemsize <= 8 else 32  # the kernel's tile width; its block is (tile, 2)
     tiles = -(-rows // tile) * -(-cols // tile)
-    _module("transpose")["transpose"][max_blocks(tiles), (tile, 2), stream](x, out, rows, cols)
+    _module("transpose")["transpose"][max_blocks(tiles), (tile, 2), stream](x, ov, rows, cols)
     return out
 
 
@@ -327,13 +329,12 @@ def softmax(x: Any, *, out: Any = None, stream: Any = None) -> Any:
     # Rows that fit in registers are read once: 16-byte vectors, _SOFTMAX_VPT per thread.
     per_vec = 16 // xv.itemsize
     vectors = cols // per_vec
-    x_ptr = xv.ptr if xv.is_c_contiguous else _view(x).ptr  # x may be a contiguous copy now
-    if cols % per_vec == 0 and x_ptr % 16 == 0 and ov.ptr % 16 == 0:
+    if cols % per_vec == 0 and x.ptr % 16 == 0 and ov.ptr % 16 == 0:  # x: the view or a copy
         k = _instance("softmax", "softmax_rows_reg", f"{CPP_TYPES[_name(xv)]}, {_SOFTMAX_VPT}")
         block = _builtin_max(32, -(-vectors // _SOFTMAX_VPT // 32) * 32)
         if block <= k.max_threads_per_block:
-            k[max_blocks(rows), block, stream](x, out, rows, cols)
+            k[max_blocks(rows), block, stream](x, ov, rows, cols)
             return out
     block = min(1024, _builtin_max(32, -(-cols // 4 // 32) * 32))
-    _module("softmax")["softmax_rows"][max_blocks(rows), block, stream](x, out, rows, cols)
+    _module("softmax")["softmax_rows"][max_blocks(rows), block, stream](x, ov, rows, cols)
     return out

@@ -401,7 +401,11 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
         return Ok(PyArg::ArrayOn(v, device));
     }
     if let Ok(i) = obj.cast::<Interface>() {
-        return Ok(PyArg::Array(i.get().view.clone()));
+        let i = i.get();
+        return Ok(match i.device {
+            Some(device) => PyArg::ArrayOn(i.view.clone(), device),
+            None => PyArg::Array(i.view.clone()),
+        });
     }
     if obj.is_instance_of::<PyBool>() {
         return Ok(PyArg::Scalar(Num::Bool(obj.extract()?), None));
@@ -486,14 +490,15 @@ fn is_cpu_dlpack(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
     Ok(kind == 1 || kind == 3) // kDLCPU, kDLCUDAHost
 }
 
-/// The view a launch would take of `obj` (fast paths included), for tests and tools.
+/// The view a launch takes of `obj` (fast paths included), with its device when that was
+/// learnt: `caijit.ops` converts each array once and launches with the view.
 #[pyfunction]
 pub fn launch_view(obj: &Bound<'_, PyAny>) -> PyCaiResult<Interface> {
-    match arg_from_py(0, obj, &mut ArgContext::default())? {
-        PyArg::Array(view) | PyArg::ArrayOn(view, _) | PyArg::Dlpack(view, _) => {
-            let typestr = view.dtype().typestr().to_string();
-            Ok(Interface::from_view(view, typestr))
-        }
-        _ => Err(PyCaiError::argument("not an array")),
-    }
+    let (view, device) = match arg_from_py(0, obj, &mut ArgContext::default())? {
+        PyArg::Array(view) | PyArg::Dlpack(view, _) => (view, None),
+        PyArg::ArrayOn(view, device) => (view, Some(device)),
+        _ => return Err(PyCaiError::argument("not an array")),
+    };
+    let typestr = view.dtype().typestr().to_string();
+    Ok(Interface::from_view(view, typestr, device))
 }

@@ -13,11 +13,14 @@ use crate::errors::PyCaiResult;
 pub struct Interface {
     pub view: ArrayView,
     typestr: String,
+    /// The device of the memory when the conversion that made this view learnt it (a
+    /// launch then need not ask the driver again).
+    pub device: Option<usize>,
 }
 
 impl Interface {
-    pub fn from_view(view: ArrayView, typestr: String) -> Interface {
-        Interface { view, typestr }
+    pub fn from_view(view: ArrayView, typestr: String, device: Option<usize>) -> Interface {
+        Interface { view, typestr, device }
     }
 }
 
@@ -145,5 +148,5 @@ pub fn parse_interface(obj: &Bound<'_, PyAny>, bfloat16: bool) -> PyCaiResult<In
     let desc = descriptor_from_dict(&interface_dict(obj)?)?;
     let options = if bfloat16 { TypestrOptions::BFLOAT16_V2 } else { TypestrOptions::default() };
     let view = ArrayView::from_descriptor(&desc, options)?;
-    Ok(Interface { view, typestr: desc.typestr })
+    Ok(Interface { view, typestr: desc.typestr, device: None })
 }
