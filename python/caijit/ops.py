@@ -114,7 +114,8 @@ def _check_out(out: Any, shape: Sequence[int], dtype: Any) -> caijit.Interface:
 
 def _contiguous(x: Any, xv: caijit.Interface, stream: Any) -> Any:
     """What to launch with: the view ``xv`` of ``x`` when it is C-contiguous (each array is
-    converted once per op), else a contiguous copy."""
+    converted once per op), else a contiguous copy. A view does not keep the memory alive:
+    the caller keeps ``x`` referenced until the launch is enqueued (never rebind it)."""
     return xv if xv.is_c_contiguous else ascontiguous(x, stream=stream)
 
 
@@ -123,20 +124,20 @@ def axpy(a: Any, x: Any, y: Any, *, out: Any = None, stream: Any = None) -> Any:
     xv, yv = _view(x), _view(y)
     if xv.shape != yv.shape or xv.dtype != yv.dtype:
         raise caijit.ArgumentError(f"axpy: x {xv.dtype}{xv.shape} and y {yv.dtype}{yv.shape} must match")
-    x, y = _contiguous(x, xv, stream), _contiguous(y, yv, stream)
+    xa, ya = _contiguous(x, xv, stream), _contiguous(y, yv, stream)
     out = _new(xv.shape, xv.dtype, stream, xv) if out is None else out
     ov = _check_out(out, xv.shape, xv.dtype)
-    _module("elementwise")["axpy"][_elementwise_grid(xv.size, xv.itemsize), _BLOCK, stream](a, x, y, ov, xv.size)
+    _module("elementwise")["axpy"][_elementwise_grid(xv.size, xv.itemsize), _BLOCK, stream](a, xa, ya, ov, xv.size)
     return out
 
 
 def scale(x: Any, a: Any, *, out: Any = None, stream: Any = None) -> Any:
     """``out = a * x``."""
     xv = _view(x)
-    x = _contiguous(x, xv, stream)
+    xa = _contiguous(x, xv, stream)
     out = _new(xv.shape, xv.dtype, stream, xv) if out is None else out
     ov = _check_out(out, xv.shape, xv.dtype)
-    _module("elementwise")["scale"][_elementwise_grid(xv.size, xv.itemsize), _BLOCK, stream](a, x, ov, xv.size)
+    _module("elementwise")["scale"][_elementwise_grid(xv.size, xv.itemsize), _BLOCK, stream](a, xa, ov, xv.size)
     return out
 
 
@@ -155,13 +156,13 @@ def cast(x: Any, dtype: Any, *, out: Any = None, stream: Any = None) -> Any:
     dst = _dtype_name(dtype)
     if _name(xv) not in _REAL or dst not in _REAL:
         raise caijit.ArgumentError(f"cast: {xv.dtype} → {dst} is not supported (real types only)")
-    x = _contiguous(x, xv, stream)
+    xa = _contiguous(x, xv, stream)
     out = _new(xv.shape, dtype, stream, xv) if out is None else out
     ov = _check_out(out, xv.shape, dtype)
     k = _module("elementwise")["cast"]
     # Four elements per access, two accesses per thread: on the H200 103 % of the copy
     # bandwidth for float32 → float16, against 100 % with one access per thread.
-    k[_builtin_max(1, min(-(-xv.size // (8 * _BLOCK)), 2**31 - 1)), _BLOCK, stream](x, ov, xv.size)
+    k[_builtin_max(1, min(-(-xv.size // (8 * _BLOCK)), 2**31 - 1)), _BLOCK, stream](xa, ov, xv.size)
     return out
 
 
@@ -263,14 +264,14 @@ def _reduce(name: str, opcode: int, x: Any, axis: Optional[int], out: Any, strea
     if opcode == 0 and dt.startswith(("int", "uint")):
         acc = "uint64" if dt.startswith("uint") else "int64"  # NumPy's sum promotes integers
     result_dtype = acc if opcode == 0 and acc.endswith("64") and dt.startswith(("int", "uint")) else dt
-    x = _contiguous(x, xv, stream)
+    xa = _contiguous(x, xv, stream)
     m = _module("reduce")
     if axis is None:
         blocks = _grid(xv.size)
         partial = _new((blocks,), acc, stream, xv)
         out = _new((), result_dtype, stream, xv) if out is None else out
         ov = _check_out(out, (), result_dtype)
-        m["reduce_partial"][blocks, _BLOCK, stream](x, partial, xv.size, opcode)
+        m["reduce_partial"][blocks, _BLOCK, stream](xa, partial, xv.size, opcode)
         m["reduce_final"][1, 1024, stream](partial, ov, blocks, opcode)
         return out
     if axis not in (-1, xv.ndim - 1):
@@ -280,7 +281,7 @@ def _reduce(name: str, opcode: int, x: Any, axis: Optional[int], out: Any, strea
     out = _new(xv.shape[:-1], dt, stream, xv) if out is None else out
     ov = _check_out(out, xv.shape[:-1], dt)
     k = _instance("reduce", "reduce_rows", f"{CPP_TYPES[dt]}, {CPP_TYPES[acc]}")
-    k[min(rows, 65535 * 16), min(_BLOCK, _builtin_max(32, -(-cols // 32) * 32)), stream](x, ov, rows, cols, opcode)
+    k[min(rows, 65535 * 16), min(_BLOCK, _builtin_max(32, -(-cols // 32) * 32)), stream](xa, ov, rows, cols, opcode)
     return out
 
 
@@ -300,13 +301,13 @@ def transpose(x: Any, *, out: Any = None, stream: Any = None) -> Any:
     xv = _view(x)
     if xv.ndim != 2:
         raise caijit.ArgumentError(f"transpose: expected a 2-D array, got {xv.ndim}-d")
-    x = _contiguous(x, xv, stream)
+    xa = _contiguous(x, xv, stream)
     rows, cols = xv.shape
     out = _new((cols, rows), xv.dtype, stream, xv) if out is None else out
     ov = _check_out(out, (cols, rows), xv.dtype)
     tile = 64 if xv.itemsize <= 8 else 32  # the kernel's tile width; its block is (tile, 2)
     tiles = -(-rows // tile) * -(-cols // tile)
-    _module("transpose")["transpose"][max_blocks(tiles), (tile, 2), stream](x, ov, rows, cols)
+    _module("transpose")["transpose"][max_blocks(tiles), (tile, 2), stream](xa, ov, rows, cols)
     return out
 
 
@@ -319,7 +320,7 @@ def softmax(x: Any, *, out: Any = None, stream: Any = None) -> Any:
     xv = _view(x)
     if _name(xv) not in ("float16", "bfloat16", "float32", "float64"):
         raise caijit.ArgumentError(f"softmax: {xv.dtype} is not a floating type")
-    x = _contiguous(x, xv, stream)
+    xa = _contiguous(x, xv, stream)
     cols = xv.shape[-1] if xv.ndim else 1
     rows = xv.size // cols if cols else 0
     out = _new(xv.shape, xv.dtype, stream, xv) if out is None else out
@@ -329,12 +330,12 @@ def softmax(x: Any, *, out: Any = None, stream: Any = None) -> Any:
     # Rows that fit in registers are read once: 16-byte vectors, _SOFTMAX_VPT per thread.
     per_vec = 16 // xv.itemsize
     vectors = cols // per_vec
-    if cols % per_vec == 0 and x.ptr % 16 == 0 and ov.ptr % 16 == 0:  # x: the view or a copy
+    if cols % per_vec == 0 and xa.ptr % 16 == 0 and ov.ptr % 16 == 0:
         k = _instance("softmax", "softmax_rows_reg", f"{CPP_TYPES[_name(xv)]}, {_SOFTMAX_VPT}")
         block = _builtin_max(32, -(-vectors // _SOFTMAX_VPT // 32) * 32)
         if block <= k.max_threads_per_block:
-            k[max_blocks(rows), block, stream](x, ov, rows, cols)
+            k[max_blocks(rows), block, stream](xa, ov, rows, cols)
             return out
     block = min(1024, _builtin_max(32, -(-cols // 4 // 32) * 32))
-    _module("softmax")["softmax_rows"][max_blocks(rows), block, stream](x, ov, rows, cols)
+    _module("softmax")["softmax_rows"][max_blocks(rows), block, stream](xa, ov, rows, cols)
     return out
