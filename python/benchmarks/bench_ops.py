@@ -1,9 +1,12 @@
 """Achieved bandwidth of the kernel library beside a device-to-device copy and PyTorch's
 equivalent op, measured in the same run on the same tensors.
 
-bandwidth = bytes that must move / time (CUDA events around 4 back-to-back calls, median
-of 15 such batches, inputs alternating between two sets). Arrays are 1 GiB each: far past
-the 50 MiB L2.
+bandwidth = bytes that must move / kernel time: CUDA events around 4 back-to-back calls,
+median of 25 such batches, inputs alternating between two sets. Arrays are 1 GiB each: far
+past the 50 MiB L2. The GPU is held busy (a sleep kernel) while each batch is enqueued, so
+the events time the kernels and not the host's first launch, which differs between caijit
+(15-30 µs of Python per op) and PyTorch (5-14 µs) and moved the ratios by up to 1 %; host
+cost per launch is bench_launch.py's subject.
 
 Run on a GPU machine: python python/benchmarks/bench_ops.py
 """
@@ -18,24 +21,28 @@ import torch
 import caijit.ops as ops
 
 GIB = 1 << 30
-REPS = 15
+REPS = 25
 BATCH = 4
+SLEEP_CYCLES = 2_000_000  # ~1 ms at the H200's clock: longer than enqueueing a batch
 
 
 def timed(fn: Callable[[int], None]) -> float:
-    """Median seconds per call of fn(i) (i alternates input sets): CUDA events around BATCH
-    back-to-back calls, so each call's host work overlaps the previous call's kernels, as in
-    a pipeline of ops (a lone call on an idle GPU would also time Python)."""
+    """Median kernel seconds per call of fn(i) (i alternates input sets): CUDA events around
+    BATCH back-to-back calls, enqueued while a sleep kernel holds the GPU, so the start event
+    fires with the whole batch queued behind it."""
     fn(0)
     fn(1)
     torch.cuda.synchronize()
     times = []
     for _ in range(REPS):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(SLEEP_CYCLES)
         start.record()
         for i in range(BATCH):
             fn(i % 2)
         end.record()
+        if start.query():
+            raise RuntimeError("the sleep ended before the batch was enqueued: raise SLEEP_CYCLES")
         end.synchronize()
         times.append(start.elapsed_time(end) / 1e3 / BATCH)
     return statistics.median(times)
@@ -100,7 +107,7 @@ def main() -> None:
         lambda i: torch.softmax(m2[i], dim=-1))
 
     name = torch.cuda.get_device_name()
-    print(f"\n## Kernel library bandwidth on {name} (1 GiB arrays, median of {REPS} batches of {BATCH})")
+    print(f"\n## Kernel library bandwidth on {name} (1 GiB arrays, kernel time, median of {REPS} batches of {BATCH})")
     print(f"device-to-device copy: {copy_bw / 1e9:.0f} GB/s\n")
     print("| op | caijit GB/s | % of copy | PyTorch GB/s | caijit / PyTorch |")
     print("|---|---|---|---|---|")

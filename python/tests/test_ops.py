@@ -101,6 +101,22 @@ def test_cast(src: str, dst: str) -> None:
 
 
 @gpu
+def test_cast_chunks_tails_and_unaligned_starts() -> None:
+    """Every path of the cast kernel: many chunks with a partial last one and a scalar tail,
+    a grid too small for the array (the loop over chunks), and a start that is not 16-byte
+    aligned (the scalar loop)."""
+    n = 100_003
+    x_h = rand(n, "float32")
+    x = caijit.to_device(x_h)
+    np.testing.assert_array_equal(host(ops.cast(x, "float16")), x_h.astype("float16"))
+    out = caijit.empty(n, "float16")
+    ops._instance("elementwise", "cast", "float, __half")[3, 128](x, out, n)
+    np.testing.assert_array_equal(host(out), x_h.astype("float16"))
+    shifted = caijit.parse_interface({**x.__cuda_array_interface__, "shape": (n - 1,), "data": (x.ptr + 4, False)})
+    np.testing.assert_array_equal(host(ops.cast(shifted, "float16")), x_h[1:].astype("float16"))
+
+
+@gpu
 @pytest.mark.parametrize("op", ["add", "subtract", "multiply", "maximum", "minimum", "divide"])
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "float16"])
 def test_binary_with_broadcasting(op: str, dtype: str) -> None:
