@@ -77,3 +77,79 @@ fn contiguous_copies_check_their_arrays() {
     let e = err(&on_host, &b.view());
     assert!(e.contains("copy source") && e.contains("not device memory"), "{e}");
 }
+
+fn i32s(b: &[u8]) -> Vec<i32> {
+    b.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+#[test]
+fn rust_ops_fill_cast_broadcast_rows_softmax() {
+    use cai_runtime::ops::BinaryOp;
+    let ctx = skip_unless!(ctx(), "no CUDA device");
+    let s = Arc::new(Stream::new(&ctx).unwrap());
+    let (r, c) = (33usize, 70usize);
+    let xs: Vec<f32> = (0..r * c).map(|i| ((i * 7919) % 1000) as f32 / 7.0 - 50.0).collect();
+    let x = DeviceArray::from_bytes(&ctx, &[r, c], DType::F32, &f32_bytes(&xs), &s).unwrap();
+    let out = DeviceArray::zeros(&ctx, &[r, c], DType::F32, &s).unwrap();
+
+    // fill: scalars convert exactly to the array's dtype, or are refused.
+    ops::fill(&ctx, &out.view(), 7.5, None).unwrap();
+    assert!(f32s(&out.to_bytes().unwrap()).iter().all(|&v| v == 7.5));
+    let ints = DeviceArray::zeros(&ctx, &[5], DType::I32, &s).unwrap();
+    ops::fill(&ctx, &ints.view(), 3, None).unwrap();
+    assert_eq!(i32s(&ints.to_bytes().unwrap()), [3; 5]);
+    let e = ops::fill(&ctx, &ints.view(), 2.5, None).unwrap_err().to_string();
+    assert!(e.contains("float"), "{e}");
+
+    // cast: C++ conversion (float → int truncates toward zero, as Rust's `as`).
+    let xi = DeviceArray::zeros(&ctx, &[r, c], DType::I32, &s).unwrap();
+    ops::cast(&ctx, &x.view(), &xi.view(), None).unwrap();
+    assert_eq!(i32s(&xi.to_bytes().unwrap()), xs.iter().map(|&v| v as i32).collect::<Vec<_>>());
+    let e = ops::cast(&ctx, &x.view(), &ints.view(), None).unwrap_err().to_string();
+    assert!(e.contains("out must be") && e.contains("[33, 70]"), "{e}");
+
+    // binary with broadcasting: a row (1, c) and a 0-d array against (r, c).
+    let row: Vec<f32> = (0..c).map(|j| j as f32).collect();
+    let rowd = DeviceArray::from_bytes(&ctx, &[1, c], DType::F32, &f32_bytes(&row), &s).unwrap();
+    ops::binary(&ctx, BinaryOp::Add, &x.view(), &rowd.view(), &out.view(), None).unwrap();
+    let want: Vec<f32> = (0..r * c).map(|k| xs[k] + row[k % c]).collect();
+    assert_eq!(f32s(&out.to_bytes().unwrap()), want);
+    let zero = DeviceArray::zeros(&ctx, &[], DType::F32, &s).unwrap();
+    ops::binary(&ctx, BinaryOp::Maximum, &x.view(), &zero.view(), &out.view(), None).unwrap();
+    assert_eq!(f32s(&out.to_bytes().unwrap()), xs.iter().map(|&v| v.max(0.0)).collect::<Vec<_>>());
+    ops::binary(&ctx, BinaryOp::Multiply, &x.view(), &x.view(), &out.view(), None).unwrap();
+    assert_eq!(f32s(&out.to_bytes().unwrap()), xs.iter().map(|&v| v * v).collect::<Vec<_>>());
+    let col = DeviceArray::zeros(&ctx, &[r], DType::F32, &s).unwrap();
+    let e = ops::binary(&ctx, BinaryOp::Add, &x.view(), &col.view(), &out.view(), None).unwrap_err().to_string();
+    assert!(e.contains("do not broadcast"), "{e}");
+    let e = ops::binary(&ctx, BinaryOp::Add, &x.view(), &xi.view(), &out.view(), None).unwrap_err().to_string();
+    assert!(e.contains("float32") && e.contains("int32"), "{e}");
+
+    // Reductions over the last axis.
+    ops::sum_last_axis(&ctx, &x.view(), &col.view(), None).unwrap();
+    let sums = f32s(&col.to_bytes().unwrap());
+    for (i, got) in sums.iter().enumerate() {
+        let want: f64 = xs[i * c..(i + 1) * c].iter().map(|&v| f64::from(v)).sum();
+        assert!((f64::from(*got) - want).abs() <= 1e-4 * want.abs().max(1.0), "row {i}: {got} vs {want}");
+    }
+    ops::max_last_axis(&ctx, &x.view(), &col.view(), None).unwrap();
+    let maxes: Vec<f32> = (0..r).map(|i| xs[i * c..(i + 1) * c].iter().cloned().fold(f32::MIN, f32::max)).collect();
+    assert_eq!(f32s(&col.to_bytes().unwrap()), maxes);
+
+    // Softmax: rows of 70 (not whole 16-byte vectors: the two-pass kernel) and of 64 (held in
+    // registers).
+    for cols in [70usize, 64] {
+        let shape = [r * c / cols, cols];
+        let view = |a: &DeviceArray| ArrayView::new(a.ptr(), &shape, None, DType::F32, false, Some(s.stream_ref())).unwrap();
+        ops::softmax(&ctx, &view(&x), &view(&out), None).unwrap();
+        let got = f32s(&out.to_bytes().unwrap());
+        for (row, g) in xs[..shape[0] * cols].chunks(cols).zip(got.chunks(cols)) {
+            let m = row.iter().cloned().fold(f32::MIN, f32::max) as f64;
+            let z: f64 = row.iter().map(|&v| (f64::from(v) - m).exp()).sum();
+            for (&v, &g) in row.iter().zip(g) {
+                let want = (f64::from(v) - m).exp() / z;
+                assert!((f64::from(g) - want).abs() <= 1e-5, "cols {cols}: {g} vs {want}");
+            }
+        }
+    }
+}

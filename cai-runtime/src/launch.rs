@@ -131,6 +131,17 @@ pub enum Num {
     Complex(f64, f64),
 }
 
+macro_rules! num_from {
+    ($($t:ty => $v:ident),* $(,)?) => {
+        $(impl From<$t> for Num {
+            fn from(x: $t) -> Num {
+                Num::$v(x.into())
+            }
+        })*
+    };
+}
+num_from!(bool => Bool, i8 => Int, i16 => Int, i32 => Int, i64 => Int, u8 => Int, u16 => Int, u32 => Int, u64 => Int, f32 => Float, f64 => Float);
+
 /// A launch argument.
 #[derive(Clone, Copy, Debug)]
 pub enum Arg<'a> {

@@ -5,8 +5,10 @@
 //! ```no_run
 //! # fn f(ctx: &std::sync::Arc<cai_runtime::runtime::Context>, x: &cai_runtime::cai::ArrayView,
 //! #      y: &cai_runtime::cai::ArrayView, out: &cai_runtime::cai::ArrayView) -> cai_runtime::Result<()> {
-//! cai_runtime::ops::axpy(ctx, 2.0, x, y, out, None)?;      // out = 2 x + y
-//! cai_runtime::ops::ascontiguous(ctx, x, out, None)?;      // any strided view → C order
+//! use cai_runtime::ops::{self, BinaryOp};
+//! ops::axpy(ctx, 2.0, x, y, out, None)?;                   // out = 2 x + y
+//! ops::binary(ctx, BinaryOp::Add, x, y, out, None)?;       // out = x + y, NumPy broadcasting
+//! ops::ascontiguous(ctx, x, out, None)?;                   // any strided view → C order
 //! # Ok(()) }
 //! ```
 //!
@@ -24,6 +26,12 @@ use crate::runtime::{Context, Kernel, Stream};
 use crate::{Error, Result};
 
 const BLOCK: u32 = 256;
+/// Cast's block: one chunk of 128 threads × 2 vectors of 4 elements (PyTorch's layout).
+const CAST_BLOCK: u32 = 128;
+/// 16-byte vectors of a row each thread holds in `softmax_rows_reg`.
+const SOFTMAX_VPT: usize = 8;
+/// Grid cap of the kernels that loop over rows or tiles.
+const MAX_BLOCKS: usize = 65535 * 32;
 
 /// Loaded library kernels by (device, name expression).
 type KernelCache = Mutex<HashMap<(usize, String), Arc<Kernel>>>;
@@ -76,36 +84,184 @@ fn contiguous(what: &str, v: &ArrayView) -> Result<()> {
     Ok(())
 }
 
+/// `out` is what an op writes: C-contiguous, of `shape` and `dtype`.
+fn check_out(what: &str, out: &ArrayView, shape: &[usize], dtype: DType) -> Result<()> {
+    if out.shape() != shape || out.dtype() != dtype || !out.is_c_contiguous() {
+        let layout = if out.is_c_contiguous() { "" } else { " (not C-contiguous)" };
+        return Err(Error::Argument(format!(
+            "{what}: out must be a C-contiguous {dtype} array of shape {shape:?}, got {} {:?}{layout}",
+            out.dtype(),
+            out.shape()
+        )));
+    }
+    Ok(())
+}
+
 fn int(n: usize) -> Arg<'static> {
     Arg::Scalar { value: Num::Int(n as i128), dtype: None }
 }
 
-/// `out = a * x + y` (elementwise; `out` may be `y`).
-pub fn axpy(ctx: &Arc<Context>, a: f64, x: &ArrayView, y: &ArrayView, out: &ArrayView, stream: Option<&Stream>) -> Result<()> {
+fn scalar(value: impl Into<Num>) -> Arg<'static> {
+    Arg::Scalar { value: value.into(), dtype: None }
+}
+
+/// Refuses complex dtypes (the kernels named by `what` are written for real types).
+fn real(what: &str, d: DType) -> Result<()> {
+    if matches!(d, DType::C64 | DType::C128) {
+        return Err(Error::Argument(format!("{what}: {d} is not supported (real types only)")));
+    }
+    Ok(())
+}
+
+/// `out = a * x + y` (elementwise; `out` may be `y`). `a` is converted to the arrays'
+/// dtype as a launch converts a scalar: exactly or with an error, never by truncation.
+pub fn axpy(ctx: &Arc<Context>, a: impl Into<Num>, x: &ArrayView, y: &ArrayView, out: &ArrayView, stream: Option<&Stream>) -> Result<()> {
     same("axpy", x, y)?;
-    same("axpy", x, out)?;
-    for v in [x, y, out] {
-        contiguous("axpy", v)?;
+    contiguous("axpy", x)?;
+    contiguous("axpy", y)?;
+    check_out("axpy", out, x.shape(), x.dtype())?;
+    if x.is_empty() {
+        return Ok(());
     }
     let k = kernel(ctx, "elementwise", format!("axpy<{}>", x.dtype().cpp_name()))?;
-    let args = [Arg::Scalar { value: Num::Float(a), dtype: None }, Arg::Array(x), Arg::Array(y), Arg::Array(out), int(x.size())];
+    let args = [scalar(a), Arg::Array(x), Arg::Array(y), Arg::Array(out), int(x.size())];
     k.launch(&elementwise_grid(x), &args, stream, true).map(drop)
 }
 
 /// `out = a * x`.
-pub fn scale(ctx: &Arc<Context>, x: &ArrayView, a: f64, out: &ArrayView, stream: Option<&Stream>) -> Result<()> {
-    same("scale", x, out)?;
+pub fn scale(ctx: &Arc<Context>, x: &ArrayView, a: impl Into<Num>, out: &ArrayView, stream: Option<&Stream>) -> Result<()> {
     contiguous("scale", x)?;
-    contiguous("scale", out)?;
+    check_out("scale", out, x.shape(), x.dtype())?;
+    if x.is_empty() {
+        return Ok(());
+    }
     let k = kernel(ctx, "elementwise", format!("scale<{}>", x.dtype().cpp_name()))?;
-    let args = [Arg::Scalar { value: Num::Float(a), dtype: None }, Arg::Array(x), Arg::Array(out), int(x.size())];
+    let args = [scalar(a), Arg::Array(x), Arg::Array(out), int(x.size())];
     k.launch(&elementwise_grid(x), &args, stream, true).map(drop)
+}
+
+/// Set every element of the C-contiguous `out` to `value`.
+pub fn fill(ctx: &Arc<Context>, out: &ArrayView, value: impl Into<Num>, stream: Option<&Stream>) -> Result<()> {
+    contiguous("fill", out)?;
+    if out.is_empty() {
+        return Ok(());
+    }
+    let k = kernel(ctx, "elementwise", format!("fill<{}>", out.dtype().cpp_name()))?;
+    k.launch(&elementwise_grid(out), &[Arg::Array(out), scalar(value), int(out.size())], stream, true).map(drop)
+}
+
+/// `out = x` converted to `out`'s dtype, elementwise as C++ converts (real types: bool,
+/// integers, float16, bfloat16, float32, float64).
+pub fn cast(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, stream: Option<&Stream>) -> Result<()> {
+    real("cast", x.dtype())?;
+    real("cast", out.dtype())?;
+    contiguous("cast", x)?;
+    check_out("cast", out, x.shape(), out.dtype())?;
+    if x.is_empty() {
+        return Ok(());
+    }
+    let k = kernel(ctx, "elementwise", format!("cast<{}, {}>", x.dtype().cpp_name(), out.dtype().cpp_name()))?;
+    let blocks = x.size().div_ceil(8 * CAST_BLOCK as usize).clamp(1, i32::MAX as usize);
+    let cfg = LaunchConfig::new([blocks as u32, 1, 1], [CAST_BLOCK, 1, 1]);
+    k.launch(&cfg, &[Arg::Array(x), Arg::Array(out), int(x.size())], stream, true).map(drop)
+}
+
+/// The elementwise operations of [`binary`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BinaryOp {
+    // The discriminants are the kernels' operation codes.
+    Add = 0,
+    Subtract = 1,
+    Multiply = 2,
+    /// Integer division truncates, as in C++.
+    Divide = 3,
+    Maximum = 4,
+    Minimum = 5,
+}
+
+impl BinaryOp {
+    /// Every operation, in code order.
+    pub const ALL: [BinaryOp; 6] =
+        [BinaryOp::Add, BinaryOp::Subtract, BinaryOp::Multiply, BinaryOp::Divide, BinaryOp::Maximum, BinaryOp::Minimum];
+
+    /// The operation named as NumPy names its ufunc (`"add"`, `"maximum"`, ...).
+    pub fn from_name(name: &str) -> Option<BinaryOp> {
+        Self::ALL.into_iter().find(|op| op.name() == name)
+    }
+
+    /// NumPy's name of the operation.
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Subtract => "subtract",
+            BinaryOp::Multiply => "multiply",
+            BinaryOp::Divide => "divide",
+            BinaryOp::Maximum => "maximum",
+            BinaryOp::Minimum => "minimum",
+        }
+    }
+}
+
+/// NumPy's broadcast shape of `a` and `b`, or `None` when they do not broadcast.
+pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
+    let rank = a.len().max(b.len());
+    let dim = |s: &[usize], k: usize| if k < rank - s.len() { 1 } else { s[k - (rank - s.len())] };
+    (0..rank)
+        .map(|k| match (dim(a, k), dim(b, k)) {
+            (1, n) | (n, 1) => Some(n),
+            (m, n) if m == n => Some(m),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `v` viewed with the broadcast `shape`: zero strides on new axes and on unit axes that
+/// `shape` stretches (the view keeps `v`'s stream, so a launch still orders against it).
+fn broadcast_to(v: &ArrayView, shape: &[usize]) -> Result<ArrayView> {
+    let pad = shape.len() - v.ndim();
+    let strides: Vec<i64> = (0..shape.len())
+        .map(|k| if k < pad || (v.shape()[k - pad] == 1 && shape[k] != 1) { 0 } else { v.strides()[k - pad] })
+        .collect();
+    Ok(ArrayView::new(v.ptr(), shape, Some(&strides), v.dtype(), true, v.stream())?)
+}
+
+/// `out = a (op) b` elementwise with NumPy broadcasting: `out` is C-contiguous with the
+/// broadcast shape of `a` and `b`; all three have one real dtype. Any strides.
+pub fn binary(ctx: &Arc<Context>, op: BinaryOp, a: &ArrayView, b: &ArrayView, out: &ArrayView, stream: Option<&Stream>) -> Result<()> {
+    let what = op.name();
+    if a.dtype() != b.dtype() {
+        return Err(Error::Argument(format!("{what}: operands are {} and {}; cast one first", a.dtype(), b.dtype())));
+    }
+    real(what, a.dtype())?;
+    let shape = broadcast_shape(a.shape(), b.shape())
+        .ok_or_else(|| Error::Argument(format!("{what}: shapes {:?} and {:?} do not broadcast", a.shape(), b.shape())))?;
+    check_out(what, out, &shape, a.dtype())?;
+    if out.is_empty() {
+        return Ok(());
+    }
+    let t = a.dtype().cpp_name();
+    let code = scalar(op as i32);
+    if a.shape() == shape.as_slice() && b.shape() == shape.as_slice() && a.is_c_contiguous() && b.is_c_contiguous() {
+        let k = kernel(ctx, "elementwise", format!("binary_contiguous<{t}>"))?;
+        let args = [Arg::Array(a), Arg::Array(b), Arg::Array(out), int(out.size()), code];
+        return k.launch(&elementwise_grid(out), &args, stream, true).map(drop);
+    }
+    // A broadcast or strided operand; rank >= 1 here (0-d arrays are C-contiguous).
+    if shape.len() > 8 {
+        return Err(Error::Argument(format!("{what}: rank {} > 8", shape.len())));
+    }
+    let (ab, bb) = (broadcast_to(a, &shape)?, broadcast_to(b, &shape)?);
+    let cols = *shape.last().expect("rank >= 1");
+    let tiles = (out.size() / cols) * cols.div_ceil(1024); // the kernel's (row, 1024-column chunk) tiles
+    let k = kernel(ctx, "elementwise", format!("binary_broadcast<{t}, {}>", shape.len()))?;
+    let cfg = LaunchConfig::new([tiles.clamp(1, ctx.sm_count() * 64) as u32, 1, 1], [BLOCK, 1, 1]);
+    k.launch(&cfg, &[Arg::Array(&ab), Arg::Array(&bb), Arg::Array(out), code], stream, true).map(drop)
 }
 
 /// A C-contiguous copy of any strided view (rank 1 to 8) into `out`.
 pub fn ascontiguous(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, stream: Option<&Stream>) -> Result<()> {
-    same("ascontiguous", x, out)?;
-    contiguous("ascontiguous (out)", out)?;
+    check_out("ascontiguous", out, x.shape(), x.dtype())?;
     if x.is_empty() {
         return Ok(());
     }
@@ -127,15 +283,12 @@ pub fn transpose(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, stream: Opt
     let [rows, cols] = *x.shape() else {
         return Err(Error::Argument(format!("transpose: expected a 2-D array, got {}-d", x.ndim())));
     };
-    if out.shape() != [cols, rows] || out.dtype() != x.dtype() {
-        return Err(Error::Argument(format!("transpose: out must be {} {:?}", x.dtype(), [cols, rows])));
-    }
     contiguous("transpose", x)?;
-    contiguous("transpose", out)?;
+    check_out("transpose", out, &[cols, rows], x.dtype())?;
     let tile = if x.dtype().itemsize() <= 8 { 64 } else { 32 }; // the kernel's tile width; its block is (tile, 2)
     let tiles = rows.div_ceil(tile) * cols.div_ceil(tile);
     let k = kernel(ctx, "transpose", format!("transpose<{}>", x.dtype().cpp_name()))?;
-    let cfg = LaunchConfig::new([tiles.clamp(1, 65535 * 32) as u32, 1, 1], [tile as u32, 2, 1]);
+    let cfg = LaunchConfig::new([tiles.clamp(1, MAX_BLOCKS) as u32, 1, 1], [tile as u32, 2, 1]);
     k.launch(&cfg, &[Arg::Array(x), Arg::Array(out), int(rows), int(cols)], stream, true).map(drop)
 }
 
@@ -152,19 +305,17 @@ fn accumulator(d: DType, sum: bool) -> DType {
 /// Reduce a C-contiguous `x` into the 0-d `out` (`partial`: scratch of at least
 /// `reduce_scratch_len` accumulator elements). `sum` or max.
 fn reduce(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, partial: &ArrayView, sum: bool, stream: Option<&Stream>) -> Result<()> {
-    contiguous("reduce", x)?;
-    if x.is_empty() {
-        return Err(Error::Argument("reduce: the array is empty".into()));
-    }
+    let what = if sum { "sum" } else { "max" };
+    reducible(what, x)?;
     let acc = accumulator(x.dtype(), sum);
     if partial.dtype() != acc || !partial.is_c_contiguous() {
-        return Err(Error::Argument(format!("reduce: partial must be a contiguous {acc} array")));
+        return Err(Error::Argument(format!("{what}: partial must be a contiguous {acc} array")));
     }
     let cfg = grid(ctx, x.size());
     if partial.size() < cfg.grid[0] as usize || out.size() != 1 {
-        return Err(Error::Argument(format!("reduce: partial needs {} elements and out one", cfg.grid[0])));
+        return Err(Error::Argument(format!("{what}: partial needs {} elements and out one", cfg.grid[0])));
     }
-    let op = Arg::Scalar { value: Num::Int(i128::from(!sum)), dtype: None };
+    let op = scalar(i32::from(!sum));
     let (t, a, o) = (x.dtype().cpp_name(), acc.cpp_name(), out.dtype().cpp_name());
     let first = kernel(ctx, "reduce", format!("reduce_partial<{t}, {a}>"))?;
     first.launch(&cfg, &[Arg::Array(x), Arg::Array(partial), int(x.size()), op], stream, true)?;
@@ -187,4 +338,106 @@ pub fn max(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, partial: &ArrayVi
 /// Elements of scratch a whole-array reduction needs on this device.
 pub fn reduce_scratch_len(ctx: &Context) -> usize {
     ctx.sm_count() * 16
+}
+
+/// A non-empty, C-contiguous array of a real dtype other than bool.
+fn reducible(what: &str, x: &ArrayView) -> Result<()> {
+    contiguous(what, x)?;
+    if matches!(x.dtype(), DType::Bool | DType::C64 | DType::C128) {
+        return Err(Error::Argument(format!("{what}: {} is not supported", x.dtype())));
+    }
+    if x.is_empty() {
+        return Err(Error::Argument(format!("{what}: the array is empty")));
+    }
+    Ok(())
+}
+
+/// Reduce each row (the last axis) of `x` into `out` (x's shape without its last axis, x's
+/// dtype; accumulating as the whole-array reductions do).
+fn reduce_rows(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, sum: bool, stream: Option<&Stream>) -> Result<()> {
+    let what = if sum { "sum" } else { "max" };
+    reducible(what, x)?;
+    let Some((&cols, lead)) = x.shape().split_last() else {
+        return Err(Error::Argument(format!("{what} over the last axis: x is 0-d")));
+    };
+    check_out(what, out, lead, x.dtype())?;
+    let rows = x.size() / cols;
+    let (t, a) = (x.dtype().cpp_name(), accumulator(x.dtype(), sum).cpp_name());
+    let k = kernel(ctx, "reduce", format!("reduce_rows<{t}, {a}>"))?;
+    let block = (cols.div_ceil(32) * 32).clamp(32, BLOCK as usize) as u32;
+    let cfg = LaunchConfig::new([rows.min(65535 * 16) as u32, 1, 1], [block, 1, 1]);
+    k.launch(&cfg, &[Arg::Array(x), Arg::Array(out), int(rows), int(cols), scalar(i32::from(!sum))], stream, true).map(drop)
+}
+
+/// Sum over the last axis of the C-contiguous `x` into `out` (16-bit floats accumulate in
+/// float32, integers in 64 bits; the result has x's dtype).
+pub fn sum_last_axis(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, stream: Option<&Stream>) -> Result<()> {
+    reduce_rows(ctx, x, out, true, stream)
+}
+
+/// Maximum over the last axis of the C-contiguous `x` into `out`.
+pub fn max_last_axis(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, stream: Option<&Stream>) -> Result<()> {
+    reduce_rows(ctx, x, out, false, stream)
+}
+
+/// Softmax over the last axis (numerically stable) of the C-contiguous floating `x` into
+/// `out` (same shape and dtype). Rows whose 16-byte vectors fit in one block's registers
+/// are read once; longer or unaligned rows take two passes.
+pub fn softmax(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, stream: Option<&Stream>) -> Result<()> {
+    if !matches!(x.dtype(), DType::F16 | DType::BF16 | DType::F32 | DType::F64) {
+        return Err(Error::Argument(format!("softmax: {} is not a floating type", x.dtype())));
+    }
+    contiguous("softmax", x)?;
+    check_out("softmax", out, x.shape(), x.dtype())?;
+    if x.is_empty() {
+        return Ok(());
+    }
+    let cols = x.shape().last().copied().unwrap_or(1);
+    let rows = x.size() / cols;
+    let t = x.dtype().cpp_name();
+    let args = [Arg::Array(x), Arg::Array(out), int(rows), int(cols)];
+    let grid = [rows.min(MAX_BLOCKS) as u32, 1, 1];
+    let per_vec = 16 / x.dtype().itemsize();
+    if cols.is_multiple_of(per_vec) && x.ptr().is_multiple_of(16) && out.ptr().is_multiple_of(16) {
+        let k = kernel(ctx, "softmax", format!("softmax_rows_reg<{t}, {SOFTMAX_VPT}>"))?;
+        let block = ((cols / per_vec).div_ceil(SOFTMAX_VPT).div_ceil(32) * 32).max(32);
+        if block <= k.attributes().max_threads_per_block as usize {
+            return k.launch(&LaunchConfig::new(grid, [block as u32, 1, 1]), &args, stream, true).map(drop);
+        }
+    }
+    let block = (cols.div_ceil(4).div_ceil(32) * 32).clamp(32, 1024) as u32;
+    let k = kernel(ctx, "softmax", format!("softmax_rows<{t}>"))?;
+    k.launch(&LaunchConfig::new(grid, [block, 1, 1]), &args, stream, true).map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broadcast_shapes_follow_numpy() {
+        assert_eq!(broadcast_shape(&[3, 1, 5], &[4, 1]), Some(vec![3, 4, 5]));
+        assert_eq!(broadcast_shape(&[], &[2, 3]), Some(vec![2, 3]));
+        assert_eq!(broadcast_shape(&[1], &[0]), Some(vec![0]));
+        assert_eq!(broadcast_shape(&[2, 3], &[3, 2]), None);
+        assert_eq!(broadcast_shape(&[], &[]), Some(vec![]));
+    }
+
+    #[test]
+    fn broadcast_views_have_zero_strides_where_stretched() {
+        let v = ArrayView::new(0x1000, &[1, 5], None, DType::F32, false, None).unwrap();
+        let b = broadcast_to(&v, &[2, 3, 5]).unwrap();
+        assert_eq!(b.shape(), [2, 3, 5]);
+        assert_eq!(b.strides(), [0, 0, 4]);
+        assert!(b.readonly());
+    }
+
+    #[test]
+    fn binary_ops_are_named_as_numpy_names_them() {
+        for (code, op) in BinaryOp::ALL.into_iter().enumerate() {
+            assert_eq!(op as usize, code);
+            assert_eq!(BinaryOp::from_name(op.name()), Some(op));
+        }
+        assert_eq!(BinaryOp::from_name("power"), None);
+    }
 }

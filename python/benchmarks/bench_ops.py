@@ -115,5 +115,44 @@ def main() -> None:
         print(f"| {op} | {mine / 1e9:.0f} | {100 * mine / copy_bw:.0f}% | {peer / 1e9:.0f} | {mine / peer:.2f}x |")
 
 
+def host_costs() -> None:
+    """Host µs per call on small arrays (the GPU keeps up), beside PyTorch's op: what an op
+    costs a program that issues many small ones."""
+    import time
+
+    x, y = torch.randn(4096, device="cuda"), torch.randn(4096, device="cuda")
+    half = torch.empty(4096, device="cuda", dtype=torch.float16)
+    out, s0 = torch.empty(4096, device="cuda"), torch.empty((), device="cuda")
+    m, row = x.view(64, 64), y[:64].view(1, 64)
+    cases = [
+        ("axpy", lambda: ops.axpy(2.0, x, y, out=out), lambda: torch.add(y, x, alpha=2.0, out=out)),
+        ("cast float32→float16", lambda: ops.cast(x, "float16", out=half), lambda: half.copy_(x)),
+        ("add, broadcast row", lambda: ops.add(m, row, out=out.view(64, 64)), lambda: torch.add(m, row, out=out.view(64, 64))),
+        ("sum, whole array", lambda: ops.sum(x, out=s0), lambda: torch.sum(x, dim=0, out=s0)),
+        ("softmax", lambda: ops.softmax(m, out=out.view(64, 64)), lambda: torch.softmax(m, dim=-1)),
+        ("cast, new result", lambda: ops.cast(x, "float16"), lambda: x.half()),
+    ]
+
+    def per_call(fn: Callable[[], object], n: int = 2000) -> float:
+        fn()
+        torch.cuda.synchronize()
+        best = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            best = min(best, (time.perf_counter() - t0) / n)
+            torch.cuda.synchronize()
+        return best * 1e6
+
+    print("\n## Host cost per op call (4096 float32 elements; best of 5 × 2000 calls)\n")
+    print("| op | caijit µs | PyTorch µs | caijit / PyTorch |")
+    print("|---|---|---|---|")
+    for name, mine, peer in cases:
+        a, b = per_call(mine), per_call(peer)
+        print(f"| {name} | {a:.1f} | {b:.1f} | {a / b:.2f}x |")
+
+
 if __name__ == "__main__":
     main()
+    host_costs()

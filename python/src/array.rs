@@ -201,6 +201,14 @@ pub enum PyArg {
 }
 
 impl PyArg {
+    /// The array's view; `None` for a scalar or struct bytes.
+    pub fn view(&self) -> Option<&ArrayView> {
+        match self {
+            PyArg::Array(v) | PyArg::Dlpack(v, _) | PyArg::ArrayOn(v, _) => Some(v),
+            PyArg::Scalar(..) | PyArg::Bytes(_) => None,
+        }
+    }
+
     pub fn as_arg(&self) -> Arg<'_> {
         match self {
             PyArg::Array(v) | PyArg::Dlpack(v, _) => Arg::Array(v),

@@ -149,7 +149,7 @@ pub struct Launcher {
 
 /// Which device a launch runs on: the device of its first non-empty array. An array whose
 /// device had to be asked of the driver keeps the answer, so the launch does not ask again.
-fn launch_device(args: &mut [PyArg]) -> PyCaiResult<usize> {
+pub fn launch_device(args: &mut [PyArg]) -> PyCaiResult<usize> {
     if rt::device_count()? <= 1 {
         return Ok(0);
     }
@@ -190,24 +190,6 @@ fn launch_now(
         (Some(cfg), _) => k.launch(&cfg, &launch_args, stream, sync),
         (None, Some(n)) => k.forall(n, &launch_args, stream, sync),
         (None, None) => Err(Error::Argument(SYNTAX.into())),
-    })?;
-    Ok(())
-}
-
-/// Copy the C-contiguous array `src` into the C-contiguous array `dst` (same dtype and
-/// size: any CAI or DLPack arrays) with the driver's device-to-device copy, ordered by the
-/// stream protocol as a launch is (`caijit.ops.ascontiguous` of a contiguous array).
-#[pyfunction]
-#[pyo3(signature = (src, dst, stream = None))]
-pub fn copy_contiguous(py: Python<'_>, src: &Bound<'_, PyAny>, dst: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>) -> PyCaiResult<()> {
-    let stream = stream.map(stream_from_py).transpose()?.flatten();
-    let mut ctx = ArgContext::new(stream.as_deref().map(RtStream::handle));
-    let mut arrays = [arg_from_py(0, src, &mut ctx)?, arg_from_py(1, dst, &mut ctx)?];
-    let device = launch_device(&mut arrays)?;
-    let [s, d] = [arrays[0].as_arg(), arrays[1].as_arg()];
-    py.detach(|| -> cai_runtime::Result<_> {
-        let ctx = Context::new(device)?;
-        cai_runtime::launch::copy_contiguous(&ctx, &s, &d, stream.as_deref(), true)
     })?;
     Ok(())
 }

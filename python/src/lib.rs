@@ -6,6 +6,7 @@ mod array;
 mod errors;
 mod interface;
 mod kernel;
+mod ops;
 mod stream;
 
 use cai_runtime::compile::{toolkit, DiskCache};
@@ -133,7 +134,21 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(kernel::make_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(array::launch_view, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::compile_program, m)?)?;
-    m.add_function(wrap_pyfunction!(kernel::copy_contiguous, m)?)?;
+    for f in [
+        wrap_pyfunction!(ops::axpy, m)?,
+        wrap_pyfunction!(ops::scale, m)?,
+        wrap_pyfunction!(ops::fill, m)?,
+        wrap_pyfunction!(ops::cast, m)?,
+        wrap_pyfunction!(ops::binary, m)?,
+        wrap_pyfunction!(ops::ascontiguous, m)?,
+        wrap_pyfunction!(ops::copy_contiguous, m)?,
+        wrap_pyfunction!(ops::transpose, m)?,
+        wrap_pyfunction!(ops::reduce, m)?,
+        wrap_pyfunction!(ops::reduce_scratch_len, m)?,
+        wrap_pyfunction!(ops::softmax, m)?,
+    ] {
+        m.add_function(f)?;
+    }
     m.add_function(wrap_pyfunction!(kernel::declarations, m)?)?;
     m.add_function(wrap_pyfunction!(stats, m)?)?;
     m.add_function(wrap_pyfunction!(op_source, m)?)?;

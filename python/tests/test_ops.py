@@ -3,6 +3,7 @@ matches NumPy (float64 reference) on the GPU, contiguous and strided inputs alik
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -110,7 +111,8 @@ def test_cast_chunks_tails_and_unaligned_starts() -> None:
     x = caijit.to_device(x_h)
     np.testing.assert_array_equal(host(ops.cast(x, "float16")), x_h.astype("float16"))
     out = caijit.empty(n, "float16")
-    ops._instance("elementwise", "cast", "float, __half")[3, 128](x, out, n)
+    k = caijit.module(caijit._native.op_source("elementwise"))["cast"].specialize("float, __half")
+    k[3, 128](x, out, n)
     np.testing.assert_array_equal(host(out), x_h.astype("float16"))
     shifted = caijit.parse_interface({**x.__cuda_array_interface__, "shape": (n - 1,), "data": (x.ptr + 4, False)})
     np.testing.assert_array_equal(host(ops.cast(shifted, "float16")), x_h[1:].astype("float16"))
@@ -215,3 +217,26 @@ def test_ops_accept_foreign_arrays_and_out() -> None:
         ops.scale(x, 2.0, out=torch.empty(999, device="cuda"))
     t = torch.randn(64, 48, device="cuda").t()
     torch.testing.assert_close(torch.as_tensor(ops.ascontiguous(t), device="cuda"), t.contiguous())
+
+
+@gpu
+def test_op_errors_name_what_was_wrong() -> None:
+    x = caijit.to_device(np.arange(12, dtype=np.float32).reshape(3, 4))
+    i = caijit.to_device(np.arange(4, dtype=np.int32))
+    cases = [
+        (lambda: ops.cast(x, "complex64"), "cast: complex64 is not supported (real types only)"),
+        (lambda: ops.add(x, i), "add: operands are float32 and int32; cast one first"),
+        (lambda: ops.add(x, caijit.zeros(3)), "add: shape mismatch"),
+        (lambda: ops.softmax(i), "softmax: int32 is not a floating type"),
+        (lambda: ops.sum(caijit.zeros(0)), "sum: the array is empty"),
+        (lambda: ops.max(caijit.zeros(3, "bool")), "max: bool is not supported"),
+        (lambda: ops.sum(x, axis=0), "sum: axis must be None or the last axis"),
+        (lambda: ops.transpose(i), "transpose: expected a 2-D array, got 1-d"),
+        (lambda: ops.axpy(1.5, i, i), "1.5 is a float; the parameter is an integer"),  # never truncated
+        (lambda: ops.fill(caijit.parse_interface({**x.__cuda_array_interface__, "shape": (4, 3), "strides": (4, 16)}), 0.0),
+         "fill: needs C-contiguous arrays"),
+        (lambda: ops.scale(x, 2.0, out=caijit.empty((3, 4), "float64")), "out must be a C-contiguous float32 array of shape [3, 4], got float64"),
+    ]
+    for f, message in cases:
+        with pytest.raises(caijit.ArgumentError, match=re.escape(message)):
+            f()
