@@ -352,25 +352,27 @@ fn reducible(what: &str, x: &ArrayView) -> Result<()> {
     Ok(())
 }
 
-/// Reduce each row (the last axis) of `x` into `out` (x's shape without its last axis, x's
-/// dtype; accumulating as the whole-array reductions do).
+/// Reduce each row (the last axis) of `x` into `out` (x's shape without its last axis, any
+/// real dtype; accumulating as the whole-array reductions do).
 fn reduce_rows(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, sum: bool, stream: Option<&Stream>) -> Result<()> {
     let what = if sum { "sum" } else { "max" };
     reducible(what, x)?;
     let Some((&cols, lead)) = x.shape().split_last() else {
         return Err(Error::Argument(format!("{what} over the last axis: x is 0-d")));
     };
-    check_out(what, out, lead, x.dtype())?;
+    real(what, out.dtype())?;
+    check_out(what, out, lead, out.dtype())?;
     let rows = x.size() / cols;
-    let (t, a) = (x.dtype().cpp_name(), accumulator(x.dtype(), sum).cpp_name());
-    let k = kernel(ctx, "reduce", format!("reduce_rows<{t}, {a}>"))?;
+    let (t, a, r) = (x.dtype().cpp_name(), accumulator(x.dtype(), sum).cpp_name(), out.dtype().cpp_name());
+    let k = kernel(ctx, "reduce", format!("reduce_rows<{t}, {a}, {r}>"))?;
     let block = (cols.div_ceil(32) * 32).clamp(32, BLOCK as usize) as u32;
     let cfg = LaunchConfig::new([rows.min(65535 * 16) as u32, 1, 1], [block, 1, 1]);
     k.launch(&cfg, &[Arg::Array(x), Arg::Array(out), int(rows), int(cols), scalar(i32::from(!sum))], stream, true).map(drop)
 }
 
 /// Sum over the last axis of the C-contiguous `x` into `out` (16-bit floats accumulate in
-/// float32, integers in 64 bits; the result has x's dtype).
+/// float32, integers in 64 bits; the sums are converted to `out`'s dtype, which NumPy
+/// makes 64-bit for integers).
 pub fn sum_last_axis(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, stream: Option<&Stream>) -> Result<()> {
     reduce_rows(ctx, x, out, true, stream)
 }

@@ -72,10 +72,11 @@ __global__ void reduce_final(const A* __restrict__ partial, T* __restrict__ out,
     if (threadIdx.x == 0) out[0] = caijit::convert<T>(acc);
 }
 
-// out[r] = reduce(x[r, :]) for a row-major (rows, cols) matrix with cols >= 1; one block
-// per row, four independent 16-byte loads per thread in flight when the row is aligned.
-template <typename T, typename A>
-__global__ void reduce_rows(const T* __restrict__ x, T* __restrict__ out, long long rows, long long cols, int op) {
+// out[r] = reduce(x[r, :]) converted to the output type, for a row-major (rows, cols)
+// matrix with cols >= 1; one block per row, four independent 16-byte loads per thread in
+// flight when the row is aligned.
+template <typename T, typename A, typename R>
+__global__ void reduce_rows(const T* __restrict__ x, R* __restrict__ out, long long rows, long long cols, int op) {
     using V16 = caijit::vec16<T>;
     constexpr int U = 4;
     for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -106,6 +107,6 @@ __global__ void reduce_rows(const T* __restrict__ x, T* __restrict__ out, long l
         for (long long c = start + threadIdx.x; c < cols; c += blockDim.x) acc[0] = combine(op, acc[0], caijit::convert<A>(row[c]));
         A total = combine(op, combine(op, acc[0], acc[1]), combine(op, acc[2], acc[3]));
         total = block_reduce(total, op);
-        if (threadIdx.x == 0) out[r] = caijit::convert<T>(total);
+        if (threadIdx.x == 0) out[r] = caijit::convert<R>(total);
     }
 }

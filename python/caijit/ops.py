@@ -169,12 +169,12 @@ def _reduce(name: str, x: Any, axis: Optional[int], out: Any, stream: Any) -> An
     xv = _view(x)
     dt = _name(xv)
     xa = _contiguous(x, xv, stream)
+    # NumPy's result dtypes: integer sums in 64 bits.
+    result = dt
+    if name == "sum" and dt.startswith(("int", "uint")):
+        result = "uint64" if dt.startswith("uint") else "int64"
     if axis is None:
-        # NumPy's result dtypes: integer sums in 64 bits. The scratch holds the accumulator:
-        # float32 for 16-bit floats, else the result dtype.
-        result = dt
-        if name == "sum" and dt.startswith(("int", "uint")):
-            result = "uint64" if dt.startswith("uint") else "int64"
+        # The scratch holds the accumulator: float32 for 16-bit floats, else the result dtype.
         acc = "float32" if dt in ("float16", "bfloat16") else result
         partial = caijit.empty(_scratch_len(_device(xv)), acc, stream=stream, device=_device(xv))
         out = _out(out, (), result, stream, xv)
@@ -182,7 +182,7 @@ def _reduce(name: str, x: Any, axis: Optional[int], out: Any, stream: Any) -> An
         return out
     if axis not in (-1, xv.ndim - 1):
         raise caijit.ArgumentError(f"{name}: axis must be None or the last axis")
-    out = _out(out, xv.shape[:-1], dt, stream, xv)
+    out = _out(out, xv.shape[:-1], result, stream, xv)
     _native.reduce(name, xa, out, None, stream)
     return out
 

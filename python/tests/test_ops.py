@@ -38,7 +38,7 @@ def test_reductions_copy_transpose_softmax_compile(dtype: str) -> None:
     r = caijit.module(caijit._native.op_source("reduce"))
     r["reduce_partial"].specialize(f"{cpp(dtype)}, {acc}").compile(arch="sm_90")
     r["reduce_final"].specialize(f"{acc}, {cpp(dtype)}").compile(arch="sm_90")
-    r["reduce_rows"].specialize(f"{cpp(dtype)}, {acc}").compile(arch="sm_90")
+    r["reduce_rows"].specialize(f"{cpp(dtype)}, {acc}, {cpp(dtype)}").compile(arch="sm_90")
     caijit.module(caijit._native.op_source("strided_copy"))["strided_copy"].specialize(f"{cpp(dtype)}, 4").compile(arch="sm_80")
     caijit.module(caijit._native.op_source("transpose"))["transpose"].specialize(cpp(dtype)).compile(arch="sm_90")
     if dtype in FLOATS:
@@ -173,6 +173,10 @@ def test_reductions(dtype: str) -> None:
     close(host(ops.max(d)), np.max(h.astype(np.float64)), dtype)
     close(host(ops.sum(d, axis=-1)), np.sum(h.astype(np.float64), axis=-1), dtype, 30)
     close(host(ops.max(d, axis=-1)), np.max(h.astype(np.float64), axis=-1), dtype)
+    # NumPy's result dtypes (integer sums in 64 bits), whole array and per row alike.
+    assert host(ops.sum(d)).dtype == np.sum(h).dtype
+    assert host(ops.sum(d, axis=-1)).dtype == np.sum(h, axis=-1).dtype
+    assert host(ops.max(d, axis=-1)).dtype == h.dtype
     # Strided input: made contiguous first.
     for label, want, v in views(h)[1:3]:
         close(host(ops.sum(v, axis=-1)), np.sum(want.astype(np.float64), axis=-1), dtype, 30)
