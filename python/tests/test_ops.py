@@ -50,14 +50,21 @@ def test_reductions_copy_transpose_softmax_compile(dtype: str) -> None:
 # ---------------------------------------------------------------------------- GPU
 
 rng = np.random.default_rng()
-TOL = {"float16": 2e-3, "bfloat16": 2e-2, "float32": 1e-5, "float64": 1e-12}
+TOL = {"float16": 2e-3, "bfloat16": 2e-2, "float32": 1e-5, "float64": 1e-12, "complex64": 1e-5, "complex128": 1e-12}
 
 
 def rand(shape: Any, dtype: str) -> np.ndarray:
     if dtype.startswith(("int", "uint")):
         info = np.iinfo(dtype)
         return rng.integers(max(info.min, -100), min(info.max, 100), shape).astype(dtype)
+    if dtype.startswith("complex"):
+        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
     return rng.standard_normal(shape).astype(dtype)
+
+
+def wide(a: np.ndarray) -> np.ndarray:
+    """The float64 (complex128) reference of an array."""
+    return a.astype(np.complex128 if a.dtype.kind == "c" else np.float64)
 
 
 def host(a: Any) -> np.ndarray:
@@ -66,7 +73,7 @@ def host(a: Any) -> np.ndarray:
 
 def close(got: np.ndarray, want: np.ndarray, dtype: str, scale: float = 1.0) -> None:
     if dtype in TOL:
-        np.testing.assert_allclose(got.astype(np.float64), want, rtol=TOL[dtype] * scale, atol=TOL[dtype] * scale)
+        np.testing.assert_allclose(wide(got), want, rtol=TOL[dtype] * scale, atol=TOL[dtype] * scale)
     else:
         np.testing.assert_array_equal(got, want.astype(got.dtype))
 
@@ -76,21 +83,24 @@ NP_REAL = [d for d in REAL if d != "bfloat16"]
 
 
 @gpu
-@pytest.mark.parametrize("dtype", NP_REAL)
+@pytest.mark.parametrize("dtype", NP_REAL + ["complex64", "complex128"])
 def test_axpy_scale_fill(dtype: str) -> None:
     n = 100_003
     x_h, y_h = rand(n, dtype), rand(n, dtype)
     x, y = caijit.to_device(x_h), caijit.to_device(y_h)
-    a = 3
-    close(host(ops.axpy(a, x, y)), a * x_h.astype(np.float64) + y_h, dtype, 4)
-    close(host(ops.scale(x, 2)), 2 * x_h.astype(np.float64), dtype)
+    a: complex = 3
+    close(host(ops.axpy(a, x, y)), a * wide(x_h) + y_h, dtype, 4)
+    close(host(ops.scale(x, 2)), 2 * wide(x_h), dtype)
+    if dtype.startswith("complex"):
+        a = 0.5 - 2j
+        close(host(ops.axpy(a, x, y)), a * wide(x_h) + y_h, dtype, 4)
     out = caijit.empty(n, dtype)
     ops.fill(out, 7)
     assert (host(out) == 7).all()
     # Misaligned start (offset by one element): the scalar path.
     xs = caijit.parse_interface({**x.__cuda_array_interface__, "shape": (n - 1,), "data": (x.ptr + x_h.itemsize, False)})
     ys = caijit.parse_interface({**y.__cuda_array_interface__, "shape": (n - 1,), "data": (y.ptr + y_h.itemsize, False)})
-    close(host(ops.axpy(a, xs, ys)), a * x_h[1:].astype(np.float64) + y_h[1:], dtype, 4)
+    close(host(ops.axpy(a, xs, ys)), a * wide(x_h[1:]) + y_h[1:], dtype, 4)
 
 
 @gpu
@@ -99,6 +109,45 @@ def test_cast(src: str, dst: str) -> None:
     x_h = rand((257, 3), src)
     got = host(ops.cast(caijit.to_device(x_h), dst))
     np.testing.assert_array_equal(got, x_h.astype(dst))
+
+
+@gpu
+@pytest.mark.parametrize("dtype", NP_REAL + ["bool"])
+def test_cast_every_dtype_both_ways(dtype: str) -> None:
+    """Every dtype into float64 (exact), and float32 values each dtype represents exactly
+    into it (exact): C++'s conversions agree with NumPy's wherever both are defined."""
+    x_h = rand(1000, dtype)
+    np.testing.assert_array_equal(host(ops.cast(caijit.to_device(x_h), "float64")), x_h.astype(np.float64))
+    f = x_h.astype(np.float32)
+    np.testing.assert_array_equal(host(ops.cast(caijit.to_device(f), dtype)), x_h)
+
+
+@gpu
+def test_bfloat16_ops_through_torch() -> None:
+    """bfloat16, which NumPy lacks: PyTorch tensors in and out, float64 references."""
+    torch = pytest.importorskip("torch")
+    tol = {"rtol": 2e-2, "atol": 2e-2}
+    x32, y32 = torch.randn(64, 130, device="cuda"), torch.randn(64, 130, device="cuda")
+    x, y = x32.bfloat16(), y32.bfloat16()
+    cast = torch.empty_like(x)
+    ops.cast(x32, "bfloat16", out=cast)
+    torch.testing.assert_close(cast, x, rtol=0, atol=0)  # both round to nearest even
+    back = torch.empty_like(x32)
+    ops.cast(x, "float32", out=back)
+    torch.testing.assert_close(back, x.float(), rtol=0, atol=0)
+    out = torch.empty_like(x)
+    ops.axpy(2.0, x, y, out=out)
+    torch.testing.assert_close(out.double(), 2 * x.double() + y.double(), **tol)
+    ops.add(x, y[:1], out=out)  # broadcast row
+    torch.testing.assert_close(out.double(), x.double() + y[:1].double(), **tol)
+    ops.softmax(x, out=out)
+    torch.testing.assert_close(out.double(), torch.softmax(x.double(), dim=-1), **tol)
+    rows = torch.empty(64, device="cuda", dtype=torch.bfloat16)
+    ops.sum(x, axis=-1, out=rows)
+    torch.testing.assert_close(rows.double(), x.double().sum(-1), rtol=2e-2, atol=0.3)
+    total = torch.empty((), device="cuda", dtype=torch.bfloat16)
+    ops.max(x, out=total)
+    assert total.item() == x.max().item()
 
 
 @gpu
