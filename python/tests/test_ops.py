@@ -114,12 +114,12 @@ def test_cast(src: str, dst: str) -> None:
 @gpu
 @pytest.mark.parametrize("dtype", NP_REAL + ["bool"])
 def test_cast_every_dtype_both_ways(dtype: str) -> None:
-    """Every dtype into float64 (exact), and float32 values each dtype represents exactly
-    into it (exact): C++'s conversions agree with NumPy's wherever both are defined."""
+    """Every dtype into float64 (exact), and float32 into every dtype (values in its range):
+    C++'s conversions agree with NumPy's wherever both are defined."""
     x_h = rand(1000, dtype)
     np.testing.assert_array_equal(host(ops.cast(caijit.to_device(x_h), "float64")), x_h.astype(np.float64))
     f = x_h.astype(np.float32)
-    np.testing.assert_array_equal(host(ops.cast(caijit.to_device(f), dtype)), x_h)
+    np.testing.assert_array_equal(host(ops.cast(caijit.to_device(f), dtype)), f.astype(dtype))
 
 
 @gpu
