@@ -8,4 +8,5 @@ scripts/setup.sh
 export VIRTUAL_ENV="$PWD/.venv"
 cargo test --workspace --locked
 cargo clippy --workspace --all-targets --locked -q -- -D warnings
+cargo fmt --all --check
 (cd python && ../.venv/bin/python -m pytest -q -ra)

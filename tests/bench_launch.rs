@@ -68,7 +68,8 @@ fn main() {
     let foreign: Vec<Stream> = (0..3).map(|_| Stream::new(&ctx).unwrap()).collect();
     let bufs: Vec<_> = (0..3).map(|_| cai_runtime::array::DeviceArray::zeros(&ctx, &[N], DType::F32, &home).unwrap()).collect();
     home.synchronize().unwrap();
-    let view = |i: usize, s: &Stream| ArrayView::contiguous(bufs[i].ptr(), &[N], DType::F32, false).unwrap().with_stream(Some(s.stream_ref()));
+    let view =
+        |i: usize, s: &Stream| ArrayView::contiguous(bufs[i].ptr(), &[N], DType::F32, false).unwrap().with_stream(Some(s.stream_ref()));
     let n = Arg::Scalar { value: Num::Int(N as i128), dtype: None };
     let cfg = LaunchConfig::new([1, 1, 1], [128, 1, 1]);
     let sync_all = || {
@@ -98,11 +99,8 @@ fn main() {
     let cstream = cctx.new_stream().unwrap();
     let cmod = cctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin)).unwrap();
     let f = cmod.load_function("empty3").unwrap();
-    let (a, b, mut c) = (
-        cstream.alloc_zeros::<f32>(N).unwrap(),
-        cstream.alloc_zeros::<f32>(N).unwrap(),
-        cstream.alloc_zeros::<f32>(N).unwrap(),
-    );
+    let (a, b, mut c) =
+        (cstream.alloc_zeros::<f32>(N).unwrap(), cstream.alloc_zeros::<f32>(N).unwrap(), cstream.alloc_zeros::<f32>(N).unwrap());
     let nn = N as i32;
     let ccfg = cudarc::driver::LaunchConfig { grid_dim: (1, 1, 1), block_dim: (128, 1, 1), shared_mem_bytes: 0 };
     let mut raw = || {
@@ -145,5 +143,8 @@ fn main() {
     let per_stream = |i: usize, streams: f64| median(runs[i].iter().zip(&runs[0]).map(|(m, base)| (m.0 - base.0) / streams).collect());
     println!("\nper foreign stream: {:.2} µs with one, {:.2} µs each with three", per_stream(2, 1.0), per_stream(3, 3.0));
     let s = stats();
-    println!("\ncounters: launches={} waits={} reverse_waits={} host_syncs={} events_created={}", s.launches, s.waits, s.reverse_waits, s.host_syncs, s.events_created);
+    println!(
+        "\ncounters: launches={} waits={} reverse_waits={} host_syncs={} events_created={}",
+        s.launches, s.waits, s.reverse_waits, s.host_syncs, s.events_created
+    );
 }

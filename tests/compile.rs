@@ -47,8 +47,7 @@ fn every_kernel_compiles_for_sm80_and_sm90() {
                     p = p.name_expression(format!("{}<{}>", d.name, args.join(", ")));
                 }
             }
-            let c = compile_with(&p, Arch::parse(arch).unwrap(), &fresh())
-                .unwrap_or_else(|e| panic!("{} for {arch}: {e}", path.display()));
+            let c = compile_with(&p, Arch::parse(arch).unwrap(), &fresh()).unwrap_or_else(|e| panic!("{} for {arch}: {e}", path.display()));
             assert!(matches!(c.image, cai_runtime::compile::Image::Cubin(ref b) if b.starts_with(b"\x7fELF")));
             assert!(!c.kernels.is_empty(), "{}", path.display());
         }
@@ -106,7 +105,8 @@ fn lowered_names_and_layouts() {
 
 #[test]
 fn template_deduction_then_instantiation() {
-    let src = "template <typename T> __global__ void axpy(T a, const T* x, T* y, int n) { int i = threadIdx.x; if (i < n) y[i] += a * x[i]; }";
+    let src =
+        "template <typename T> __global__ void axpy(T a, const T* x, T* y, int n) { int i = threadIdx.x; if (i < n) y[i] += a * x[i]; }";
     let p = Program::new(src);
     let decl = &p.declarations().unwrap()[0];
     for (dtype, cpp) in [(DType::F32, "float"), (DType::F64, "double"), (DType::F16, "__half"), (DType::I32, "int")] {
@@ -157,7 +157,12 @@ fn memory_and_disk_caches() {
     assert_eq!(first.kernels, second.kernels);
 
     // Corrupt the entry: it is recompiled and replaced, never loaded.
-    let entry = std::fs::read_dir(dir.path()).unwrap().flatten().find(|e| e.file_name().to_string_lossy().ends_with(".cubin-entry")).unwrap().path();
+    let entry = std::fs::read_dir(dir.path())
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().ends_with(".cubin-entry"))
+        .unwrap()
+        .path();
     let mut bytes = std::fs::read(&entry).unwrap();
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0xff;

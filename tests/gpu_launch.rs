@@ -150,8 +150,7 @@ fn stream_protocol_orders_both_ways() {
     // ~50 ms of spinning on A before x is written with 7.
     let cycles = Arg::Scalar { value: Num::Int(100_000_000), dtype: None };
     let one = LaunchConfig::new([1, 1, 1], [256, 1, 1]);
-    slow.launch(&one, &[Arg::Array(&xv), Arg::Scalar { value: Num::Float(7.0), dtype: None }, nn, cycles], Some(&a_stream), true)
-        .unwrap();
+    slow.launch(&one, &[Arg::Array(&xv), Arg::Scalar { value: Num::Float(7.0), dtype: None }, nn, cycles], Some(&a_stream), true).unwrap();
     // Consumer on C: y = x (must see 7s), then A copies y into z (must see 7s too).
     copy.launch(&LaunchConfig::for_elements(n, 256), &[Arg::Array(&xv), Arg::Array(&yv), nn], Some(&c_stream), true).unwrap();
     let after = stats();
@@ -236,7 +235,12 @@ fn cudarc_slices_as_arguments() {
     assert_eq!(xv.stream(), yv.stream());
     let own = Stream::new(&ctx).unwrap();
     let before = stats();
-    let args = [Arg::Scalar { value: Num::Float(3.0), dtype: None }, Arg::Array(&xv), Arg::Array(&yv), Arg::Scalar { value: Num::Int(n as i128), dtype: None }];
+    let args = [
+        Arg::Scalar { value: Num::Float(3.0), dtype: None },
+        Arg::Array(&xv),
+        Arg::Array(&yv),
+        Arg::Scalar { value: Num::Int(n as i128), dtype: None },
+    ];
     k.forall(n, &args, Some(&own), true).unwrap();
     assert_eq!(stats().waits - before.waits, 1, "the launch waited on the cudarc stream");
     let got: Vec<f32> = cstream.clone_dtoh(&y).unwrap();

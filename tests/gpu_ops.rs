@@ -63,7 +63,8 @@ fn contiguous_copies_check_their_arrays() {
     let i = DeviceArray::zeros(&ctx, &[24], DType::I32, &s).unwrap();
     // Same dtype and size, any shapes: a flat copy.
     copy_contiguous(&ctx, &Arg::Array(&a.view()), &Arg::Array(&b.view()), None, true).unwrap();
-    let err = |src: &ArrayView, dst: &ArrayView| copy_contiguous(&ctx, &Arg::Array(src), &Arg::Array(dst), None, true).unwrap_err().to_string();
+    let err =
+        |src: &ArrayView, dst: &ArrayView| copy_contiguous(&ctx, &Arg::Array(src), &Arg::Array(dst), None, true).unwrap_err().to_string();
     let e = err(&a.view(), &i.view());
     assert!(e.contains("differ") && e.contains("float32") && e.contains("int32"), "{e}");
     let strided = ArrayView::new(a.ptr(), &[4, 3], Some(&[24, 8]), DType::F32, false, None).unwrap();

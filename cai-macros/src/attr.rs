@@ -85,7 +85,9 @@ pub fn container(attrs: &[Attribute], errors: &mut Errors) -> Container {
             } else if meta.path.is_ident("align") {
                 c.align = Some(meta.value()?.parse()?);
             } else {
-                return Err(meta.error("unknown cai attribute; expected `dtype = T`, `python`, `crate = \"path\"`, `size = N` or `align = N`"));
+                return Err(
+                    meta.error("unknown cai attribute; expected `dtype = T`, `python`, `crate = \"path\"`, `size = N` or `align = N`")
+                );
             }
             Ok(())
         });
@@ -118,9 +120,8 @@ pub fn field(f: &Field, errors: &mut Errors) -> FieldAttrs {
             } else if meta.path.is_ident("offset") {
                 out.offset = Some(meta.value()?.parse()?);
             } else {
-                return Err(meta.error(
-                    "unknown cai field attribute; expected one of `data`, `shape`, `strides`, `stream`, `readonly`, `offset = N`",
-                ));
+                return Err(meta
+                    .error("unknown cai field attribute; expected one of `data`, `shape`, `strides`, `stream`, `readonly`, `offset = N`"));
             }
             Ok(())
         });

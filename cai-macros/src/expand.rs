@@ -16,7 +16,6 @@ fn krate(p: &check::Parsed<'_>) -> TokenStream {
     }
 }
 
-
 pub fn cuda_array_interface(input: &DeriveInput) -> TokenStream {
     let mut errors = Errors::default();
     let p = check::parse(input, &mut errors);

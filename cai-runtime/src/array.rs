@@ -64,11 +64,7 @@ impl DeviceArray {
     pub fn from_bytes(ctx: &Arc<Context>, shape: &[usize], dtype: DType, bytes: &[u8], stream: &Arc<Stream>) -> Result<DeviceArray> {
         let a = Self::empty(ctx, shape, dtype, stream)?;
         if bytes.len() != a.nbytes() {
-            return Err(Error::Argument(format!(
-                "{} bytes given for shape {shape:?} of {dtype}, which needs {}",
-                bytes.len(),
-                a.nbytes()
-            )));
+            return Err(Error::Argument(format!("{} bytes given for shape {shape:?} of {dtype}, which needs {}", bytes.len(), a.nbytes())));
         }
         if !bytes.is_empty() {
             ctx.bind()?.copy_to_owned(a.ptr(), bytes, stream.raw())?;

@@ -188,7 +188,11 @@ impl ParamBuffer {
         ParamBuffer { inline: [0; 32], heap }
     }
     fn words(&mut self) -> &mut [u128] {
-        if self.heap.is_empty() { &mut self.inline[..] } else { &mut self.heap[..] }
+        if self.heap.is_empty() {
+            &mut self.inline[..]
+        } else {
+            &mut self.heap[..]
+        }
     }
     fn write(&mut self, offset: usize, data: &[u8]) {
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(self.words());
@@ -223,7 +227,10 @@ fn check_array(p: &ParamLayout, v: &ArrayView, dtype: Option<DType>, is_const: b
         }
     }
     if v.readonly() && !is_const {
-        return Err(err(p, "the array is readonly but the parameter is not const; declare it `const T*` / `caijit::Array<const T, N>`".into()));
+        return Err(err(
+            p,
+            "the array is readonly but the parameter is not const; declare it `const T*` / `caijit::Array<const T, N>`".into(),
+        ));
     }
     Ok(())
 }
@@ -282,9 +289,9 @@ pub fn encode_scalar(value: Num, dtype: DType) -> std::result::Result<ScalarByte
     macro_rules! ranged {
         ($t:ty) => {{
             let i = int(value)?;
-            <$t>::try_from(i).map(|x| ScalarBytes::new(&[&x.to_le_bytes()])).map_err(|_| {
-                format!("{i} is out of range for {} [{}, {}]", dtype.cpp_name(), <$t>::MIN, <$t>::MAX)
-            })?
+            <$t>::try_from(i)
+                .map(|x| ScalarBytes::new(&[&x.to_le_bytes()]))
+                .map_err(|_| format!("{i} is out of range for {} [{}, {}]", dtype.cpp_name(), <$t>::MIN, <$t>::MAX))?
         }};
     }
     let finite_max = |f: f64, max: f64| -> std::result::Result<f64, String> {
@@ -396,12 +403,7 @@ impl Kernel {
     pub fn launch(&self, cfg: &LaunchConfig, args: &[Arg<'_>], stream: Option<&Stream>, sync: bool) -> Result<u64> {
         let params = &self.info.params;
         if params.len() != args.len() {
-            return Err(Error::Argument(format!(
-                "kernel `{}` takes {} arguments, got {}",
-                self.info.base_name,
-                params.len(),
-                args.len()
-            )));
+            return Err(Error::Argument(format!("kernel `{}` takes {} arguments, got {}", self.info.base_name, params.len(), args.len())));
         }
         cfg.check(self)?;
         let mut buf = ParamBuffer::new(self.info.param_buffer_size());

@@ -79,10 +79,10 @@ pub trait KernelStruct: ParamBytes {}
 #[doc(hidden)]
 pub mod __private {
     pub use crate::cai::{
-        check_import, export_view, ArrayView, DType, DataField, Element, InterfaceError, ShapeField, StreamField,
-        StreamFieldImport, StridesField,
+        check_import, export_view, ArrayView, DType, DataField, Element, InterfaceError, ShapeField, StreamField, StreamFieldImport,
+        StridesField,
     };
-    pub use crate::{CudaArrayInterface, FromCudaArrayInterface, KernelStruct, ParamBytes};
     #[cfg(feature = "python")]
     pub use crate::python;
+    pub use crate::{CudaArrayInterface, FromCudaArrayInterface, KernelStruct, ParamBytes};
 }

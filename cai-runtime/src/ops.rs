@@ -220,9 +220,8 @@ pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
 /// `shape` stretches (the view keeps `v`'s stream, so a launch still orders against it).
 fn broadcast_to(v: &ArrayView, shape: &[usize]) -> Result<ArrayView> {
     let pad = shape.len() - v.ndim();
-    let strides: Vec<i64> = (0..shape.len())
-        .map(|k| if k < pad || (v.shape()[k - pad] == 1 && shape[k] != 1) { 0 } else { v.strides()[k - pad] })
-        .collect();
+    let strides: Vec<i64> =
+        (0..shape.len()).map(|k| if k < pad || (v.shape()[k - pad] == 1 && shape[k] != 1) { 0 } else { v.strides()[k - pad] }).collect();
     Ok(ArrayView::new(v.ptr(), shape, Some(&strides), v.dtype(), true, v.stream())?)
 }
 

@@ -61,11 +61,7 @@ fn wrong(key: &'static str, expected: &'static str, got: &Bound<'_, PyAny>) -> I
 }
 
 /// A Python int (not a bool) that fits `T`.
-fn int<'py, T: FromPyObjectOwned<'py>>(
-    key: &'static str,
-    expected: &'static str,
-    v: &Bound<'py, PyAny>,
-) -> Result<T, InterfaceError> {
+fn int<'py, T: FromPyObjectOwned<'py>>(key: &'static str, expected: &'static str, v: &Bound<'py, PyAny>) -> Result<T, InterfaceError> {
     if !v.is_instance_of::<PyInt>() || v.is_instance_of::<PyBool>() {
         return Err(wrong(key, expected, v));
     }
@@ -103,10 +99,7 @@ pub fn descriptor_from_dict(d: &Bound<'_, PyDict>) -> Result<Descriptor, FromPyE
     let version = int::<i64>("version", "an int", &required(d, "version")?)?;
     let shape = int_seq("shape", &required(d, "shape")?)?;
     let typestr_obj = required(d, "typestr")?;
-    let typestr = typestr_obj
-        .cast::<PyString>()
-        .map_err(|_| wrong("typestr", "a str", &typestr_obj))?
-        .to_string();
+    let typestr = typestr_obj.cast::<PyString>().map_err(|_| wrong("typestr", "a str", &typestr_obj))?.to_string();
     let data_obj = required(d, "data")?;
     let data = {
         const EXPECTED: &str = "a tuple (ptr: int, readonly: bool)";
@@ -123,9 +116,7 @@ pub fn descriptor_from_dict(d: &Bound<'_, PyDict>) -> Result<Descriptor, FromPyE
     let strides = optional(d, "strides")?.map(|s| int_seq("strides", &s)).transpose()?;
     let descr = optional(d, "descr")?.map(|v| read_descr(&v)).transpose()?;
     let mask = optional(d, "mask")?.is_some();
-    let stream = optional(d, "stream")?
-        .map(|s| int::<u64>("stream", "None or an int (1, 2, or a CUstream handle)", &s))
-        .transpose()?;
+    let stream = optional(d, "stream")?.map(|s| int::<u64>("stream", "None or an int (1, 2, or a CUstream handle)", &s)).transpose()?;
     let mut desc = Descriptor::new(shape, typestr, data.ptr, data.readonly);
     desc.version = version;
     desc.strides = strides;
@@ -165,8 +156,7 @@ pub fn interface_dict<'py>(obj: &Bound<'py, PyAny>) -> Result<Bound<'py, PyDict>
         // The producer's property itself failed: surface its exception unchanged.
         Err(e) => return Err(e.into()),
     };
-    attr.cast_into::<PyDict>()
-        .map_err(|e| InterfaceError::NotADict { got: type_name(e.into_inner().as_any()) }.into())
+    attr.cast_into::<PyDict>().map_err(|e| InterfaceError::NotADict { got: type_name(e.into_inner().as_any()) }.into())
 }
 
 pub fn descriptor_to_dict<'py>(py: Python<'py>, d: &Descriptor) -> PyResult<Bound<'py, PyDict>> {
@@ -185,4 +175,3 @@ pub fn descriptor_to_dict<'py>(py: Python<'py>, d: &Descriptor) -> PyResult<Boun
     }
     Ok(out)
 }
-

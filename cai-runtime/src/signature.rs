@@ -276,9 +276,7 @@ pub fn scalar_from_cpp(name: &str) -> Option<DType> {
         "unsigned short" | "uint16_t" => DType::U16,
         "int" | "signed" | "signed int" | "int32_t" => DType::I32,
         "unsigned" | "unsigned int" | "uint32_t" => DType::U32,
-        "long" | "signed long" | "long long" | "signed long long" | "int64_t" | "ptrdiff_t" | "ssize_t" | "intptr_t" => {
-            DType::I64
-        }
+        "long" | "signed long" | "long long" | "signed long long" | "int64_t" | "ptrdiff_t" | "ssize_t" | "intptr_t" => DType::I64,
         "unsigned long" | "unsigned long long" | "uint64_t" | "size_t" | "uintptr_t" => DType::U64,
         "__half" | "half" => DType::F16,
         "__nv_bfloat16" | "nv_bfloat16" => DType::BF16,
@@ -299,10 +297,7 @@ fn join_type(toks: &[Tok]) -> String {
             Tok::Punct(c) => c.to_string(),
             Tok::Str(x) => format!("\"{x}\""),
         };
-        let glue = matches!(t, Tok::Scope | Tok::Punct('<' | '>' | ',' | '*'))
-            || s.ends_with("::")
-            || s.ends_with('<')
-            || s.is_empty();
+        let glue = matches!(t, Tok::Scope | Tok::Punct('<' | '>' | ',' | '*')) || s.ends_with("::") || s.ends_with('<') || s.is_empty();
         if !glue {
             s.push(' ');
         }
@@ -446,10 +441,7 @@ pub fn parse_kernels(source: &str) -> Result<Vec<KernelDecl>, SignatureError> {
     // Ranges of `extern "C" { ... }` blocks.
     let mut extern_blocks = Vec::new();
     for i in 0..toks.len() {
-        if is_ident(toks.get(i), "extern")
-            && toks.get(i + 1) == Some(&Tok::Str("C".into()))
-            && toks.get(i + 2) == Some(&Tok::Punct('{'))
-        {
+        if is_ident(toks.get(i), "extern") && toks.get(i + 1) == Some(&Tok::Str("C".into())) && toks.get(i + 2) == Some(&Tok::Punct('{')) {
             if let Some(end) = matching(&toks, i + 2, '{', '}') {
                 extern_blocks.push(i + 2..end);
             }
@@ -551,10 +543,7 @@ pub fn demangled_params(lowered: &str) -> Result<Option<(String, Vec<ParamType>)
     let text = sym.demangle().map_err(|e| SignatureError(format!("cannot demangle {lowered}: {e}")))?;
     // "void axpy<float>(float, float const*, float*, int)": the last top-level parens.
     let toks = tokenize(&text);
-    let open = toks
-        .iter()
-        .rposition(|t| *t == Tok::Punct('('))
-        .ok_or_else(|| SignatureError(format!("no parameter list in {text}")))?;
+    let open = toks.iter().rposition(|t| *t == Tok::Punct('(')).ok_or_else(|| SignatureError(format!("no parameter list in {text}")))?;
     // The outermost parameter list is the one whose `(` closes at the end.
     let mut open = open;
     for (idx, t) in toks.iter().enumerate() {
@@ -609,19 +598,14 @@ fn ptx_param(decl: &str) -> Option<PtxParam> {
         return None;
     }
     let last = *words.last()?;
-    let ty = words.iter().find(|w| {
-        matches!(w.get(..2), Some(".b" | ".u" | ".s" | ".f")) && w[2..].chars().all(|c| c.is_ascii_digit()) && w.len() > 2
-    })?;
+    let ty = words
+        .iter()
+        .find(|w| matches!(w.get(..2), Some(".b" | ".u" | ".s" | ".f")) && w[2..].chars().all(|c| c.is_ascii_digit()) && w.len() > 2)?;
     let bits: usize = ty[2..].parse().ok()?;
     let elem = bits / 8;
     if let Some(open) = last.find('[') {
         let n: usize = last[open + 1..last.len() - 1].parse().ok()?;
-        let align = words
-            .iter()
-            .position(|w| *w == ".align")
-            .and_then(|i| words.get(i + 1))
-            .and_then(|a| a.parse().ok())
-            .unwrap_or(elem);
+        let align = words.iter().position(|w| *w == ".align").and_then(|i| words.get(i + 1)).and_then(|a| a.parse().ok()).unwrap_or(elem);
         return Some(PtxParam { size: elem * n, align });
     }
     Some(PtxParam { size: elem, align: elem })
@@ -711,11 +695,7 @@ fn kind_of(t: &ParamType) -> Result<ParamKind, String> {
 
 /// Lay out parameters: kinds from the declaration, sizes and alignments from the PTX,
 /// each cross-checked against the other.
-pub fn layout(
-    kernel: &str,
-    declared: &[(Option<String>, ParamType)],
-    ptx: &[PtxParam],
-) -> Result<Vec<ParamLayout>, SignatureError> {
+pub fn layout(kernel: &str, declared: &[(Option<String>, ParamType)], ptx: &[PtxParam]) -> Result<Vec<ParamLayout>, SignatureError> {
     if declared.len() != ptx.len() {
         return Err(SignatureError(format!(
             "kernel `{kernel}`: the declaration has {} parameters but the compiled code has {}",
@@ -919,10 +899,7 @@ mod tests {
                    .weak .entry _Z1fv(\n\t.param .align 8 .b8 _Z1fv_param_0[24],\n\t.param .u8 _Z1fv_param_1,\n\t.param .align 2 .b8 _Z1fv_param_2[2]\n)\n";
         let e = ptx_entries(ptx).unwrap();
         assert_eq!(e["k2"], [PtxParam { size: 8, align: 8 }, PtxParam { size: 8, align: 8 }]);
-        assert_eq!(
-            e["_Z1fv"],
-            [PtxParam { size: 24, align: 8 }, PtxParam { size: 1, align: 1 }, PtxParam { size: 2, align: 2 }]
-        );
+        assert_eq!(e["_Z1fv"], [PtxParam { size: 24, align: 8 }, PtxParam { size: 1, align: 1 }, PtxParam { size: 2, align: 2 }]);
     }
 
     #[test]
@@ -945,10 +922,7 @@ mod tests {
     fn deduction() {
         let k = one("template <typename T> __global__ void axpy(T a, const T* x, T* y, int n) {}");
         let f32a = ArgType::Array { dtype: DType::F32, rank: 1 };
-        assert_eq!(
-            deduce(&k, &[ArgType::UntypedScalar, f32a, f32a, ArgType::UntypedScalar]).unwrap(),
-            "axpy<float>"
-        );
+        assert_eq!(deduce(&k, &[ArgType::UntypedScalar, f32a, f32a, ArgType::UntypedScalar]).unwrap(), "axpy<float>");
         let f64a = ArgType::Array { dtype: DType::F64, rank: 1 };
         let e = deduce(&k, &[ArgType::UntypedScalar, f32a, f64a, ArgType::UntypedScalar]).unwrap_err();
         assert!(e.contains("template parameter T") && e.contains("argument 2"), "{e}");

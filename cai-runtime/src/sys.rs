@@ -381,15 +381,7 @@ impl Driver {
         let mut id = 0;
         // SAFETY: valid out-pointers; the optional outputs are null, which the API allows.
         check("cuStreamGetCaptureInfo", unsafe {
-            cu::cuStreamGetCaptureInfo_v3(
-                s.0,
-                &mut status,
-                &mut id,
-                ptr::null_mut(),
-                ptr::null_mut(),
-                ptr::null_mut(),
-                ptr::null_mut(),
-            )
+            cu::cuStreamGetCaptureInfo_v3(s.0, &mut status, &mut id, ptr::null_mut(), ptr::null_mut(), ptr::null_mut(), ptr::null_mut())
         })?;
         Ok(if status == cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE { id } else { 0 })
     }
@@ -461,11 +453,7 @@ impl Driver {
         let mut threshold = u64::MAX;
         // SAFETY: a live pool; the release threshold's value type is cuuint64_t.
         check("cuMemPoolSetAttribute", unsafe {
-            cu::cuMemPoolSetAttribute(
-                pool,
-                cu::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
-                (&mut threshold as *mut u64).cast(),
-            )
+            cu::cuMemPoolSetAttribute(pool, cu::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, (&mut threshold as *mut u64).cast())
         })?;
         Ok(RawPool(pool))
     }
@@ -506,9 +494,7 @@ impl Driver {
     /// sources are staged before the call returns, so `src` may be dropped afterwards.
     pub fn copy_to_owned(&self, dst: u64, src: &[u8], s: RawStream) -> Result<(), DriverError> {
         // SAFETY: `dst` is owned device memory at least `src.len()` long (caller's invariant).
-        check("cuMemcpyHtoDAsync", unsafe {
-            cu::cuMemcpyHtoDAsync_v2(dst, src.as_ptr() as *const c_void, src.len(), s.0)
-        })?;
+        check("cuMemcpyHtoDAsync", unsafe { cu::cuMemcpyHtoDAsync_v2(dst, src.as_ptr() as *const c_void, src.len(), s.0) })?;
         // A pageable copy may still read `src` until the stream reaches it.
         self.stream_synchronize(s)
     }
@@ -518,9 +504,7 @@ impl Driver {
     pub fn copy_from_owned(&self, dst: &mut [u8], src: u64, s: RawStream) -> Result<(), DriverError> {
         // SAFETY: `src` is owned device memory at least `dst.len()` long; `dst` is not read
         // before the synchronisation below.
-        check("cuMemcpyDtoHAsync", unsafe {
-            cu::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr() as *mut c_void, src, dst.len(), s.0)
-        })?;
+        check("cuMemcpyDtoHAsync", unsafe { cu::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr() as *mut c_void, src, dst.len(), s.0) })?;
         self.stream_synchronize(s)
     }
 

@@ -7,16 +7,16 @@ use cai_runtime::array::DeviceArray as RtArray;
 use cai_runtime::cai::{ArrayView, DType, StreamRef, TypestrOptions};
 use cai_runtime::launch::{Arg, Num};
 use cai_runtime::runtime::{Context, Stream as RtStream};
-use pyo3::prelude::*;
 use pyo3::intern;
+use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyBytes, PyComplex, PyDict, PyFloat, PyInt, PyString, PyTuple};
 use smallvec::SmallVec;
 
 use crate::errors::{PyCaiError, PyCaiResult};
 use crate::interface::{descriptor_to_dict, interface_dict, numpy_dtype, view_from_dict, Interface};
-use cai_runtime::python::FromPyError;
 use crate::stream::stream_from_py;
+use cai_runtime::python::FromPyError;
 
 /// Device memory owned by caijit, exporting CAI v3 with its stream.
 #[pyclass(frozen, module = "caijit", name = "DeviceArray")]
@@ -42,7 +42,9 @@ pub fn dtype_from_py(obj: &Bound<'_, PyAny>) -> PyCaiResult<DType> {
     let name: String = d.getattr("name")?.extract()?;
     match name.as_str() {
         "bfloat16" => Ok(DType::BF16),
-        _ if typestr.starts_with('>') => Err(PyCaiError::argument(format!("dtype {typestr} is big-endian; caijit arrays are little-endian"))),
+        _ if typestr.starts_with('>') => {
+            Err(PyCaiError::argument(format!("dtype {typestr} is big-endian; caijit arrays are little-endian")))
+        }
         _ => Err(PyCaiError::argument(format!("dtype {name} ({typestr}) is not supported by caijit"))),
     }
 }
@@ -223,7 +225,11 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
     let t = obj.get_type();
     let module = t.module().map(|m| m.to_string()).unwrap_or_default();
     let name = t.name().map(|n| n.to_string()).unwrap_or_default();
-    if module.is_empty() || module == "builtins" { name } else { format!("{module}.{name}") }
+    if module.is_empty() || module == "builtins" {
+        name
+    } else {
+        format!("{module}.{name}")
+    }
 }
 
 /// Array types read through their attributes instead of building a CAI dict: the same
@@ -301,9 +307,7 @@ impl ArgContext {
         if let Some(s) = self.cupy_stream {
             return Ok(s);
         }
-        let f = CURRENT.get_or_try_init(py, || -> PyResult<_> {
-            Ok(py.import("cupy.cuda")?.getattr("get_current_stream")?.unbind())
-        })?;
+        let f = CURRENT.get_or_try_init(py, || -> PyResult<_> { Ok(py.import("cupy.cuda")?.getattr("get_current_stream")?.unbind()) })?;
         let ptr: u64 = f.bind(py).call0()?.getattr(intern!(py, "ptr"))?.extract()?;
         let s = Some(if ptr == 0 { 1 } else { ptr });
         self.cupy_stream = Some(s);
@@ -477,8 +481,7 @@ fn int_value(index: usize, obj: &Bound<'_, PyAny>) -> PyCaiResult<i128> {
     if let Ok(v) = obj.extract::<i64>() {
         return Ok(v.into());
     }
-    obj.extract::<i128>()
-        .map_err(|_| PyCaiError::argument(format!("argument {index}: integer {obj} does not fit in 128 bits")))
+    obj.extract::<i128>().map_err(|_| PyCaiError::argument(format!("argument {index}: integer {obj} does not fit in 128 bits")))
 }
 
 /// `numpy.float32(1.5)` and friends (0-d, typed), but not `numpy.ndarray`.

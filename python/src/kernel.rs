@@ -361,10 +361,13 @@ pub fn kernel_infos<'py>(py: Python<'py>, c: &cai_runtime::compile::Compiled) ->
         d.set_item("params", param_dicts(py, k)?)?;
         d.set_item("param_bytes", k.param_buffer_size())?;
         d.set_item("arch", c.arch.to_string())?;
-        d.set_item("image", match c.image {
-            cai_runtime::compile::Image::Cubin(_) => "cubin",
-            cai_runtime::compile::Image::Ptx(_) => "ptx",
-        })?;
+        d.set_item(
+            "image",
+            match c.image {
+                cai_runtime::compile::Image::Cubin(_) => "cubin",
+                cai_runtime::compile::Image::Ptx(_) => "ptx",
+            },
+        )?;
         d.set_item("cache", format!("{:?}", c.source).to_lowercase())?;
         out.append(d)?;
     }

@@ -62,7 +62,14 @@ fn number(what: &str, obj: &Bound<'_, PyAny>) -> PyCaiResult<Num> {
 /// `out = a * x + y`.
 #[pyfunction]
 #[pyo3(signature = (a, x, y, out, stream = None))]
-pub fn axpy(py: Python<'_>, a: &Bound<'_, PyAny>, x: &Bound<'_, PyAny>, y: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>) -> PyCaiResult<()> {
+pub fn axpy(
+    py: Python<'_>,
+    a: &Bound<'_, PyAny>,
+    x: &Bound<'_, PyAny>,
+    y: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+    stream: Option<&Bound<'_, PyAny>>,
+) -> PyCaiResult<()> {
     let a = number("axpy", a)?;
     call(py, "axpy", [x, y, out], stream, |c| ops::axpy(c.ctx, a, c.arrays[0], c.arrays[1], c.arrays[2], c.stream))
 }
@@ -70,7 +77,13 @@ pub fn axpy(py: Python<'_>, a: &Bound<'_, PyAny>, x: &Bound<'_, PyAny>, y: &Boun
 /// `out = a * x`.
 #[pyfunction]
 #[pyo3(signature = (x, a, out, stream = None))]
-pub fn scale(py: Python<'_>, x: &Bound<'_, PyAny>, a: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>) -> PyCaiResult<()> {
+pub fn scale(
+    py: Python<'_>,
+    x: &Bound<'_, PyAny>,
+    a: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+    stream: Option<&Bound<'_, PyAny>>,
+) -> PyCaiResult<()> {
     let a = number("scale", a)?;
     call(py, "scale", [x, out], stream, |c| ops::scale(c.ctx, c.arrays[0], a, c.arrays[1], c.stream))
 }
@@ -93,7 +106,14 @@ pub fn cast(py: Python<'_>, x: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>, stream
 /// `out = a (op) b` with NumPy broadcasting; `op` names a `BinaryOp` ("add", "maximum", ...).
 #[pyfunction]
 #[pyo3(signature = (op, a, b, out, stream = None))]
-pub fn binary(py: Python<'_>, op: &str, a: &Bound<'_, PyAny>, b: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>) -> PyCaiResult<()> {
+pub fn binary(
+    py: Python<'_>,
+    op: &str,
+    a: &Bound<'_, PyAny>,
+    b: &Bound<'_, PyAny>,
+    out: &Bound<'_, PyAny>,
+    stream: Option<&Bound<'_, PyAny>>,
+) -> PyCaiResult<()> {
     let op = BinaryOp::from_name(op).ok_or_else(|| PyCaiError::argument(format!("no binary operation named {op:?}")))?;
     call(py, op.name(), [a, b, out], stream, |c| ops::binary(c.ctx, op, c.arrays[0], c.arrays[1], c.arrays[2], c.stream))
 }
@@ -111,7 +131,12 @@ pub fn ascontiguous(py: Python<'_>, x: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>
 /// protocol as a launch is.
 #[pyfunction]
 #[pyo3(signature = (src, dst, stream = None))]
-pub fn copy_contiguous(py: Python<'_>, src: &Bound<'_, PyAny>, dst: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>) -> PyCaiResult<()> {
+pub fn copy_contiguous(
+    py: Python<'_>,
+    src: &Bound<'_, PyAny>,
+    dst: &Bound<'_, PyAny>,
+    stream: Option<&Bound<'_, PyAny>>,
+) -> PyCaiResult<()> {
     use cai_runtime::launch::{copy_contiguous, Arg};
     call(py, "copy_contiguous", [src, dst], stream, |c| {
         copy_contiguous(c.ctx, &Arg::Array(c.arrays[0]), &Arg::Array(c.arrays[1]), c.stream, true).map(drop)

@@ -153,17 +153,11 @@ impl DType {
     /// `<` (little), `|` (not applicable) and `=` (native) are accepted; `>` (big-endian)
     /// is rejected for multi-byte types, since every CUDA device is little-endian.
     pub fn from_typestr_with(typestr: &str, options: TypestrOptions) -> Result<DType, InterfaceError> {
-        let unsupported = |reason: &'static str| InterfaceError::UnsupportedTypestr {
-            typestr: typestr.to_owned(),
-            reason,
-        };
+        let unsupported = |reason: &'static str| InterfaceError::UnsupportedTypestr { typestr: typestr.to_owned(), reason };
         let mut chars = typestr.chars();
         let order = chars.next().ok_or_else(|| unsupported("it is empty"))?;
         let kind = chars.next().ok_or_else(|| unsupported("it has no kind character"))?;
-        let size: usize = chars
-            .as_str()
-            .parse()
-            .map_err(|_| unsupported("its itemsize is not a number"))?;
+        let size: usize = chars.as_str().parse().map_err(|_| unsupported("its itemsize is not a number"))?;
         if !matches!(order, '<' | '>' | '|' | '=') {
             return Err(unsupported("its first character must be one of '<', '>', '|', '='"));
         }
@@ -183,7 +177,9 @@ impl DType {
             ('c', 8) => DType::C64,
             ('c', 16) => DType::C128,
             ('V', 2) if options.v2_is_bfloat16 => DType::BF16,
-            ('V', _) => return Err(unsupported("opaque void elements are not supported (pass bfloat16 explicitly to read <V2 as bfloat16)")),
+            ('V', _) => {
+                return Err(unsupported("opaque void elements are not supported (pass bfloat16 explicitly to read <V2 as bfloat16)"))
+            }
             ('b' | 'i' | 'u' | 'f' | 'c', _) => return Err(unsupported("this itemsize is not supported for its kind")),
             _ => return Err(unsupported("the kind is not one of b, i, u, f, c")),
         };

@@ -22,21 +22,15 @@ pub enum InterfaceError {
     NegativeExtent { axis: usize, value: i64 },
     #[error("__cuda_array_interface__['shape'] {shape:?} has more elements than fit in 64 bits")]
     ShapeOverflow { shape: Vec<i64> },
-    #[error(
-        "__cuda_array_interface__['strides'] has {strides} entries but 'shape' has {shape}; they must match"
-    )]
+    #[error("__cuda_array_interface__['strides'] has {strides} entries but 'shape' has {shape}; they must match")]
     StridesRank { shape: usize, strides: usize },
-    #[error(
-        "__cuda_array_interface__['strides'] {strides:?} with shape {shape:?} addresses bytes outside the 64-bit address space"
-    )]
+    #[error("__cuda_array_interface__['strides'] {strides:?} with shape {shape:?} addresses bytes outside the 64-bit address space")]
     ExtentOverflow { shape: Vec<usize>, strides: Vec<i64> },
     #[error(
         "__cuda_array_interface__['data'] pointer is null (0) but the array has {size} elements; only empty arrays may have a null pointer"
     )]
     NullPointer { size: usize },
-    #[error(
-        "__cuda_array_interface__['data'] pointer {ptr:#x} with strides {strides:?} addresses bytes outside the 64-bit address space"
-    )]
+    #[error("__cuda_array_interface__['data'] pointer {ptr:#x} with strides {strides:?} addresses bytes outside the 64-bit address space")]
     AddressOverflow { ptr: u64, strides: Vec<i64> },
     #[error("__cuda_array_interface__['mask'] is set; masked arrays are not supported")]
     MaskUnsupported,

@@ -32,8 +32,8 @@ mod error;
 mod view;
 
 pub use derive::{
-    check_import, export_view, CudaArrayInterface, DataField, Element, FromCudaArrayInterface, ShapeField, StreamField,
-    StreamFieldImport, StridesField,
+    check_import, export_view, CudaArrayInterface, DataField, Element, FromCudaArrayInterface, ShapeField, StreamField, StreamFieldImport,
+    StridesField,
 };
 pub use descriptor::{Data, Descriptor};
 pub use dtype::{DType, TypestrOptions};
@@ -85,10 +85,7 @@ mod tests {
         assert_eq!(with(None).unwrap().stream(), None);
         assert_eq!(with(Some(1)).unwrap().stream(), Some(StreamRef::Legacy));
         assert_eq!(with(Some(2)).unwrap().stream(), Some(StreamRef::PerThread));
-        assert_eq!(
-            with(Some(0xdead_beef)).unwrap().stream(),
-            Some(StreamRef::Handle(std::num::NonZeroU64::new(0xdead_beef).unwrap()))
-        );
+        assert_eq!(with(Some(0xdead_beef)).unwrap().stream(), Some(StreamRef::Handle(std::num::NonZeroU64::new(0xdead_beef).unwrap())));
         let e = with(Some(0)).unwrap_err();
         assert_eq!(e, InterfaceError::StreamZero);
         assert!(e.to_string().contains("'stream'"));

@@ -130,10 +130,8 @@ impl ArrayView {
         let extent = if size == 0 {
             (0, 0)
         } else {
-            byte_extent(&extents, &strides, dtype.itemsize()).ok_or_else(|| InterfaceError::ExtentOverflow {
-                shape: extents.to_vec(),
-                strides: strides.to_vec(),
-            })?
+            byte_extent(&extents, &strides, dtype.itemsize())
+                .ok_or_else(|| InterfaceError::ExtentOverflow { shape: extents.to_vec(), strides: strides.to_vec() })?
         };
         if size > 0 {
             if data.ptr == 0 {
@@ -145,17 +143,7 @@ impl ArrayView {
                 return Err(InterfaceError::AddressOverflow { ptr: data.ptr, strides: strides.to_vec() });
             }
         }
-        Ok(ArrayView {
-            ptr: data.ptr,
-            shape: extents,
-            strides,
-            dtype,
-            readonly: data.readonly,
-            stream,
-            version: 3,
-            size,
-            extent,
-        })
+        Ok(ArrayView { ptr: data.ptr, shape: extents, strides, dtype, readonly: data.readonly, stream, version: 3, size, extent })
     }
 
     /// The device pointer of element `(0, …, 0)`; may be 0 only when the array is empty.
@@ -258,12 +246,7 @@ impl ArrayView {
     /// when C-contiguous, `data: (0, readonly)` when empty, stream `1`/`2`/handle.
     pub fn to_descriptor(&self) -> Descriptor {
         let ptr = if self.is_empty() { 0 } else { self.ptr };
-        let mut d = Descriptor::new(
-            self.shape.iter().map(|&n| n as i64).collect(),
-            self.dtype.typestr(),
-            ptr,
-            self.readonly,
-        );
+        let mut d = Descriptor::new(self.shape.iter().map(|&n| n as i64).collect(), self.dtype.typestr(), ptr, self.readonly);
         d.strides = (!self.is_c_contiguous()).then(|| self.strides.to_vec());
         d.stream = self.stream.map(StreamRef::to_cai);
         d

@@ -35,9 +35,7 @@ impl DiskCache {
         if std::env::var("CAIJIT_CACHE").is_ok_and(|v| v == "0") {
             return None;
         }
-        let dir = std::env::var_os("CAIJIT_CACHE_DIR")
-            .map(PathBuf::from)
-            .or_else(|| dirs::cache_dir().map(|d| d.join("caijit")))?;
+        let dir = std::env::var_os("CAIJIT_CACHE_DIR").map(PathBuf::from).or_else(|| dirs::cache_dir().map(|d| d.join("caijit")))?;
         Some(DiskCache { dir })
     }
 
