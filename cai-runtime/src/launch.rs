@@ -467,17 +467,10 @@ pub(crate) fn enqueue_ordered<'v>(
             if !producers.contains(&s) {
                 producers.push(s);
             }
-            common = match common {
-                None => Some(Some(s)),
-                Some(Some(c)) if c == s => Some(Some(c)),
-                _ => Some(None),
-            };
+            common = shared(common, s);
         }
     }
-    let launch_stream = match stream {
-        Some(s) => s.raw(),
-        None => common.flatten().unwrap_or(RawStream::from_cai(1)),
-    };
+    let launch_stream = chosen(stream, common);
     producers.retain(|p| *p != launch_stream);
     if !(sync && sync_enabled_by_env()) {
         producers.clear();
@@ -521,6 +514,32 @@ pub(crate) fn enqueue_ordered<'v>(
     ctx.return_events(&mut events);
     result?;
     Ok(launch_stream.as_u64())
+}
+
+/// The producer stream every array seen so far shares: `None` before the first one with a
+/// stream, `Some(None)` once two differ.
+fn shared(common: Option<Option<RawStream>>, s: RawStream) -> Option<Option<RawStream>> {
+    match common {
+        None => Some(Some(s)),
+        Some(Some(c)) if c == s => Some(Some(c)),
+        _ => Some(None),
+    }
+}
+
+/// The stream work runs on: the one given, else the producer stream all its arrays share,
+/// else the legacy default stream.
+fn chosen(stream: Option<&Stream>, common: Option<Option<RawStream>>) -> RawStream {
+    match stream {
+        Some(s) => s.raw(),
+        None => common.flatten().unwrap_or(RawStream::from_cai(1)),
+    }
+}
+
+/// The stream (CAI value) a launch over `arrays` with `stream` would be enqueued on: for
+/// scratch memory that work allocates, stream-ordered with it and without extra events.
+pub fn launch_stream<'v>(arrays: impl IntoIterator<Item = &'v ArrayView>, stream: Option<&Stream>) -> u64 {
+    let common = arrays.into_iter().filter_map(|v| v.stream()).fold(None, |c, s| shared(c, RawStream::from_cai(s.to_cai())));
+    chosen(stream, common).as_u64()
 }
 
 /// Copy the C-contiguous array `src` into the C-contiguous array `dst` of the same dtype and

@@ -14,11 +14,13 @@
 //!
 //! # Limitations
 //! Outputs are given, never allocated (allocate a `DeviceArray` and pass its view); inputs
-//! of pointer kernels must be C-contiguous (make them so with [`ascontiguous`]).
+//! of pointer kernels must be C-contiguous (make them so with [`ascontiguous`]). Whole-array
+//! reductions allocate their scratch themselves, from caijit's pool.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use crate::array::DeviceArray;
 use crate::cai::{ArrayView, DType};
 use crate::compile::{Program, OPS};
 use crate::launch::{Arg, LaunchConfig, Num};
@@ -301,42 +303,40 @@ fn accumulator(d: DType, sum: bool) -> DType {
     }
 }
 
-/// Reduce a C-contiguous `x` into the 0-d `out` (`partial`: scratch of at least
-/// `reduce_scratch_len` accumulator elements). `sum` or max.
-fn reduce(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, partial: &ArrayView, sum: bool, stream: Option<&Stream>) -> Result<()> {
+/// Reduce a C-contiguous `x` into the one-element `out` (any real dtype), in two kernels:
+/// per-block partials into scratch memory that the reduction allocates, stream-ordered, on
+/// the stream it runs on (caijit's pool keeps it for reuse), then one block over them.
+fn reduce(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, sum: bool, stream: Option<&Stream>) -> Result<()> {
     let what = if sum { "sum" } else { "max" };
     reducible(what, x)?;
+    real(what, out.dtype())?;
+    if out.size() != 1 {
+        return Err(Error::Argument(format!("{what}: out must have one element, got shape {:?}", out.shape())));
+    }
     let acc = accumulator(x.dtype(), sum);
-    if partial.dtype() != acc || !partial.is_c_contiguous() {
-        return Err(Error::Argument(format!("{what}: partial must be a contiguous {acc} array")));
-    }
     let cfg = grid(ctx, x.size());
-    if partial.size() < cfg.grid[0] as usize || out.size() != 1 {
-        return Err(Error::Argument(format!("{what}: partial needs {} elements and out one", cfg.grid[0])));
-    }
+    let blocks = cfg.grid[0] as usize;
+    let s = Arc::new(Stream::borrowed(crate::launch::launch_stream([x, out], stream))?);
+    let partial = DeviceArray::empty(ctx, &[blocks], acc, &s)?;
     let op = scalar(i32::from(!sum));
     let (t, a, o) = (x.dtype().cpp_name(), acc.cpp_name(), out.dtype().cpp_name());
     let first = kernel(ctx, "reduce", format!("reduce_partial<{t}, {a}>"))?;
-    first.launch(&cfg, &[Arg::Array(x), Arg::Array(partial), int(x.size()), op], stream, true)?;
+    first.launch(&cfg, &[Arg::Array(x), Arg::Array(&partial.view()), int(x.size()), op], Some(&s), true)?;
     let second = kernel(ctx, "reduce", format!("reduce_final<{a}, {o}>"))?;
     let one = LaunchConfig::new([1, 1, 1], [1024, 1, 1]);
-    second.launch(&one, &[Arg::Array(partial), Arg::Array(out), int(cfg.grid[0] as usize), op], stream, true).map(drop)
+    second.launch(&one, &[Arg::Array(&partial.view()), Arg::Array(out), int(blocks), op], Some(&s), true).map(drop)
+    // `partial` is freed here, on `s`, after both kernels.
 }
 
-/// Sum of every element of `x` into the 0-d `out`; `partial` is scratch of
-/// [`reduce_scratch_len`] accumulator elements (float32 for 16-bit floats, 64-bit for integers).
-pub fn sum(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, partial: &ArrayView, stream: Option<&Stream>) -> Result<()> {
-    reduce(ctx, x, out, partial, true, stream)
+/// Sum of every element of `x` into the one-element `out` (16-bit floats accumulate in
+/// float32, integers in 64 bits; the sum is converted to `out`'s dtype).
+pub fn sum(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, stream: Option<&Stream>) -> Result<()> {
+    reduce(ctx, x, out, true, stream)
 }
 
-/// Maximum of every element of `x` into the 0-d `out`.
-pub fn max(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, partial: &ArrayView, stream: Option<&Stream>) -> Result<()> {
-    reduce(ctx, x, out, partial, false, stream)
-}
-
-/// Elements of scratch a whole-array reduction needs on this device.
-pub fn reduce_scratch_len(ctx: &Context) -> usize {
-    ctx.sm_count() * 16
+/// Maximum of every element of `x` into the one-element `out`.
+pub fn max(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, stream: Option<&Stream>) -> Result<()> {
+    reduce(ctx, x, out, false, stream)
 }
 
 /// A non-empty, C-contiguous array of a real dtype other than bool.

@@ -167,29 +167,17 @@ def ascontiguous(x: Any, *, out: Any = None, stream: Any = None) -> Any:
 
 def _reduce(name: str, x: Any, axis: Optional[int], out: Any, stream: Any) -> Any:
     xv = _view(x)
+    if axis is not None and axis not in (-1, xv.ndim - 1):
+        raise caijit.ArgumentError(f"{name}: axis must be None or the last axis")
     dt = _name(xv)
-    xa = _contiguous(x, xv, stream)
     # NumPy's result dtypes: integer sums in 64 bits.
     result = dt
     if name == "sum" and dt.startswith(("int", "uint")):
         result = "uint64" if dt.startswith("uint") else "int64"
-    if axis is None:
-        # The scratch holds the accumulator: float32 for 16-bit floats, else the result dtype.
-        acc = "float32" if dt in ("float16", "bfloat16") else result
-        partial = caijit.empty(_scratch_len(_device(xv)), acc, stream=stream, device=_device(xv))
-        out = _out(out, (), result, stream, xv)
-        _native.reduce(name, xa, out, partial, stream)
-        return out
-    if axis not in (-1, xv.ndim - 1):
-        raise caijit.ArgumentError(f"{name}: axis must be None or the last axis")
-    out = _out(out, xv.shape[:-1], result, stream, xv)
-    _native.reduce(name, xa, out, None, stream)
+    xa = _contiguous(x, xv, stream)
+    out = _out(out, () if axis is None else xv.shape[:-1], result, stream, xv)
+    _native.reduce(name, xa, out, None if axis is None else -1, stream)
     return out
-
-
-@functools.lru_cache(maxsize=None)
-def _scratch_len(device: int) -> int:
-    return _native.reduce_scratch_len(device)
 
 
 def sum(x: Any, axis: Optional[int] = None, *, out: Any = None, stream: Any = None) -> Any:  # noqa: A001

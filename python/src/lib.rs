@@ -144,7 +144,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(ops::copy_contiguous, m)?,
         wrap_pyfunction!(ops::transpose, m)?,
         wrap_pyfunction!(ops::reduce, m)?,
-        wrap_pyfunction!(ops::reduce_scratch_len, m)?,
         wrap_pyfunction!(ops::softmax, m)?,
     ] {
         m.add_function(f)?;

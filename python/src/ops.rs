@@ -150,37 +150,26 @@ pub fn transpose(py: Python<'_>, x: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>, s
     call(py, "transpose", [x, out], stream, |c| ops::transpose(c.ctx, c.arrays[0], c.arrays[1], c.stream))
 }
 
-/// Sum (`op == "sum"`) or maximum (`"max"`) of `x`: over the whole array into the 0-d
-/// `out` with the scratch `partial` ([`reduce_scratch_len`] accumulator elements), or over
-/// the last axis (`partial` None).
+/// Sum (`op == "sum"`) or maximum (`"max"`) of `x`: over the whole array into the
+/// one-element `out` (`axis` None), or over the last axis (`axis` -1).
 #[pyfunction]
-#[pyo3(signature = (op, x, out, partial = None, stream = None))]
+#[pyo3(signature = (op, x, out, axis = None, stream = None))]
 pub fn reduce(
     py: Python<'_>,
     op: &str,
     x: &Bound<'_, PyAny>,
     out: &Bound<'_, PyAny>,
-    partial: Option<&Bound<'_, PyAny>>,
+    axis: Option<i64>,
     stream: Option<&Bound<'_, PyAny>>,
 ) -> PyCaiResult<()> {
-    let sum = match op {
-        "sum" => true,
-        "max" => false,
-        _ => return Err(PyCaiError::argument(format!("no reduction named {op:?}"))),
+    let f = match (op, axis) {
+        ("sum", None) => ops::sum,
+        ("max", None) => ops::max,
+        ("sum", Some(-1)) => ops::sum_last_axis,
+        ("max", Some(-1)) => ops::max_last_axis,
+        _ => return Err(PyCaiError::argument(format!("no reduction {op:?} over axis {axis:?} (sum or max; None or -1)"))),
     };
-    match (partial, sum) {
-        (Some(p), true) => call(py, op, [x, out, p], stream, |c| ops::sum(c.ctx, c.arrays[0], c.arrays[1], c.arrays[2], c.stream)),
-        (Some(p), false) => call(py, op, [x, out, p], stream, |c| ops::max(c.ctx, c.arrays[0], c.arrays[1], c.arrays[2], c.stream)),
-        (None, true) => call(py, op, [x, out], stream, |c| ops::sum_last_axis(c.ctx, c.arrays[0], c.arrays[1], c.stream)),
-        (None, false) => call(py, op, [x, out], stream, |c| ops::max_last_axis(c.ctx, c.arrays[0], c.arrays[1], c.stream)),
-    }
-}
-
-/// Elements of scratch a whole-array reduction needs on a device.
-#[pyfunction]
-#[pyo3(signature = (device = 0))]
-pub fn reduce_scratch_len(device: usize) -> PyCaiResult<usize> {
-    Ok(ops::reduce_scratch_len(&*Context::new(device)?))
+    call(py, op, [x, out], stream, |c| f(c.ctx, c.arrays[0], c.arrays[1], c.stream))
 }
 
 /// Softmax over the last axis of `x` into `out`.
