@@ -592,6 +592,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn work_runs_on_the_given_stream_else_the_shared_producer_else_legacy() {
+        use crate::cai::StreamRef;
+        let on = |s: Option<u64>| {
+            ArrayView::contiguous(0x1000, &[4], DType::F32, false).unwrap().with_stream(s.map(|s| StreamRef::from_cai(s).unwrap()))
+        };
+        let (a, b, none) = (on(Some(0x77)), on(Some(0x99)), on(None));
+        assert_eq!(launch_stream([&a, &none, &a], None), 0x77);
+        assert_eq!(launch_stream([&a, &b], None), 1);
+        assert_eq!(launch_stream([&none], None), 1);
+        let given = Stream::borrowed(0x55).unwrap();
+        assert_eq!(launch_stream([&a, &b], Some(&given)), 0x55);
+    }
+
+    #[test]
     fn scalars_are_converted_exactly_with_range_checks() {
         assert_eq!(encode_scalar(Num::Int(-1), DType::I32).unwrap(), (-1i32).to_le_bytes());
         assert!(encode_scalar(Num::Int(1 << 40), DType::I32).unwrap_err().contains("out of range"));

@@ -155,6 +155,30 @@ def test_contiguous_copies_follow_the_stream_protocol() -> None:
     assert (z.copy_to_host() == 7).all()
 
 
+def test_reductions_wait_for_their_producer_and_add_no_streams() -> None:
+    """A whole-array sum reads x after its producer's kernel; its scratch lives on the
+    stream the sum runs on, so the only waits are for x's producer stream."""
+    import caijit.ops as ops
+
+    slow = caijit.module(SLOW_FILL)["slow_fill"]
+    a, c = caijit.Stream(), caijit.Stream()
+    n = 1 << 16
+    x = caijit.zeros(n, stream=a)
+    out_c, out_a = caijit.zeros((), stream=c), caijit.zeros((), stream=a)
+    a.synchronize()
+    c.synchronize()
+    before = caijit.stats()
+    slow[1, 256, a](x, 7.0, n, 100_000_000)  # ~50 ms, then x = 7
+    ops.sum(x, out=out_c, stream=c)  # two kernels on c: the first waits for a
+    mid = caijit.stats()
+    ops.sum(x, out=out_a)  # x and out on a: the sum runs on a, nothing to wait for
+    after = caijit.stats()
+    assert (mid["waits"] - before["waits"], mid["reverse_waits"] - before["reverse_waits"]) == (1, 1)
+    assert after["waits"] == mid["waits"] and after["reverse_waits"] == mid["reverse_waits"]
+    assert after["host_syncs"] == before["host_syncs"] == 0
+    assert out_c.copy_to_host() == out_a.copy_to_host() == 7 * n
+
+
 def test_contiguous_copies_check_their_arrays() -> None:
     a, b = caijit.zeros((4, 6)), caijit.zeros(24, "int32")
     with pytest.raises(caijit.ArgumentError, match="differ"):
