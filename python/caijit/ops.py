@@ -118,11 +118,12 @@ def cast(x: Any, dtype: Any, *, out: Any = None, stream: Any = None) -> Any:
 
 def _binary(op: str, a: Any, b: Any, out: Any, stream: Any) -> Any:
     av, bv = _view(a), _view(b)
-    try:
-        shape = np.broadcast_shapes(tuple(av.shape), tuple(bv.shape))
-    except ValueError as e:
-        raise caijit.ArgumentError(f"{op}: {e}") from None
-    out = _out(out, shape, _name(av), stream, av)
+    if out is None:  # (a given out is checked against the broadcast shape by the op)
+        try:
+            shape = np.broadcast_shapes(tuple(av.shape), tuple(bv.shape))
+        except ValueError as e:
+            raise caijit.ArgumentError(f"{op}: {e}") from None
+        out = _out(out, shape, _name(av), stream, av)
     _native.binary(op, av, bv, out, stream)
     return out
 

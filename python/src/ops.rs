@@ -26,22 +26,27 @@ struct Call<'a, const N: usize> {
     stream: Option<&'a RtStream>,
 }
 
-/// Convert `arrays` and `stream`, then run `op` on the arrays' device with the GIL released.
+/// Convert `arrays` (named, in the op's order) and `stream`, then run `op` on the arrays'
+/// device with the GIL released.
 fn call<const N: usize>(
     py: Python<'_>,
     what: &str,
-    arrays: [&Bound<'_, PyAny>; N],
+    arrays: [(&str, &Bound<'_, PyAny>); N],
     stream: Option<&Bound<'_, PyAny>>,
     op: impl for<'a> FnOnce(Call<'a, N>) -> cai_runtime::Result<()> + Send,
 ) -> PyCaiResult<()> {
     let stream = stream.map(stream_from_py).transpose()?.flatten();
     let mut cx = ArgContext::new(stream.as_deref().map(RtStream::handle));
     let mut converted: SmallVec<[PyArg; 4]> =
-        arrays.iter().enumerate().map(|(i, a)| arg_from_py(i, a, &mut cx)).collect::<Result<_, _>>()?;
+        arrays.iter().enumerate().map(|(i, (_, a))| arg_from_py(i, a, &mut cx)).collect::<Result<_, _>>()?;
     let device = launch_device(&mut converted)?;
     let mut views: SmallVec<[&ArrayView; 4]> = SmallVec::new();
-    for (i, a) in converted.iter().enumerate() {
-        views.push(a.view().ok_or_else(|| PyCaiError::argument(format!("{what}: argument {i} is not an array")))?);
+    for ((name, obj), a) in arrays.iter().zip(&converted) {
+        let not_array = || -> PyCaiError {
+            let ty = obj.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+            PyCaiError::argument(format!("{what}: {name} must be a CUDA array, got {ty}"))
+        };
+        views.push(a.view().ok_or_else(not_array)?);
     }
     let arrays: [&ArrayView; N] = std::array::from_fn(|i| views[i]);
     py.detach(|| {
@@ -71,7 +76,7 @@ pub fn axpy(
     stream: Option<&Bound<'_, PyAny>>,
 ) -> PyCaiResult<()> {
     let a = number("axpy", a)?;
-    call(py, "axpy", [x, y, out], stream, |c| ops::axpy(c.ctx, a, c.arrays[0], c.arrays[1], c.arrays[2], c.stream))
+    call(py, "axpy", [("x", x), ("y", y), ("out", out)], stream, |c| ops::axpy(c.ctx, a, c.arrays[0], c.arrays[1], c.arrays[2], c.stream))
 }
 
 /// `out = a * x`.
@@ -85,7 +90,7 @@ pub fn scale(
     stream: Option<&Bound<'_, PyAny>>,
 ) -> PyCaiResult<()> {
     let a = number("scale", a)?;
-    call(py, "scale", [x, out], stream, |c| ops::scale(c.ctx, c.arrays[0], a, c.arrays[1], c.stream))
+    call(py, "scale", [("x", x), ("out", out)], stream, |c| ops::scale(c.ctx, c.arrays[0], a, c.arrays[1], c.stream))
 }
 
 /// Every element of `out` set to `value`.
@@ -93,14 +98,14 @@ pub fn scale(
 #[pyo3(signature = (out, value, stream = None))]
 pub fn fill(py: Python<'_>, out: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>) -> PyCaiResult<()> {
     let value = number("fill", value)?;
-    call(py, "fill", [out], stream, |c| ops::fill(c.ctx, c.arrays[0], value, c.stream))
+    call(py, "fill", [("out", out)], stream, |c| ops::fill(c.ctx, c.arrays[0], value, c.stream))
 }
 
 /// `out = x` converted to `out`'s dtype.
 #[pyfunction]
 #[pyo3(signature = (x, out, stream = None))]
 pub fn cast(py: Python<'_>, x: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>) -> PyCaiResult<()> {
-    call(py, "cast", [x, out], stream, |c| ops::cast(c.ctx, c.arrays[0], c.arrays[1], c.stream))
+    call(py, "cast", [("x", x), ("out", out)], stream, |c| ops::cast(c.ctx, c.arrays[0], c.arrays[1], c.stream))
 }
 
 /// `out = a (op) b` with NumPy broadcasting; `op` names a `BinaryOp` ("add", "maximum", ...).
@@ -115,7 +120,9 @@ pub fn binary(
     stream: Option<&Bound<'_, PyAny>>,
 ) -> PyCaiResult<()> {
     let op = BinaryOp::from_name(op).ok_or_else(|| PyCaiError::argument(format!("no binary operation named {op:?}")))?;
-    call(py, op.name(), [a, b, out], stream, |c| ops::binary(c.ctx, op, c.arrays[0], c.arrays[1], c.arrays[2], c.stream))
+    call(py, op.name(), [("a", a), ("b", b), ("out", out)], stream, |c| {
+        ops::binary(c.ctx, op, c.arrays[0], c.arrays[1], c.arrays[2], c.stream)
+    })
 }
 
 /// A C-contiguous copy of any strided view into `out` (the driver's copy when `x` is
@@ -123,7 +130,7 @@ pub fn binary(
 #[pyfunction]
 #[pyo3(signature = (x, out, stream = None))]
 pub fn ascontiguous(py: Python<'_>, x: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>) -> PyCaiResult<()> {
-    call(py, "ascontiguous", [x, out], stream, |c| ops::ascontiguous(c.ctx, c.arrays[0], c.arrays[1], c.stream))
+    call(py, "ascontiguous", [("x", x), ("out", out)], stream, |c| ops::ascontiguous(c.ctx, c.arrays[0], c.arrays[1], c.stream))
 }
 
 /// Copy the C-contiguous array `src` into the C-contiguous array `dst` (same dtype and
@@ -138,7 +145,7 @@ pub fn copy_contiguous(
     stream: Option<&Bound<'_, PyAny>>,
 ) -> PyCaiResult<()> {
     use cai_runtime::launch::{copy_contiguous, Arg};
-    call(py, "copy_contiguous", [src, dst], stream, |c| {
+    call(py, "copy_contiguous", [("src", src), ("dst", dst)], stream, |c| {
         copy_contiguous(c.ctx, &Arg::Array(c.arrays[0]), &Arg::Array(c.arrays[1]), c.stream, true).map(drop)
     })
 }
@@ -147,7 +154,7 @@ pub fn copy_contiguous(
 #[pyfunction]
 #[pyo3(signature = (x, out, stream = None))]
 pub fn transpose(py: Python<'_>, x: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>) -> PyCaiResult<()> {
-    call(py, "transpose", [x, out], stream, |c| ops::transpose(c.ctx, c.arrays[0], c.arrays[1], c.stream))
+    call(py, "transpose", [("x", x), ("out", out)], stream, |c| ops::transpose(c.ctx, c.arrays[0], c.arrays[1], c.stream))
 }
 
 /// Sum (`op == "sum"`) or maximum (`"max"`) of `x`: over the whole array into the
@@ -169,12 +176,12 @@ pub fn reduce(
         ("max", Some(-1)) => ops::max_last_axis,
         _ => return Err(PyCaiError::argument(format!("no reduction {op:?} over axis {axis:?} (sum or max; None or -1)"))),
     };
-    call(py, op, [x, out], stream, |c| f(c.ctx, c.arrays[0], c.arrays[1], c.stream))
+    call(py, op, [("x", x), ("out", out)], stream, |c| f(c.ctx, c.arrays[0], c.arrays[1], c.stream))
 }
 
 /// Softmax over the last axis of `x` into `out`.
 #[pyfunction]
 #[pyo3(signature = (x, out, stream = None))]
 pub fn softmax(py: Python<'_>, x: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>) -> PyCaiResult<()> {
-    call(py, "softmax", [x, out], stream, |c| ops::softmax(c.ctx, c.arrays[0], c.arrays[1], c.stream))
+    call(py, "softmax", [("x", x), ("out", out)], stream, |c| ops::softmax(c.ctx, c.arrays[0], c.arrays[1], c.stream))
 }

@@ -280,6 +280,9 @@ def test_op_errors_name_what_was_wrong() -> None:
         (lambda: ops.cast(x, "complex64"), "cast: complex64 is not supported (real types only)"),
         (lambda: ops.add(x, i), "add: operands are float32 and int32; cast one first"),
         (lambda: ops.add(x, caijit.zeros(3)), "add: shape mismatch"),
+        (lambda: ops.add(x, caijit.zeros(3), out=caijit.empty((3, 4))), "add: shapes [3, 4] and [3] do not broadcast"),
+        (lambda: ops.add(x, caijit.zeros((1, 4)), out=caijit.empty((4, 4))),
+         "add: out must be a C-contiguous float32 array of shape [3, 4], got float32 [4, 4]"),
         (lambda: ops.softmax(i), "softmax: int32 is not a floating type"),
         (lambda: ops.sum(caijit.zeros(0)), "sum: the array is empty"),
         (lambda: ops.max(caijit.zeros(3, "bool")), "max: bool is not supported"),
@@ -288,6 +291,7 @@ def test_op_errors_name_what_was_wrong() -> None:
         (lambda: ops.axpy(1.5, i, i), "1.5 is a float; the parameter is an integer"),  # never truncated
         (lambda: ops.fill(caijit.parse_interface({**x.__cuda_array_interface__, "shape": (4, 3), "strides": (4, 16)}), 0.0),
          "fill: needs C-contiguous arrays"),
+        (lambda: ops.fill(3, 0.0), "fill: out must be a CUDA array, got int"),
         (lambda: ops.scale(x, 2.0, out=caijit.empty((3, 4), "float64")), "out must be a C-contiguous float32 array of shape [3, 4], got float64"),
     ]
     for f, message in cases:
