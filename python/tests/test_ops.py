@@ -297,3 +297,39 @@ def test_op_errors_name_what_was_wrong() -> None:
     for f, message in cases:
         with pytest.raises(caijit.ArgumentError, match=re.escape(message)):
             f()
+
+
+@gpu
+def test_ops_from_many_threads() -> None:
+    """8 threads × 200 rounds of four ops, each thread on its own stream or on one they
+    share: every op's results come from the pool, kernels are looked up concurrently, and
+    the results are exact."""
+    import threading
+
+    errors: list[BaseException] = []
+    shared = caijit.Stream()
+
+    def work(seed: int) -> None:
+        try:
+            s = shared if seed % 2 else caijit.Stream()
+            r = np.random.default_rng(seed)
+            a_h = r.integers(-50, 50, (64, 96)).astype(np.int32)
+            b_h = r.integers(-50, 50, (1, 96)).astype(np.int32)
+            a, b = caijit.to_device(a_h, stream=s), caijit.to_device(b_h, stream=s)
+            for _ in range(200):
+                c = ops.add(a, b, stream=s)
+                f = ops.cast(c, "float64", stream=s)
+                total = ops.sum(c, stream=s)
+                rows = ops.max(f, axis=-1, stream=s)
+            np.testing.assert_array_equal(host(c), a_h + b_h)
+            assert host(total) == (a_h + b_h).sum()
+            np.testing.assert_array_equal(host(rows), (a_h + b_h).max(axis=-1).astype(np.float64))
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
