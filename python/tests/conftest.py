@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import threading
+from typing import Callable
 
 import numpy
 import pytest
@@ -36,3 +38,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 item.add_marker(pytest.mark.xfail(reason=f"CAIJIT_REQUIRE_GPU=1 but {reason}", run=False, strict=True))
             else:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture
+def in_threads() -> Callable[[Callable[[int], None], int], None]:
+    """``run(work, n)``: ``work(i)`` for i in range(n), each in a thread of its own, all
+    started before any is joined; fails with every exception the threads raised."""
+
+    def run(work: Callable[[int], None], n: int) -> None:
+        errors: list[BaseException] = []
+
+        def guarded(i: int) -> None:
+            try:
+                work(i)
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=guarded, args=(i,)) for i in range(n)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors, errors
+
+    return run

@@ -7,6 +7,7 @@ outputs are poisoned before each launch."""
 from __future__ import annotations
 
 import importlib.util
+from typing import Callable
 
 import numpy as np
 import pytest
@@ -308,36 +309,25 @@ def test_jax_readonly_arrays(axpy: caijit.Kernel) -> None:
         axpy.forall(n)(np.float32(2), y, x, n)
 
 
-def test_many_threads_share_kernels_and_streams(axpy: caijit.Kernel) -> None:
+def test_many_threads_share_kernels_and_streams(axpy: caijit.Kernel, in_threads: Callable[[Callable[[int], None], int], None]) -> None:
     """8 threads x 10,000 launches: four on their own streams, four sharing one."""
-    import threading
-
     k = axpy.specialize("float")
     n = 4096
-    errors: list[BaseException] = []
     shared = caijit.Stream()
     before = caijit.stats()["launches"]
 
     def work(seed: int) -> None:
-        try:
-            s = shared if seed % 2 else caijit.Stream()
-            r = np.random.default_rng(seed)
-            x_h = r.integers(-8, 8, n).astype(np.float32)
-            x = caijit.to_device(x_h, stream=s)
-            y = caijit.zeros(n, stream=s)
-            launcher = k[(n + 255) // 256, 256]
-            for _ in range(10_000):
-                launcher(1.0, x, y, n)
-            np.testing.assert_array_equal(y.copy_to_host(), 10_000 * x_h)
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        s = shared if seed % 2 else caijit.Stream()
+        r = np.random.default_rng(seed)
+        x_h = r.integers(-8, 8, n).astype(np.float32)
+        x = caijit.to_device(x_h, stream=s)
+        y = caijit.zeros(n, stream=s)
+        launcher = k[(n + 255) // 256, 256]
+        for _ in range(10_000):
+            launcher(1.0, x, y, n)
+        np.testing.assert_array_equal(y.copy_to_host(), 10_000 * x_h)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    in_threads(work, 8)
     assert caijit.stats()["launches"] - before == 80_000
 
 

@@ -4,7 +4,7 @@ matches NumPy (float64 reference) on the GPU, contiguous and strided inputs alik
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -300,36 +300,25 @@ def test_op_errors_name_what_was_wrong() -> None:
 
 
 @gpu
-def test_ops_from_many_threads() -> None:
+def test_ops_from_many_threads(in_threads: Callable[[Callable[[int], None], int], None]) -> None:
     """8 threads × 200 rounds of four ops, each thread on its own stream or on one they
     share: every op's results come from the pool, kernels are looked up concurrently, and
     the results are exact."""
-    import threading
-
-    errors: list[BaseException] = []
     shared = caijit.Stream()
 
     def work(seed: int) -> None:
-        try:
-            s = shared if seed % 2 else caijit.Stream()
-            r = np.random.default_rng(seed)
-            a_h = r.integers(-50, 50, (64, 96)).astype(np.int32)
-            b_h = r.integers(-50, 50, (1, 96)).astype(np.int32)
-            a, b = caijit.to_device(a_h, stream=s), caijit.to_device(b_h, stream=s)
-            for _ in range(200):
-                c = ops.add(a, b, stream=s)
-                f = ops.cast(c, "float64", stream=s)
-                total = ops.sum(c, stream=s)
-                rows = ops.max(f, axis=-1, stream=s)
-            np.testing.assert_array_equal(host(c), a_h + b_h)
-            assert host(total) == (a_h + b_h).sum()
-            np.testing.assert_array_equal(host(rows), (a_h + b_h).max(axis=-1).astype(np.float64))
-        except BaseException as e:  # noqa: BLE001 - reported below
-            errors.append(e)
+        s = shared if seed % 2 else caijit.Stream()
+        r = np.random.default_rng(seed)
+        a_h = r.integers(-50, 50, (64, 96)).astype(np.int32)
+        b_h = r.integers(-50, 50, (1, 96)).astype(np.int32)
+        a, b = caijit.to_device(a_h, stream=s), caijit.to_device(b_h, stream=s)
+        for _ in range(200):
+            c = ops.add(a, b, stream=s)
+            f = ops.cast(c, "float64", stream=s)
+            total = ops.sum(c, stream=s)
+            rows = ops.max(f, axis=-1, stream=s)
+        np.testing.assert_array_equal(host(c), a_h + b_h)
+        assert host(total) == (a_h + b_h).sum()
+        np.testing.assert_array_equal(host(rows), (a_h + b_h).max(axis=-1).astype(np.float64))
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
+    in_threads(work, 8)
