@@ -106,13 +106,6 @@ fn op_source(name: &str) -> PyResult<&'static str> {
         .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(name.to_string()))
 }
 
-/// Number of streaming multiprocessors of a device.
-#[pyfunction]
-#[pyo3(signature = (device = 0))]
-fn sm_count(device: usize) -> PyCaiResult<usize> {
-    Ok(cai_runtime::runtime::Context::new(device)?.sm_count())
-}
-
 /// Make stream `waiter` wait for the work pending on stream `producer` (CAI values), without
 /// blocking the host: the DLPack producer handshake.
 #[pyfunction]
@@ -151,7 +144,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(kernel::declarations, m)?)?;
     m.add_function(wrap_pyfunction!(stats, m)?)?;
     m.add_function(wrap_pyfunction!(op_source, m)?)?;
-    m.add_function(wrap_pyfunction!(sm_count, m)?)?;
     m.add_function(wrap_pyfunction!(order_streams, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(empty_cache, m)?)?;
