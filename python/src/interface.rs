@@ -1,6 +1,7 @@
 //! `parse_interface`: a `__cuda_array_interface__` dict → a validated `Interface`.
 
 use cai_runtime::cai::{ArrayView, DType, StreamRef, TypestrOptions};
+use cai_runtime::python::descriptor_from_object;
 pub use cai_runtime::python::{descriptor_from_dict, descriptor_to_dict, interface_dict};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -145,7 +146,7 @@ pub fn view_from_dict(dict: &Bound<'_, PyDict>, options: TypestrOptions) -> PyCa
 #[pyfunction]
 #[pyo3(signature = (obj, *, bfloat16 = false))]
 pub fn parse_interface(obj: &Bound<'_, PyAny>, bfloat16: bool) -> PyCaiResult<Interface> {
-    let desc = descriptor_from_dict(&interface_dict(obj)?)?;
+    let desc = descriptor_from_object(obj)?;
     let options = if bfloat16 { TypestrOptions::BFLOAT16_V2 } else { TypestrOptions::default() };
     let view = ArrayView::from_descriptor(&desc, options)?;
     Ok(Interface { view, typestr: desc.typestr, device: None })
