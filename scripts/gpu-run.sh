@@ -3,10 +3,17 @@
 # repository root, after scripts/gpu-bundle.sh filled .gpu/. Installs the wheel into a
 # temporary directory, runs the GPU suites with CAIJIT_REQUIRE_GPU=1, then with --bench the
 # benchmarks and with --sanitize compute-sanitizer (memcheck, racecheck) over the kernel
-# library's tests; prints each suite's summary line at the end (and into $OUT if set).
+# library's tests and the randomized ordering tester; prints each suite's summary line at
+# the end (and into $OUT if set).
+#
+# Targeted modes (a check that costs a minute, not the whole suite):
+#   --tests "PYTEST ARGS"   only pytest, with these arguments (run in python/tests)
+#   --ordering N            only the randomized ordering tester, N sequences (the soak:
+#                           N >= 2000, split over calls with CAIJIT_ORDERING_SEED)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export CAIJIT_REQUIRE_GPU=1 CAIJIT_KERNELS_DIR="$PWD/kernels" CAIJIT_CACHE_DIR=/tmp/caijit-cache PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/caijit-out}; mkdir -p "$OUT"
 SUMMARY="$OUT/summary.txt"; : >"$SUMMARY"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$SUMMARY"
@@ -14,6 +21,22 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 if ls .gpu/wheels/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/wheels/*.whl
     export PYTHONPATH=/tmp/site
+fi
+
+if [ "${1:-}" = --tests ] || [ "${1:-}" = --ordering ]; then
+    if [ "$1" = --ordering ]; then
+        export CAIJIT_ORDERING_EXAMPLES="${2:-200}" CAIJIT_ORDERING_REPORT="$OUT/ordering.txt"
+        args="test_ordering_random.py"
+    else
+        args="${2:?--tests needs pytest arguments}"
+    fi
+    # shellcheck disable=SC2086 # the arguments are pytest's, split on purpose
+    (cd python/tests && python3 -m pytest -q -ra -p no:cacheprovider $args 2>&1 | tee "$OUT/pytest.log" | tail -40)
+    status=$?
+    echo "pytest: $(tail -1 "$OUT/pytest.log")" >>"$SUMMARY"
+    [ -f "$OUT/ordering.txt" ] && cat "$OUT/ordering.txt" >>"$SUMMARY"
+    echo "===== summary"; cat "$SUMMARY"
+    exit $status
 fi
 
 status=0

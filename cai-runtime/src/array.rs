@@ -20,9 +20,12 @@ pub struct DeviceArray {
     /// Pointer, shape and dtype, validated once at allocation; the stream is added on export.
     layout: ArrayView,
     stream: Arc<Stream>,
+    /// The thread that allocated the array on the per-thread default stream, which names a
+    /// different stream on every thread.
+    per_thread_home: Option<std::thread::ThreadId>,
 }
 
-/// DESIGN.md's export opt-outs, read once: `CAIJIT_CAI_EXPORT_STREAM=0` exports
+/// The export opt-outs (docs/stream-protocol.md), read once: `CAIJIT_CAI_EXPORT_STREAM=0` exports
 /// `stream: None`; `CAIJIT_CAI_EXPORT_VERSION=2` exports version 2 (which has no stream).
 /// They change what consumers are told, never how caijit orders its own launches.
 fn export_options() -> (bool, i64) {
@@ -48,7 +51,8 @@ impl DeviceArray {
         // `contiguous` fails only on the overflow ruled out above (or a null pointer for a
         // non-empty array, which the allocator never returns).
         let layout = ArrayView::contiguous(ptr, shape, dtype, false).map_err(|_| overflow())?;
-        Ok(DeviceArray { ctx: ctx.clone(), layout, stream: stream.clone() })
+        let per_thread_home = stream.is_per_thread().then(|| std::thread::current().id());
+        Ok(DeviceArray { ctx: ctx.clone(), layout, stream: stream.clone(), per_thread_home })
     }
 
     /// Zero-filled.
@@ -105,7 +109,7 @@ impl DeviceArray {
 
     /// The array as a launch argument: C-contiguous, with its stream.
     pub fn view(&self) -> ArrayView {
-        self.layout.clone().with_stream(Some(self.stream.stream_ref()))
+        self.layout.clone().with_stream(Some(self.stream.stream_ref())).owned_by_caijit(true)
     }
 
     /// The CUDA Array Interface caijit exports for the array: the view's, less what the
@@ -128,8 +132,15 @@ impl Drop for DeviceArray {
         }
         // Drop never panics; a failed free is reported by the next driver call (sticky
         // errors) or leaks this allocation at worst.
-        if let Ok(d) = self.ctx.bind() {
-            let _ = d.free_owned_async(self.ptr(), self.stream.raw());
+        let Ok(d) = self.ctx.bind() else { return };
+        if self.per_thread_home.is_some_and(|home| home != std::thread::current().id()) {
+            // This thread's per-thread stream is not the one the array's work was ordered
+            // on, and that one cannot be named from here: wait for the device instead (a
+            // host synchronisation, counted; only arrays of the per-thread default stream
+            // dropped on another thread pay it).
+            let _ = d.ctx_synchronize();
+            crate::stats::bump(&crate::stats::COUNTERS.host_syncs);
         }
+        let _ = d.free_owned_async(self.ptr(), self.stream.raw());
     }
 }

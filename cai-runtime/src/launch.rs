@@ -9,15 +9,16 @@
 //!    reverse edge: one record serves all producers, since they all wait for the same point).
 //!
 //! No host synchronisation happens on this path. `sync = false` (or `CAIJIT_CAI_SYNC=0`)
-//! skips steps 1 and 3.
+//! skips steps 1 and 3 for other libraries' arrays only: caijit's own arrays (and the
+//! scratch memory, allocations and frees made for them) are always ordered.
+//!
+//! If step 3 fails after the kernel was enqueued, the producers could release or overwrite
+//! memory the kernel still reads: the launch then waits for the kernel (a counted host
+//! synchronisation) before it reports the error.
 //!
 //! # Graph capture
-//! When L is being captured into a CUDA graph, an edge to a producer stream is made only if
-//! that stream is part of the same capture (forked from it with an event): such edges are
-//! legal inside a capture and become graph dependencies. Edges to streams outside the
-//! capture would invalidate it (or order nothing, since the graph runs later), so they are
-//! skipped: ordering the graph's replay against other work is the capturer's business, as
-//! in CUDA itself.
+//! See [`keep_capture_legal`]: inside a capture only edges to streams of the same capture
+//! are made; outside one, an argument whose stream is being captured is an error.
 
 use std::ffi::c_void;
 use std::sync::OnceLock;
@@ -28,7 +29,7 @@ use crate::cai::{ArrayView, DType};
 use crate::runtime::{Context, Events, Kernel, Stream};
 use crate::signature::{ArgType, ParamKind, ParamLayout};
 use crate::stats::{bump, COUNTERS};
-use crate::sys::{Capture, Driver, RawStream};
+use crate::sys::{Driver, RawStream};
 use crate::{Error, Result};
 
 /// Grid, block and dynamic shared memory of a launch; optionally thread-block cluster
@@ -235,6 +236,23 @@ fn check_array(p: &ParamLayout, v: &ArrayView, dtype: Option<DType>, is_const: b
     Ok(())
 }
 
+/// Elements must sit at multiples of their size: a misaligned access faults the kernel,
+/// and a fault kills the context for every library in the process.
+fn check_aligned(p: &ParamLayout, v: &ArrayView) -> Result<()> {
+    if !v.is_itemsize_aligned() {
+        return Err(err(
+            p,
+            format!(
+                "the array is not aligned to its {}-byte elements (pointer {:#x}, byte strides {:?})",
+                v.dtype().itemsize(),
+                v.ptr(),
+                v.strides()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// A scalar parameter's bytes (at most 16, for complex128), kept on the stack: encoding
 /// a launch's scalars allocates nothing.
 #[derive(Clone, Copy, Debug)]
@@ -350,9 +368,7 @@ fn marshal(params: &[ParamLayout], args: &[Arg<'_>], buf: &mut ParamBuffer) -> R
                         v.shape(), v.strides(), v.ndim()
                     )));
                 }
-                if !v.is_itemsize_aligned() {
-                    return Err(err(p, format!("the pointer {:#x} is not aligned to the itemsize", v.ptr())));
-                }
+                check_aligned(p, v)?;
                 buf.write(p.offset, &v.ptr().to_le_bytes());
             }
             (ParamKind::Pointer { .. }, Arg::Pointer(ptr)) => buf.write(p.offset, &ptr.to_le_bytes()),
@@ -366,6 +382,7 @@ fn marshal(params: &[ParamLayout], args: &[Arg<'_>], buf: &mut ParamBuffer) -> R
                 if v.ndim() != *rank {
                     return Err(err(p, format!("expected a {rank}-d array, got {}-d (shape {:?})", v.ndim(), v.shape())));
                 }
+                check_aligned(p, v)?;
                 buf.write(p.offset, &v.ptr().to_le_bytes());
                 for (d, (&n, &s)) in v.shape().iter().zip(v.strides()).enumerate() {
                     buf.write(p.offset + 8 + 8 * d, &(n as i64).to_le_bytes());
@@ -434,10 +451,11 @@ impl Kernel {
 
 /// Enqueue `work` on the launch stream — `stream`, else the one stream every array names,
 /// else the legacy default stream — by the stream protocol: after the work enqueued so far
-/// on each array's producer stream, and with each producer stream made to wait for it
-/// (unless `sync` is false). `arrays` are `(index, view, device when known)`; an array on
-/// another device than `ctx`'s is refused with `named(index, what)`. Returns the launch
-/// stream's CAI value.
+/// on each array's producer stream, and with each producer stream made to wait for it.
+/// `sync = false` (or `CAIJIT_CAI_SYNC=0`) drops the edges of other libraries' arrays only:
+/// caijit's own arrays are always ordered. `arrays` are `(index, view, device when
+/// known)`; an array on another device than `ctx`'s is refused with `named(index, what)`.
+/// Returns the launch stream's CAI value.
 pub(crate) fn enqueue_ordered<'v>(
     ctx: &Context,
     arrays: impl Iterator<Item = (usize, &'v ArrayView, Option<usize>)>,
@@ -446,10 +464,12 @@ pub(crate) fn enqueue_ordered<'v>(
     named: impl Fn(usize, String) -> Error,
     work: impl FnOnce(&Driver, RawStream) -> Result<()>,
 ) -> Result<u64> {
+    ctx.collect_released();
     let d = ctx.bind()?;
-    // Producer streams, and each array's device (from its pointer, never a null one).
+    // Producer streams (with the first array naming each, and whether caijit's own memory
+    // is among its arrays), and each array's device (from its pointer, never a null one).
     // Inline for up to four producer streams: no allocation on the launch path.
-    let mut producers: SmallVec<[RawStream; 4]> = SmallVec::new();
+    let mut producers: SmallVec<[Producer; 4]> = SmallVec::new();
     let mut common: Option<Option<RawStream>> = None;
     for (i, v, known) in arrays {
         if !v.is_empty() {
@@ -464,56 +484,103 @@ pub(crate) fn enqueue_ordered<'v>(
             }
         }
         if let Some(s) = v.stream().map(|s| RawStream::from_cai(s.to_cai())) {
-            if !producers.contains(&s) {
-                producers.push(s);
+            match producers.iter_mut().find(|p| p.stream == s) {
+                Some(p) => p.own |= v.is_owned_by_caijit(),
+                None => producers.push(Producer { stream: s, index: i, own: v.is_owned_by_caijit() }),
             }
             common = shared(common, s);
         }
     }
     let launch_stream = chosen(stream, common);
-    producers.retain(|p| *p != launch_stream);
-    if !(sync && sync_enabled_by_env()) {
-        producers.clear();
-    }
-    // The legacy default stream cannot be captured (CUDA refuses to begin a capture there),
-    // so only other launch streams are asked.
-    let legacy = launch_stream == RawStream::from_cai(1);
-    if !producers.is_empty() && !legacy && d.stream_capture_status(launch_stream)? == Capture::Active {
-        // Only streams in the same capture may be joined (see the module docs).
-        let id = d.capture_id(launch_stream)?;
-        let mut same = SmallVec::new();
-        for p in producers {
-            if d.capture_id(p)? == id {
-                same.push(p);
-            }
-        }
-        producers = same;
+    let foreign = sync && sync_enabled_by_env();
+    producers.retain(|p| p.stream != launch_stream && (foreign || p.own));
+    if !producers.is_empty() {
+        keep_capture_legal(&d, launch_stream, &mut producers, &named)?;
     }
     // Forward edges: one event per producer stream, all waited on by the launch stream.
     let mut events = Events::new();
     if !producers.is_empty() {
         ctx.take_events(producers.len() + 1, &mut events)?;
     }
-    let result = (|| -> Result<()> {
-        for (&p, &e) in producers.iter().zip(&events) {
-            d.event_record(e, p)?;
+    let before = (|| -> Result<()> {
+        for (p, &e) in producers.iter().zip(&events) {
+            d.event_record(e, p.stream)?;
             d.stream_wait_event(launch_stream, e)?;
             bump(&COUNTERS.waits);
         }
-        work(&d, launch_stream)?;
-        // Reverse edges: one event after the work, waited on by every producer stream.
+        work(&d, launch_stream)
+    })();
+    if let Err(e) = before {
+        ctx.return_events(&mut events);
+        return Err(e);
+    }
+    // Reverse edges: one event after the work, waited on by every producer stream.
+    let after = (|| -> Result<()> {
+        fault::check(fault::Point::ReverseEdge)?;
         if let Some(&after) = events.last() {
             d.event_record(after, launch_stream)?;
-            for &p in &producers {
-                d.stream_wait_event(p, after)?;
+            for p in &producers {
+                d.stream_wait_event(p.stream, after)?;
                 bump(&COUNTERS.reverse_waits);
             }
         }
         Ok(())
     })();
     ctx.return_events(&mut events);
-    result?;
+    if let Err(e) = after {
+        // The work is enqueued but its producers may not wait for it, so their memory could
+        // be released or overwritten under it: hold the caller until it has finished.
+        let _ = d.stream_synchronize(launch_stream);
+        bump(&COUNTERS.host_syncs);
+        return Err(e);
+    }
     Ok(launch_stream.as_u64())
+}
+
+/// A producer stream to order a launch against.
+#[derive(Clone, Copy, Debug)]
+struct Producer {
+    stream: RawStream,
+    /// The first argument that names it (for errors).
+    index: usize,
+    /// Whether caijit's own memory lives on it (always ordered).
+    own: bool,
+}
+
+/// Keep only the edges that are legal with graph capture. Inside a capture, only streams of
+/// the same capture (forked from it with an event) may be joined: such edges become graph
+/// dependencies. Edges to streams outside it would invalidate the capture (or order
+/// nothing, since the graph runs later), so they are left out: ordering a replay against
+/// other work is the capturer's business, as in CUDA itself. Outside a capture, waiting on
+/// a stream that is being captured would silently pull the launch into that capture: an
+/// error naming the argument.
+///
+/// The legacy default stream is never captured, and asking it while another stream is
+/// captured is itself an illegal implicit synchronisation: it is never asked.
+fn keep_capture_legal(
+    d: &Driver,
+    launch: RawStream,
+    producers: &mut SmallVec<[Producer; 4]>,
+    named: &impl Fn(usize, String) -> Error,
+) -> Result<()> {
+    let legacy = RawStream::from_cai(1);
+    let capture = |s: RawStream| if s == legacy { Ok(0) } else { d.capture_id(s) };
+    let launch_capture = capture(launch)?;
+    let mut kept: SmallVec<[Producer; 4]> = SmallVec::new();
+    for &p in producers.iter() {
+        match (launch_capture, capture(p.stream)?) {
+            (l, q) if l == q => kept.push(p),
+            (0, _) => {
+                return Err(named(
+                    p.index,
+                    "the array's stream is being captured into a CUDA graph: launch on the capturing stream (or one forked from it), or finish the capture first".into(),
+                ))
+            }
+            _ => {} // a producer outside this capture
+        }
+    }
+    *producers = kept;
+    Ok(())
 }
 
 /// The producer stream every array seen so far shares: `None` before the first one with a
@@ -585,6 +652,34 @@ pub fn copy_contiguous(ctx: &Context, src: &Arg<'_>, dst: &Arg<'_>, stream: Opti
         }
         Ok(())
     })
+}
+
+/// Fault injection for tests: make the next pass through a point fail, so that a GPU test
+/// can check what a failure there leaves behind (memory safety after a failed reverse edge).
+#[doc(hidden)]
+pub mod fault {
+    use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+
+    #[derive(Clone, Copy, Debug)]
+    pub enum Point {
+        /// After the work is enqueued, before the reverse edges.
+        ReverseEdge = 1,
+    }
+
+    static ARMED: AtomicU32 = AtomicU32::new(0);
+
+    /// Fail the next pass through `p` (once).
+    pub fn arm(p: Point) {
+        ARMED.fetch_or(p as u32, Relaxed);
+    }
+
+    pub(crate) fn check(p: Point) -> crate::Result<()> {
+        let bit = p as u32;
+        if ARMED.load(Relaxed) & bit != 0 && ARMED.fetch_and(!bit, Relaxed) & bit != 0 {
+            return Err(crate::Error::Launch(format!("injected fault at {p:?}")));
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -224,7 +224,7 @@ fn broadcast_to(v: &ArrayView, shape: &[usize]) -> Result<ArrayView> {
     let pad = shape.len() - v.ndim();
     let strides: Vec<i64> =
         (0..shape.len()).map(|k| if k < pad || (v.shape()[k - pad] == 1 && shape[k] != 1) { 0 } else { v.strides()[k - pad] }).collect();
-    Ok(ArrayView::new(v.ptr(), shape, Some(&strides), v.dtype(), true, v.stream())?)
+    Ok(ArrayView::new(v.ptr(), shape, Some(&strides), v.dtype(), true, v.stream())?.owned_by_caijit(v.is_owned_by_caijit()))
 }
 
 /// `out = a (op) b` elementwise with NumPy broadcasting: `out` is C-contiguous with the
@@ -320,11 +320,13 @@ fn reduce(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, sum: bool, stream:
     let partial = DeviceArray::empty(ctx, &[blocks], acc, &s)?;
     let op = scalar(i32::from(!sum));
     let (t, a, o) = (x.dtype().cpp_name(), acc.cpp_name(), out.dtype().cpp_name());
+    let scratch = partial.view();
+    let scratch = Arg::ArrayOn(&scratch, ctx.ordinal());
     let first = kernel(ctx, "reduce", format!("reduce_partial<{t}, {a}>"))?;
-    first.launch(&cfg, &[Arg::Array(x), Arg::Array(&partial.view()), int(x.size()), op], Some(&s), true)?;
+    first.launch(&cfg, &[Arg::Array(x), scratch, int(x.size()), op], Some(&s), true)?;
     let second = kernel(ctx, "reduce", format!("reduce_final<{a}, {o}>"))?;
     let one = LaunchConfig::new([1, 1, 1], [1024, 1, 1]);
-    second.launch(&one, &[Arg::Array(&partial.view()), Arg::Array(out), int(blocks), op], Some(&s), true).map(drop)
+    second.launch(&one, &[scratch, Arg::Array(out), int(blocks), op], Some(&s), true).map(drop)
     // `partial` is freed here, on `s`, after both kernels.
 }
 

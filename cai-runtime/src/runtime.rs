@@ -25,6 +25,7 @@
 
 use std::collections::HashMap;
 use std::ffi::CString;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::cai::StreamRef;
@@ -99,6 +100,19 @@ pub struct Context {
     modules: Mutex<HashMap<String, Arc<Module>>>,
     /// caijit's memory pool on this device, created by the first allocation.
     pool: OnceLock<RawPool>,
+    /// Objects kept alive until the work before their event finished ([`Context::release_after`]).
+    deferred: Mutex<Deferred>,
+    has_deferred: AtomicBool,
+}
+
+/// `(event, object)` pairs: each object is dropped once its event has completed.
+#[derive(Default)]
+struct Deferred(Vec<(RawEvent, Box<dyn std::any::Any + Send>)>);
+
+impl std::fmt::Debug for Deferred {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Deferred({} pending)", self.0.len())
+    }
 }
 
 /// Every device's context made so far, by ordinal.
@@ -134,6 +148,8 @@ impl Context {
             events: Mutex::new(Vec::new()),
             modules: Mutex::new(HashMap::new()),
             pool: OnceLock::new(),
+            deferred: Mutex::default(),
+            has_deferred: AtomicBool::new(false),
         });
         all.insert(ordinal, c.clone());
         Ok(c)
@@ -259,6 +275,54 @@ impl Context {
         Ok(r?)
     }
 
+    /// Keep `keep` alive until the work enqueued so far on `stream` (a CAI value) has
+    /// finished, then drop it, without blocking the host: for memory the kernel reads whose
+    /// owner caijit cannot order otherwise (a DLPack capsule, whose deleter hands the memory
+    /// back to its producer). Objects are dropped by later calls of
+    /// [`Context::collect_released`] (every launch makes one).
+    pub fn release_after(&self, stream: u64, keep: Box<dyn std::any::Any + Send>) -> Result<()> {
+        self.collect_released();
+        let mut events = Events::new();
+        self.take_events(1, &mut events)?;
+        let d = self.bind()?;
+        if let Err(e) = d.event_record(events[0], RawStream::from_cai(stream)) {
+            self.return_events(&mut events);
+            // Untracked, the object may only go once the stream is idle.
+            let _ = d.stream_synchronize(RawStream::from_cai(stream));
+            bump(&COUNTERS.host_syncs);
+            return Err(e.into());
+        }
+        lock(&self.deferred).0.push((events[0], keep));
+        self.has_deferred.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Drop the objects of [`Context::release_after`] whose work has finished (a query per
+    /// pending object, never a wait). Cheap when nothing is pending.
+    pub fn collect_released(&self) {
+        if !self.has_deferred.load(Ordering::Acquire) {
+            return;
+        }
+        let Ok(d) = self.bind() else { return };
+        let mut done = Vec::new();
+        let mut events = Events::new();
+        {
+            let mut pending = lock(&self.deferred);
+            // An event that cannot be queried (a sticky error) is treated as done: the
+            // context is unusable and nothing will run on it again.
+            let (finished, waiting): (Vec<_>, Vec<_>) =
+                d.relaxed_capture(|| std::mem::take(&mut pending.0).into_iter().partition(|(e, _)| d.event_done(*e).unwrap_or(true)));
+            pending.0 = waiting;
+            self.has_deferred.store(!pending.0.is_empty(), Ordering::Release);
+            for (e, keep) in finished {
+                events.push(e);
+                done.push(keep);
+            }
+        }
+        self.return_events(&mut events);
+        drop(done); // outside the lock: a producer's deleter may call back into caijit
+    }
+
     /// Give events back to the pool. A stream's wait captures an event's state when it is
     /// enqueued, so an event can be reused as soon as the waits on it are enqueued.
     pub(crate) fn return_events(&self, events: &mut Events) {
@@ -266,28 +330,47 @@ impl Context {
     }
 }
 
+/// What keeps a borrowed stream alive: its owner in another library (a CuPy or PyTorch
+/// stream object), held as long as the [`Stream`].
+pub type StreamOwner = Box<dyn std::any::Any + Send + Sync>;
+
 /// A stream: caijit's own (destroyed on drop) or a borrowed handle.
-#[derive(Debug)]
+///
+/// # Lifetimes
+/// Arrays keep the stream they live on (`Arc<Stream>`): their frees, exports and the
+/// stream protocol's edges use it until the array is gone. A caijit stream is destroyed
+/// only after its last array; a borrowed one given with its owner ([`Stream::borrowed_from`])
+/// keeps that owner alive as long; a bare handle ([`Stream::borrowed`]) is the caller's
+/// promise that it outlives every array and launch using it (CuPy's `ExternalStream` rule).
 pub struct Stream {
     raw: RawStream,
-    owner: Option<Arc<Context>>,
+    /// caijit's own stream: the context it is destroyed in.
+    context: Option<Arc<Context>>,
+    /// A borrowed stream's owner, kept alive with it.
+    _owner: Option<StreamOwner>,
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream").field("raw", &self.raw).field("owned", &self.context.is_some()).finish()
+    }
 }
 
 impl Stream {
     /// A new non-blocking stream on `ctx`'s device, owned by caijit.
     pub fn new(ctx: &Arc<Context>) -> Result<Stream> {
         let raw = ctx.bind()?.stream_create(true)?;
-        Ok(Stream { raw, owner: Some(ctx.clone()) })
+        Ok(Stream { raw, context: Some(ctx.clone()), _owner: None })
     }
 
     /// The legacy default stream (CAI `1`).
     pub fn legacy() -> Stream {
-        Stream { raw: RawStream::from_cai(1), owner: None }
+        Stream { raw: RawStream::from_cai(1), context: None, _owner: None }
     }
 
     /// The per-thread default stream (CAI `2`).
     pub fn per_thread() -> Stream {
-        Stream { raw: RawStream::from_cai(2), owner: None }
+        Stream { raw: RawStream::from_cai(2), context: None, _owner: None }
     }
 
     /// Borrow a foreign stream by its CAI value: `1`, `2` or a `CUstream` handle. The
@@ -298,7 +381,20 @@ impl Stream {
                 "stream 0 is ambiguous; pass 1 for the legacy default stream or 2 for the per-thread default stream".into(),
             ));
         }
-        Ok(Stream { raw: RawStream::from_cai(handle), owner: None })
+        Ok(Stream { raw: RawStream::from_cai(handle), context: None, _owner: None })
+    }
+
+    /// Borrow a foreign stream together with the object that owns it (a CuPy, PyTorch or
+    /// Numba stream): the owner is kept alive as long as this `Stream`, so arrays living on
+    /// it never use a destroyed handle.
+    pub fn borrowed_from(handle: u64, owner: StreamOwner) -> Result<Stream> {
+        let mut s = Stream::borrowed(handle)?;
+        s._owner = Some(owner);
+        Ok(s)
+    }
+
+    pub fn is_per_thread(&self) -> bool {
+        self.raw == RawStream::from_cai(2)
     }
 
     /// The CAI value of this stream: `1`, `2` or the handle.
@@ -326,11 +422,10 @@ impl Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        // Drop never panics; a failure to destroy leaks one stream handle at most.
-        if let (Some(ctx), Ok(d)) = (&self.owner, driver()) {
-            if d.make_current(ctx.ctx).is_ok() {
-                let _ = d.destroy_owned_stream(self.raw);
-            }
+        // Drop never panics; a failure to destroy leaks one stream handle at most. The
+        // caller's current context is restored when the guard drops.
+        if let Some(d) = self.context.as_ref().and_then(|ctx| ctx.bind().ok()) {
+            let _ = d.destroy_owned_stream(self.raw);
         }
     }
 }

@@ -238,7 +238,6 @@ impl Driver {
         Ok(Ctx(ctx))
     }
 
-    /// Make `ctx` current on this thread if it is not already.
     /// Make `ctx` current on this thread; returns the context it replaced (null when none
     /// was current) when that was another one, so that the caller can put it back.
     pub fn make_current(&self, ctx: Ctx) -> Result<Option<Ctx>, DriverError> {
@@ -429,6 +428,37 @@ impl Driver {
     pub fn event_record(&self, e: RawEvent, s: RawStream) -> Result<(), DriverError> {
         // SAFETY: live event and stream handles.
         check("cuEventRecord", unsafe { cu::cuEventRecord(e.0, s.0) })
+    }
+
+    /// Whether the work before `e`'s last record has finished (`cuEventQuery`; never blocks).
+    pub fn event_done(&self, e: RawEvent) -> Result<bool, DriverError> {
+        // SAFETY: a live event handle.
+        let r = unsafe { cu::cuEventQuery(e.0) };
+        if r == cu::CUresult::CUDA_ERROR_NOT_READY {
+            return Ok(false);
+        }
+        check("cuEventQuery", r).map(|_| true)
+    }
+
+    /// Run `f` with this thread's stream-capture mode relaxed: calls that a global-mode
+    /// capture on another thread forbids (`cuEventQuery`, say) are then legal here.
+    pub fn relaxed_capture<R>(&self, f: impl FnOnce() -> R) -> R {
+        let mut mode = cu::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: valid in/out pointer; the previous mode is written back below.
+        let swapped = unsafe { cu::cuThreadExchangeStreamCaptureMode(&mut mode) } == cu::CUresult::CUDA_SUCCESS;
+        let r = f();
+        if swapped {
+            // SAFETY: as above; restores the mode the thread had.
+            unsafe { cu::cuThreadExchangeStreamCaptureMode(&mut mode) };
+        }
+        r
+    }
+
+    /// Block the host until every stream of the current context is idle. Never called on
+    /// the launch path.
+    pub fn ctx_synchronize(&self) -> Result<(), DriverError> {
+        // SAFETY: a context is current (callers bind one); errors are reported.
+        check("cuCtxSynchronize", unsafe { cu::cuCtxSynchronize() })
     }
 
     pub fn stream_wait_event(&self, s: RawStream, e: RawEvent) -> Result<(), DriverError> {

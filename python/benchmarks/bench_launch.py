@@ -1,5 +1,5 @@
 """Launch overhead: an empty kernel with 3 array arguments + 1 int, caijit beside its peers
-measured in the same run (MEASURED.md's method).
+measured in the same run, rounds interleaved.
 
 host µs      = median over 100 batches of 200 launches, timed without synchronising
 sustained µs = 20,000 launches, then one synchronisation, divided by 20,000
@@ -65,7 +65,7 @@ ROUNDS = 3
 
 def main() -> None:
     # Every path is measured once per round, the rounds interleaved, so that drift of the
-    # host's speed (MEASURED.md: 10-40 % between runs) falls on all paths alike; the table
+    # host's speed (10-40 % between runs on the H200 machines) falls on all paths alike; the table
     # gives medians over rounds, the targets the per-round ratios.
     paths: list[tuple[str, Callable[[], None], Callable[[], None]]] = []
     floor = os.environ.get("CAIJIT_LAUNCH_FLOOR")  # the nvcc-built C loop (gpu-run.sh builds it)

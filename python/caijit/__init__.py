@@ -183,7 +183,8 @@ def as_cuda_array(obj: Any) -> Interface:
     facts of :class:`Interface`, and itself exporting ``__cuda_array_interface__``. Keep
     ``obj`` alive while the view is used."""
     if isinstance(obj, DeviceArray):
-        return parse_interface(obj.__cuda_array_interface__)
+        # The array's own view: its stream and device, whatever the export opt-outs say.
+        return _native.launch_view(obj)
     return parse_interface(obj)
 
 

@@ -143,19 +143,34 @@ _capsule_new.restype = ctypes.py_object
 _capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _CapsuleDestructor]
 
 _NAME = b"dltensor"
-#: Exported tensors by address: the struct, its shape and strides, and the array they keep alive.
+#: Exported tensors by address: the struct, its shape and strides, the array they keep
+#: alive, and the stream the consumer uses it on.
 _LIVE: dict[int, tuple[Any, ...]] = {}
 _CODES = {"b": 6, "i": 0, "u": 1, "f": 2, "c": 5}
 
 
 def _delete_impl(address: int) -> None:
-    _LIVE.pop(address, None)
+    entry = _LIVE.pop(address, None)
+    if entry is not None:
+        _release(entry[3], entry[4])
+
+
+def _release(array: Any, consumer_stream: int) -> None:
+    """The consumer is done with ``array``: the array's own stream waits for the work the
+    consumer enqueued on its stream before the array may be freed (a reverse edge)."""
+    from . import _native
+
+    if consumer_stream not in (-1, array.stream):
+        try:
+            _native.order_streams(array.stream, consumer_stream, array.device)
+        except Exception:  # a deleter cannot raise; a dead context orders nothing anyway
+            pass
 
 
 def _destroy_capsule_impl(capsule: int) -> None:
     # A consumer that took the tensor renamed the capsule ("used_dltensor") and owns it.
     if _is_valid(capsule, _NAME):
-        _LIVE.pop(_get_pointer(capsule, _NAME), None)
+        _LIVE.pop(_get_pointer(capsule, _NAME), None)  # never consumed: never used on a stream
 
 
 # C callbacks (module-level, so they live as long as any capsule that points at them).
@@ -165,16 +180,21 @@ _destroy_capsule = _CapsuleDestructor(_destroy_capsule_impl)
 
 def export(array: Any, device: int, consumer_stream: Any) -> Any:
     """A DLPack capsule of a caijit array (legacy ``dltensor``), after making the consumer's
-    stream wait for the array's pending work (``stream=-1``: no ordering)."""
+    stream wait for the array's pending work (``stream=-1``: no ordering). When the consumer
+    releases the tensor, the array's stream waits for the consumer's stream, so the array
+    is not freed under the consumer's last use of it.
+
+    The ordering uses the array's own stream: the export opt-outs change what the CUDA
+    Array Interface tells other libraries, never how caijit orders its own memory."""
     from . import _native
 
-    cai = array.__cuda_array_interface__
     if consumer_stream is None:
         consumer_stream = 1  # the array API: None means the legacy default stream for CUDA
+    consumer_stream = int(consumer_stream)
     if consumer_stream == 0:
         raise ArgumentError("__dlpack__(stream=0) is ambiguous; pass 1 (legacy) or 2 (per-thread)")
-    if consumer_stream != -1 and cai.get("stream") not in (None, consumer_stream):
-        _native.order_streams(int(consumer_stream), int(cai["stream"]), device)
+    if consumer_stream not in (-1, array.stream):
+        _native.order_streams(consumer_stream, array.stream, device)
     typestr = array.dtype.str if str(array.dtype) != "void16" else "<V2"
     kind, itemsize = typestr[1], int(typestr[2:])
     code = 4 if typestr == "<V2" else _CODES[kind]
@@ -182,7 +202,7 @@ def export(array: Any, device: int, consumer_stream: Any) -> Any:
     shape = (ctypes.c_int64 * max(ndim, 1))(*array.shape)
     strides = (ctypes.c_int64 * max(ndim, 1))(*(s // itemsize for s in array.strides))
     m = _DLManagedTensor()
-    m.dl_tensor.data = cai["data"][0] or None
+    m.dl_tensor.data = array.ptr or None
     m.dl_tensor.device = _DLDevice(KDL_CUDA, device)
     m.dl_tensor.ndim = ndim
     m.dl_tensor.dtype = _DLDataType(code, itemsize * 8, 1)
@@ -191,5 +211,5 @@ def export(array: Any, device: int, consumer_stream: Any) -> Any:
     m.dl_tensor.byte_offset = 0
     m.deleter = ctypes.cast(_delete, ctypes.c_void_p)
     address = ctypes.addressof(m)
-    _LIVE[address] = (m, shape, strides, array)
+    _LIVE[address] = (m, shape, strides, array, consumer_stream)
     return _capsule_new(address, _NAME, _destroy_capsule)

@@ -64,7 +64,9 @@ def _device_count() -> int:
 
 
 def _device(like: caijit.Interface) -> int:
-    """The device of ``like``'s memory."""
+    """The device of ``like``'s memory: the one its conversion learnt, else the pointer's."""
+    if like.device is not None:
+        return like.device
     if like.ptr and _device_count() > 1:
         return _native.pointer_device(like.ptr) or 0
     return 0

@@ -193,9 +193,9 @@ impl DeviceArray {
 /// A launch argument converted from Python, holding what must stay alive until the launch.
 pub enum PyArg {
     Array(ArrayView),
-    /// An array imported by DLPack, with the capsule holder that keeps it alive (it is only
-    /// held, never read: dropping it after the launch releases the producer's tensor).
-    Dlpack(ArrayView, #[allow(dead_code)] Py<PyAny>),
+    /// An array imported by DLPack, with the capsule holder that keeps it alive (released
+    /// by [`release_after`] once the work that reads it has finished).
+    Dlpack(ArrayView, Py<PyAny>),
     /// An array whose device is known without asking the driver.
     ArrayOn(ArrayView, usize),
     Scalar(Num, Option<DType>),
@@ -221,6 +221,19 @@ impl PyArg {
     }
 }
 
+/// Hand the DLPack capsules among `args` to `ctx`, to be released once the work enqueued
+/// so far on `stream` (a CAI value) has finished: a capsule's deleter gives the memory back
+/// to its producer (PyTorch's caching allocator, say), which must not reuse it while the
+/// kernel still reads it. Other arguments are dropped now.
+pub fn release_after(ctx: &Context, stream: u64, args: impl IntoIterator<Item = PyArg>) -> PyCaiResult<()> {
+    for a in args {
+        if let PyArg::Dlpack(_, holder) = a {
+            ctx.release_after(stream, Box::new(holder))?;
+        }
+    }
+    Ok(())
+}
+
 fn type_name(obj: &Bound<'_, PyAny>) -> String {
     let t = obj.get_type();
     let module = t.module().map(|m| m.to_string()).unwrap_or_default();
@@ -233,7 +246,7 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
 }
 
 /// Array types read through their attributes instead of building a CAI dict: the same
-/// facts the dict would hold, at a fraction of the cost (MEASURED.md).
+/// facts the dict would hold, at a fraction of the cost (docs/benchmarks.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Known {
     CupyArray,
@@ -283,6 +296,8 @@ fn remember<V: Copy>(
 #[derive(Default)]
 pub struct ArgContext {
     cupy_stream: Option<Option<u64>>,
+    /// PyTorch's current stream on a device (CAI value), read once per launch.
+    torch_stream: Option<(usize, u64)>,
     /// The stream the launch will use when it was given (CAI value); DLPack producers are
     /// asked to order their work before it.
     explicit_stream: Option<u64>,
@@ -311,6 +326,27 @@ impl ArgContext {
         let ptr: u64 = f.bind(py).call0()?.getattr(intern!(py, "ptr"))?.extract()?;
         let s = Some(if ptr == 0 { 1 } else { ptr });
         self.cupy_stream = Some(s);
+        Ok(s)
+    }
+}
+
+impl ArgContext {
+    /// PyTorch's current stream on `device`, on which PyTorch enqueues a tensor's work and
+    /// frees its memory for reuse (its default stream, handle 0, is the legacy stream: 1).
+    /// A tensor carries it as its producer stream, so a launch on another stream gets both
+    /// edges: the reverse edge keeps PyTorch's caching allocator from handing a temporary's
+    /// memory to new work before the kernel has read it.
+    fn torch_stream(&mut self, py: Python<'_>, device: usize) -> PyResult<u64> {
+        static CURRENT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        if let Some((_, s)) = self.torch_stream.filter(|(d, _)| *d == device) {
+            return Ok(s);
+        }
+        let f = CURRENT.get_or_try_init(py, || -> PyResult<_> {
+            Ok(py.import("torch")?.getattr("_C")?.getattr("_cuda_getCurrentRawStream")?.unbind())
+        })?;
+        let raw: u64 = f.bind(py).call1((device,))?.extract()?;
+        let s = if raw == 0 { 1 } else { raw };
+        self.torch_stream = Some((device, s));
         Ok(s)
     }
 }
@@ -390,7 +426,9 @@ fn fast_view(obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option
                 *s = s.checked_mul(item).ok_or_else(|| PyCaiError::argument(format!("stride {s} of a torch tensor overflows")))?;
             }
             let ptr = if shape.contains(&0) { 0 } else { ptr };
-            ArrayView::new(ptr, &shape, Some(&strides), dtype, false, None)?
+            let device = object_device(obj, known)?;
+            let stream = StreamRef::from_cai(ctx.torch_stream(py, device)?)?;
+            return Ok(Some((ArrayView::new(ptr, &shape, Some(&strides), dtype, false, Some(stream))?, device)));
         }
     };
     Ok(Some((view, object_device(obj, known)?)))
@@ -419,17 +457,8 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
             None => PyArg::Array(i.view.clone()),
         });
     }
-    if obj.is_instance_of::<PyBool>() {
-        return Ok(PyArg::Scalar(Num::Bool(obj.extract()?), None));
-    }
-    if obj.is_instance_of::<PyInt>() {
-        return Ok(PyArg::Scalar(Num::Int(int_value(index, obj)?), None));
-    }
-    if obj.is_instance_of::<PyFloat>() {
-        return Ok(PyArg::Scalar(Num::Float(obj.extract()?), None));
-    }
-    if let Ok(c) = obj.cast::<PyComplex>() {
-        return Ok(PyArg::Scalar(Num::Complex(c.real(), c.imag()), None));
+    if let Some(n) = python_number(index, obj)? {
+        return Ok(PyArg::Scalar(n, None));
     }
     if let Ok(b) = obj.cast::<PyBytes>() {
         return Ok(PyArg::Bytes(b.as_bytes().to_vec()));
@@ -453,14 +482,7 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
             return Ok(PyArg::Dlpack(view, holder.unbind()));
         }
     }
-    // NumPy scalars: typed, so they also drive template deduction.
-    if is_numpy_scalar(obj)? {
-        let name: String = obj.getattr("dtype")?.getattr("name")?.extract()?;
-        let dtype = DType::from_name(&name);
-        let item = obj.call_method0("item")?;
-        let PyArg::Scalar(value, _) = arg_from_py(index, &item, ctx)? else {
-            return Err(PyCaiError::argument(format!("argument {index}: unsupported NumPy scalar {name}")));
-        };
+    if let Some((value, dtype)) = numpy_scalar(index, obj)? {
         return Ok(PyArg::Scalar(value, dtype));
     }
     if obj.hasattr("__array_interface__")? || obj.hasattr("__array__")? || is_cpu_dlpack(obj)? {
@@ -473,6 +495,35 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
         "argument {index}: cannot pass a {} to a kernel (expected a CUDA array, a scalar, or bytes for a struct)",
         type_name(obj)
     )))
+}
+
+/// A Python number (bool, int, float or complex, subclasses included) as a scalar's value;
+/// `None` for anything else.
+pub fn python_number(index: usize, obj: &Bound<'_, PyAny>) -> PyCaiResult<Option<Num>> {
+    Ok(Some(if obj.is_instance_of::<PyBool>() {
+        Num::Bool(obj.extract()?)
+    } else if obj.is_instance_of::<PyInt>() {
+        Num::Int(int_value(index, obj)?)
+    } else if obj.is_instance_of::<PyFloat>() {
+        Num::Float(obj.extract()?)
+    } else if let Ok(c) = obj.cast::<PyComplex>() {
+        Num::Complex(c.real(), c.imag())
+    } else {
+        return Ok(None);
+    }))
+}
+
+/// A NumPy scalar (`numpy.float32(1.5)`): its value, and its dtype, which also drives
+/// template deduction; `None` for anything else.
+pub fn numpy_scalar(index: usize, obj: &Bound<'_, PyAny>) -> PyCaiResult<Option<(Num, Option<DType>)>> {
+    if !is_numpy_scalar(obj)? {
+        return Ok(None);
+    }
+    let name: String = obj.getattr("dtype")?.getattr("name")?.extract()?;
+    match python_number(index, &obj.call_method0("item")?)? {
+        Some(value) => Ok(Some((value, DType::from_name(&name)))),
+        None => Err(PyCaiError::argument(format!("argument {index}: unsupported NumPy scalar {name}"))),
+    }
 }
 
 /// An int's value: through `i64` (one C call), and only beyond that through the limited

@@ -79,6 +79,12 @@ impl Interface {
     fn nbytes(&self) -> usize {
         self.view.nbytes()
     }
+    /// The device of the memory, when the conversion that made this view learnt it
+    /// (`None` otherwise: a plain CAI dict says nothing of it).
+    #[getter]
+    fn device(&self) -> Option<usize> {
+        self.device
+    }
     #[getter]
     fn is_c_contiguous(&self) -> bool {
         self.view.is_c_contiguous()

@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use smallvec::SmallVec;
 
-use crate::array::{arg_from_py, ArgContext, PyArg};
+use crate::array::{arg_from_py, release_after, ArgContext, PyArg};
 use crate::errors::{PyCaiError, PyCaiResult};
 use crate::stream::stream_from_py;
 
@@ -186,12 +186,13 @@ fn launch_now(
     let launch_args: SmallVec<[Arg<'_>; 8]> = converted.iter().map(PyArg::as_arg).collect();
     let k = kernel.resolve(py, device, &launch_args)?;
     // The GIL is released while the driver enqueues: other Python threads keep running.
-    py.detach(|| match (config, forall) {
+    let on = py.detach(|| match (config, forall) {
         (Some(cfg), _) => k.launch(&cfg, &launch_args, stream, sync),
         (None, Some(n)) => k.forall(n, &launch_args, stream, sync),
         (None, None) => Err(Error::Argument(SYNTAX.into())),
     })?;
-    Ok(())
+    drop(launch_args);
+    release_after(k.context(), on, converted)
 }
 
 #[pymethods]

@@ -116,6 +116,18 @@ fn order_streams(waiter: u64, producer: u64, device: usize) -> PyCaiResult<()> {
     Ok(ctx.order_streams(&w, &p)?)
 }
 
+/// Test support: make the next pass through a fault point fail once (`"reverse_edge"`: after
+/// a kernel is enqueued, before its reverse edges).
+#[pyfunction]
+fn _inject_fault(point: &str) -> PyCaiResult<()> {
+    use cai_runtime::launch::fault::{arm, Point};
+    match point {
+        "reverse_edge" => arm(Point::ReverseEdge),
+        other => return Err(errors::PyCaiError::argument(format!("no fault point {other:?}"))),
+    }
+    Ok(())
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<interface::Interface>()?;
@@ -145,6 +157,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stats, m)?)?;
     m.add_function(wrap_pyfunction!(op_source, m)?)?;
     m.add_function(wrap_pyfunction!(order_streams, m)?)?;
+    m.add_function(wrap_pyfunction!(_inject_fault, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(empty_cache, m)?)?;
     m.add_function(wrap_pyfunction!(pointer_device, m)?)?;

@@ -8,13 +8,13 @@
 use std::sync::Arc;
 
 use cai_runtime::cai::ArrayView;
-use cai_runtime::launch::Num;
+use cai_runtime::launch::{launch_stream, Num};
 use cai_runtime::ops::{self, BinaryOp};
 use cai_runtime::runtime::{Context, Stream as RtStream};
 use pyo3::prelude::*;
 use smallvec::SmallVec;
 
-use crate::array::{arg_from_py, ArgContext, PyArg};
+use crate::array::{arg_from_py, numpy_scalar, python_number, release_after, ArgContext, PyArg};
 use crate::errors::{PyCaiError, PyCaiResult};
 use crate::kernel::launch_device;
 use crate::stream::stream_from_py;
@@ -49,18 +49,25 @@ fn call<const N: usize>(
         views.push(a.view().ok_or_else(not_array)?);
     }
     let arrays: [&ArrayView; N] = std::array::from_fn(|i| views[i]);
-    py.detach(|| {
+    let on = launch_stream(arrays, stream.as_deref());
+    let ctx = py.detach(|| -> cai_runtime::Result<_> {
         let ctx = Context::new(device)?;
-        op(Call { ctx: &ctx, arrays, stream: stream.as_deref() })
+        op(Call { ctx: &ctx, arrays, stream: stream.as_deref() })?;
+        Ok(ctx)
     })?;
-    Ok(())
+    drop(views);
+    release_after(&ctx, on, converted)
 }
 
-/// A Python number as an op's scalar (converted to the arrays' dtype exactly, or refused).
+/// A Python or NumPy number as an op's scalar (converted to the arrays' dtype exactly, or
+/// refused), read as a launch reads a scalar argument.
 fn number(what: &str, obj: &Bound<'_, PyAny>) -> PyCaiResult<Num> {
-    match arg_from_py(0, obj, &mut ArgContext::new(None))? {
-        PyArg::Scalar(n, _) => Ok(n),
-        _ => Err(PyCaiError::argument(format!("{what}: expected a number, got {}", obj.get_type().name()?))),
+    if let Some(n) = python_number(0, obj)? {
+        return Ok(n);
+    }
+    match numpy_scalar(0, obj)? {
+        Some((n, _)) => Ok(n),
+        None => Err(PyCaiError::argument(format!("{what}: expected a number, got {}", obj.get_type().name()?))),
     }
 }
 

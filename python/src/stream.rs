@@ -42,7 +42,8 @@ impl Stream {
 
 /// Read a stream argument: `None`, an int (1 and 2 are the default streams), a
 /// `caijit.Stream`, or any object with `__cuda_stream__`, `.ptr` (CuPy), `.cuda_stream`
-/// (PyTorch) or `.handle` (Numba).
+/// (PyTorch) or `.handle` (Numba). A stream object is kept alive by the `Stream` made of
+/// it: an array allocated on a CuPy stream never outlives that stream.
 pub fn stream_from_py(obj: &Bound<'_, PyAny>) -> PyCaiResult<Option<Arc<RtStream>>> {
     if obj.is_none() {
         return Ok(None);
@@ -51,7 +52,13 @@ pub fn stream_from_py(obj: &Bound<'_, PyAny>) -> PyCaiResult<Option<Arc<RtStream
         return Ok(Some(s.get().inner.clone()));
     }
     let handle = stream_handle(obj)?;
-    Ok(Some(Arc::new(RtStream::borrowed(handle)?)))
+    if obj.is_instance_of::<PyInt>() || handle == 1 || handle == 2 {
+        // A bare handle: the caller promises it outlives its arrays (the default streams
+        // always do).
+        return Ok(Some(Arc::new(RtStream::borrowed(handle)?)));
+    }
+    // A stream object: kept alive as long as the arrays and launchers that use its handle.
+    Ok(Some(Arc::new(RtStream::borrowed_from(handle, Box::new(obj.clone().unbind()))?)))
 }
 
 fn as_handle(v: &Bound<'_, PyAny>) -> Option<u64> {

@@ -111,7 +111,7 @@ elements! {
     half::f16 => F16, half::bf16 => BF16, f32 => F32, f64 => F64,
 }
 
-/// A type that exports itself as a CUDA Array Interface (CAI v3, DESIGN.md's producer rules).
+/// A type that exports itself as a CUDA Array Interface (CAI v3, by its producer rules).
 pub trait CudaArrayInterface {
     /// The array this value describes.
     fn cai_view(&self) -> Result<ArrayView, InterfaceError>;

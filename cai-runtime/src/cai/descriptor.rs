@@ -50,7 +50,7 @@ impl Descriptor {
         }
     }
 
-    /// Apply the consumer rules of DESIGN.md with default typestr options.
+    /// Apply the CAI v3 consumer rules with default typestr options.
     pub fn validate(&self) -> Result<ArrayView, InterfaceError> {
         ArrayView::from_descriptor(self, Default::default())
     }

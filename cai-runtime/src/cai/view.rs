@@ -58,10 +58,12 @@ pub struct ArrayView {
     size: usize,
     /// Byte offsets relative to `ptr`: `[lo, hi)` is every byte an element occupies.
     extent: (i128, i128),
+    /// caijit's own memory (see [`ArrayView::owned_by_caijit`]).
+    own: bool,
 }
 
 impl ArrayView {
-    /// Validate a producer's descriptor (the consumer rules of DESIGN.md).
+    /// Validate a producer's descriptor (the CAI v3 consumer rules, as caijit applies them).
     pub fn from_descriptor(d: &Descriptor, options: TypestrOptions) -> Result<ArrayView, InterfaceError> {
         if !(0..=3).contains(&d.version) {
             return Err(InterfaceError::UnsupportedVersion { version: d.version });
@@ -143,7 +145,18 @@ impl ArrayView {
                 return Err(InterfaceError::AddressOverflow { ptr: data.ptr, strides: strides.to_vec() });
             }
         }
-        Ok(ArrayView { ptr: data.ptr, shape: extents, strides, dtype, readonly: data.readonly, stream, version: 3, size, extent })
+        Ok(ArrayView {
+            ptr: data.ptr,
+            shape: extents,
+            strides,
+            dtype,
+            readonly: data.readonly,
+            stream,
+            version: 3,
+            size,
+            extent,
+            own: false,
+        })
     }
 
     /// The device pointer of element `(0, …, 0)`; may be 0 only when the array is empty.
@@ -190,6 +203,20 @@ impl ArrayView {
     pub fn with_stream(mut self, stream: Option<StreamRef>) -> Self {
         self.stream = stream;
         self
+    }
+
+    /// Mark the view as caijit's own memory (a `DeviceArray`, or a view of one).
+    pub fn owned_by_caijit(mut self, own: bool) -> Self {
+        self.own = own;
+        self
+    }
+
+    /// Whether the memory is caijit's own. The stream protocol always orders such a view
+    /// (both edges), whatever the opt-outs for other libraries' arrays say: caijit frees and
+    /// reuses that memory itself, so skipping an edge would let it be recycled under a
+    /// kernel still reading it.
+    pub fn is_owned_by_caijit(&self) -> bool {
+        self.own
     }
 
     /// C-contiguous as NumPy defines it: dimensions of extent 1 are ignored, and every
@@ -242,7 +269,7 @@ impl ArrayView {
         self.ptr.is_multiple_of(item as u64) && self.shape.iter().zip(&self.strides).all(|(&n, &s)| n <= 1 || s % item == 0)
     }
 
-    /// Export as a version-3 descriptor by DESIGN.md's producer rules: `strides: None`
+    /// Export as a version-3 descriptor by the CAI v3 producer rules: `strides: None`
     /// when C-contiguous, `data: (0, readonly)` when empty, stream `1`/`2`/handle.
     pub fn to_descriptor(&self) -> Descriptor {
         let ptr = if self.is_empty() { 0 } else { self.ptr };

@@ -1,6 +1,6 @@
 //! Finding NVRTC, its builtins library and the CUDA headers at run time.
 //!
-//! Search order (DESIGN.md): `CAIJIT_NVRTC_PATH` (a file or a directory), the loader's
+//! Search order: `CAIJIT_NVRTC_PATH` (a file or a directory), the loader's
 //! search path, the pip packages `nvidia-cuda-nvrtc` / `nvidia-cuda-runtime` in the running
 //! Python's site-packages (CUDA 13 `nvidia/cu13` and CUDA 12 `nvidia/cuda_nvrtc` layouts),
 //! `CUDA_HOME`, `CUDA_PATH`, `/usr/local/cuda`. Headers are searched next to the library

@@ -1,0 +1,559 @@
+"""The stream protocol at its edges: lifetimes of temporaries, the opt-outs, borrowed
+streams, misaligned views, the caller's current context, graph capture, failures after
+enqueue. Each test is a reproducer of a way the protocol once broke, checked by values
+(counters alone cannot tell an ordered launch from a lucky one).
+
+A producer stream is kept busy with a spinning kernel (~50 ms) so that an edge that is
+missing shows as a wrong value. Every kernel and library is warmed up first: a first launch
+loads its module and can synchronise the device, which would hide a missing edge. Cases
+that set environment variables, or that could kill the CUDA context, run in a subprocess.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+
+import caijit
+import caijit.ops as ops
+from caijit import _native
+
+pytestmark = pytest.mark.gpu
+
+N = 1 << 20
+CYCLES = 100_000_000  # ~50 ms on an H200
+
+KERNELS = r"""
+extern "C" __global__ void spin(long long cycles) {
+    long long t0 = clock64();
+    while (clock64() - t0 < cycles) {}
+}
+extern "C" __global__ void copy(const float* x, float* y, long long n) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) y[i] = x[i];
+}
+extern "C" __global__ void add_to(const float* x, float* y, long long n) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) y[i] += x[i];
+}
+"""
+
+STRIDED = r"""
+#include <caijit/array.cuh>
+extern "C" __global__ void sum_view(caijit::Array<const float, 1> x, float* out) {
+    if (threadIdx.x == 0) { float s = 0; for (long long i = 0; i < x.shape[0]; ++i) s += x(i); *out = s; }
+}
+"""
+
+GRID, BLOCK = 256, 256
+
+# The prelude of a subprocess case: the same kernels, every library warmed up.
+PRELUDE = f"""
+import gc, sys, numpy as np
+np.row_stack = np.vstack
+import caijit, caijit.ops as ops
+m = caijit.module({KERNELS!r})
+spin, copy = m["spin"], m["copy"]
+N, CYCLES = {N}, {CYCLES}
+s = caijit.Stream()
+w = caijit.to_device(np.ones(N, np.float32))
+spin[1, 1, s](1); copy[{GRID}, {BLOCK}, s](w, w, N); ops.scale(w, 2.0, stream=s); ops.fill(w, 1.0)
+s.synchronize()
+"""
+
+
+def has(mod: str) -> bool:
+    return importlib.util.find_spec(mod) is not None
+
+
+def run_case(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run `PRELUDE + code` in a fresh interpreter with `env` added to this one's."""
+    return subprocess.run(
+        [sys.executable, "-c", PRELUDE + textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **env},
+    )
+
+
+def assert_ok(r: subprocess.CompletedProcess[str], expected: str) -> None:
+    assert r.returncode == 0, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    assert expected in r.stdout, f"{r.stdout}\n{r.stderr}"
+
+
+@pytest.fixture(scope="module")
+def k() -> Any:
+    """The test kernels, each launched once (modules loaded before any test races)."""
+    m = caijit.module(KERNELS)
+    s = caijit.Stream()
+    a = caijit.to_device(np.ones(16, np.float32))
+    m["spin"][1, 1, s](1)
+    m["copy"][1, 32, s](a, a, 16)
+    m["add_to"][1, 32, s](a, a, 16)
+    ops.fill(a, 1.0, stream=s)
+    ops.scale(a, 2.0, out=a, stream=s)
+    s.synchronize()
+    return m
+
+
+@pytest.fixture(scope="module")
+def torch() -> Any:
+    if not has("torch"):
+        pytest.skip("PyTorch is not installed")
+    import torch
+
+    torch.full((16,), 1.0, device="cuda").clone().sum().item()
+    torch.equal(torch.zeros(4, device="cuda"), torch.zeros(4, device="cuda"))
+    return torch
+
+
+@pytest.fixture(scope="module")
+def cupy() -> Any:
+    if not has("cupy"):
+        pytest.skip("CuPy is not installed")
+    import cupy
+
+    (cupy.full(16, 1.0, cupy.float32).copy() * 1).sum().get()
+    return cupy
+
+
+def spin_on(k: Any, stream: Any) -> None:
+    k["spin"][1, 1, stream](CYCLES)
+
+
+# ---------------------------------------------------------------------------------------
+# The opt-outs govern other libraries' arrays only
+
+
+def test_own_temporary_survives_cai_sync_opt_out() -> None:
+    r = run_case(
+        """
+        spin[1, 1, s](CYCLES)
+        y = ops.scale(caijit.to_device(np.ones(N, np.float32)), 2.0, stream=s)
+        junk = caijit.to_device(np.full(N, 7, np.float32))
+        h = y.copy_to_host()
+        print("values", h.min(), h.max())
+        """,
+        CAIJIT_CAI_SYNC="0",
+    )
+    assert_ok(r, "values 2.0 2.0")
+
+
+def test_sync_false_keeps_own_arrays_ordered(k: Any) -> None:
+    s, p = caijit.Stream(), caijit.Stream()
+    # Forward: an own array written on p, read on s with sync=False.
+    x = caijit.zeros(N, stream=p)
+    y = caijit.zeros(N, stream=s)
+    p.synchronize()
+    spin_on(k, p)
+    ops.fill(x, 3.0, stream=p)
+    k["copy"].launch(x, y, N, grid=GRID, block=BLOCK, stream=s, sync=False)
+    assert (y.copy_to_host() == 3).all()
+    # Reverse: a temporary whose memory goes back to the pool right after the launch.
+    z = caijit.zeros(N, stream=s)
+    s.synchronize()
+    spin_on(k, s)
+    k["copy"].launch(caijit.to_device(np.ones(N, np.float32)), z, N, grid=GRID, block=BLOCK, stream=s, sync=False)
+    junk = caijit.to_device(np.full(N, 7, np.float32))
+    assert (z.copy_to_host() == 1).all()
+    del junk
+
+
+@pytest.mark.parametrize("env", [{"CAIJIT_CAI_EXPORT_STREAM": "0"}, {"CAIJIT_CAI_EXPORT_VERSION": "2"}])
+def test_dlpack_export_waits_under_export_opt_outs(env: dict[str, str]) -> None:
+    if not has("torch"):
+        pytest.skip("PyTorch is not installed")
+    r = run_case(
+        """
+        import torch
+        torch.zeros(4, device="cuda").sum().item()
+        a = caijit.zeros(N, stream=s)
+        s.synchronize()
+        spin[1, 1, s](CYCLES)
+        ops.fill(a, 3.0, stream=s)
+        t = torch.from_dlpack(a)
+        print("values", float(t.min()), float(t.max()))
+        v = caijit.as_cuda_array(a)
+        print("stream", v.stream == s.handle, "device", v.device)
+        """,
+        **env,
+    )
+    assert_ok(r, "values 3.0 3.0")
+    assert "stream True device 0" in r.stdout
+
+
+def test_cai_export_carries_pending_stream(k: Any, cupy: Any) -> None:
+    s = caijit.Stream()
+    a = caijit.zeros(N, stream=s)
+    s.synchronize()
+    spin_on(k, s)
+    ops.fill(a, 3.0, stream=s)
+    b = cupy.asarray(a)  # CuPy waits for the exported stream before using the array
+    assert float(b.min()) == 3.0 and float(b.max()) == 3.0
+
+
+# ---------------------------------------------------------------------------------------
+# Borrowed streams and per-thread default streams
+
+
+@pytest.mark.parametrize("library", ["cupy", "numba"])
+def test_array_outlives_borrowed_stream(library: str) -> None:
+    if not has(library):
+        pytest.skip(f"{library} is not installed")
+    make = {
+        "cupy": "import cupy; fs = cupy.cuda.Stream(non_blocking=True)",
+        "numba": "from numba import cuda; fs = cuda.stream()",
+    }[library]
+    r = run_case(
+        f"""
+        {make}
+        a = caijit.empty(N, stream=fs)
+        ops.fill(a, 2.0)
+        del fs
+        gc.collect()
+        b = ops.scale(a, 2.0)          # on the array's stream, whose object is gone
+        print("values", a.copy_to_host()[0], b.copy_to_host()[0])
+        del a, b
+        gc.collect()
+        c = caijit.to_device(np.ones(N, np.float32))
+        print("done", c.copy_to_host()[0])
+        """
+    )
+    assert_ok(r, "values 2.0 4.0")
+    assert "done 1.0" in r.stdout
+
+
+def test_per_thread_array_freed_from_another_thread(k: Any) -> None:
+    """The per-thread default stream names another stream on every thread: an array made
+    on this thread's and dropped on another waits for the device before its free."""
+    out = caijit.zeros(N, stream=2)
+    held = [caijit.to_device(np.ones(N, np.float32), stream=2)]
+    spin_on(k, 2)
+    k["copy"][GRID, BLOCK, 2](held[0], out, N)  # reads after the spin
+    before = caijit.stats()["host_syncs"]
+
+    def drop_and_scribble() -> None:
+        held.pop()  # the last reference: freed on this thread
+        junk = caijit.to_device(np.full(N, 7, np.float32), stream=2)
+        del junk
+
+    t = threading.Thread(target=drop_and_scribble)
+    t.start()
+    t.join()
+    assert (out.copy_to_host() == 1).all()
+    assert caijit.stats()["host_syncs"] == before + 1
+
+
+# ---------------------------------------------------------------------------------------
+# Checks before launch: nothing reaches the GPU that could fault it
+
+
+def test_misaligned_array_view_is_refused() -> None:
+    r = run_case(
+        f"""
+        k = caijit.kernel({STRIDED!r})
+        base = caijit.to_device(np.arange(64, dtype=np.float32))
+        out = caijit.zeros(1)
+
+        class Shifted:
+            def __init__(self, offset, strides=None):
+                self.__cuda_array_interface__ = {{"shape": (8,), "typestr": "<f4", "data": (base.ptr + offset, False),
+                                                  "strides": strides, "version": 3, "stream": 1}}
+
+        for name, arg in [("pointer", Shifted(1)), ("stride", Shifted(0, (6,)))]:
+            for launch in [lambda: k[1, 32](arg, out), lambda: copy[1, 32](arg, out, 1), lambda: ops.scale(arg, 2.0)]:
+                try:
+                    launch()
+                    print("BUG: launched", name)
+                except caijit.ArgumentError as e:
+                    # (a strided view for a pointer parameter is refused as not contiguous)
+                    assert "aligned" in str(e) or "C-contiguous" in str(e), e
+        k[1, 32](Shifted(4), out)
+        print("sum", out.copy_to_host()[0])
+        """
+    )
+    assert_ok(r, "sum 36.0")  # 1 + 2 + ... + 8: the process is usable
+    assert "BUG" not in r.stdout
+
+
+def test_dtype_mismatch_is_refused(k: Any) -> None:
+    x64 = caijit.to_device(np.ones(16))
+    y = caijit.zeros(16)
+    with pytest.raises(caijit.ArgumentError, match=r"argument 0 `x`.*float32.*got float64"):
+        k["copy"][1, 32](x64, y, 16)
+    strided = caijit.kernel(STRIDED)
+    with pytest.raises(caijit.ArgumentError, match=r"argument 0 `x`.*float32.*got float64"):
+        strided[1, 32](x64, y)
+    with pytest.raises(caijit.ArgumentError, match=r"float32"):
+        ops.scale(x64, 2.0, out=y)
+
+
+def test_readonly_array_for_mutable_pointer_is_refused(k: Any) -> None:
+    y = caijit.zeros(16)
+
+    class ReadOnly:
+        __cuda_array_interface__ = {**y.__cuda_array_interface__, "data": (y.ptr, True)}
+
+    with pytest.raises(caijit.ArgumentError, match=r"argument 1 `y`.*readonly"):
+        k["copy"][1, 32](y, ReadOnly(), 16)
+    k["copy"][1, 32](ReadOnly(), y, 16)  # const: fine
+
+
+def test_array_on_other_device_is_refused(k: Any) -> None:
+    if caijit.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    x = caijit.zeros(16, device=0)
+    y = caijit.zeros(16, device=1)
+    for a, b in [(x, y), (y, x)]:
+        with pytest.raises(caijit.ArgumentError, match="on device"):
+            k["copy"][1, 32](a, b, 16)
+        with pytest.raises(caijit.ArgumentError, match="on device"):
+            ops.add(a, b, out=b)
+
+
+# ---------------------------------------------------------------------------------------
+# The caller's current context is left as it was
+
+
+@pytest.fixture
+def foreign_context() -> Iterator[Any]:
+    """A context of device 0 that is not the primary one, current on this thread (what a
+    library with contexts of its own leaves current); destroyed afterwards."""
+    cuda = ctypes.CDLL("libcuda.so.1")
+    dev = ctypes.c_int()
+    assert cuda.cuDeviceGet(ctypes.byref(dev), 0) == 0
+    ctx = ctypes.c_void_p()
+    assert cuda.cuCtxCreate_v2(ctypes.byref(ctx), 0, dev) == 0  # created current
+
+    def current() -> int:
+        c = ctypes.c_void_p()
+        assert cuda.cuCtxGetCurrent(ctypes.byref(c)) == 0
+        return c.value or 0
+
+    assert current() == ctx.value
+    yield current, ctx.value
+    cuda.cuCtxSetCurrent(None)
+    cuda.cuCtxDestroy_v2(ctx)
+
+
+def test_stream_drop_keeps_current_context(foreign_context: Any) -> None:
+    current, ctx = foreign_context
+    t = caijit.Stream()
+    assert current() == ctx
+    del t
+    gc.collect()
+    assert current() == ctx
+
+
+def test_launch_keeps_current_context(k: Any, foreign_context: Any) -> None:
+    current, ctx = foreign_context
+    a = caijit.to_device(np.ones(64, np.float32))
+    assert current() == ctx
+    b = ops.scale(a, 2.0)
+    k["add_to"][1, 64](a, b, 64)
+    assert current() == ctx
+    assert (b.copy_to_host() == 3).all()
+    del a, b
+    gc.collect()
+    caijit.empty_cache()
+    assert current() == ctx
+
+
+def test_stream_drop_keeps_current_device(cupy: Any) -> None:
+    if caijit.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    cupy.cuda.Device(0).use()
+    t = caijit.Stream(device=1)
+    a = caijit.zeros(16, stream=t, device=1)
+    del t, a
+    gc.collect()
+    assert cupy.cuda.runtime.getDevice() == 0
+
+
+# ---------------------------------------------------------------------------------------
+# Graph capture
+
+
+def replay_three_times(k: Any, capture: Any) -> None:
+    """`capture(x, y)` captures `y += x` once; replayed three times, y == 3 x."""
+    x = caijit.to_device(np.arange(N, dtype=np.float32))
+    y = caijit.zeros(N)
+    replay = capture(x, y)
+    for _ in range(3):
+        replay()
+    assert (y.copy_to_host() == 3 * np.arange(N, dtype=np.float32)).all()
+
+
+def capture_on_cupy(k: Any, cupy: Any, non_blocking: bool) -> None:
+    def capture(x: Any, y: Any) -> Any:
+        cs = cupy.cuda.Stream(non_blocking=non_blocking)
+        with cs:
+            cs.begin_capture()
+            k["add_to"][GRID, BLOCK, cs](x, y, N)
+            graph = cs.end_capture()
+        return lambda: (graph.launch(cs), cs.synchronize())
+
+    replay_three_times(k, capture)
+
+
+def test_capture_on_blocking_cupy_stream_with_legacy_producer(k: Any, cupy: Any) -> None:
+    """The arrays live on the legacy stream, which no capture may touch (not even to ask)."""
+    capture_on_cupy(k, cupy, non_blocking=False)
+
+
+def test_capture_on_non_blocking_cupy_stream_with_legacy_producer(k: Any, cupy: Any) -> None:
+    capture_on_cupy(k, cupy, non_blocking=True)
+
+
+def test_capture_on_a_caijit_stream(k: Any, cupy: Any) -> None:
+    def capture(x: Any, y: Any) -> Any:
+        s = caijit.Stream()
+        cs = cupy.cuda.ExternalStream(s.handle)
+        cs.begin_capture()
+        k["add_to"][GRID, BLOCK, s](x, y, N)
+        graph = cs.end_capture()
+        return lambda: (graph.launch(cs), s.synchronize())
+
+    replay_three_times(k, capture)
+
+
+def test_capture_with_torch_graph(k: Any, torch: Any) -> None:
+    x = torch.arange(N, dtype=torch.float32, device="cuda")
+    y = torch.zeros(N, device="cuda")
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        k["add_to"][GRID, BLOCK](x, y, N)  # on torch's capture stream, the tensors' stream
+    for _ in range(3):
+        g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, 3 * x)
+
+
+def test_launch_waiting_on_a_capturing_stream_is_an_error(k: Any, cupy: Any) -> None:
+    x = caijit.to_device(np.ones(N, np.float32))
+    y = caijit.zeros(N)
+    other = caijit.Stream()
+    cs = cupy.cuda.Stream(non_blocking=True)
+    with cs:
+        cs.begin_capture()
+
+        class OnCapture:  # an array whose pending work is in the capture
+            __cuda_array_interface__ = {**y.__cuda_array_interface__, "stream": cs.ptr}
+
+        with pytest.raises(caijit.ArgumentError, match="captured"):
+            k["add_to"][GRID, BLOCK, other](x, OnCapture(), N)
+        k["add_to"][GRID, BLOCK, cs](x, OnCapture(), N)  # in the capture: fine
+        graph = cs.end_capture()
+    graph.launch(cs)
+    cs.synchronize()
+    assert (y.copy_to_host() == 1).all()
+
+
+# ---------------------------------------------------------------------------------------
+# Foreign temporaries: their memory is not recycled under the kernel
+
+
+def test_foreign_producer_is_waited_for(k: Any, cupy: Any, torch: Any) -> None:
+    s = caijit.Stream()
+    y = caijit.zeros(N, stream=s)
+    cs = cupy.cuda.Stream(non_blocking=True)
+    x = cupy.zeros(N, cupy.float32)
+    cupy.cuda.runtime.deviceSynchronize()
+    with cs:  # CuPy's current stream is the producer stream of its arrays
+        spin_on(k, cs)
+        x.fill(3)
+        k["copy"][GRID, BLOCK, s](x, y, N)
+    assert (y.copy_to_host() == 3).all()
+
+    ts = torch.cuda.Stream()
+    t = torch.zeros(N, device="cuda")
+    torch.cuda.synchronize()
+    with torch.cuda.stream(ts):
+        spin_on(k, ts)
+        t.fill_(5)
+        k["copy"][GRID, BLOCK, s](t, y, N)
+    assert (y.copy_to_host() == 5).all()
+
+
+def test_torch_temporary_on_side_stream_is_not_recycled(k: Any, torch: Any) -> None:
+    ts = torch.cuda.Stream()
+    ref = torch.arange(N, dtype=torch.float32, device="cuda")
+    out = torch.zeros(N, device="cuda")
+    torch.cuda.synchronize()
+    spin_on(k, ts)
+    k["copy"][GRID, BLOCK, ts](ref.clone(), out, N)
+    junk = [torch.full((N,), -1.0, device="cuda") for _ in range(4)]
+    torch.cuda.synchronize()
+    assert torch.equal(out, ref)
+    del junk
+
+
+def test_cupy_temporary_on_side_stream_is_not_recycled(k: Any, cupy: Any) -> None:
+    cs = cupy.cuda.Stream(non_blocking=True)
+    ref = cupy.arange(N, dtype=cupy.float32)
+    out = cupy.zeros(N, cupy.float32)
+    cupy.cuda.runtime.deviceSynchronize()
+    spin_on(k, cs)
+    k["copy"][GRID, BLOCK, cs](ref.copy(), out, N)
+    junk = [cupy.full(N, -1.0, cupy.float32) for _ in range(4)]
+    cupy.cuda.runtime.deviceSynchronize()
+    assert bool((out == ref).all())
+    del junk
+
+
+class DLPackOnly:
+    """An array that speaks only DLPack (forwarding to a tensor)."""
+
+    def __init__(self, t: Any) -> None:
+        self.t = t
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self.t.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> Any:
+        return self.t.__dlpack_device__()
+
+
+def test_dlpack_temporary_released_after_kernel(k: Any, torch: Any) -> None:
+    ts = torch.cuda.Stream()
+    ref = torch.arange(N, dtype=torch.float32, device="cuda")
+    out = torch.zeros(N, device="cuda")
+    torch.cuda.synchronize()
+    spin_on(k, ts)
+    k["copy"][GRID, BLOCK, ts](DLPackOnly(ref.clone()), out, N)
+    gc.collect()
+    junk = [torch.full((N,), -1.0, device="cuda") for _ in range(4)]
+    torch.cuda.synchronize()
+    assert torch.equal(out, ref)
+    del junk
+    # Released once the work is done: by the next launch.
+    k["copy"][1, 32](ref, out, 16)
+
+
+def test_reverse_edge_failure_waits_for_the_kernel(k: Any, torch: Any) -> None:
+    ts = torch.cuda.Stream()
+    ref = torch.arange(N, dtype=torch.float32, device="cuda")
+    out = torch.zeros(N, device="cuda")
+    torch.cuda.synchronize()
+    before = caijit.stats()
+    spin_on(k, ts)
+    _native._inject_fault("reverse_edge")
+    with pytest.raises(caijit.LaunchError, match="injected fault"):
+        k["copy"][GRID, BLOCK, ts](ref.clone(), out, N)
+    junk = [torch.full((N,), -1.0, device="cuda") for _ in range(4)]
+    torch.cuda.synchronize()
+    assert torch.equal(out, ref)
+    assert caijit.stats()["host_syncs"] == before["host_syncs"] + 1
+    del junk
+    k["copy"][GRID, BLOCK, ts](ref, out, N)  # the process is usable
+    ts.synchronize()
