@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || scripts/setup.sh
-rm -rf .gpu && mkdir -p .gpu/bin .gpu/wheels
+rm -rf .gpu/bin .gpu/wheels && mkdir -p .gpu/bin .gpu/wheels   # (.gpu/mutants: scripts/mutants.sh)
 (cd python && ../.venv/bin/maturin build --release -q -o ../.gpu/wheels)
 # The example extension (the derive's GPU test launches through it).
 (cd examples/rust-extension && ../../.venv/bin/maturin build --release -q -o ../../.gpu/wheels)

@@ -10,6 +10,8 @@
 #   --tests "PYTEST ARGS"   only pytest, with these arguments (run in python/tests)
 #   --ordering N            only the randomized ordering tester, N sequences (the soak:
 #                           N >= 2000, split over calls with CAIJIT_ORDERING_SEED)
+#   --ab-bench              the launch benchmark's caijit paths for the wheel of .gpu/base
+#                           (an earlier build) and this one, alternately, twice each
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export CAIJIT_REQUIRE_GPU=1 CAIJIT_KERNELS_DIR="$PWD/kernels" CAIJIT_CACHE_DIR=/tmp/caijit-cache PYTHONUNBUFFERED=1
@@ -21,6 +23,20 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | 
 if ls .gpu/wheels/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/wheels/*.whl
     export PYTHONPATH=/tmp/site
+fi
+
+if [ "${1:-}" = --ab-bench ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-base .gpu/base/*.whl
+    nvcc -O2 -o /tmp/launch_floor python/benchmarks/launch_floor.cu -lcuda 2>"$OUT/nvcc.log" && export CAIJIT_LAUNCH_FLOOR=/tmp/launch_floor
+    for round in 1 2; do
+        for build in base new; do
+            site=/tmp/site; [ $build = base ] && site=/tmp/site-base
+            echo "===== $build (round $round)"
+            PYTHONPATH=$site CAIJIT_BENCH_QUICK=1 CAIJIT_BENCH_CHART=/dev/null python3 python/benchmarks/bench_launch.py 2>&1 \
+                | grep -E '^\| (caijit|CuPy|PyTorch|C\+\+)' | tee -a "$OUT/ab-bench.txt"
+        done
+    done
+    exit 0
 fi
 
 if [ "${1:-}" = --tests ] || [ "${1:-}" = --ordering ]; then
@@ -83,7 +99,12 @@ if [[ " $* " == *" --sanitize "* ]] && [ -n "${PYTHONPATH:-}" ]; then
         python3 -m pytest -q -p no:cacheprovider test_ops.py -k "not compile and not threads" 2>&1 | tail -6 | tee "$OUT/memcheck.txt")
     (cd python/tests && timeout 180 "$SAN" --tool racecheck --target-processes all \
         python3 -m pytest -q -p no:cacheprovider test_ops.py -k "transpose or reductions or softmax" 2>&1 | tail -6 | tee "$OUT/racecheck.txt")
+    # The randomized ordering tester, a small budget: every producer, stream and step kind
+    # under memcheck (it sees device-side accesses to freed or foreign memory).
+    (cd python/tests && CAIJIT_ORDERING_EXAMPLES=${CAIJIT_MEMCHECK_ORDERING_EXAMPLES:-20} timeout 300 "$SAN" --tool memcheck --target-processes all \
+        python3 -m pytest -q -p no:cacheprovider test_ordering_random.py 2>&1 | tail -6 | tee "$OUT/memcheck-ordering.txt")
     echo "memcheck: $(grep -h 'ERROR SUMMARY' "$OUT/memcheck.txt" | tail -1)" >>"$SUMMARY"
+    echo "memcheck (ordering tester): $(grep -h 'ERROR SUMMARY' "$OUT/memcheck-ordering.txt" | tail -1); $(grep -h 'passed\|failed' "$OUT/memcheck-ordering.txt" | tail -1)" >>"$SUMMARY"
     echo "racecheck: $(grep -h 'RACECHECK SUMMARY\|ERROR SUMMARY' "$OUT/racecheck.txt" | tail -1)" >>"$SUMMARY"
 fi
 

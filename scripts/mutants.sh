@@ -65,7 +65,7 @@ MUTANTS = [
          description="an array of the wrong dtype is launched",
          killers=[E + "test_dtype_mismatch_is_refused"]),
     dict(name="no_alignment_check", file=LAUNCH,
-         original="if !v.is_itemsize_aligned() {", replacement="if false {",
+         original="if !v.is_itemsize_aligned() || !v.ptr().is_multiple_of(vector as u64) {", replacement="if false {",
          description="a view not aligned to its elements is launched",
          killers=[E + "test_misaligned_array_view_is_refused"]),
     dict(name="no_readonly_check", file=LAUNCH,
@@ -98,9 +98,9 @@ MUTANTS = [
          description="after a failed reverse edge the caller is not held until the kernel finished",
          killers=[E + "test_reverse_edge_failure_waits_for_the_kernel"]),
     dict(name="dlpack_released_early", file="python/src/array.rs",
-         original="ctx.release_after(stream, Box::new(holder))?;", replacement="drop(holder);",
+         original="result = result.and(ctx.release_after(stream, Box::new(holder)));", replacement="drop(holder);",
          description="DLPack capsules are released at once, not after the kernel",
-         killers=[E + "test_dlpack_temporary_released_after_kernel"]),
+         killers=[E + "test_dlpack_temporary_released_after_kernel", E + "test_ops_hold_dlpack_capsules_until_the_kernel_is_done"]),
 ]
 BY_NAME = {m["name"]: m for m in MUTANTS}
 

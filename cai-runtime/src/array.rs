@@ -40,6 +40,9 @@ fn export_options() -> (bool, i64) {
 impl DeviceArray {
     /// Uninitialised memory for `shape` elements of `dtype`, allocated on `stream`.
     pub fn empty(ctx: &Arc<Context>, shape: &[usize], dtype: DType, stream: &Arc<Stream>) -> Result<DeviceArray> {
+        if let Some(o) = stream.device().filter(|&o| o != ctx.ordinal()) {
+            return Err(Error::Argument(format!("the stream is on device {o}; the array would be on device {}", ctx.ordinal())));
+        }
         let overflow = || Error::Argument(format!("shape {shape:?} of {dtype} overflows"));
         let size = shape
             .iter()
@@ -80,9 +83,31 @@ impl DeviceArray {
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let mut out = vec![0u8; self.nbytes()];
         if !out.is_empty() {
-            self.ctx.bind()?.copy_from_owned(&mut out, self.ptr(), self.stream.raw())?;
+            let d = self.ctx.bind()?;
+            if self.on_another_threads_stream() {
+                d.ctx_synchronize()?; // its stream cannot be named here: wait for the device
+            }
+            d.copy_from_owned(&mut out, self.ptr(), self.stream.raw())?;
         }
         Ok(out)
+    }
+
+    /// Whether the array lives on the per-thread default stream of another thread: `2`
+    /// names a different stream on every thread, so the array's stream cannot be named here.
+    fn on_another_threads_stream(&self) -> bool {
+        self.per_thread_home.is_some_and(|home| home != std::thread::current().id())
+    }
+
+    /// Refuse to hand the array to work on this thread when its stream cannot be named here
+    /// (see [`DeviceArray::to_bytes`] for the one use that waits instead): no stream edge
+    /// could order that work against the array's.
+    pub fn check_usable_here(&self) -> Result<()> {
+        if self.on_another_threads_stream() {
+            return Err(Error::Argument(
+                "the array lives on the per-thread default stream of another thread (stream 2 names a different stream on every thread): use it on the thread that made it, or allocate it on a stream object".into(),
+            ));
+        }
+        Ok(())
     }
 
     pub fn ptr(&self) -> u64 {
@@ -133,7 +158,7 @@ impl Drop for DeviceArray {
         // Drop never panics; a failed free is reported by the next driver call (sticky
         // errors) or leaks this allocation at worst.
         let Ok(d) = self.ctx.bind() else { return };
-        if self.per_thread_home.is_some_and(|home| home != std::thread::current().id()) {
+        if self.on_another_threads_stream() {
             // This thread's per-thread stream is not the one the array's work was ordered
             // on, and that one cannot be named from here: wait for the device instead (a
             // host synchronisation, counted; only arrays of the per-thread default stream

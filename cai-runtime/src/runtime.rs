@@ -218,6 +218,7 @@ impl Context {
     /// `torch.cuda.empty_cache()`); memory in use, or freed but still pending on a stream,
     /// stays.
     pub fn empty_cache(&self) -> Result<()> {
+        self.collect_released();
         match self.pool.get() {
             Some(&p) => Ok(self.bind()?.mem_pool_trim(p, 0)?),
             None => Ok(()),
@@ -282,15 +283,17 @@ impl Context {
     /// [`Context::collect_released`] (every launch makes one).
     pub fn release_after(&self, stream: u64, keep: Box<dyn std::any::Any + Send>) -> Result<()> {
         self.collect_released();
+        let raw = RawStream::from_cai(stream);
         let mut events = Events::new();
-        self.take_events(1, &mut events)?;
-        let d = self.bind()?;
-        if let Err(e) = d.event_record(events[0], RawStream::from_cai(stream)) {
+        let recorded = self.take_events(1, &mut events).and_then(|()| Ok(self.bind()?.event_record(events[0], raw)?));
+        if let Err(e) = recorded {
             self.return_events(&mut events);
             // Untracked, the object may only go once the stream is idle.
-            let _ = d.stream_synchronize(RawStream::from_cai(stream));
-            bump(&COUNTERS.host_syncs);
-            return Err(e.into());
+            if let Ok(d) = self.bind() {
+                let _ = d.stream_synchronize(raw);
+                bump(&COUNTERS.host_syncs);
+            }
+            return Err(e);
         }
         lock(&self.deferred).0.push((events[0], keep));
         self.has_deferred.store(true, Ordering::Release);
@@ -391,6 +394,11 @@ impl Stream {
         let mut s = Stream::borrowed(handle)?;
         s._owner = Some(owner);
         Ok(s)
+    }
+
+    /// The device of a caijit stream; `None` for a borrowed one (not asked of the driver).
+    pub fn device(&self) -> Option<usize> {
+        self.context.as_ref().map(|c| c.ordinal())
     }
 
     pub fn is_per_thread(&self) -> bool {

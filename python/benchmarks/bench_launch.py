@@ -94,7 +94,10 @@ def main() -> None:
         paths.append((CAIJIT_TORCH, lambda: launcher(ta, tb, tc, N), torch.cuda.synchronize))
         paths.append(("PyTorch torch.add(a, b, out=c)", lambda: torch.add(ta, tb, out=tc), torch.cuda.synchronize))
 
-    if has("numba"):
+    # CAIJIT_BENCH_QUICK=1: caijit's paths and the two closest peers only (for before/after
+    # comparisons of two builds, run alternately).
+    quick = os.environ.get("CAIJIT_BENCH_QUICK") == "1"
+    if has("numba") and not quick:
         from numba import cuda
 
         @cuda.jit
@@ -110,7 +113,7 @@ def main() -> None:
         if has("torch"):
             paths.append((NUMBA_TORCH, lambda: empty3[1, 128](ta, tb, tc, N), cuda.synchronize))
 
-    if has("cuda.core") and has("cupy"):
+    if has("cuda.core") and has("cupy") and not quick:
         try:
             from cuda.core import Device, LaunchConfig, Program, ProgramOptions, launch  # type: ignore[import-not-found]
 

@@ -139,7 +139,7 @@ class Kernel:
 def parse_interface(obj: Any | Mapping[str, Any], *, bfloat16: bool = False) -> Interface:
     """Validate ``obj.__cuda_array_interface__`` (or the dict ``obj``) without a GPU."""
 
-def launch_view(obj: Any) -> Interface: ...
+def launch_view(obj: Any, stream: _Stream = None) -> Interface: ...
 def make_kernel(
     source: str,
     name: Optional[str] = None,

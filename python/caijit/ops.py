@@ -40,8 +40,11 @@ CPP_TYPES = {
 # own memory, so the functions keep their arguments referenced until the op is enqueued.
 
 
-def _view(x: Any) -> caijit.Interface:
-    return _native.launch_view(x)
+def _view(x: Any, stream: Any) -> caijit.Interface:
+    """The view an op on ``stream`` reads of ``x``; for a DLPack object it holds the capsule
+    (the producer ordered its work before ``stream``), and the op's launch holds it until
+    its kernel is done."""
+    return _native.launch_view(x, stream)
 
 
 @functools.lru_cache(maxsize=None)
@@ -87,7 +90,7 @@ def _contiguous(x: Any, xv: caijit.Interface, stream: Any) -> Any:
 
 def axpy(a: Any, x: Any, y: Any, *, out: Any = None, stream: Any = None) -> Any:
     """``out = a * x + y`` (``out=y`` updates ``y`` in place)."""
-    xv, yv = _view(x), _view(y)
+    xv, yv = _view(x, stream), _view(y, stream)
     xa, ya = _contiguous(x, xv, stream), _contiguous(y, yv, stream)
     out = _out(out, xv.shape, _name(xv), stream, xv)
     _native.axpy(a, xa, ya, out, stream)
@@ -96,7 +99,7 @@ def axpy(a: Any, x: Any, y: Any, *, out: Any = None, stream: Any = None) -> Any:
 
 def scale(x: Any, a: Any, *, out: Any = None, stream: Any = None) -> Any:
     """``out = a * x``."""
-    xv = _view(x)
+    xv = _view(x, stream)
     xa = _contiguous(x, xv, stream)
     out = _out(out, xv.shape, _name(xv), stream, xv)
     _native.scale(xa, a, out, stream)
@@ -111,7 +114,7 @@ def fill(out: Any, value: Any, *, stream: Any = None) -> Any:
 
 def cast(x: Any, dtype: Any, *, out: Any = None, stream: Any = None) -> Any:
     """``x`` converted to ``dtype`` (real types: bool, integers, float16/32/64, bfloat16)."""
-    xv = _view(x)
+    xv = _view(x, stream)
     xa = _contiguous(x, xv, stream)
     out = _out(out, xv.shape, _dtype_name(dtype), stream, xv)
     _native.cast(xa, out, stream)
@@ -119,7 +122,7 @@ def cast(x: Any, dtype: Any, *, out: Any = None, stream: Any = None) -> Any:
 
 
 def _binary(op: str, a: Any, b: Any, out: Any, stream: Any) -> Any:
-    av, bv = _view(a), _view(b)
+    av, bv = _view(a, stream), _view(b, stream)
     if out is None:  # (a given out is checked against the broadcast shape by the op)
         try:
             shape = np.broadcast_shapes(tuple(av.shape), tuple(bv.shape))
@@ -162,14 +165,14 @@ def minimum(a: Any, b: Any, *, out: Any = None, stream: Any = None) -> Any:
 
 def ascontiguous(x: Any, *, out: Any = None, stream: Any = None) -> Any:
     """A C-contiguous copy of any strided view (rank ≤ 8; negative and zero strides too)."""
-    xv = _view(x)
+    xv = _view(x, stream)
     out = _out(out, xv.shape, _name(xv), stream, xv)
     _native.ascontiguous(xv, out, stream)
     return out
 
 
 def _reduce(name: str, x: Any, axis: Optional[int], out: Any, stream: Any) -> Any:
-    xv = _view(x)
+    xv = _view(x, stream)
     if axis is not None and axis not in (-1, xv.ndim - 1):
         raise caijit.ArgumentError(f"{name}: axis must be None or the last axis")
     dt = _name(xv)
@@ -196,7 +199,7 @@ def max(x: Any, axis: Optional[int] = None, *, out: Any = None, stream: Any = No
 
 def transpose(x: Any, *, out: Any = None, stream: Any = None) -> Any:
     """The transpose of a 2-D array, as a C-contiguous array."""
-    xv = _view(x)
+    xv = _view(x, stream)
     if xv.ndim != 2:
         raise caijit.ArgumentError(f"transpose: expected a 2-D array, got {xv.ndim}-d")
     xa = _contiguous(x, xv, stream)
@@ -208,7 +211,7 @@ def transpose(x: Any, *, out: Any = None, stream: Any = None) -> Any:
 
 def softmax(x: Any, *, out: Any = None, stream: Any = None) -> Any:
     """Softmax over the last axis (numerically stable; float16/bfloat16/float32/float64)."""
-    xv = _view(x)
+    xv = _view(x, stream)
     xa = _contiguous(x, xv, stream)
     out = _out(out, xv.shape, _name(xv), stream, xv)
     _native.softmax(xa, out, stream)

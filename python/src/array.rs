@@ -155,8 +155,9 @@ impl DeviceArray {
         self.inner.stream().handle()
     }
     #[getter]
-    fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        descriptor_to_dict(py, &self.inner.descriptor())
+    fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyCaiResult<Bound<'py, PyDict>> {
+        self.inner.check_usable_here()?;
+        Ok(descriptor_to_dict(py, &self.inner.descriptor())?)
     }
     /// DLPack export: a `dltensor` capsule; the consumer's `stream` is made to wait for the
     /// array's pending work first (`-1`: no ordering; `None`: the legacy default stream).
@@ -173,6 +174,7 @@ impl DeviceArray {
             return Err(pyo3::exceptions::PyBufferError::new_err("caijit arrays export without copying"));
         }
         let py = slf.py();
+        slf.get().inner.check_usable_here().map_err(PyCaiError::from)?;
         let device = slf.get().inner.context().ordinal();
         py.import("caijit._dlpack")?.getattr("export")?.call1((slf, device, stream))
     }
@@ -226,12 +228,14 @@ impl PyArg {
 /// to its producer (PyTorch's caching allocator, say), which must not reuse it while the
 /// kernel still reads it. Other arguments are dropped now.
 pub fn release_after(ctx: &Context, stream: u64, args: impl IntoIterator<Item = PyArg>) -> PyCaiResult<()> {
+    let mut result = Ok(());
     for a in args {
         if let PyArg::Dlpack(_, holder) = a {
-            ctx.release_after(stream, Box::new(holder))?;
+            // (a failure waits for the stream before it drops the capsule: see release_after)
+            result = result.and(ctx.release_after(stream, Box::new(holder)));
         }
     }
-    Ok(())
+    Ok(result?)
 }
 
 fn type_name(obj: &Bound<'_, PyAny>) -> String {
@@ -254,16 +258,28 @@ enum Known {
     Other,
 }
 
+/// A CuPy array or a PyTorch tensor, subclasses included (a subclass's work is on the same
+/// current stream as its base's), found once per type from the type's MRO.
 fn classify(obj: &Bound<'_, PyAny>) -> Known {
     let ty = obj.get_type();
     remember(&SEEN_TYPES, ty.as_any(), || {
-        Ok(match type_name(obj).as_str() {
-            "cupy.ndarray" | "cupy._core.core.ndarray" => Known::CupyArray,
-            "torch.Tensor" | "torch.nn.parameter.Parameter" => Known::TorchTensor,
-            _ => Known::Other,
-        })
+        for base in ty.mro().iter() {
+            let known = match qualified_name(&base)?.as_str() {
+                "cupy.ndarray" | "cupy._core.core.ndarray" => Known::CupyArray,
+                "torch.Tensor" => Known::TorchTensor,
+                _ => continue,
+            };
+            return Ok(known);
+        }
+        Ok(Known::Other)
     })
     .unwrap_or(Known::Other)
+}
+
+fn qualified_name(ty: &Bound<'_, PyAny>) -> PyResult<String> {
+    let module: String = ty.getattr(intern!(ty.py(), "__module__"))?.extract().unwrap_or_default();
+    let name: String = ty.getattr(intern!(ty.py(), "__qualname__"))?.extract()?;
+    Ok(format!("{module}.{name}"))
 }
 
 thread_local! {
@@ -445,6 +461,7 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
     }
     if let Ok(a) = obj.cast_exact::<DeviceArray>() {
         let inner = &a.get().inner;
+        inner.check_usable_here()?;
         return Ok(PyArg::ArrayOn(inner.view(), inner.context().ordinal()));
     }
     if let Some((v, device)) = fast_view(obj, ctx)? {
@@ -452,9 +469,11 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
     }
     if let Ok(i) = obj.cast::<Interface>() {
         let i = i.get();
-        return Ok(match i.device {
-            Some(device) => PyArg::ArrayOn(i.view.clone(), device),
-            None => PyArg::Array(i.view.clone()),
+        return Ok(match (&i.dlpack, i.device) {
+            // A view of a DLPack capsule: this launch holds the capsule too, until its kernel is done.
+            (Some(capsule), _) => PyArg::Dlpack(i.view.clone(), capsule.clone_ref(obj.py())),
+            (None, Some(device)) => PyArg::ArrayOn(i.view.clone(), device),
+            (None, None) => PyArg::Array(i.view.clone()),
         });
     }
     if let Some(n) = python_number(index, obj)? {
@@ -552,15 +571,21 @@ fn is_cpu_dlpack(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
     Ok(kind == 1 || kind == 3) // kDLCPU, kDLCUDAHost
 }
 
-/// The view a launch takes of `obj` (fast paths included), with its device when that was
-/// learnt: `caijit.ops` converts each array once and launches with the view.
+/// The view a launch on `stream` takes of `obj` (fast paths included), with its device when
+/// that was learnt, and the DLPack capsule it reads, which the view keeps alive (and hands
+/// to the launches it is given to): `caijit.ops` converts each array once and launches with
+/// the view.
 #[pyfunction]
-pub fn launch_view(obj: &Bound<'_, PyAny>) -> PyCaiResult<Interface> {
-    let (view, device) = match arg_from_py(0, obj, &mut ArgContext::default())? {
-        PyArg::Array(view) | PyArg::Dlpack(view, _) => (view, None),
-        PyArg::ArrayOn(view, device) => (view, Some(device)),
+#[pyo3(signature = (obj, stream = None))]
+pub fn launch_view(obj: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>) -> PyCaiResult<Interface> {
+    let stream = stream.map(stream_from_py).transpose()?.flatten();
+    let mut ctx = ArgContext::new(stream.as_deref().map(RtStream::handle));
+    let (view, device, dlpack) = match arg_from_py(0, obj, &mut ctx)? {
+        PyArg::Array(view) => (view, None, None),
+        PyArg::Dlpack(view, capsule) => (view, None, Some(capsule)),
+        PyArg::ArrayOn(view, device) => (view, Some(device), None),
         _ => return Err(PyCaiError::argument("not an array")),
     };
     let typestr = view.dtype().typestr().to_string();
-    Ok(Interface::from_view(view, typestr, device))
+    Ok(Interface::from_view(view, typestr, device).holding(dlpack))
 }

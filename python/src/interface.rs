@@ -17,11 +17,19 @@ pub struct Interface {
     /// The device of the memory when the conversion that made this view learnt it (a
     /// launch then need not ask the driver again).
     pub device: Option<usize>,
+    /// The DLPack capsule holder whose memory the view addresses, kept alive with it.
+    pub dlpack: Option<Py<PyAny>>,
 }
 
 impl Interface {
     pub fn from_view(view: ArrayView, typestr: String, device: Option<usize>) -> Interface {
-        Interface { view, typestr, device }
+        Interface { view, typestr, device, dlpack: None }
+    }
+
+    /// The view, keeping `capsule` (a DLPack capsule holder) alive as long as itself.
+    pub fn holding(mut self, capsule: Option<Py<PyAny>>) -> Interface {
+        self.dlpack = capsule;
+        self
     }
 }
 
@@ -155,5 +163,5 @@ pub fn parse_interface(obj: &Bound<'_, PyAny>, bfloat16: bool) -> PyCaiResult<In
     let desc = descriptor_from_object(obj)?;
     let options = if bfloat16 { TypestrOptions::BFLOAT16_V2 } else { TypestrOptions::default() };
     let view = ArrayView::from_descriptor(&desc, options)?;
-    Ok(Interface { view, typestr: desc.typestr, device: None })
+    Ok(Interface::from_view(view, desc.typestr, None))
 }

@@ -232,6 +232,21 @@ def test_array_outlives_borrowed_stream(library: str) -> None:
     assert "done 1.0" in r.stdout
 
 
+def test_freed_array_waits_for_its_stream(k: Any) -> None:
+    """A dropped array is freed on its own stream, after the work enqueued there: memory
+    allocated next on another stream cannot be handed the bytes a kernel still reads."""
+    s = caijit.Stream()
+    a = caijit.to_device(np.ones(N, np.float32), stream=s)
+    out = caijit.zeros(N, stream=s)
+    s.synchronize()
+    spin_on(k, s)
+    k["copy"][GRID, BLOCK, s](a, out, N)  # reads a after the spin
+    del a
+    junk = caijit.to_device(np.full(N, 7, np.float32))  # the legacy stream: not ordered after s
+    assert (out.copy_to_host() == 1).all()
+    del junk
+
+
 def test_per_thread_array_freed_from_another_thread(k: Any) -> None:
     """The per-thread default stream names another stream on every thread: an array made
     on this thread's and dropped on another waits for the device before its free."""
@@ -557,3 +572,113 @@ def test_reverse_edge_failure_waits_for_the_kernel(k: Any, torch: Any) -> None:
     del junk
     k["copy"][GRID, BLOCK, ts](ref, out, N)  # the process is usable
     ts.synchronize()
+
+
+# ---------------------------------------------------------------------------------------
+# Found by review: subclasses, caijit.ops with DLPack, per-thread arrays on other threads,
+# vector pointees, streams of another device
+
+
+def test_torch_subclass_is_ordered_like_a_tensor(k: Any, torch: Any) -> None:
+    class Tagged(torch.Tensor):  # a subclass: PyTorch's interface for it names no stream
+        pass
+
+    s = caijit.Stream()
+    y = caijit.zeros(N, stream=s)
+    ts = torch.cuda.Stream()
+    x = torch.zeros(N, device="cuda").as_subclass(Tagged)
+    torch.cuda.synchronize()
+    with torch.cuda.stream(ts):
+        spin_on(k, ts)
+        x.fill_(3)
+        k["copy"][GRID, BLOCK, s](x, y, N)  # must wait for ts, torch's current stream
+    assert (y.copy_to_host() == 3).all()
+
+
+class CopyingDLPack:
+    """A DLPack-only producer whose every export is a fresh buffer that only the capsule owns
+    (DLPack allows a copy when the producer must make one)."""
+
+    def __init__(self, t: Any) -> None:
+        self.t = t
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self.t.clone().__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> Any:
+        return self.t.__dlpack_device__()
+
+
+def test_ops_hold_dlpack_capsules_until_the_kernel_is_done(k: Any, torch: Any) -> None:
+    ta, tb = torch.full((N,), 1.0, device="cuda"), torch.full((N,), 2.0, device="cuda")
+    ops.add(ta, tb)  # warm-up
+    torch.cuda.synchronize()
+    a, b = CopyingDLPack(ta), CopyingDLPack(tb)
+    out = ops.add(a, b)  # each view holds its capsule until the kernel reading it is done
+    view = _native.launch_view(a)
+    fresh = torch.empty(N, device="cuda")
+    assert fresh.data_ptr() != view.ptr, "a view's memory was handed to a new tensor while the view lives"
+    assert (out.copy_to_host() == 3).all()
+    ts = torch.cuda.Stream()
+    spin_on(k, ts)
+    out2 = ops.scale(DLPackOnly(ta.clone()), 2.0, stream=ts)
+    gc.collect()
+    junk = [torch.full((N,), -1.0, device="cuda") for _ in range(4)]
+    assert (out2.copy_to_host() == 2).all()
+    del junk
+
+
+def test_per_thread_array_is_refused_on_another_thread() -> None:
+    a = caijit.to_device(np.arange(16, dtype=np.float32), stream=2)
+    errors: list[BaseException] = []
+    seen: list[Any] = []
+
+    def use() -> None:
+        seen.append(a.copy_to_host())  # a host copy waits for the device instead
+        for f in (lambda: ops.scale(a, 2.0), lambda: a.__cuda_array_interface__, lambda: a.__dlpack__()):
+            try:
+                f()
+            except caijit.ArgumentError as e:
+                errors.append(e)
+
+    t = threading.Thread(target=use)
+    t.start()
+    t.join()
+    assert (seen[0] == np.arange(16)).all()
+    assert len(errors) == 3 and all("per-thread default stream of another thread" in str(e) for e in errors)
+    assert (ops.scale(a, 2.0, stream=2).copy_to_host() == 2 * np.arange(16)).all()  # its own thread: fine
+
+
+def test_vector_pointee_alignment_is_checked() -> None:
+    r = run_case(
+        r"""
+        k = caijit.kernel('extern "C" __global__ void sum4(const float4* x, float* out) { float4 v = x[0]; *out = v.x + v.y + v.z + v.w; }')
+        base = caijit.to_device(np.arange(64, dtype=np.float32))
+        out = caijit.zeros(1)
+
+        class At:
+            def __init__(self, offset):
+                self.__cuda_array_interface__ = {"shape": (8,), "typestr": "<f4", "data": (base.ptr + offset, False), "version": 3, "stream": 1}
+
+        try:
+            k[1, 1](At(4), out)
+            print("BUG: launched")
+        except caijit.ArgumentError as e:
+            assert "16 bytes" in str(e), e
+        k[1, 1](At(16), out)
+        print("sum", out.copy_to_host()[0])
+        """
+    )
+    assert_ok(r, "sum 22.0")  # 4 + 5 + 6 + 7
+    assert "BUG" not in r.stdout
+
+
+def test_stream_of_other_device_is_refused(k: Any) -> None:
+    if caijit.device_count() < 2:
+        pytest.skip("needs two GPUs")
+    on1 = caijit.Stream(device=1)
+    x = caijit.zeros(16, device=0)
+    with pytest.raises(caijit.ArgumentError, match="stream is on device 1"):
+        k["copy"][1, 32, on1](x, x, 16)
+    with pytest.raises(caijit.ArgumentError, match="stream is on device 1"):
+        caijit.empty(16, stream=on1, device=0)
