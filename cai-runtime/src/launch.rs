@@ -544,6 +544,10 @@ pub(crate) fn enqueue_ordered<'v>(
     })();
     if let Err(e) = before {
         ctx.return_events(&mut events);
+        // A borrowed stream of another device is refused by the driver: say which.
+        if let Some(o) = stream.and_then(|s| s.device_from_driver().ok().flatten()).filter(|&o| o != ctx.ordinal()) {
+            return Err(Error::Argument(format!("the stream is on device {o} but the arrays are on device {}", ctx.ordinal())));
+        }
         return Err(e);
     }
     // Reverse edges: one event after the work, waited on by every producer stream.

@@ -401,6 +401,25 @@ impl Stream {
         self.context.as_ref().map(|c| c.ordinal())
     }
 
+    /// The device of any stream: a caijit stream's, else the driver's answer for the
+    /// primary context the handle belongs to; `None` for the default streams (which follow
+    /// the current device) and for streams of other contexts. Not for the launch path.
+    pub fn device_from_driver(&self) -> Result<Option<usize>> {
+        if let Some(o) = self.device() {
+            return Ok(Some(o));
+        }
+        if self.raw == RawStream::from_cai(1) || self.raw == RawStream::from_cai(2) {
+            return Ok(None);
+        }
+        let owner = driver()?.stream_context(self.raw)?;
+        for ordinal in 0..device_count()? {
+            if Context::new(ordinal)?.ctx == owner {
+                return Ok(Some(ordinal));
+            }
+        }
+        Ok(None)
+    }
+
     pub fn is_per_thread(&self) -> bool {
         self.raw == RawStream::from_cai(2)
     }

@@ -400,6 +400,14 @@ impl Driver {
         check("cuStreamDestroy", unsafe { cu::cuStreamDestroy_v2(s.0) })
     }
 
+    /// The context a stream belongs to (the current one for the default streams).
+    pub fn stream_context(&self, s: RawStream) -> Result<Ctx, DriverError> {
+        let mut ctx = ptr::null_mut();
+        // SAFETY: valid out-pointer; the handle is one the caller holds.
+        check("cuStreamGetCtx", unsafe { cu::cuStreamGetCtx(s.0, &mut ctx) })?;
+        Ok(Ctx(ctx))
+    }
+
     /// Block the host until `s` is idle. Never called on the launch path.
     pub fn stream_synchronize(&self, s: RawStream) -> Result<(), DriverError> {
         // SAFETY: any stream handle the caller holds; errors are reported.

@@ -228,7 +228,7 @@ impl PyArg {
 /// to its producer (PyTorch's caching allocator, say), which must not reuse it while the
 /// kernel still reads it. Other arguments are dropped now.
 pub fn release_after(ctx: &Context, stream: u64, args: impl IntoIterator<Item = PyArg>) -> PyCaiResult<()> {
-    let mut result = Ok(());
+    let mut result: cai_runtime::Result<()> = Ok(());
     for a in args {
         if let PyArg::Dlpack(_, holder) = a {
             // (a failure waits for the stream before it drops the capsule: see release_after)

@@ -147,9 +147,10 @@ pub struct Launcher {
     sync: bool,
 }
 
-/// Which device a launch runs on: the device of its first non-empty array. An array whose
-/// device had to be asked of the driver keeps the answer, so the launch does not ask again.
-pub fn launch_device(args: &mut [PyArg]) -> PyCaiResult<usize> {
+/// Which device a launch runs on: the device of its first non-empty array, else the
+/// stream's, else 0. An array whose device had to be asked of the driver keeps the answer,
+/// so the launch does not ask again.
+pub fn launch_device(args: &mut [PyArg], stream: Option<&RtStream>) -> PyCaiResult<usize> {
     if rt::device_count()? <= 1 {
         return Ok(0);
     }
@@ -167,7 +168,10 @@ pub fn launch_device(args: &mut [PyArg]) -> PyCaiResult<usize> {
             _ => {}
         }
     }
-    Ok(0)
+    match stream {
+        Some(s) => Ok(s.device_from_driver()?.unwrap_or(0)),
+        None => Ok(0),
+    }
 }
 
 fn launch_now(
@@ -182,7 +186,7 @@ fn launch_now(
     let mut ctx = ArgContext::new(stream.map(RtStream::handle));
     let mut converted: SmallVec<[PyArg; 8]> =
         args.iter().enumerate().map(|(i, a)| arg_from_py(i, &a, &mut ctx)).collect::<Result<_, _>>()?;
-    let device = launch_device(&mut converted)?;
+    let device = launch_device(&mut converted, stream)?;
     let launch_args: SmallVec<[Arg<'_>; 8]> = converted.iter().map(PyArg::as_arg).collect();
     let k = kernel.resolve(py, device, &launch_args)?;
     // The GIL is released while the driver enqueues: other Python threads keep running.

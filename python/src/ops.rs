@@ -39,7 +39,7 @@ fn call<const N: usize>(
     let mut cx = ArgContext::new(stream.as_deref().map(RtStream::handle));
     let mut converted: SmallVec<[PyArg; 4]> =
         arrays.iter().enumerate().map(|(i, (_, a))| arg_from_py(i, a, &mut cx)).collect::<Result<_, _>>()?;
-    let device = launch_device(&mut converted)?;
+    let device = launch_device(&mut converted, stream.as_deref())?;
     let mut views: SmallVec<[&ArrayView; 4]> = SmallVec::new();
     for ((name, obj), a) in arrays.iter().zip(&converted) {
         let not_array = || -> PyCaiError {
