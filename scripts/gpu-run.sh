@@ -100,8 +100,10 @@ if [[ " $* " == *" --sanitize "* ]] && [ -n "${PYTHONPATH:-}" ]; then
     (cd python/tests && timeout 180 "$SAN" --tool racecheck --target-processes all \
         python3 -m pytest -q -p no:cacheprovider test_ops.py -k "transpose or reductions or softmax" 2>&1 | tail -6 | tee "$OUT/racecheck.txt")
     # The randomized ordering tester, a small budget: every producer, stream and step kind
-    # under memcheck (it sees device-side accesses to freed or foreign memory).
-    (cd python/tests && CAIJIT_ORDERING_EXAMPLES=${CAIJIT_MEMCHECK_ORDERING_EXAMPLES:-20} timeout 300 "$SAN" --tool memcheck --target-processes all \
+    # under memcheck (it sees device-side accesses to freed or foreign memory). API errors
+    # are not reported here: cuda-python, loaded by CuPy and Numba, probes the driver for
+    # symbols it lacks with cuGetProcAddress, which memcheck counts as errors.
+    (cd python/tests && CAIJIT_ORDERING_EXAMPLES=${CAIJIT_MEMCHECK_ORDERING_EXAMPLES:-20} timeout 300 "$SAN" --tool memcheck --report-api-errors no --target-processes all \
         python3 -m pytest -q -p no:cacheprovider test_ordering_random.py 2>&1 | tail -6 | tee "$OUT/memcheck-ordering.txt")
     echo "memcheck: $(grep -h 'ERROR SUMMARY' "$OUT/memcheck.txt" | tail -1)" >>"$SUMMARY"
     echo "memcheck (ordering tester): $(grep -h 'ERROR SUMMARY' "$OUT/memcheck-ordering.txt" | tail -1); $(grep -h 'passed\|failed' "$OUT/memcheck-ordering.txt" | tail -1)" >>"$SUMMARY"

@@ -50,13 +50,12 @@ fn call<const N: usize>(
     }
     let arrays: [&ArrayView; N] = std::array::from_fn(|i| views[i]);
     let on = launch_stream(arrays, stream.as_deref());
-    let ctx = py.detach(|| -> cai_runtime::Result<_> {
-        let ctx = Context::new(device)?;
-        op(Call { ctx: &ctx, arrays, stream: stream.as_deref() })?;
-        Ok(ctx)
-    })?;
+    let ctx = py.detach(|| Context::new(device))?;
+    let done = py.detach(|| op(Call { ctx: &ctx, arrays, stream: stream.as_deref() }));
     drop(views);
-    release_after(&ctx, on, converted)
+    // Also after a failure: an op of several kernels may have enqueued some of them.
+    release_after(&ctx, on, converted)?;
+    Ok(done?)
 }
 
 /// A Python or NumPy number as an op's scalar (converted to the arrays' dtype exactly, or
