@@ -297,3 +297,43 @@ fn nothing_escapes_the_cache_directory() {
         assert!(stem.len() == 64 && stem.bytes().all(|b| b.is_ascii_hexdigit()), "{name}");
     }
 }
+
+/// The cache directory is trusted only when this user owns it and nobody else can write it:
+/// whoever can write it can forge an entry with a valid digest, whose code caijit would load.
+#[test]
+fn a_forged_entry_in_an_untrusted_directory_is_never_loaded() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let shared = dir.path().join("shared");
+    let p = Program::new(format!("// {:?} forged\nextern \"C\" __global__ void k(int* y) {{ y[0] = 7; }}", std::time::SystemTime::now()));
+    let mut disk = CompileOptions::default();
+    disk.disk_cache = Some(Some(DiskCache::at(&shared)));
+    disk.skip_memory_cache = true;
+    // A good entry, written while the directory was private; then the directory is opened
+    // to everyone (anybody could have replaced the entry since).
+    assert_eq!(compile_with(&p, Arch(90), &disk).unwrap().source, CacheSource::Compiled);
+    assert_eq!(std::fs::metadata(&shared).unwrap().permissions().mode() & 0o777, 0o700, "created private");
+    assert_eq!(compile_with(&p, Arch(90), &disk).unwrap().source, CacheSource::Disk);
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let why = DiskCache::at(&shared).trusted().unwrap_err();
+    assert!(why.contains("777") && why.contains("others"), "{why}");
+    assert_eq!(
+        compile_with(&p, Arch(90), &disk).unwrap().source,
+        CacheSource::Compiled,
+        "an entry of a world-writable directory was loaded"
+    );
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o770)).unwrap();
+    assert!(DiskCache::at(&shared).trusted().is_err(), "group-writable");
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert_eq!(compile_with(&p, Arch(90), &disk).unwrap().source, CacheSource::Disk, "private again (readable is fine)");
+    // Owned by another user (root can make one here): refused whatever its mode.
+    if std::process::Command::new("chown").arg("12345").arg(&shared).status().is_ok_and(|s| s.success()) {
+        let why = DiskCache::at(&shared).trusted().unwrap_err();
+        assert!(why.contains("owned by user 12345"), "{why}");
+        assert_eq!(compile_with(&p, Arch(90), &disk).unwrap().source, CacheSource::Compiled);
+    }
+    // A file where the directory should be.
+    let file = dir.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    assert!(DiskCache::at(&file).trusted().is_err());
+}

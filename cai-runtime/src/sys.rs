@@ -38,6 +38,12 @@ pub(crate) fn load_library(name: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// The effective user id of this process (to check who owns the cache directory).
+pub(crate) fn effective_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
 // ---------------------------------------------------------------------------------------
 // The CUDA driver
 

@@ -96,9 +96,16 @@ def info() -> int:
         print(f"  architectures: {', '.join(f'sm_{a}' for a in archs)}")
     except caijit.CudaNotAvailable as e:
         print(f"NVRTC: not available ({e})")
-    c = _native.cache_info()
-    print("disk cache: disabled (CAIJIT_CACHE=0)" if c is None else f"disk cache: {c[0]} ({c[1]} entries, {c[2] / 2**20:.1f} MiB)")
+    print(f"disk cache: {_cache_line(_native.cache_info())}")
     return 0
+
+
+def _cache_line(c: dict[str, Any]) -> str:
+    if c["state"] == "disabled":
+        return "disabled (CAIJIT_CACHE=0)"
+    if c["state"] == "refused":
+        return f"not used: {c['dir']}: {c['why']}"
+    return f"{c['dir']} (mode {c['mode']}, {c['entries']} entries, {c['bytes'] / 2**20:.1f} MiB)"
 
 
 def compile_cmd(args: argparse.Namespace) -> int:
@@ -149,7 +156,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.action == "clear":
             print(f"removed {_native.cache_clear()} entries")
         else:
-            print(_native.cache_info())
+            print(_cache_line(_native.cache_info()))
         return 0
     except caijit.CaijitError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -9,7 +9,7 @@ mod kernel;
 mod ops;
 mod stream;
 
-use cai_runtime::compile::{toolkit, DiskCache};
+use cai_runtime::compile::{toolkit, CacheStatus, DiskCache};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -78,20 +78,37 @@ fn add_site_dirs(dirs: Vec<std::path::PathBuf>) {
     cai_runtime::compile::add_site_dirs(dirs);
 }
 
-/// `(directory, entries, bytes)` of the disk cache, or None when disabled.
+/// The disk cache's state: `{"state": "usable" | "refused" | "disabled", "dir", "why",
+/// "mode", "entries", "bytes"}` (the keys that apply).
 #[pyfunction]
-fn cache_info() -> Option<(String, usize, u64)> {
-    DiskCache::from_env().map(|c| {
-        let (n, b) = c.size();
-        (c.dir().display().to_string(), n, b)
-    })
+fn cache_info(py: Python<'_>) -> PyCaiResult<Bound<'_, PyDict>> {
+    use std::os::unix::fs::PermissionsExt;
+    let d = PyDict::new(py);
+    match DiskCache::status()? {
+        CacheStatus::Disabled => d.set_item("state", "disabled")?,
+        CacheStatus::Refused { dir, why } => {
+            d.set_item("state", "refused")?;
+            d.set_item("dir", dir.display().to_string())?;
+            d.set_item("why", why)?;
+        }
+        CacheStatus::Usable(dir) => {
+            let (entries, bytes) = DiskCache::at(&dir).size();
+            let mode = std::fs::metadata(&dir).map(|m| m.permissions().mode() & 0o777).unwrap_or(0);
+            d.set_item("state", "usable")?;
+            d.set_item("dir", dir.display().to_string())?;
+            d.set_item("mode", format!("{mode:o}"))?;
+            d.set_item("entries", entries)?;
+            d.set_item("bytes", bytes)?;
+        }
+    }
+    Ok(d)
 }
 
 /// Remove every disk cache entry; returns how many.
 #[pyfunction]
-fn cache_clear() -> PyResult<usize> {
-    match DiskCache::from_env() {
-        Some(c) => c.clear().map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string())),
+fn cache_clear() -> PyCaiResult<usize> {
+    match DiskCache::from_env()? {
+        Some(c) => c.clear().map_err(|e| errors::PyCaiError::argument(format!("cannot clear the disk cache {}: {e}", c.dir().display()))),
         None => Ok(0),
     }
 }

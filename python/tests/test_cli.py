@@ -10,8 +10,8 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "caijit", *args], capture_output=True, text=True, timeout=300)
+def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "caijit", *args], capture_output=True, text=True, timeout=300, env={**os.environ, **env})
 
 
 def test_demo_runs_everywhere() -> None:
@@ -44,3 +44,33 @@ def test_compile_error_exit_code_and_log(tmp_path: "os.PathLike[str]") -> None:
     r = run("compile", bad)
     assert r.returncode == 1
     assert "bad.cu(2)" in r.stderr and "nope" in r.stderr
+
+
+def test_cache_directory_trust(tmp_path: "os.PathLike[str]") -> None:
+    """The disk cache is used only in a directory this user owns and others cannot write;
+    `info` says which, and why not."""
+    private = os.path.join(tmp_path, "private")
+    r = run("info", CAIJIT_CACHE_DIR=private)
+    assert r.returncode == 0, r.stderr
+    assert f"disk cache: {private} (mode 700, 0 entries" in r.stdout
+    assert oct(os.stat(private).st_mode & 0o777) == "0o700"
+    shared = os.path.join(tmp_path, "shared")
+    os.mkdir(shared)
+    os.chmod(shared, 0o777)
+    r = run("info", CAIJIT_CACHE_DIR=shared)
+    assert f"disk cache: not used: {shared}: its mode 777 lets others write it" in r.stdout
+    source = os.path.join(tmp_path, "k.cu")
+    with open(source, "w") as f:
+        f.write('extern "C" __global__ void k(float* y) { y[0] = 1.f; }\n')
+    r = run("compile", source, CAIJIT_CACHE_DIR=shared)
+    assert r.returncode == 0, r.stderr
+    assert f"warning: not using the disk cache {shared}: its mode 777" in r.stderr  # and compiled anyway
+    assert os.listdir(shared) == []
+    assert run("info", CAIJIT_CACHE="0").stdout.count("disk cache: disabled") == 1
+
+
+def test_cache_directory_must_be_absolute() -> None:
+    for value in ("", "relative/cache"):
+        r = run("info", CAIJIT_CACHE_DIR=value)
+        assert r.returncode == 1, r.stdout
+        assert "CAIJIT_CACHE_DIR must be an absolute path" in r.stderr, r.stderr

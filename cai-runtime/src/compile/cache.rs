@@ -4,13 +4,22 @@
 //! mismatched entry is never loaded: the caller recompiles and replaces it. Files are
 //! created readable by the user only (`tempfile` creates them 0600), in a directory
 //! created 0700; names are the key's hex digits, so nothing can escape the directory.
+//!
+//! # Trust
+//! The digest detects damage, not forgery: whoever can write the directory can write an
+//! entry with a matching digest, and caijit would load and launch its code. So the
+//! directory is used only when this user owns it and nobody else can write it (what pip
+//! and cuda.core's program cache require); otherwise compilation goes on without the disk
+//! cache, with a warning naming the directory and the reason.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use sha2::{Digest, Sha256};
 
 use super::Image;
+use crate::{Error, Result};
 
 const MAGIC: &[u8; 8] = b"CAIJIT\x00\x01";
 
@@ -23,20 +32,93 @@ pub(crate) struct Entry {
     pub lowered: Vec<(String, String)>,
 }
 
-/// The disk cache directory, or none when disabled (`CAIJIT_CACHE=0`).
+/// The disk cache directory.
 #[derive(Clone, Debug)]
 pub struct DiskCache {
     dir: PathBuf,
 }
 
+/// Whether the disk cache is used, and why not.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CacheStatus {
+    /// `CAIJIT_CACHE=0`.
+    Disabled,
+    /// The directory exists, or can be created, privately.
+    Usable(PathBuf),
+    /// The directory is not trusted (or cannot be made): compiling goes on without it.
+    Refused { dir: PathBuf, why: String },
+}
+
 impl DiskCache {
     /// `CAIJIT_CACHE_DIR`, else `<user cache dir>/caijit`; `None` when `CAIJIT_CACHE=0`.
-    pub fn from_env() -> Option<DiskCache> {
+    /// An empty or relative `CAIJIT_CACHE_DIR` is an error naming it. The directory is not
+    /// checked here (see [`DiskCache::trusted`]).
+    pub fn from_env() -> Result<Option<DiskCache>> {
         if std::env::var("CAIJIT_CACHE").is_ok_and(|v| v == "0") {
-            return None;
+            return Ok(None);
         }
-        let dir = std::env::var_os("CAIJIT_CACHE_DIR").map(PathBuf::from).or_else(|| dirs::cache_dir().map(|d| d.join("caijit")))?;
-        Some(DiskCache { dir })
+        let dir = match std::env::var_os("CAIJIT_CACHE_DIR") {
+            Some(d) if Path::new(&d).is_absolute() => PathBuf::from(d),
+            Some(d) => {
+                return Err(Error::Argument(format!(
+                    "CAIJIT_CACHE_DIR must be an absolute path, got {:?} (unset it for the default, or set CAIJIT_CACHE=0 to disable the disk cache)",
+                    d
+                )))
+            }
+            None => match dirs::cache_dir() {
+                Some(d) => d.join("caijit"),
+                None => return Ok(None),
+            },
+        };
+        Ok(Some(DiskCache { dir }))
+    }
+
+    /// The cache of the environment when its directory can be trusted; a refused one is
+    /// reported once per directory (a warning on stderr) and compilation goes on without it.
+    pub fn from_env_trusted() -> Result<Option<DiskCache>> {
+        let Some(cache) = DiskCache::from_env()? else { return Ok(None) };
+        match cache.trusted() {
+            Ok(()) => Ok(Some(cache)),
+            Err(why) => {
+                static WARNED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+                let mut warned = WARNED.lock().unwrap_or_else(|p| p.into_inner());
+                if !warned.contains(&cache.dir) {
+                    eprintln!("caijit: warning: not using the disk cache {}: {why}; compiling without it", cache.dir.display());
+                    warned.push(cache.dir.clone());
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// Whether the disk cache is used (for `caijit info`).
+    pub fn status() -> Result<CacheStatus> {
+        Ok(match DiskCache::from_env()? {
+            None => CacheStatus::Disabled,
+            Some(c) => match c.trusted() {
+                Ok(()) => CacheStatus::Usable(c.dir),
+                Err(why) => CacheStatus::Refused { dir: c.dir, why },
+            },
+        })
+    }
+
+    /// Create the directory (0700) if it does not exist; accept an existing one only if it
+    /// is a directory this user owns that neither group nor others can write.
+    pub fn trusted(&self) -> std::result::Result<(), String> {
+        use std::os::unix::fs::MetadataExt;
+        create_private_dir(&self.dir).map_err(|e| format!("it cannot be created: {e}"))?;
+        let m = std::fs::metadata(&self.dir).map_err(|e| format!("it cannot be read: {e}"))?;
+        if !m.is_dir() {
+            return Err("it is not a directory".into());
+        }
+        let me = crate::sys::effective_uid();
+        if m.uid() != me {
+            return Err(format!("it is owned by user {}, not by this user ({me})", m.uid()));
+        }
+        if m.mode() & 0o022 != 0 {
+            return Err(format!("its mode {:o} lets others write it (chmod 700 it to use it)", m.mode() & 0o777));
+        }
+        Ok(())
     }
 
     pub fn at(dir: impl Into<PathBuf>) -> DiskCache {

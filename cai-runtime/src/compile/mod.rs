@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use sha2::{Digest, Sha256};
 
-pub use cache::DiskCache;
+pub use cache::{CacheStatus, DiskCache};
 pub use headers::{HEADERS, OPS};
 pub use toolkit::{add_site_dirs, toolkit, Toolkit};
 
@@ -389,7 +389,11 @@ pub fn compile_with(program: &Program, arch: Arch, options: &CompileOptions) -> 
     }
     let decls = program.declarations()?;
     let exprs = all_name_expressions(program, &decls);
-    let disk = options.disk_cache.clone().unwrap_or_else(DiskCache::from_env);
+    // A cache given explicitly is held to the same trust as the environment's (silently).
+    let disk = match options.disk_cache.clone() {
+        Some(given) => given.filter(|c| c.trusted().is_ok()),
+        None => DiskCache::from_env_trusted()?,
+    };
     let mut from_disk = None;
     if let Some(d) = &disk {
         match d.load(&key) {
