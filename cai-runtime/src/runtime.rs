@@ -49,6 +49,12 @@ pub fn driver_version() -> Result<i32> {
     Ok(driver()?.version()?)
 }
 
+/// Whether the driver cross-checks every loaded kernel's parameters (count, offsets and
+/// sizes) against caijit's layout: drivers of CUDA 12.4 and newer can.
+pub fn driver_checks_parameters() -> Result<bool> {
+    Ok(driver()?.has_param_info())
+}
+
 /// Number of CUDA devices (read once: it cannot change within a process).
 pub fn device_count() -> Result<usize> {
     static COUNT: OnceLock<usize> = OnceLock::new();
@@ -486,15 +492,25 @@ impl Module {
         let d = self.ctx.bind()?;
         let cname = CString::new(info.lowered_name.as_str()).map_err(|_| Error::Argument("kernel name has a NUL byte".into()))?;
         let raw = d.get_function(self.raw, &cname)?;
-        // Cross-check the layout with what the loaded code says (CUDA 12.4+ drivers).
-        for p in &info.params {
-            if let Some((offset, size)) = d.param_info(raw, p.index)? {
-                if (offset, size) != (p.offset, p.size) {
-                    return Err(Error::Launch(format!(
-                        "kernel {} parameter {}: caijit computed offset {} size {}, the driver says offset {offset} size {size}",
-                        info.lowered_name, p.index, p.offset, p.size
-                    )));
+        // Cross-check the layout with what the loaded code says: every parameter's offset and
+        // size, and their count (drivers of CUDA 12.4+; older ones cannot say, see
+        // `driver_checks_parameters`).
+        if d.has_param_info() {
+            let mismatch = |what: String| Error::Launch(format!("kernel {}: {what}", info.lowered_name));
+            for p in &info.params {
+                match d.param_info(raw, p.index)? {
+                    Some((offset, size)) if (offset, size) == (p.offset, p.size) => {}
+                    Some((offset, size)) => {
+                        return Err(mismatch(format!(
+                            "parameter {}: caijit computed offset {} size {}, the driver says offset {offset} size {size}",
+                            p.index, p.offset, p.size
+                        )))
+                    }
+                    None => return Err(mismatch(format!("caijit computed {} parameters, the driver says {}", info.params.len(), p.index))),
                 }
+            }
+            if d.param_info(raw, info.params.len())?.is_some() {
+                return Err(mismatch(format!("caijit computed {} parameters, the driver says there are more", info.params.len())));
             }
         }
         let attributes = d.func_attributes(raw)?;

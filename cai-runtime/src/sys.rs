@@ -283,8 +283,23 @@ impl Driver {
         Ok(RawFunction(f))
     }
 
-    /// `(offset, size)` of parameter `index` as the loaded code declares it; `None` past the end.
+    /// Whether this driver exports `symbol` (cudarc panics when a missing one is called).
+    fn has(&self, symbol: &str) -> bool {
+        // SAFETY: the driver library is loaded (this token exists); looking a symbol up
+        // has no other precondition and calls nothing.
+        unsafe { cu::culib().get::<*const c_void>(symbol.as_bytes()).is_ok() }
+    }
+
+    /// Whether the driver can say what parameters a loaded kernel has (CUDA 12.4+).
+    pub fn has_param_info(&self) -> bool {
+        static HAS: OnceLock<bool> = OnceLock::new();
+        *HAS.get_or_init(|| self.has("cuFuncGetParamInfo"))
+    }
+
+    /// `(offset, size)` of parameter `index` as the loaded code declares it; `None` past the
+    /// end. Only where [`Driver::has_param_info`].
     pub fn param_info(&self, f: RawFunction, index: usize) -> Result<Option<(usize, usize)>, DriverError> {
+        debug_assert!(self.has_param_info());
         let (mut off, mut size) = (0usize, 0usize);
         // SAFETY: valid function and out-pointers.
         let r = unsafe { cu::cuFuncGetParamInfo(f.0, index, &mut off, &mut size) };
@@ -382,12 +397,28 @@ impl Driver {
 
     /// The unique id of the capture `s` belongs to (0 when not capturing).
     pub fn capture_id(&self, s: RawStream) -> Result<u64, DriverError> {
+        static HAS_V3: OnceLock<bool> = OnceLock::new();
         let mut status = cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         let mut id = 0;
-        // SAFETY: valid out-pointers; the optional outputs are null, which the API allows.
-        check("cuStreamGetCaptureInfo", unsafe {
-            cu::cuStreamGetCaptureInfo_v3(s.0, &mut status, &mut id, ptr::null_mut(), ptr::null_mut(), ptr::null_mut(), ptr::null_mut())
-        })?;
+        let r = if *HAS_V3.get_or_init(|| self.has("cuStreamGetCaptureInfo_v3")) {
+            // SAFETY: valid out-pointers; the optional outputs are null, which the API allows.
+            unsafe {
+                cu::cuStreamGetCaptureInfo_v3(s.0, &mut status, &mut id, ptr::null_mut(), ptr::null_mut(), ptr::null_mut(), ptr::null_mut())
+            }
+        } else {
+            // Drivers before CUDA 12.3: the first version, which every driver since 10.1
+            // exports (cudarc binds only the newest for CUDA 13, so it is looked up here).
+            type V1 = unsafe extern "C" fn(cu::CUstream, *mut cu::CUstreamCaptureStatus, *mut u64) -> cu::CUresult;
+            // SAFETY: the driver is loaded; the symbol has exactly the V1 signature (cuda.h
+            // of CUDA 10.1-12.x), and the out-pointers are valid.
+            unsafe {
+                match cu::culib().get::<V1>(b"cuStreamGetCaptureInfo") {
+                    Ok(v1) => v1(s.0, &mut status, &mut id),
+                    Err(_) => cu::CUresult::CUDA_ERROR_NOT_SUPPORTED,
+                }
+            }
+        };
+        check("cuStreamGetCaptureInfo", r)?;
         Ok(if status == cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE { id } else { 0 })
     }
 

@@ -83,7 +83,8 @@ def demo() -> int:
 def info() -> int:
     print(f"caijit {caijit.__version__} (Python {sys.version.split()[0]})")
     try:
-        print(f"CUDA driver: {_native.driver_version()}")
+        checks = "cross-checked by the driver" if _native.driver_checks_parameters() else "not cross-checked (the driver predates CUDA 12.4)"
+        print(f"CUDA driver: {_native.driver_version()}; kernel parameters {checks}")
         for d in range(caijit.device_count()):
             name, cc, mem = _native.device_info(d)
             print(f"  device {d}: {name}, compute capability {cc[0]}.{cc[1]}, {mem / 2**30:.0f} GiB")

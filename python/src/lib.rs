@@ -57,6 +57,12 @@ fn driver_version() -> PyCaiResult<i32> {
     Ok(cai_runtime::runtime::driver_version()?)
 }
 
+/// Whether the driver cross-checks loaded kernels' parameters (CUDA 12.4+).
+#[pyfunction]
+fn driver_checks_parameters() -> PyCaiResult<bool> {
+    Ok(cai_runtime::runtime::driver_checks_parameters()?)
+}
+
 /// `(path, (major, minor), include_dirs, supported_archs)`
 type NvrtcInfo = (String, (i32, i32), Vec<String>, Vec<i32>);
 
@@ -180,6 +186,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(pointer_device, m)?)?;
     m.add_function(wrap_pyfunction!(device_info, m)?)?;
     m.add_function(wrap_pyfunction!(driver_version, m)?)?;
+    m.add_function(wrap_pyfunction!(driver_checks_parameters, m)?)?;
     m.add_function(wrap_pyfunction!(nvrtc_info, m)?)?;
     m.add_function(wrap_pyfunction!(add_site_dirs, m)?)?;
     m.add_function(wrap_pyfunction!(cache_info, m)?)?;

@@ -79,3 +79,32 @@ def test_processes_sharing_one_disk_cache(tmp_path: Any) -> None:
     again = subprocess.run([sys.executable, "-c", code, src], env=env, capture_output=True, text=True, timeout=300)
     assert again.stdout.strip() == "disk", again.stderr
     assert oct(os.stat(os.path.join(tmp_path, entries[0])).st_mode & 0o777) == "0o600"
+
+
+def test_processes_compiling_at_once_share_one_cache_entry(tmp_path: "os.PathLike[str]") -> None:
+    """Eight processes compile the same program into one cache at once: each gets the right
+    kernel, and the cache ends with one valid entry (written atomically, no leftovers)."""
+    import subprocess
+    import sys
+    import uuid
+
+    cache = os.path.join(tmp_path, "cache")
+    src = f'// {uuid.uuid4()}\nextern "C" __global__ void k(double* y, long long n) {{ y[0] = n; }}\n'
+    code = (
+        "import caijit, json, sys\n"
+        f"(k,) = caijit.kernel({src!r}).compile(arch='sm_90')\n"
+        "print(json.dumps([k['cache'], [(p['type'], p['size'], p['offset']) for p in k['params']]]))\n"
+    )
+    env = {**os.environ, "CAIJIT_CACHE_DIR": cache}
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(8)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [e for _, e in outs]
+    import json
+
+    results = [json.loads(o) for o, _ in outs]
+    layout = [["double*", 8, 0], ["long long", 8, 8]]
+    assert all(r[1] == layout for r in results), results
+    assert os.listdir(cache) and all(n.endswith(".cubin-entry") for n in os.listdir(cache)), os.listdir(cache)
+    assert len(os.listdir(cache)) == 1
+    again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert json.loads(again.stdout) == ["disk", layout], again.stderr
