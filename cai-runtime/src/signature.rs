@@ -935,4 +935,290 @@ mod tests {
         let o = ArgType::Array { dtype: DType::I16, rank: 1 };
         assert_eq!(deduce(&k, &[a3, o]).unwrap(), "c<short, 3>");
     }
+
+    fn id(s: &str) -> Tok {
+        Tok::Ident(s.into())
+    }
+
+    #[test]
+    fn tokenizer_reads_identifiers_numbers_strings_scopes_and_punctuation() {
+        let toks = tokenize(r#"_a1 ns::b 0x1F 1'000 2.5f "s\"q" '\'' "x y" ? : é *"#);
+        assert_eq!(
+            toks,
+            [
+                id("_a1"),
+                id("ns"),
+                Tok::Scope,
+                id("b"),
+                Tok::Num("0x1F".into()),
+                Tok::Num("1000".into()),
+                Tok::Num("2.5f".into()),
+                Tok::Str(r#"s\"q"#.into()),
+                Tok::Str(r"\'".into()),
+                Tok::Str("x y".into()),
+                Tok::Punct('?'),
+                Tok::Punct(':'),
+                Tok::Punct('é'),
+                Tok::Punct('*'),
+            ]
+        );
+        assert_eq!(tokenize("a/b"), [id("a"), Tok::Punct('/'), id("b")]);
+    }
+
+    #[test]
+    fn tokenizer_skips_comments_and_preprocessor_lines_with_continuations() {
+        let src = "#define A(x) \\\n    (x)\n  # pragma once\nb // c d\n/* e * f / g */ h #i\n#j \\\\\nk\nl";
+        assert_eq!(tokenize(src), [id("b"), id("h"), Tok::Punct('#'), id("i"), id("l")]);
+        // Unterminated constructs end the input without reading past it.
+        assert_eq!(tokenize("m // n"), [id("m")]);
+        assert_eq!(tokenize("m /* n *"), [id("m")]);
+        assert_eq!(tokenize("m \"n\\"), [id("m"), Tok::Str("n\\".into())]);
+        assert_eq!(tokenize("m\n#n \\"), [id("m")]);
+        assert_eq!(tokenize("\"n"), [Tok::Str("n".into())]);
+        assert_eq!(tokenize("/* a */ b 1"), [id("b"), Tok::Num("1".into())]);
+    }
+
+    #[test]
+    fn top_level_split_respects_every_bracket() {
+        let toks = tokenize("a<b, c>, f(x, y), g[1, 2], {p, q}, z");
+        let parts = split_top_level(&toks);
+        let heads: Vec<(&Tok, usize)> = parts.iter().map(|p| (&p[0], p.len())).collect();
+        assert_eq!(heads, [(&id("a"), 6), (&id("f"), 6), (&id("g"), 6), (&Tok::Punct('{'), 5), (&id("z"), 1)]);
+        assert_eq!(split_top_level(&tokenize("a,")).len(), 2, "a trailing comma leaves an empty part");
+        assert!(split_top_level(&[]).is_empty());
+    }
+
+    #[test]
+    fn every_cpp_scalar_spelling_maps_to_its_dtype() {
+        use DType::*;
+        let table = [
+            ("bool", Bool),
+            ("char", I8),
+            ("signed char", I8),
+            ("int8_t", I8),
+            ("unsigned char", U8),
+            ("uint8_t", U8),
+            ("short", I16),
+            ("short int", I16),
+            ("signed short", I16),
+            ("int16_t", I16),
+            ("unsigned short", U16),
+            ("unsigned short int", U16),
+            ("uint16_t", U16),
+            ("int", I32),
+            ("signed", I32),
+            ("signed int", I32),
+            ("int32_t", I32),
+            ("unsigned", U32),
+            ("unsigned int", U32),
+            ("uint32_t", U32),
+            ("long", I64),
+            ("long int", I64),
+            ("signed long", I64),
+            ("long long", I64),
+            ("long long int", I64),
+            ("signed long long", I64),
+            ("int64_t", I64),
+            ("ptrdiff_t", I64),
+            ("ssize_t", I64),
+            ("intptr_t", I64),
+            ("unsigned long", U64),
+            ("unsigned long long", U64),
+            ("unsigned long long int", U64),
+            ("uint64_t", U64),
+            ("size_t", U64),
+            ("uintptr_t", U64),
+            ("__half", F16),
+            ("half", F16),
+            ("__nv_bfloat16", BF16),
+            ("nv_bfloat16", BF16),
+            ("float", F32),
+            ("double", F64),
+            ("caijit::complex<float>", C64),
+            ("complex<float>", C64),
+            ("caijit::complex<double>", C128),
+            ("complex<double>", C128),
+        ];
+        for (name, d) in table {
+            assert_eq!(scalar_from_cpp(name), Some(d), "{name}");
+        }
+        for other in ["void", "S", "long double", "int int", ""] {
+            assert_eq!(scalar_from_cpp(other), None, "{other}");
+        }
+        for d in DType::ALL {
+            assert_eq!(scalar_from_cpp(d.cpp_name()), Some(d), "{d}");
+        }
+    }
+
+    #[test]
+    fn declarator_forms_name_pointers_and_values() {
+        let k = one("__global__ void f(const float v[], S, const S, float* const, std::size_t, float** pp, \
+             Pair<const int>* q, Pair<int> const* r, float const* x, caijit::Array<float, 2u> a, ::caijit::Array<const double, 1> b, int) {}");
+        let named = |n: &str, t: ParamType| (Some(n.to_string()), t);
+        let anon = |t: ParamType| (None, t);
+        assert_eq!(
+            k.params,
+            [
+                named("v", ptr(DType::F32, true)),
+                anon(ParamType::Value(CType::Named("S".into()))),
+                anon(ParamType::Value(CType::Named("S".into()))),
+                anon(ptr(DType::F32, false)),
+                anon(ParamType::Value(CType::Scalar(DType::U64))),
+                named("pp", ParamType::Value(CType::Named("float**".into()))),
+                named("q", ParamType::Pointer { elem: CType::Named("Pair<const int>".into()), is_const: false }),
+                named("r", ParamType::Pointer { elem: CType::Named("Pair<int>".into()), is_const: true }),
+                named("x", ptr(DType::F32, true)),
+                named("a", ParamType::Array { elem: CType::Scalar(DType::F32), is_const: false, rank: Rank::Fixed(2) }),
+                named("b", ParamType::Array { elem: CType::Scalar(DType::F64), is_const: true, rank: Rank::Fixed(1) }),
+                anon(ParamType::Value(CType::Scalar(DType::I32))),
+            ]
+        );
+        let e = parse_kernels("__global__ void g(caijit::Array<float> a) {}").unwrap_err();
+        assert!(e.0.contains("kernel `g`") && e.0.contains("<T, N>"), "{e}");
+        assert_eq!(e.to_string(), e.0);
+    }
+
+    #[test]
+    fn specifiers_attributes_and_linkage_around_global() {
+        let src = r#"
+            template <typename T, class U = Pair<int, float>, int N = 4, unsigned M>
+            static __forceinline__ __global__ void t(T* a, U b) {}
+            __global__ __launch_bounds__(128) void lb(int x) {}
+            __global__ void __launch_bounds__(256, 2) lb2(int x) {}
+            __global__ void __launch_bounds__(64) __attribute__((noinline)) at(int x) {}
+            __global__ void __cluster_dims__(2, 1, 1) cd(int x) {}
+            __global__ void [[deprecated]] sq(int x) {}
+            extern "C++" __global__ void cpp(int x) {}
+            extern __device__ int counter;
+            namespace ns { __global__ void in_ns(int x) {} }
+            __global__ void one_arg(int) {}
+            __global__ void void_ptr(void* p) {}
+        "#;
+        let k = parse_kernels(src).unwrap();
+        let names: Vec<_> = k.iter().map(|k| (k.name.as_str(), k.extern_c, k.params.len())).collect();
+        assert_eq!(
+            names,
+            [
+                ("t", false, 2),
+                ("lb", false, 1),
+                ("lb2", false, 1),
+                ("at", false, 1),
+                ("cd", false, 1),
+                ("sq", false, 1),
+                ("cpp", false, 1),
+                ("in_ns", false, 1),
+                ("one_arg", false, 1),
+                ("void_ptr", false, 1),
+            ]
+        );
+        assert!(k[0].is_template() && !k[1].is_template());
+        assert_eq!(
+            k[0].template_params,
+            [
+                TemplateParam::Type("T".into()),
+                TemplateParam::Type("U".into()),
+                TemplateParam::Value("N".into()),
+                TemplateParam::Value("M".into())
+            ]
+        );
+        assert_eq!(k[0].params[0].1, ParamType::Pointer { elem: CType::TemplateParam("T".into()), is_const: false });
+        assert_eq!(k[9].params[0].1, ParamType::Pointer { elem: CType::Named("void".into()), is_const: false });
+    }
+
+    #[test]
+    fn extern_c_blocks_cover_every_kernel_inside_them() {
+        let src =
+            r#"struct S { int a; }; extern "C" { __global__ void a(int n) {} __global__ void b(int n) {} } __global__ void c(int n) {}"#;
+        let k = parse_kernels(src).unwrap();
+        assert_eq!(k.iter().map(|k| (k.name.as_str(), k.extern_c)).collect::<Vec<_>>(), [("a", true), ("b", true), ("c", false)]);
+    }
+
+    #[test]
+    fn forward_declarations_merge_and_overloads_stay_apart() {
+        let k = parse_kernels("__global__ void f(int n);\n__global__ void f(int n) {}\n__global__ void f(float x) {}").unwrap();
+        assert_eq!(k.len(), 2);
+        assert_eq!(k[0].params[0].1, ParamType::Value(CType::Scalar(DType::I32)));
+        assert_eq!(k[1].params[0].1, ParamType::Value(CType::Scalar(DType::F32)));
+    }
+
+    #[test]
+    fn malformed_sources_do_not_panic() {
+        for src in
+            ["<> __global__ void f(int x) {}", "> __global__", "__global__", "__global__ void", "extern \"C\" {", "__global__ void f(int x"]
+        {
+            let _ = parse_kernels(src);
+        }
+        assert!(parse_kernels("__global__ void f(int x").is_err());
+    }
+
+    #[test]
+    fn demangled_parameter_lists_with_parentheses_inside() {
+        let (text, params) = demangled_params("_Z1fPFviEi").unwrap().unwrap();
+        assert_eq!(text, "f(void (*)(int), int)");
+        assert_eq!(params.len(), 2, "{params:?}");
+        assert_eq!(params[1], ParamType::Value(CType::Scalar(DType::I32)));
+        let (text, params) = demangled_params("_Z1gv").unwrap().unwrap();
+        assert_eq!((text.as_str(), params.len()), ("g()", 0));
+        let e = demangled_params("_Z3foo").unwrap_err();
+        assert!(e.0.contains("no parameter list in foo"), "{e}");
+    }
+
+    #[test]
+    fn ptx_scalar_types_and_unterminated_entries() {
+        let ptx = ".entry k(.param .f32 a, .param .s16 b, .param .b32 c[3], .param .f64 d)\n.entry e()\n";
+        let e = ptx_entries(ptx).unwrap();
+        assert_eq!(
+            e["k"],
+            [
+                PtxParam { size: 4, align: 4 },
+                PtxParam { size: 2, align: 2 },
+                PtxParam { size: 12, align: 4 },
+                PtxParam { size: 8, align: 8 }
+            ]
+        );
+        assert_eq!(e["e"], []);
+        assert_eq!(e.len(), 2);
+        assert!(ptx_entries(".entry k(.param .u32 a").is_err());
+        assert!(ptx_entries(".entry k(.reg .u32 a)").is_err());
+    }
+
+    #[test]
+    fn param_types_print_as_cpp() {
+        assert_eq!(ptr(DType::F32, true).to_string(), "const float*");
+        assert_eq!(ParamType::Pointer { elem: CType::Named("S".into()), is_const: false }.to_string(), "S*");
+        let a = ParamType::Array { elem: CType::TemplateParam("T".into()), is_const: false, rank: Rank::Fixed(2) };
+        assert_eq!(a.to_string(), "caijit::Array<T, 2>");
+        let a = ParamType::Array { elem: CType::Scalar(DType::I32), is_const: true, rank: Rank::TemplateParam("N".into()) };
+        assert_eq!(a.to_string(), "caijit::Array<const int, N>");
+        assert_eq!(ParamType::Value(CType::Scalar(DType::C64)).to_string(), "caijit::complex<float>");
+        assert_eq!(SignatureError("boom".into()).to_string(), "boom");
+    }
+
+    #[test]
+    fn kinds_describe_themselves_and_their_sizes() {
+        let p = ParamKind::Pointer { dtype: Some(DType::F32), is_const: true };
+        assert_eq!((p.describe(), p.expected_size()), ("a contiguous array of float32".into(), Some(8)));
+        let p = ParamKind::Pointer { dtype: None, is_const: false };
+        assert_eq!(p.describe(), "a writable contiguous array of any dtype");
+        let a = ParamKind::Array { dtype: Some(DType::I16), is_const: false, rank: 3 };
+        assert_eq!((a.describe(), a.expected_size()), ("a writable 3-d array of int16".into(), Some(56)));
+        let a = ParamKind::Array { dtype: None, is_const: true, rank: 1 };
+        assert_eq!(a.describe(), "a 1-d array of any dtype");
+        let s = ParamKind::Scalar(DType::F64);
+        assert_eq!((s.describe(), s.expected_size()), ("a scalar converted to double (float64)".into(), Some(8)));
+        let s = ParamKind::Struct { name: "S".into() };
+        assert_eq!((s.describe(), s.expected_size()), ("a `S` struct passed as bytes".into(), None));
+    }
+
+    #[test]
+    fn layout_of_structs_and_unsubstituted_templates() {
+        let decl = vec![(Some("s".into()), ParamType::Value(CType::Named("S".into()))), (None, ptr(DType::U8, false))];
+        let l = layout("k", &decl, &[PtxParam { size: 12, align: 4 }, PtxParam { size: 8, align: 8 }]).unwrap();
+        assert_eq!(l[0].kind, ParamKind::Struct { name: "S".into() });
+        assert_eq!((l[0].offset, l[0].size, l[1].offset, l[1].align), (0, 12, 16, 8));
+        assert_eq!(l[1].cpp_type, "unsigned char*");
+        let t = vec![(None, ParamType::Value(CType::TemplateParam("T".into())))];
+        let e = layout("k", &t, &[PtxParam { size: 4, align: 4 }]).unwrap_err();
+        assert!(e.0.contains("template parameter T is not substituted"), "{e}");
+    }
 }

@@ -243,4 +243,43 @@ mod tests {
             assert!(DType::from_typestr(bad).is_err(), "{bad:?} accepted");
         }
     }
+
+    #[test]
+    fn alignment_is_the_itemsize_except_for_complex() {
+        for d in DType::ALL {
+            let expected = match d {
+                DType::C64 => 4,
+                DType::C128 => 8,
+                other => other.itemsize(),
+            };
+            assert_eq!(d.alignment(), expected, "{d}");
+        }
+    }
+
+    #[test]
+    fn rejections_say_what_is_wrong_with_the_typestr() {
+        let reason = |s: &str| match DType::from_typestr(s) {
+            Err(InterfaceError::UnsupportedTypestr { typestr, reason }) => {
+                assert_eq!(typestr, s);
+                reason
+            }
+            other => panic!("{s:?}: {other:?}"),
+        };
+        assert_eq!(reason(""), "it is empty");
+        assert_eq!(reason("<"), "it has no kind character");
+        assert_eq!(reason("<fx"), "its itemsize is not a number");
+        assert_eq!(reason("!f4"), "its first character must be one of '<', '>', '|', '='");
+        assert_eq!(reason("<f3"), "this itemsize is not supported for its kind");
+        assert_eq!(reason("<b2"), "this itemsize is not supported for its kind");
+        assert_eq!(reason("<x4"), "the kind is not one of b, i, u, f, c");
+        assert!(reason("<V2").contains("opaque void"));
+    }
+
+    #[test]
+    fn names_and_display_are_numpy_names() {
+        assert_eq!(DType::F32.to_string(), "float32");
+        assert_eq!(DType::from_name("bfloat16"), Some(DType::BF16));
+        assert_eq!(DType::from_name("float"), None);
+        assert_eq!(DType::C128.cpp_name(), "caijit::complex<double>");
+    }
 }

@@ -136,6 +136,16 @@ mod tests {
     }
 
     #[test]
+    fn byte_sizes_are_checked_with_explicit_strides_too() {
+        for strides in [vec![8], vec![0]] {
+            let mut d = desc(&[1 << 62], "<f8");
+            d.strides = Some(strides);
+            let e = d.validate().unwrap_err();
+            assert_eq!(e, InterfaceError::ShapeOverflow { shape: vec![1 << 62] });
+        }
+    }
+
+    #[test]
     fn strides_must_match_the_rank() {
         let mut d = desc(&[2, 3], "<f4");
         d.strides = Some(vec![4]);
@@ -222,5 +232,133 @@ mod tests {
     fn rank_is_bounded() {
         let d = desc(&[1; MAX_RANK + 1], "<f4");
         assert!(matches!(d.validate().unwrap_err(), InterfaceError::RankTooLarge { .. }));
+        assert_eq!(desc(&[1; MAX_RANK], "<f4").validate().unwrap().ndim(), MAX_RANK, "NumPy's maximum itself is accepted");
+    }
+
+    #[test]
+    fn arrays_may_touch_both_ends_of_the_address_space() {
+        let mut d = desc(&[4], "<f4");
+        d.data.ptr = 12;
+        d.strides = Some(vec![-4]);
+        assert_eq!(d.validate().unwrap().address_range(), 0..16);
+        d.data.ptr = 11;
+        assert!(matches!(d.validate().unwrap_err(), InterfaceError::AddressOverflow { .. }));
+        let mut d = desc(&[4], "<f4");
+        d.data.ptr = u64::MAX - 15;
+        assert_eq!(d.validate().unwrap().address_range(), (u128::from(u64::MAX) - 15)..(1u128 << 64));
+        d.data.ptr = u64::MAX - 14;
+        assert!(matches!(d.validate().unwrap_err(), InterfaceError::AddressOverflow { .. }));
+        let mut d = desc(&[4], "<f4");
+        d.data.ptr = 1 << 62;
+        assert_eq!(d.validate().unwrap().byte_extent(), (0, 16));
+    }
+
+    #[test]
+    fn views_report_what_they_were_built_from() {
+        let v = ArrayView::new(P, &[2, 3], Some(&[12, 4]), DType::I32, true, Some(StreamRef::Legacy)).unwrap();
+        assert_eq!((v.ptr(), v.shape(), v.strides(), v.dtype()), (P, &[2, 3][..], &[12, 4][..], DType::I32));
+        assert_eq!((v.readonly(), v.stream(), v.version(), v.ndim()), (true, Some(StreamRef::Legacy), 3, 2));
+        assert_eq!((v.size(), v.nbytes(), v.is_empty(), v.is_owned_by_caijit()), (6, 24, false, false));
+        let w = v.clone().with_stream(None).owned_by_caijit(true);
+        assert_eq!((w.stream(), w.is_owned_by_caijit()), (None, true));
+        assert!(!w.owned_by_caijit(false).is_owned_by_caijit());
+        let c = ArrayView::contiguous(P, &[5], DType::U16, false).unwrap();
+        assert_eq!((c.strides(), c.readonly(), c.stream(), c.nbytes()), (&[2][..], false, None, 10));
+        assert_eq!(StreamRef::Handle(std::num::NonZeroU64::new(7).unwrap()).to_cai(), 7);
+    }
+
+    #[test]
+    fn c_strides_are_checked_byte_strides() {
+        assert_eq!(c_strides(&[2, 3, 4], 2), Some(vec![24, 8, 2]));
+        assert_eq!(c_strides(&[], 4), Some(vec![]));
+        assert_eq!(c_strides(&[3, 0, 2], 4), Some(vec![4, 4, 4]), "empty arrays step by the itemsize everywhere");
+        assert_eq!(c_strides(&[0, 1 << 62, 1 << 62], 4), Some(vec![4, 4, 4]));
+        assert_eq!(c_strides(&[1 << 62, 4], 8), None);
+        assert_eq!(c_strides(&[2], usize::MAX), None);
+    }
+
+    #[test]
+    fn shape_fields_convert_to_and_from_dims() {
+        assert_eq!(<[usize; 2] as ShapeField>::RANK, Some(2));
+        assert_eq!([2usize, 3].dims(), [2, 3]);
+        assert_eq!(<[usize; 2]>::from_dims(&[2, 3]), Some([2, 3]));
+        assert_eq!(<[usize; 2]>::from_dims(&[2]), None);
+        assert_eq!(<Vec<usize> as ShapeField>::RANK, None);
+        assert_eq!(vec![4usize, 0, 5].dims(), [4, 0, 5]);
+        assert_eq!(<Vec<usize>>::from_dims(&[4, 0, 5]), Some(vec![4, 0, 5]));
+        assert_eq!(<usize as ShapeField>::RANK, Some(1));
+        assert_eq!(7usize.dims(), [7]);
+        assert_eq!(usize::from_dims(&[7]), Some(7));
+        assert_eq!(usize::from_dims(&[7, 1]), None);
+        assert_eq!(usize::from_dims(&[]), None);
+    }
+
+    #[test]
+    fn strides_fields_convert_and_none_means_c_order() {
+        assert_eq!(StridesField::strides(&[8i64, -4]), Some(vec![8, -4]));
+        assert_eq!(<[i64; 2]>::from_strides(&[8, -4]), Some([8, -4]));
+        assert_eq!(<[i64; 2]>::from_strides(&[8]), None);
+        assert_eq!(StridesField::strides(&vec![8i64, -4]), Some(vec![8, -4]));
+        assert_eq!(<Vec<i64>>::from_strides(&[8, -4]), Some(vec![8, -4]));
+        assert_eq!(StridesField::strides(&Some([8i64, -4])), Some(vec![8, -4]));
+        assert_eq!(StridesField::strides(&None::<Vec<i64>>), None);
+        assert_eq!(<Option<[i64; 2]>>::from_strides(&[8, -4]), Some(Some([8, -4])));
+        assert_eq!(<Option<[i64; 2]>>::from_strides(&[8]), Some(None));
+    }
+
+    #[test]
+    fn stream_fields_read_zero_as_no_stream() {
+        assert_eq!(StreamField::stream(&0u64), None);
+        assert_eq!(StreamField::stream(&2u64), Some(2));
+        assert_eq!(StreamField::stream(&0xdead_beefu64), Some(0xdead_beef));
+        assert_eq!(StreamField::stream(&Some(0u64)), None);
+        assert_eq!(StreamField::stream(&Some(7u64)), Some(7));
+        assert_eq!(StreamField::stream(&None::<u64>), None);
+        assert_eq!(StreamField::stream(&std::sync::Arc::new(7u64)), Some(7));
+        assert_eq!(StreamField::stream(&std::sync::Arc::new(0u64)), None);
+        assert_eq!(<u64 as StreamFieldImport>::from_stream(Some(7)), Some(7));
+        assert_eq!(<u64 as StreamFieldImport>::from_stream(None), Some(0));
+        assert_eq!(<Option<u64> as StreamFieldImport>::from_stream(Some(7)), Some(Some(7)));
+        assert_eq!(<Option<u64> as StreamFieldImport>::from_stream(None), Some(None));
+    }
+
+    #[test]
+    fn caijit_streams_export_their_cai_value() {
+        use crate::runtime::Stream;
+        assert_eq!(StreamField::stream(&Stream::legacy()), Some(1));
+        assert_eq!(StreamField::stream(&Stream::per_thread()), Some(2));
+        assert_eq!(StreamField::stream(&std::sync::Arc::new(Stream::borrowed(0xabc0).unwrap())), Some(0xabc0));
+    }
+
+    #[test]
+    fn raw_pointer_data_fields_are_writable() {
+        assert_eq!(DataField::device_ptr(&P), P);
+        assert!(DataField::writable(&P));
+    }
+
+    #[test]
+    fn export_view_validates_the_stream_and_keeps_the_layout() {
+        let v = export_view(P, &[2, 3], Some(vec![4, 8]), DType::F32, true, Some(2)).unwrap();
+        assert_eq!((v.ptr(), v.shape(), v.strides(), v.dtype()), (P, &[2, 3][..], &[4, 8][..], DType::F32));
+        assert_eq!((v.readonly(), v.stream()), (true, Some(StreamRef::PerThread)));
+        assert_eq!(export_view(P, &[2], None, DType::F32, false, None).unwrap().stream(), None);
+        assert_eq!(export_view(P, &[2], None, DType::F32, false, Some(0)).unwrap_err(), InterfaceError::StreamZero);
+    }
+
+    #[test]
+    fn check_import_names_each_unmet_expectation() {
+        let v = ArrayView::new(P, &[2, 3], None, DType::F32, false, None).unwrap();
+        assert_eq!(check_import(&v, DType::F32, Some(2), true, true), Ok(()));
+        assert_eq!(check_import(&v, DType::F32, None, true, true), Ok(()));
+        let e = check_import(&v, DType::F64, Some(2), false, false).unwrap_err();
+        assert_eq!(e, InterfaceError::DtypeMismatch { expected: DType::F64, got: DType::F32 });
+        assert!(e.to_string().contains("'typestr'"));
+        let e = check_import(&v, DType::F32, Some(3), false, false).unwrap_err();
+        assert_eq!(e, InterfaceError::RankMismatch { expected: 3, got: 2 });
+        let t = ArrayView::new(P, &[2, 3], Some(&[4, 8]), DType::F32, true, None).unwrap();
+        let e = check_import(&t, DType::F32, Some(2), true, false).unwrap_err();
+        assert_eq!(e, InterfaceError::NotContiguous { strides: vec![4, 8] });
+        assert_eq!(check_import(&t, DType::F32, Some(2), false, true), Err(InterfaceError::Readonly));
+        assert_eq!(check_import(&t, DType::F32, Some(2), false, false), Ok(()));
     }
 }
