@@ -337,3 +337,194 @@ fn a_forged_entry_in_an_untrusted_directory_is_never_loaded() {
     std::fs::write(&file, b"x").unwrap();
     assert!(DiskCache::at(&file).trusted().is_err());
 }
+
+// The key covers every header NVRTC can open (issue #18): a header changed anywhere it can
+// be found recompiles; an unchanged one is served from the disk cache.
+
+/// A kernel whose parameter layout follows the header's `T`.
+const USES_T: &str = "extern \"C\" __global__ void k(T* x, T a) { x[0] = a; }\n";
+
+fn through_disk(cache: &std::path::Path) -> CompileOptions {
+    let mut o = CompileOptions::default();
+    o.disk_cache = Some(Some(DiskCache::at(cache)));
+    o.skip_memory_cache = true;
+    o
+}
+
+/// `(where it came from, size of parameter 1)` of `k`.
+fn compiled_t(program: &Program, options: &CompileOptions) -> (CacheSource, usize) {
+    let c = compile_with(program, Arch(90), options).unwrap_or_else(|e| panic!("{e}"));
+    (c.source, c.kernel("k").unwrap().params[1].size)
+}
+
+/// With `header` defining `T` as `float`, then `double`: each change compiles anew with the
+/// header's layout, and each unchanged header is a disk hit.
+fn assert_header_change_recompiles(program: &Program, header: &std::path::Path) {
+    let cache = tempfile::tempdir().unwrap();
+    let disk = through_disk(cache.path());
+    std::fs::write(header, "typedef float T;\n").unwrap();
+    assert_eq!(compiled_t(program, &disk), (CacheSource::Compiled, 4));
+    assert_eq!(compiled_t(program, &disk), (CacheSource::Disk, 4));
+    std::fs::write(header, "typedef double T;\n").unwrap();
+    assert_eq!(compiled_t(program, &disk), (CacheSource::Compiled, 8), "a stale entry was served for {}", header.display());
+    assert_eq!(compiled_t(program, &disk), (CacheSource::Disk, 8));
+}
+
+#[test]
+fn a_header_in_the_parent_directory_is_in_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    let file = dir.path().join("sub/k.cu");
+    std::fs::write(&file, format!("#include \"../common.h\"\n{USES_T}")).unwrap();
+    assert_header_change_recompiles(&Program::from_file(&file).unwrap(), &dir.path().join("common.h"));
+}
+
+#[test]
+fn a_header_included_by_absolute_path_is_in_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let header = dir.path().join("common.h");
+    let program = Program::new(format!("#include \"{}\"\n{USES_T}", header.display()));
+    assert_header_change_recompiles(&program, &header);
+}
+
+/// `Program::from_file("k.cu")`: a relative path without a directory, whose header is in
+/// the current directory. The current directory belongs to the whole process (and so to
+/// every test thread), so the case runs in a child process of this test binary started in a
+/// temporary directory: `relative_cu_path_child` below, which does nothing unless started so.
+#[test]
+fn a_header_next_to_a_relative_cu_path_is_in_the_key() {
+    let cwd = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "relative_cu_path_child", "--nocapture", "--test-threads=1"])
+        .current_dir(cwd.path())
+        .env("CAIJIT_TEST_RELATIVE_CU_CHILD", "1")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("1 passed") && stdout.contains("child ran"), "{stdout}\n{stderr}");
+}
+
+#[test]
+fn relative_cu_path_child() {
+    if std::env::var_os("CAIJIT_TEST_RELATIVE_CU_CHILD").is_none() {
+        return;
+    }
+    std::fs::write("k.cu", format!("#include \"common.h\"\n{USES_T}")).unwrap();
+    let program = Program::from_file("k.cu").unwrap();
+    assert!(program.include_dirs.is_empty(), "{:?}", program.include_dirs);
+    assert_header_change_recompiles(&program, std::path::Path::new("common.h"));
+    println!("child ran");
+}
+
+#[test]
+fn an_include_directory_given_as_an_option_is_in_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let inc = dir.path().join("inc");
+    std::fs::create_dir(&inc).unwrap();
+    let inc_s = inc.display().to_string();
+    let forms: [&[String]; 4] = [
+        &[format!("-I{inc_s}")],
+        &["-I".into(), inc_s.clone()],
+        &[format!("--include-path={inc_s}")],
+        &["--include-path".into(), inc_s.clone()],
+    ];
+    for form in forms {
+        let mut program = Program::new(format!("#include <common.h>\n{USES_T}"));
+        for o in form {
+            program = program.option(o.clone());
+        }
+        assert_header_change_recompiles(&program, &inc.join("common.h"));
+    }
+}
+
+#[test]
+fn a_header_of_any_extension_is_in_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = Program::new(format!("#include \"impl.inl\"\n{USES_T}")).include_dir(dir.path());
+    assert_header_change_recompiles(&program, &dir.path().join("impl.inl"));
+}
+
+#[test]
+fn a_header_among_thousands_of_files_is_in_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..5000 {
+        std::fs::write(dir.path().join(format!("unrelated_{i:04}.h")), "// nothing\n").unwrap();
+    }
+    // Sorted after all of them (the old walk of the directory stopped after 4096 files).
+    let program = Program::new(format!("#include <zz_common.h>\n{USES_T}")).include_dir(dir.path());
+    assert_header_change_recompiles(&program, &dir.path().join("zz_common.h"));
+}
+
+#[test]
+fn a_computed_include_is_compiled_without_the_disk_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let disk = through_disk(cache.path());
+    let header = dir.path().join("common.h");
+    let program = Program::new(format!("#define HEADER \"common.h\"\n#include HEADER\n{USES_T}")).include_dir(dir.path());
+    std::fs::write(&header, "typedef float T;\n").unwrap();
+    assert_eq!(compiled_t(&program, &disk), (CacheSource::Compiled, 4));
+    assert_eq!(compiled_t(&program, &disk), (CacheSource::Compiled, 4));
+    std::fs::write(&header, "typedef double T;\n").unwrap();
+    assert_eq!(compiled_t(&program, &disk), (CacheSource::Compiled, 8));
+    assert_eq!(std::fs::read_dir(cache.path()).map_or(0, |d| d.count()), 0, "an entry was written");
+    assert!(stats().disk_cache_untrusted_keys >= 3, "counted");
+}
+
+/// One name meaning two files (`x.h` next to the program, and next to `sub/y.h`): NVRTC
+/// matches in-memory headers by name, so the program is compiled from the file system
+/// (each include finds its own `x.h`) and kept out of the disk cache.
+#[test]
+fn a_name_meaning_two_files_is_compiled_from_the_file_system() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("sub")).unwrap();
+    std::fs::write(dir.path().join("x.h"), "typedef float T;\n").unwrap();
+    std::fs::write(dir.path().join("sub/y.h"), "#include \"x.h\"\n").unwrap();
+    std::fs::write(dir.path().join("sub/x.h"), "typedef double U;\n").unwrap();
+    let file = dir.path().join("k.cu");
+    std::fs::write(&file, "#include \"x.h\"\n#include \"sub/y.h\"\nextern \"C\" __global__ void k(T* x, U a) { x[0] = a; }\n").unwrap();
+    let program = Program::from_file(&file).unwrap();
+    let disk = through_disk(cache.path());
+    assert_eq!(compiled_t(&program, &disk), (CacheSource::Compiled, 8));
+    assert_eq!(compiled_t(&program, &disk), (CacheSource::Compiled, 8));
+    assert_eq!(std::fs::read_dir(cache.path()).map_or(0, |d| d.count()), 0, "an entry was written");
+}
+
+/// CUDA's own headers (and CCCL's) are found, hashed and handed to NVRTC in memory too: such
+/// programs compile, and their keys are trusted with the disk cache.
+#[test]
+fn toolkit_headers_are_in_the_key_and_compile_from_memory() {
+    let cache = tempfile::tempdir().unwrap();
+    let disk = through_disk(cache.path());
+    let src = "#include <cuda_fp16.h>\n#include <cooperative_groups.h>\n#include <cuda/std/type_traits>\n\
+               typedef __half T;\n\
+               extern \"C\" __global__ void k(T* x, T a) { static_assert(cuda::std::is_same_v<T, __half>); \
+               cooperative_groups::this_thread_block().sync(); x[0] = a; }\n";
+    let program = Program::new(src);
+    assert_eq!(compiled_t(&program, &disk), (CacheSource::Compiled, 2));
+    assert_eq!(compiled_t(&program, &disk), (CacheSource::Disk, 2));
+}
+
+/// A key is computed on every `compile`, memory hits included: it stays cheap (the
+/// toolkit's headers are read and hashed once per process, then only looked up). The bound
+/// is loose (debug builds, parallel tests); `--release --nocapture` prints the real cost.
+#[test]
+fn a_memory_hit_with_cuda_headers_stays_cheap() {
+    let mut mem = CompileOptions::default();
+    mem.disk_cache = Some(None);
+    // cooperative_groups.h reaches some 270 headers (CCCL's), fewer rounds.
+    for (header, rounds) in [("", 1000), ("cuda_fp16.h", 1000), ("caijit/caijit.cuh", 1000), ("cooperative_groups.h", 100)] {
+        let include = if header.is_empty() { String::new() } else { format!("#include <{header}>") };
+        let p = Program::new(format!("{include}\n// {:?}\ntypedef float T;\n{USES_T}", std::time::SystemTime::now()));
+        compile_with(&p, Arch(90), &mem).unwrap();
+        let start = std::time::Instant::now();
+        for _ in 0..rounds {
+            assert_eq!(compile_with(&p, Arch(90), &mem).unwrap().source, CacheSource::Compiled);
+        }
+        let per_call = start.elapsed() / rounds;
+        println!("a memory hit of a program including {}: {per_call:?}", if header.is_empty() { "no header" } else { header });
+        assert!(per_call < std::time::Duration::from_millis(50), "{header}: {per_call:?} per memory hit");
+    }
+}

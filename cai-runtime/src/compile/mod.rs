@@ -13,18 +13,30 @@
 //!
 //! # Rationale
 //! A program is its source, options, include directories, defines and name expressions;
-//! all of them (plus NVRTC's version, the architecture and the contents of every header
-//! it can include) form the cache key, so a hit is always the same binary NVRTC would
+//! all of them (plus NVRTC's version, the architecture and every header it can include,
+//! by name and contents) form the cache key, so a hit is always the same binary NVRTC would
 //! produce. Compilation targets CUBIN for the exact architecture, so loading costs no JIT;
 //! PTX is kept alongside because its `.entry` lists are the ground truth for parameter
 //! sizes (see [`crate::signature`]).
 //!
 //! # Limitations
-//! Headers from user include directories are hashed whole (every `.h`, `.hpp`, `.cuh`,
-//! `.inc` file below them), since NVRTC does not report which ones a program used.
+//! NVRTC does not report which headers a program used, so caijit finds them itself: it
+//! follows every `#include` (and `__has_include`) of the program and of each header found,
+//! in every branch of every conditional (none is evaluated), searching as NVRTC does:
+//! caijit's embedded headers, the including file's directory for `#include "…"`, then the
+//! program's include directories, its `-I` options' and the toolkit's (see `includes.rs`).
+//! Each header found is hashed into the key and handed to NVRTC in memory under the name
+//! it was included by, which NVRTC matches before it searches any directory, so it compiles
+//! nothing that was not hashed. A name found nowhere is hashed as missing (NVRTC may supply
+//! it, or fail). When that cannot be made to hold (a computed `#include MACRO`, an
+//! `#include_next`, one name meaning different files from different including files, a
+//! `#pragma once` header included by two names, an unreadable or non-UTF-8 header), the
+//! program is compiled from the file system as NVRTC finds headers itself, and kept out of
+//! the disk cache (the memory cache still serves it within the process).
 
 mod cache;
 mod headers;
+mod includes;
 mod toolkit;
 
 use std::collections::HashMap;
@@ -42,7 +54,7 @@ use crate::stats::{bump, COUNTERS};
 use crate::{Error, Result};
 
 /// Bumped whenever the cache entry format or what a key covers changes.
-const SCHEMA_VERSION: u32 = 2;
+const SCHEMA_VERSION: u32 = 3;
 
 /// A CUDA C++ program: source plus everything that changes what NVRTC makes of it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -55,6 +67,10 @@ pub struct Program {
     pub include_dirs: Vec<PathBuf>,
     pub defines: Vec<(String, Option<String>)>,
     pub name_expressions: Vec<String>,
+    /// The directory of the program's file, searched first for its `#include "…"`s (set by
+    /// [`Program::located_at`]). `None`: NVRTC's own rule, the directory of `name`
+    /// relative to the current directory.
+    pub source_dir: Option<PathBuf>,
 }
 
 impl Program {
@@ -70,15 +86,20 @@ impl Program {
         Ok(Program::new(source).located_at(path))
     }
 
-    /// Name the program after the file it came from and add that file's directory to the
-    /// include path (what [`Program::from_file`] does, for source already read).
+    /// Name the program after the file it came from, search that file's directory first for
+    /// its `#include "…"`s, and add it to the include path (what [`Program::from_file`]
+    /// does, for source already read). A bare file name is in the current directory.
     pub fn located_at(mut self, path: impl AsRef<Path>) -> Self {
         let path = path.as_ref();
         if let Some(n) = path.file_name() {
             self.name = n.to_string_lossy().into_owned();
         }
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            self.include_dirs.push(dir.to_path_buf());
+        match path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            Some(dir) => {
+                self.include_dirs.push(dir.to_path_buf());
+                self.source_dir = Some(dir.to_path_buf());
+            }
+            None => self.source_dir = Some(PathBuf::from(".")),
         }
         self
     }
@@ -231,24 +252,6 @@ fn sha256_hex(parts: &[&[u8]]) -> String {
     hex::encode(h.finalize().as_slice())
 }
 
-fn header_files(dir: &Path, out: &mut Vec<(PathBuf, Vec<u8>)>, depth: usize) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
-    let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
-    entries.sort();
-    for p in entries {
-        if out.len() > 4096 {
-            return;
-        }
-        if p.is_dir() && depth < 8 {
-            header_files(&p, out, depth + 1);
-        } else if p.extension().is_some_and(|e| ["h", "hpp", "cuh", "inc", "hh", "cu"].contains(&e.to_string_lossy().as_ref())) {
-            if let Ok(b) = std::fs::read(&p) {
-                out.push((p, b));
-            }
-        }
-    }
-}
-
 /// The NVRTC options for `program` at `arch` (caijit's defaults first).
 fn nvrtc_options(program: &Program, arch: Arch, tk: &Toolkit) -> Result<(Vec<String>, bool)> {
     for o in &program.options {
@@ -271,9 +274,9 @@ fn nvrtc_options(program: &Program, arch: Arch, tk: &Toolkit) -> Result<(Vec<Str
         opts.push("-std=c++17".into());
     }
     opts.push("-DCAIJIT=1".into());
-    for d in &tk.include_dirs {
-        opts.push(format!("-I{}", d.display()));
-    }
+    // The search order of `includes::resolve`: the program's directories, its options', the
+    // toolkit's. NVRTC searches them only for names caijit found nowhere (the others it is
+    // handed in memory), or for all when the key is not trusted.
     for d in &program.include_dirs {
         opts.push(format!("-I{}", d.display()));
     }
@@ -284,6 +287,9 @@ fn nvrtc_options(program: &Program, arch: Arch, tk: &Toolkit) -> Result<(Vec<Str
         });
     }
     opts.extend(program.options.iter().cloned());
+    for d in &tk.include_dirs {
+        opts.push(format!("-I{}", d.display()));
+    }
     Ok((opts, known))
 }
 
@@ -300,7 +306,16 @@ fn all_name_expressions(program: &Program, decls: &[KernelDecl]) -> Vec<String> 
     exprs
 }
 
-fn cache_key(program: &Program, arch: Arch, opts: &[String], tk: &Toolkit) -> String {
+/// A program's cache key, and the headers NVRTC is to read from memory (the ones hashed).
+struct Key {
+    key: String,
+    /// The headers found. With `untrusted` set, NVRTC cannot be handed every header the key
+    /// covers: the program is compiled from the file system and kept out of the disk cache.
+    includes: includes::Includes,
+}
+
+fn cache_key(program: &Program, arch: Arch, opts: &[String], tk: &Toolkit) -> Key {
+    let includes = includes::resolve(program, &tk.include_dirs);
     let (schema, version, arch) = (SCHEMA_VERSION.to_le_bytes(), format!("nvrtc {}.{}", tk.version.0, tk.version.1), arch.0.to_le_bytes());
     let mut parts: Vec<&[u8]> = vec![&schema, version.as_bytes(), &arch, program.source.as_bytes(), program.name.as_bytes()];
     parts.extend(opts.iter().map(|o| o.as_bytes()));
@@ -308,16 +323,8 @@ fn cache_key(program: &Program, arch: Arch, opts: &[String], tk: &Toolkit) -> St
     parts.extend(program.name_expressions.iter().map(|e| e.as_bytes()));
     parts.push(b"--headers");
     parts.push(embedded_headers_digest());
-    let mut files = Vec::new();
-    for d in &program.include_dirs {
-        header_files(d, &mut files, 0);
-    }
-    let names: Vec<String> = files.iter().map(|(p, _)| p.to_string_lossy().into_owned()).collect();
-    for (name, (_, contents)) in names.iter().zip(&files) {
-        parts.push(name.as_bytes());
-        parts.push(contents);
-    }
-    sha256_hex(&parts)
+    parts.push(&includes.digest);
+    Key { key: sha256_hex(&parts), includes }
 }
 
 /// The digest of caijit's embedded headers (constant for a build, hashed once).
@@ -369,9 +376,10 @@ pub fn compile(program: &Program, arch: Arch) -> Result<Arc<Compiled>> {
 pub fn compile_with(program: &Program, arch: Arch, options: &CompileOptions) -> Result<Arc<Compiled>> {
     let tk = toolkit()?;
     let (opts, cubin) = nvrtc_options(program, arch, tk)?;
-    // The key needs only what the caller gave (the kernels' names follow from the source):
-    // a memory hit parses nothing.
-    let key = cache_key(program, arch, &opts, tk);
+    // The key needs only what the caller gave and the headers it can include (the kernels'
+    // names follow from the source): a memory hit parses no declarations.
+    let Key { key, includes } = cache_key(program, arch, &opts, tk);
+    let trusted = includes.untrusted.is_none();
     let mem = memory();
     if !options.skip_memory_cache {
         if let Some(hit) = lock(&mem.entries).get(&key) {
@@ -394,6 +402,12 @@ pub fn compile_with(program: &Program, arch: Arch, options: &CompileOptions) -> 
         Some(given) => given.filter(|c| c.trusted().is_ok()),
         None => DiskCache::from_env_trusted()?,
     };
+    // A key that does not cover every header NVRTC may read (`includes.untrusted` says
+    // why) never reaches the disk cache.
+    if disk.is_some() && !trusted {
+        bump(&COUNTERS.disk_cache_untrusted_keys);
+    }
+    let disk = disk.filter(|_| trusted);
     let mut from_disk = None;
     if let Some(d) = &disk {
         match d.load(&key) {
@@ -408,7 +422,7 @@ pub fn compile_with(program: &Program, arch: Arch, options: &CompileOptions) -> 
             (e, CacheSource::Disk)
         }
         None => {
-            let e = run_nvrtc(tk, program, &opts, &exprs, cubin)?;
+            let e = run_nvrtc(tk, program, &opts, &exprs, cubin, if trusted { &includes.headers } else { &[] })?;
             bump(&COUNTERS.compiles);
             if let Some(d) = &disk {
                 if d.store(&key, &e).is_err() {
@@ -434,9 +448,19 @@ pub fn compile_with(program: &Program, arch: Arch, options: &CompileOptions) -> 
     Ok(compiled)
 }
 
-fn run_nvrtc(tk: &Toolkit, program: &Program, opts: &[String], exprs: &[String], want_cubin: bool) -> Result<cache::Entry> {
+/// Compile with NVRTC, handing it caijit's embedded headers and `found` (the program's
+/// headers, read and hashed by [`cache_key`]) in memory.
+fn run_nvrtc(
+    tk: &Toolkit,
+    program: &Program,
+    opts: &[String],
+    exprs: &[String],
+    want_cubin: bool,
+    found: &[(String, Arc<str>)],
+) -> Result<cache::Entry> {
     let nvrtc = tk.nvrtc;
-    let headers: Vec<(String, String)> = HEADERS.iter().map(|(n, c)| (n.to_string(), c.to_string())).collect();
+    let embedded = HEADERS.iter().map(|(n, c)| (n.to_string(), c.to_string()));
+    let headers: Vec<(String, String)> = embedded.chain(found.iter().map(|(n, c)| (n.clone(), c.to_string()))).collect();
     let internal = |e: String| Error::Compile { message: format!("NVRTC failed on {}: {e}", program.name), log: String::new() };
     let mut prog = nvrtc.create_program(&program.source, &program.name, &headers).map_err(internal)?;
     for e in exprs {

@@ -1,0 +1,649 @@
+//! Every header a program can include, found the way NVRTC finds it.
+//!
+//! [`resolve`] scans the program for `#include "name"` and `#include <name>` (and the names
+//! probed by `__has_include`), finds each header, and does the same for every header found,
+//! so the cache key can hash exactly the headers NVRTC can open. Conditionals are not
+//! evaluated: the includes of every branch are followed (hashing a header too many only
+//! costs a recompile when it changes).
+//!
+//! A name is looked for, in order: among caijit's embedded [`HEADERS`] (by exact name);
+//! taken as a path when it is absolute; for the quoted form, in the directory of the file
+//! that includes it (for the program itself, [`Program::source_dir`]; not with NVRTC's
+//! `-no-source-include`); then in the include directories: the program's, its `-I`
+//! options', the toolkit's (CUDA's own headers).
+//!
+//! The compiler hands NVRTC every header found, in memory, under the name it was included
+//! by. NVRTC matches in-memory headers by that exact name before it searches any directory,
+//! so it compiles the bytes that were hashed and nothing else. That holds only while a name
+//! means one file everywhere, so [`Includes::untrusted`] says why it does not when:
+//! - an include's name is computed (`#include MACRO`) or is an `#include_next`;
+//! - a name means different files (or none) from different including files;
+//! - a `#pragma once` file is reached under two names (in memory, they are two files);
+//! - a name not found here can be opened by NVRTC next to the in-memory includer's name;
+//! - a header cannot be read, or holds a NUL byte or invalid UTF-8.
+//!
+//! Such a program is compiled from the file system, as NVRTC finds headers itself, and
+//! kept out of the disk cache.
+//!
+//! The toolkit's headers are read and scanned once per process per version of the file
+//! (its device, inode, length, modification and change times); other headers on every call.
+
+use std::collections::HashMap;
+use std::fs::Metadata;
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use sha2::{Digest, Sha256};
+
+use super::{Program, HEADERS};
+
+/// One `#include` (or `__has_include`) of a file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Include {
+    pub name: String,
+    /// `"name"` (searched next to the including file first) rather than `<name>`.
+    pub quoted: bool,
+}
+
+/// What a scan found in one file.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Scan {
+    pub includes: Vec<Include>,
+    pub pragma_once: bool,
+    /// The first include whose header cannot be named without preprocessing.
+    pub opaque: Option<String>,
+}
+
+/// Find the include directives of C++ text, outside comments and literals.
+pub(crate) fn scan(text: &str) -> Scan {
+    // Line splicing comes before everything else in C++.
+    let spliced;
+    let text = if text.contains("\\\n") || text.contains("\\\r\n") {
+        spliced = text.replace("\\\r\n", "").replace("\\\n", "");
+        spliced.as_str()
+    } else {
+        text
+    };
+    let b = text.as_bytes();
+    let mut out = Scan::default();
+    let mut i = 0;
+    // Only blanks and comments since the last newline: a `#` here starts a directive.
+    let mut line_start = true;
+    while i < b.len() {
+        match b[i] {
+            b'\n' => {
+                line_start = true;
+                i += 1;
+            }
+            b' ' | b'\t' | b'\r' | 0x0b | 0x0c => i += 1,
+            b'/' if b.get(i + 1) == Some(&b'/') => i = find(b, i, b"\n"),
+            b'/' if b.get(i + 1) == Some(&b'*') => i = find(b, i + 2, b"*/").saturating_add(2).min(b.len()),
+            b'#' if line_start => {
+                line_start = false;
+                i = directive(text, i + 1, &mut out);
+            }
+            b'"' => {
+                line_start = false;
+                i = string_end(b, i);
+            }
+            b'\'' => {
+                line_start = false;
+                let token = &b[token_start(b, i, true)..i];
+                // `1'000` is one number (C++14 digit separators); `u8'a'` is a character.
+                i = if token.first().is_some_and(u8::is_ascii_digit) { i + 1 } else { quoted_end(b, i, b'\'') };
+            }
+            _ => {
+                line_start = false;
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// The index of `pat` at or after `from`, or the end of `b`.
+fn find(b: &[u8], from: usize, pat: &[u8]) -> usize {
+    b.get(from..).and_then(|rest| rest.windows(pat.len()).position(|w| w == pat)).map_or(b.len(), |p| from + p)
+}
+
+fn is_ident(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_'
+}
+
+/// Where the identifier (or, with `numbers`, pp-number) that ends just before `end` starts.
+fn token_start(b: &[u8], end: usize, numbers: bool) -> usize {
+    let mut s = end;
+    while s > 0 && (is_ident(b[s - 1]) || (numbers && matches!(b[s - 1], b'.' | b'\''))) {
+        s -= 1;
+    }
+    s
+}
+
+/// Past a `'…'` or `"…"` literal that opens at `open` (or the end of its line: none spans
+/// lines, so a misread one costs at most the rest of its line).
+fn quoted_end(b: &[u8], open: usize, close: u8) -> usize {
+    let mut i = open + 1;
+    while i < b.len() && b[i] != b'\n' {
+        match b[i] {
+            b'\\' => i += 2,
+            c if c == close => return i + 1,
+            _ => i += 1,
+        }
+    }
+    i.min(b.len())
+}
+
+/// Past the string literal that opens at `open`, raw (`R"d(…)d"`, which may span lines) or not.
+fn string_end(b: &[u8], open: usize) -> usize {
+    let prefix = &b[token_start(b, open, false)..open];
+    if !matches!(prefix, b"R" | b"u8R" | b"uR" | b"UR" | b"LR") {
+        return quoted_end(b, open, b'"');
+    }
+    let Some(paren) = b[open + 1..].iter().take(17).position(|&c| c == b'(') else { return quoted_end(b, open, b'"') };
+    let delim = &b[open + 1..open + 1 + paren];
+    let mut close = Vec::with_capacity(delim.len() + 2);
+    close.push(b')');
+    close.extend_from_slice(delim);
+    close.push(b'"');
+    find(b, open + 2 + paren, &close).saturating_add(close.len()).min(b.len())
+}
+
+/// Skip blanks and `/* */` comments within a line.
+fn skip_blanks(b: &[u8], mut i: usize) -> usize {
+    loop {
+        match b.get(i) {
+            Some(b' ' | b'\t' | b'\r' | 0x0b | 0x0c) => i += 1,
+            Some(b'/') if b.get(i + 1) == Some(&b'*') => i = find(b, i + 2, b"*/").saturating_add(2).min(b.len()),
+            _ => return i,
+        }
+    }
+}
+
+/// Read the directive after the `#` at `i - 1`; returns where scanning goes on.
+fn directive(text: &str, i: usize, out: &mut Scan) -> usize {
+    let b = text.as_bytes();
+    let start = skip_blanks(b, i);
+    let mut end = start;
+    while end < b.len() && is_ident(b[end]) {
+        end += 1;
+    }
+    let line_end = find(b, end, b"\n");
+    match &text[start..end] {
+        word @ ("include" | "include_next" | "import") => {
+            let arg = skip_blanks(b, end);
+            let closing = match b.get(arg) {
+                Some(b'"') => Some(b'"'),
+                Some(b'<') => Some(b'>'),
+                _ => None,
+            };
+            let close = closing.and_then(|c| b[arg + 1..line_end].iter().position(|&x| x == c)).map(|p| arg + 1 + p);
+            match close {
+                Some(close) if word != "include_next" => {
+                    out.includes.push(Include { name: text[arg + 1..close].to_string(), quoted: b[arg] == b'"' });
+                    close + 1
+                }
+                _ => {
+                    out.opaque.get_or_insert_with(|| format!("#{}", text[i..line_end].trim()));
+                    line_end
+                }
+            }
+        }
+        "pragma" => {
+            let word = skip_blanks(b, end);
+            let once = b[word..].starts_with(b"once") && b.get(word + 4).is_none_or(|&c| !is_ident(c));
+            out.pragma_once |= once;
+            end
+        }
+        // `#if __has_include(<x.h>)`, also through a macro (`_CCCL_HAS_INCLUDE(<x.h>)`).
+        "if" | "elif" | "define" => {
+            probes(&text[end..line_end], out);
+            end
+        }
+        _ => end,
+    }
+}
+
+/// The names probed by `…has_include(<name>)` or `…has_include("name")` in a directive's text.
+fn probes(line: &str, out: &mut Scan) {
+    let lower = line.to_ascii_lowercase();
+    let mut from = 0;
+    while let Some(p) = lower[from..].find("has_include") {
+        let after = from + p + "has_include".len();
+        from = after;
+        let rest = line[after..].trim_start().trim_start_matches("_next");
+        let Some(arg) = rest.trim_start().strip_prefix('(') else { continue };
+        let arg = arg.trim_start();
+        let (quoted, close) = match arg.as_bytes().first() {
+            Some(b'"') => (true, '"'),
+            Some(b'<') => (false, '>'),
+            _ => continue,
+        };
+        if let Some(len) = arg[1..].find(close) {
+            out.includes.push(Include { name: arg[1..1 + len].to_string(), quoted });
+        }
+    }
+}
+
+/// The include directories and pre-included headers named in NVRTC options, in order
+/// (`-Idir`, `-I dir`, `-I=dir`, `--include-path=dir`, `--include-path dir`;
+/// `--pre-include=h`, `--pre-include h`, `-include h`).
+pub(crate) fn option_paths(options: &[String]) -> (Vec<PathBuf>, Vec<String>) {
+    let (mut dirs, mut pre) = (Vec::new(), Vec::new());
+    let mut it = options.iter();
+    while let Some(o) = it.next() {
+        if o == "-I" || o == "--include-path" {
+            dirs.extend(it.next().map(|d| PathBuf::from(d.trim())));
+        } else if let Some(d) = o.strip_prefix("--include-path=") {
+            dirs.push(PathBuf::from(d));
+        } else if let Some(d) = o.strip_prefix("-I") {
+            dirs.push(PathBuf::from(d.strip_prefix('=').unwrap_or(d).trim()));
+        } else if o == "-include" || o == "--pre-include" {
+            pre.extend(it.next().cloned());
+        } else if let Some(h) = o.strip_prefix("--pre-include=") {
+            pre.push(h.to_string());
+        }
+    }
+    (dirs, pre)
+}
+
+/// What [`resolve`] found for a program.
+#[derive(Debug)]
+pub(crate) struct Includes {
+    /// Every include name, in the order first met, with what it means: the digest of the
+    /// file found, `embedded`, or `missing` (NVRTC may supply it itself, or fail).
+    pub digest: [u8; 32],
+    /// `(include name, contents)` of every header found in a file, for NVRTC to read from
+    /// memory (caijit's embedded headers are not repeated here).
+    pub headers: Vec<(String, Arc<str>)>,
+    /// Why the names cannot be handed to NVRTC (and so the key cannot be trusted); `None`
+    /// when they can.
+    pub untrusted: Option<String>,
+}
+
+/// A header file as read: its contents and what they include.
+#[derive(Debug)]
+struct Loaded {
+    contents: Arc<str>,
+    digest: [u8; 32],
+    scan: Arc<Scan>,
+}
+
+/// What an include name means.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Target {
+    Embedded(usize),
+    File(usize),
+    Missing,
+}
+
+/// A file found, and how many names it was included by.
+struct Found {
+    path: PathBuf,
+    loaded: Arc<Loaded>,
+    names: usize,
+}
+
+/// `(device, inode, length, modified ns, changed ns)`: a file's version, for the toolkit cache.
+type Stamp = (u64, u64, u64, i128, i128);
+
+fn stamp(m: &Metadata) -> Stamp {
+    let ns = |s: i64, n: i64| s as i128 * 1_000_000_000 + n as i128;
+    (m.dev(), m.ino(), m.len(), ns(m.mtime(), m.mtime_nsec()), ns(m.ctime(), m.ctime_nsec()))
+}
+
+/// Toolkit headers as last read, by path (pip may update them under a running process,
+/// so each use checks the stamp).
+type ToolkitFiles = Mutex<HashMap<PathBuf, (Stamp, Arc<Loaded>)>>;
+
+fn toolkit_files() -> &'static ToolkitFiles {
+    static FILES: OnceLock<ToolkitFiles> = OnceLock::new();
+    FILES.get_or_init(Default::default)
+}
+
+/// The scans of the embedded headers (constant for a build).
+fn embedded_scans() -> &'static [Scan] {
+    static SCANS: OnceLock<Vec<Scan>> = OnceLock::new();
+    SCANS.get_or_init(|| HEADERS.iter().map(|(_, text)| scan(text)).collect())
+}
+
+struct Resolver<'a> {
+    /// User include directories (the program's, then its options'), then the toolkit's.
+    dirs: Vec<PathBuf>,
+    toolkit_dirs: &'a [PathBuf],
+    found: Vec<Found>,
+    by_file: HashMap<(u64, u64), usize>,
+    /// Every name met, with its meaning, in the order met.
+    names: HashMap<String, Target>,
+    order: Vec<String>,
+    /// Resolutions already made: `(directory of the includer for a quoted name, name)`.
+    memo: HashMap<(Option<PathBuf>, String), Target>,
+    /// Whether `dirs[k]` has a subdirectory of this name.
+    subdirs: HashMap<(usize, std::ffi::OsString), bool>,
+    /// Whether `#include "…"` looks next to the including file first (NVRTC's
+    /// `-no-source-include` turns that off: then it is `#include <…>`).
+    source_include: bool,
+    untrusted: Option<String>,
+}
+
+/// Find every header `program` can include (see the module's documentation).
+pub(crate) fn resolve(program: &Program, toolkit_dirs: &[PathBuf]) -> Includes {
+    let (option_dirs, pre_includes) = option_paths(&program.options);
+    let mut dirs = program.include_dirs.clone();
+    dirs.extend(option_dirs);
+    dirs.extend(toolkit_dirs.iter().cloned());
+    let mut r = Resolver {
+        dirs,
+        toolkit_dirs,
+        found: Vec::new(),
+        by_file: HashMap::new(),
+        names: HashMap::new(),
+        order: Vec::new(),
+        memo: HashMap::new(),
+        subdirs: HashMap::new(),
+        source_include: !program.options.iter().any(|o| o == "-no-source-include" || o == "--no-source-include"),
+        untrusted: None,
+    };
+    // The program itself: its quoted includes are searched in its own directory, and NVRTC
+    // looks next to its name (relative to the current directory) for those not found here.
+    let nvrtc_dir = Path::new(&program.name).parent().map(Path::to_path_buf);
+    let own_dir = program.source_dir.clone().or_else(|| nvrtc_dir.clone());
+    let mut root = scan(&program.source);
+    root.includes.splice(0..0, pre_includes.into_iter().map(|name| Include { name, quoted: true }));
+    r.follow(&root, own_dir.as_deref(), nvrtc_dir.as_deref(), "the program");
+    // Then every name found, once each (a name means one header, or the key is not trusted).
+    let mut next = 0;
+    while next < r.order.len() {
+        let name = r.order[next].clone();
+        next += 1;
+        let nvrtc_dir = Path::new(&name).parent();
+        match r.names[&name] {
+            Target::Embedded(e) => r.follow(&embedded_scans()[e], None, nvrtc_dir, &name),
+            Target::File(f) => {
+                let (scan, dir) = (r.found[f].loaded.scan.clone(), r.found[f].path.parent().map(Path::to_path_buf));
+                r.follow(&scan, dir.as_deref(), nvrtc_dir, &name);
+            }
+            Target::Missing => {}
+        }
+    }
+    r.finish()
+}
+
+impl Resolver<'_> {
+    fn distrust(&mut self, why: String) {
+        self.untrusted.get_or_insert(why);
+    }
+
+    /// Resolve and record every include of a file. `dir` is where the file is, `nvrtc_dir`
+    /// where NVRTC thinks it is (next to the name it was given by).
+    fn follow(&mut self, scan: &Scan, dir: Option<&Path>, nvrtc_dir: Option<&Path>, includer: &str) {
+        if let Some(d) = &scan.opaque {
+            self.distrust(format!("{includer} has `{d}`, whose header caijit cannot name"));
+        }
+        for inc in &scan.includes {
+            let quoted = inc.quoted && self.source_include;
+            let target = self.resolve_one(&inc.name, quoted, dir);
+            if target == Target::Missing && quoted && !Path::new(&inc.name).is_absolute() {
+                let there = nvrtc_dir.unwrap_or(Path::new("")).join(&inc.name);
+                if there.is_file() {
+                    self.distrust(format!(
+                        "{:?}, included by {includer}, is found by NVRTC at {} but not by caijit's search",
+                        inc.name,
+                        there.display()
+                    ));
+                }
+            }
+            match self.names.get(&inc.name) {
+                None => {
+                    self.names.insert(inc.name.clone(), target);
+                    self.order.push(inc.name.clone());
+                    if let Target::File(f) = target {
+                        self.found[f].names += 1;
+                        if self.found[f].names > 1 && self.found[f].loaded.scan.pragma_once {
+                            let p = self.found[f].path.display().to_string();
+                            self.distrust(format!("{p} has `#pragma once` and is included by two names (one is {:?})", inc.name));
+                        }
+                    }
+                }
+                Some(&prev) if prev != target => {
+                    let what = |t: Target, r: &Self| match t {
+                        Target::File(f) => r.found[f].path.display().to_string(),
+                        Target::Embedded(_) => "an embedded header".into(),
+                        Target::Missing => "nothing".into(),
+                    };
+                    let (before, now) = (what(prev, self), what(target, self));
+                    self.distrust(format!("{:?} means {before} in one place and {now} in {includer}", inc.name));
+                }
+                Some(_) => {}
+            }
+        }
+    }
+
+    /// What `name`, included from a file in `dir`, means; `quoted`: looked for in `dir` first.
+    fn resolve_one(&mut self, name: &str, quoted: bool, dir: Option<&Path>) -> Target {
+        let dir = dir.filter(|_| quoted);
+        let memo_key = (dir.map(Path::to_path_buf), name.to_string());
+        if let Some(&t) = self.memo.get(&memo_key) {
+            return t;
+        }
+        let target = self.search(name, dir);
+        self.memo.insert(memo_key, target);
+        target
+    }
+
+    fn search(&mut self, name: &str, dir: Option<&Path>) -> Target {
+        if let Some(e) = HEADERS.iter().position(|(n, _)| *n == name) {
+            return Target::Embedded(e);
+        }
+        let name = Path::new(name);
+        if name.is_absolute() {
+            return self.open(name.to_path_buf()).unwrap_or(Target::Missing);
+        }
+        if let Some(t) = dir.and_then(|d| self.open(d.join(name))) {
+            return t;
+        }
+        // `cuda/std/x` is not in a directory without `cuda/`: one look per directory and
+        // first component (most of CCCL's names are looked for in two directories).
+        let first = name.components().next().filter(|_| name.components().nth(1).is_some());
+        for k in 0..self.dirs.len() {
+            if let Some(first) = first {
+                let key = (k, first.as_os_str().to_os_string());
+                if !*self.subdirs.entry(key).or_insert_with(|| self.dirs[k].join(first).is_dir()) {
+                    continue;
+                }
+            }
+            if let Some(t) = self.open(self.dirs[k].join(name)) {
+                return t;
+            }
+        }
+        Target::Missing
+    }
+
+    /// The file at `path`, read once per resolution (and once per process for the
+    /// toolkit's, while unchanged); `None` when there is no file there.
+    fn open(&mut self, path: PathBuf) -> Option<Target> {
+        let meta = std::fs::metadata(&path).ok().filter(Metadata::is_file)?;
+        let id = (meta.dev(), meta.ino());
+        if let Some(&f) = self.by_file.get(&id) {
+            return Some(Target::File(f));
+        }
+        let toolkit = self.toolkit_dirs.iter().any(|d| path.starts_with(d));
+        let loaded = if toolkit { load_toolkit(&path, &meta) } else { load(&path).map(|(_, l)| l) };
+        match loaded {
+            Ok(loaded) => {
+                self.found.push(Found { path, loaded, names: 0 });
+                self.by_file.insert(id, self.found.len() - 1);
+                Some(Target::File(self.found.len() - 1))
+            }
+            Err(e) => {
+                self.distrust(format!("{}: {e}", path.display()));
+                Some(Target::Missing)
+            }
+        }
+    }
+
+    fn finish(self) -> Includes {
+        let mut h = Sha256::new();
+        let mut part = |p: &[u8]| {
+            h.update((p.len() as u64).to_le_bytes());
+            h.update(p);
+        };
+        let mut headers = Vec::new();
+        for name in &self.order {
+            part(name.as_bytes());
+            match self.names[name] {
+                Target::Embedded(_) => part(b"embedded"),
+                Target::Missing => part(b"missing"),
+                Target::File(f) => {
+                    let found = &self.found[f];
+                    part(&found.loaded.digest);
+                    // Compiled from the file system, NVRTC sees paths (`__FILE__`, messages).
+                    if self.untrusted.is_some() {
+                        part(found.path.as_os_str().as_encoded_bytes());
+                    }
+                    headers.push((name.clone(), found.loaded.contents.clone()));
+                }
+            }
+        }
+        if let Some(why) = &self.untrusted {
+            part(why.as_bytes());
+        }
+        Includes { digest: h.finalize().into(), headers, untrusted: self.untrusted }
+    }
+}
+
+/// Read and scan a header.
+fn load(path: &Path) -> Result<(Stamp, Arc<Loaded>), String> {
+    let mut file = std::fs::File::open(path).map_err(|e| e.to_string())?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+    let text = String::from_utf8(bytes).map_err(|_| "not UTF-8 text, which NVRTC cannot be handed in memory".to_string())?;
+    if text.contains('\0') {
+        return Err("holds a NUL byte, which NVRTC cannot be handed in memory".into());
+    }
+    let digest = Sha256::digest(text.as_bytes()).into();
+    let scan = Arc::new(scan(&text));
+    Ok((stamp(&meta), Arc::new(Loaded { contents: text.into(), digest, scan })))
+}
+
+/// A toolkit header, from the process-wide cache while its stamp is unchanged.
+fn load_toolkit(path: &Path, meta: &Metadata) -> Result<Arc<Loaded>, String> {
+    let cache = toolkit_files();
+    let now = stamp(meta);
+    if let Some((s, l)) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(path) {
+        if *s == now {
+            return Ok(l.clone());
+        }
+    }
+    let (read_stamp, loaded) = load(path)?;
+    // Kept only if it did not change between the look and the read.
+    if read_stamp == now {
+        cache.lock().unwrap_or_else(|p| p.into_inner()).insert(path.to_path_buf(), (now, loaded.clone()));
+    }
+    Ok(loaded)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(text: &str) -> Vec<(String, bool)> {
+        scan(text).includes.into_iter().map(|i| (i.name, i.quoted)).collect()
+    }
+
+    #[test]
+    fn scans_directives_outside_comments_and_literals() {
+        let text = r##"
+#include "a.h"
+  #  include <b/c.h> // trailing
+/* #include "no1.h"
+   #include "no2.h" */
+// #include "no3.h"
+const char* s = "#include \"no4.h\"";
+const char* r = R"x(
+#include "no5.h"
+)x";
+int n = 1'000; char c = '"';
+/**/ #include "d.h"
+#if 0
+#include "dead.h"
+#endif
+#define INC(x) #x
+#include \
+  "spliced.h"
+"##;
+        let expected = ["a.h", "b/c.h", "d.h", "dead.h", "spliced.h"];
+        let got = names(text);
+        assert_eq!(got.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(), expected);
+        assert!(!got[1].1 && got[0].1);
+        assert_eq!(scan(text).opaque, None);
+        assert!(!scan(text).pragma_once);
+    }
+
+    #[test]
+    fn finds_probes_pragma_once_and_computed_includes() {
+        let s = scan("#pragma once\n#if __has_include(<x.h>) && _CCCL_HAS_INCLUDE( \"y.h\" )\n#endif\n#define H(_X) __has_include(_X)\n");
+        assert!(s.pragma_once);
+        assert_eq!(s.includes, vec![Include { name: "x.h".into(), quoted: false }, Include { name: "y.h".into(), quoted: true }]);
+        assert_eq!(scan("#include HEADER\n").opaque.as_deref(), Some("#include HEADER"));
+        assert!(scan("#include_next <z.h>\n").opaque.is_some());
+        assert!(!scan("#pragma onceler\n").pragma_once);
+    }
+
+    #[test]
+    fn option_include_dirs_and_pre_includes() {
+        let o: Vec<String> =
+            ["-Ia", "-I", "b", "-I=c", "--include-path=d", "--include-path", "e", "-DX", "--pre-include=p.h", "-include", "q.h"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+        let (dirs, pre) = option_paths(&o);
+        assert_eq!(dirs, ["a", "b", "c", "d", "e"].map(PathBuf::from));
+        assert_eq!(pre, ["p.h", "q.h"]);
+    }
+
+    #[test]
+    fn resolves_quoted_includes_next_to_their_includer_and_detects_conflicts() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("sub")).unwrap();
+        std::fs::create_dir_all(d.join("inc")).unwrap();
+        std::fs::write(d.join("sub/a.h"), "#include \"b.h\"\n#include \"../top.h\"\n#include <caijit/array.cuh>\n").unwrap();
+        std::fs::write(d.join("sub/b.h"), "// b\n").unwrap();
+        std::fs::write(d.join("top.h"), "#include \"top.h\"\n").unwrap();
+        std::fs::write(d.join("inc/b.h"), "// other b\n").unwrap();
+        let mut p = Program::new("#include \"sub/a.h\"\n#include \"missing.h\"\n");
+        p.source_dir = Some(d.to_path_buf());
+        let r = resolve(&p, &[]);
+        assert_eq!(r.untrusted, None);
+        let names: Vec<_> = r.headers.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["sub/a.h", "b.h", "../top.h", "top.h"]);
+        // `b.h` from the program itself is another file: one name, two meanings.
+        let p = p.include_dir(d.join("inc"));
+        let mut q = p.clone();
+        q.source = format!("{}#include \"b.h\"\n", p.source);
+        let r = resolve(&q, &[]);
+        assert!(r.untrusted.as_deref().is_some_and(|w| w.contains("\"b.h\" means")), "{:?}", r.untrusted);
+        // With `-no-source-include`, NVRTC looks next to no file: both are `inc/b.h`.
+        let r = resolve(&q.option("-no-source-include"), &[]);
+        assert_eq!(r.untrusted, None);
+        let names: Vec<_> = r.headers.iter().map(|(n, c)| (n.as_str(), c.as_ref())).collect();
+        assert_eq!(names, [("b.h", "// other b\n")]);
+    }
+
+    /// NVRTC looks for a quoted name next to the name it knows the includer by: a file there
+    /// that caijit's search does not reach would be read unhashed, so the key is not trusted.
+    #[test]
+    fn a_header_only_nvrtc_would_find_is_not_trusted() {
+        let (src, nvrtc_side) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        std::fs::write(nvrtc_side.path().join("stray.h"), "// stray\n").unwrap();
+        let mut p = Program::new("#include \"stray.h\"\n").name(nvrtc_side.path().join("k.cu").display().to_string());
+        p.source_dir = Some(src.path().to_path_buf());
+        let r = resolve(&p, &[]);
+        assert!(r.untrusted.as_deref().is_some_and(|w| w.contains("found by NVRTC")), "{:?}", r.untrusted);
+        std::fs::write(src.path().join("stray.h"), "// found\n").unwrap();
+        assert_eq!(resolve(&p, &[]).untrusted, None);
+    }
+}
