@@ -3,7 +3,7 @@
 //! writing a descriptor back as a dict. Used by caijit's Python extension and by
 //! `#[derive(CudaArrayInterface)]` with `#[cai(python)]`.
 
-use pyo3::exceptions::{PyAttributeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyAttributeError, PyException, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyTuple};
 
@@ -17,8 +17,26 @@ pub enum FromPyError {
     Interface(InterfaceError),
     /// The object has no `__cuda_array_interface__` at all.
     NoInterface(String),
-    /// The producer's own code raised.
+    /// Python raised while the object was read (outside the producer's property).
     Py(PyErr),
+    /// The object's `__cuda_array_interface__` property itself raised: `error` is the
+    /// producer's exception, kept as the `__cause__` of the error made from this one.
+    Producer { type_name: String, error: PyErr },
+}
+
+impl std::fmt::Display for FromPyError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            FromPyError::Interface(e) => write!(f, "{e}"),
+            FromPyError::NoInterface(m) => f.write_str(m),
+            FromPyError::Py(e) => write!(f, "{e}"),
+            FromPyError::Producer { type_name, error } => Python::attach(|py| {
+                let kind = error.get_type(py).name().map(|n| n.to_string()).unwrap_or_else(|_| "an exception".into());
+                let text = error.value(py).str().map(|s| s.to_string()).unwrap_or_default();
+                write!(f, "the __cuda_array_interface__ of a {type_name} raised {kind}: {}", shorten(&text))
+            }),
+        }
+    }
 }
 
 impl From<InterfaceError> for FromPyError {
@@ -41,7 +59,27 @@ impl From<FromPyError> for PyErr {
             FromPyError::Interface(e) => PyValueError::new_err(e.to_string()),
             FromPyError::NoInterface(m) => PyTypeError::new_err(m),
             FromPyError::Py(e) => e,
+            producer @ FromPyError::Producer { .. } => {
+                let message = producer.to_string();
+                let FromPyError::Producer { error, .. } = producer else { unreachable!() };
+                Python::attach(|py| {
+                    let err = PyValueError::new_err(message);
+                    err.set_cause(py, Some(error));
+                    err
+                })
+            }
         }
+    }
+}
+
+/// The longest value quoted in a message, in characters.
+const MAX_QUOTED: usize = 80;
+
+/// `s` cut to [`MAX_QUOTED`] characters, with `…` and the length when cut.
+fn shorten(s: &str) -> String {
+    match s.char_indices().nth(MAX_QUOTED) {
+        None => s.to_owned(),
+        Some((end, _)) => format!("{}… ({} characters)", &s[..end], s.chars().count()),
     }
 }
 
@@ -55,17 +93,32 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
 }
 
 fn wrong(key: &'static str, expected: &'static str, got: &Bound<'_, PyAny>) -> InterfaceError {
-    let repr = got.repr().map(|r| r.to_string()).unwrap_or_default();
-    let repr = if repr.len() > 80 { format!("{}…", &repr[..repr.floor_char_boundary(80)]) } else { repr };
+    // A value whose repr fails (a list nested too deeply for the recursion limit, a
+    // broken __repr__) is named by its type alone, and said so.
+    let repr = match got.repr() {
+        Ok(r) => shorten(&r.to_string()),
+        Err(e) => {
+            let why = e.get_type(got.py()).name().map(|n| n.to_string()).unwrap_or_else(|_| "an exception".into());
+            format!("(its repr() raised {why})")
+        }
+    };
     InterfaceError::WrongType { key, expected, got: format!("{} {repr}", type_name(got)) }
 }
 
-/// A Python int (not a bool) that fits `T`.
+/// A Python int that fits `T`: an `int` (not a bool) or any other integer with
+/// `__index__` (`numpy.int64`).
 fn int<'py, T: FromPyObjectOwned<'py>>(key: &'static str, expected: &'static str, v: &Bound<'py, PyAny>) -> Result<T, InterfaceError> {
-    if !v.is_instance_of::<PyInt>() || v.is_instance_of::<PyBool>() {
+    if v.is_instance_of::<PyBool>() || !(v.is_instance_of::<PyInt>() || is_index_integer(v)) {
         return Err(wrong(key, expected, v));
     }
     v.extract::<T>().map_err(|_| wrong(key, expected, v))
+}
+
+/// An object with `__index__` that is not a bool (NumPy's `bool_` included): an integer
+/// by Python's own rule (`operator.index`).
+fn is_index_integer(v: &Bound<'_, PyAny>) -> bool {
+    let bool_like = v.get_type().name().is_ok_and(|n| n == "bool" || n == "bool_");
+    !bool_like && v.get_type().hasattr("__index__").unwrap_or(false)
 }
 
 /// A tuple (or list) of ints.
@@ -153,7 +206,11 @@ pub fn interface_dict<'py>(obj: &Bound<'py, PyAny>) -> Result<Bound<'py, PyDict>
                 type_name(obj)
             )));
         }
-        // The producer's property itself failed: surface its exception unchanged.
+        // The producer's property itself failed: an interface error caused by its
+        // exception (KeyboardInterrupt and other non-`Exception`s pass unchanged).
+        Err(e) if e.is_instance_of::<PyException>(obj.py()) => {
+            return Err(FromPyError::Producer { type_name: type_name(obj), error: e });
+        }
         Err(e) => return Err(e.into()),
     };
     attr.cast_into::<PyDict>().map_err(|e| InterfaceError::NotADict { got: type_name(e.into_inner().as_any()) }.into())

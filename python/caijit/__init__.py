@@ -62,13 +62,26 @@ _native.add_site_dirs([p for p in sys.path if p and os.path.isdir(p)])
 Source = Union[str, "os.PathLike[str]"]
 
 
+# A string ending in one of these, without a newline, is a path (not source text).
+_SOURCE_SUFFIXES = (".cu", ".cuh", ".h", ".hpp")
+
+
 def _read_source(source: Source) -> tuple[str, Optional[str]]:
     if isinstance(source, os.PathLike) or (
-        isinstance(source, str) and "\n" not in source and source.endswith((".cu", ".cuh")) and os.path.isfile(source)
+        isinstance(source, str) and "\n" not in source and source.rstrip().endswith(_SOURCE_SUFFIXES)
     ):
         path = os.fspath(source)
-        with open(path, encoding="utf-8") as f:
-            return f.read(), path
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read(), path
+        except FileNotFoundError:
+            raise ArgumentError(f"{path}: no such file (a string ending in .cu is read as a path)") from None
+        except IsADirectoryError:
+            raise ArgumentError(f"{path}: is a directory, not a CUDA source file") from None
+        except UnicodeDecodeError as e:
+            raise ArgumentError(f"{path}: not UTF-8 text (byte {e.start} is {e.object[e.start]:#04x}); is it a binary file?") from None
+        except OSError as e:
+            raise ArgumentError(f"{path}: cannot be read: {e.strerror or e}") from None
     if not isinstance(source, str):
         raise ArgumentError(f"kernel source must be a str or a path, got {type(source).__name__}")
     return source, None

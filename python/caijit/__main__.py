@@ -1,4 +1,4 @@
-"""``python -m caijit {demo,info,compile,cache}``."""
+"""The command line: python -m caijit {demo,info,compile,cache}; see --help."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Optional
+from typing import Any, NoReturn, Optional
 
 import caijit
 from caijit import _native
@@ -109,17 +109,56 @@ def _cache_line(c: dict[str, Any]) -> str:
     return f"{c['dir']} (mode {c['mode']}, {c['entries']} entries, {c['bytes'] / 2**20:.1f} MiB)"
 
 
+class UsageError(Exception):
+    """A mistake in what the command was given: printed as one line, exit status 2."""
+
+
+def _read_file(path: str) -> str:
+    """The text of a source file, or a UsageError naming it and what is wrong."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path}: is a directory, not a CUDA source file") from None
+    except UnicodeDecodeError as e:
+        raise UsageError(f"{path}: not UTF-8 text (byte {e.start} is {e.object[e.start]:#04x}); is it a binary file?") from None
+    except OSError as e:
+        raise UsageError(f"{path}: cannot be read: {e.strerror or e}") from None
+
+
+def _template_line(name: str, template_params: list[str], param_types: list[str], examples: list[str]) -> str:
+    example = f"{name}<{', '.join(examples)}>"
+    return (
+        f"{name}<{', '.join(template_params)}>({', '.join(param_types)}): a template, not compiled; "
+        f"instantiate it with --instantiate '{example}'"
+    )
+
+
 def compile_cmd(args: argparse.Namespace) -> int:
-    with open(args.file, encoding="utf-8") as f:
-        source = f.read()
+    source = _read_file(args.file)
+    decls = _native.declarations(source)
+    if not decls:
+        raise UsageError(f"{args.file}: declares no __global__ function")
     exprs = list(args.instantiate or [])
     kernels: list[dict[str, Any]] = _native.compile_program(
         source, args.arch, args.file, exprs, list(args.option or []), list(args.include or []), []
     )
+    instantiated = {k["name"] for k in kernels}
+    # Templates nobody instantiated: not in the binary, listed with how to instantiate them.
+    templates = [(n, t, p, x) for n, _, t, p, x in decls if t and n not in instantiated]
     if args.name:
+        everything = kernels
         kernels = [k for k in kernels if args.name in (k["name"], k["name_expression"], k["lowered_name"])]
+        templates = [d for d in templates if d[0] == args.name]
+        if not kernels and not templates:
+            names = sorted({k["name_expression"] or k["name"] for k in everything} | {n for n, *_ in decls})
+            raise UsageError(f"{args.file}: no kernel named {args.name!r}; it has: {', '.join(names)}")
     if args.json:
         print(json.dumps(kernels, indent=2))
+        for template in templates:
+            print(f"note: {_template_line(*template)}", file=sys.stderr)
         return 0
     for k in kernels:
         label = k["name_expression"] or k["name"]
@@ -128,25 +167,96 @@ def compile_cmd(args: argparse.Namespace) -> int:
             print(f"  {k['demangled']}")
         for p in k["params"]:
             print(f"  [{p['index']}] {p['type']:<32} {p['kind']:<8} size {p['size']:>3}  offset {p['offset']:>3}  {p['name'] or ''}")
+    for template in templates:
+        print(_template_line(*template))
     return 0
 
 
+DESCRIPTION = """\
+caijit: launch CUDA C++ kernels on any CUDA Array Interface array.
+
+Every command works without a GPU (demo and info say what needs one)."""
+
+EPILOG = """\
+examples:
+  python -m caijit demo                          check the installation end to end
+  python -m caijit info                          driver, devices, NVRTC, disk cache
+  python -m caijit compile kernels.cu            parameter layouts of every kernel
+  python -m caijit compile k.cu --instantiate 'axpy<float>' --arch sm_80
+  python -m caijit cache info                    where the disk cache is and its size
+  python -m caijit cache clear                   remove every cached binary
+
+Run `python -m caijit COMMAND --help` for a command's options.
+(From a checkout: .venv/bin/python -m caijit ..., or `source .venv/bin/activate` first.)"""
+
+COMPILE_EPILOG = """\
+examples:
+  python -m caijit compile kernels/ops/elementwise.cu
+  python -m caijit compile k.cu --name scale --arch sm_80
+  python -m caijit compile k.cu --instantiate 'axpy<float>' --instantiate 'axpy<double>'
+  python -m caijit compile k.cu -I include --option=-DTILE=32 --json
+
+Templates are compiled only when instantiated: without --instantiate they are listed
+with their template parameters and the option that instantiates them."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with the missing-command message naming the commands."""
+
+    def error(self, message: str) -> NoReturn:
+        if "required: COMMAND" in message:
+            message = "missing a command: one of demo, info, compile, cache (python -m caijit --help says what each does)"
+        super().error(message)
+
+
+def parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = _Parser(prog="python -m caijit", description=DESCRIPTION, epilog=EPILOG, formatter_class=fmt)
+    p.add_argument("--version", action="version", version=f"caijit {caijit.__version__}")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND", title="commands", required=True, parser_class=argparse.ArgumentParser)
+    sub.add_parser(
+        "demo",
+        help="validate an array interface, compile a kernel and (with a GPU) launch it",
+        description="Validate a CUDA Array Interface, compile a kernel with NVRTC and, with a GPU, launch it and check the result.",
+        epilog="example:\n  python -m caijit demo",
+        formatter_class=fmt,
+    )
+    sub.add_parser(
+        "info",
+        help="show the CUDA driver, devices, NVRTC and disk cache caijit uses",
+        description="Show the CUDA driver, the devices, the NVRTC library and headers, and the disk cache.",
+        epilog="example:\n  python -m caijit info",
+        formatter_class=fmt,
+    )
+    c = sub.add_parser(
+        "compile",
+        help="compile a .cu file (no GPU needed) and print each kernel's parameter layout",
+        description="Compile a CUDA C++ file with NVRTC (no GPU needed) and print each kernel's parameter layout.",
+        epilog=COMPILE_EPILOG,
+        formatter_class=fmt,
+    )
+    c.add_argument("file", metavar="FILE", help="the CUDA C++ source file, e.g. kernels.cu")
+    c.add_argument("--arch", default="sm_90", metavar="ARCH", help="the GPU architecture to compile for, e.g. sm_80 (default: sm_90)")
+    c.add_argument("--name", metavar="NAME", help="only this kernel, e.g. --name scale or --name 'axpy<float>'")
+    c.add_argument(
+        "--instantiate", action="append", metavar="EXPR", help="instantiate a template, e.g. --instantiate 'axpy<float>' (repeatable)"
+    )
+    c.add_argument("--option", action="append", metavar="OPT", help="pass an option to NVRTC, e.g. --option=-DTILE=32 (repeatable)")
+    c.add_argument("-I", "--include", action="append", metavar="DIR", help="add an include directory, e.g. -I include (repeatable)")
+    c.add_argument("--json", action="store_true", help="print the layouts as JSON, e.g. for scripts")
+    cache = sub.add_parser(
+        "cache",
+        help="show or clear the disk cache of compiled kernels",
+        description="Show or clear the disk cache of compiled kernels (CAIJIT_CACHE_DIR, default ~/.cache/caijit).",
+        epilog="examples:\n  python -m caijit cache info\n  python -m caijit cache clear",
+        formatter_class=fmt,
+    )
+    cache.add_argument("action", choices=["info", "clear"], metavar="ACTION", help="info: path, entries and size; clear: remove every entry")
+    return p
+
+
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m caijit", description=__doc__)
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("demo", help="compile and (with a GPU) launch a kernel on a caijit array")
-    sub.add_parser("info", help="driver, devices, NVRTC, cache")
-    c = sub.add_parser("compile", help="compile a .cu file without a GPU and print each kernel's parameter layout")
-    c.add_argument("file")
-    c.add_argument("--arch", default="sm_90")
-    c.add_argument("--name")
-    c.add_argument("--instantiate", action="append", help="a name expression, e.g. 'axpy<float>' (repeatable)")
-    c.add_argument("--option", action="append", help="an NVRTC option (repeatable)")
-    c.add_argument("-I", "--include", action="append")
-    c.add_argument("--json", action="store_true")
-    cache = sub.add_parser("cache", help="the disk cache")
-    cache.add_argument("action", choices=["clear", "info"])
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     try:
         if args.cmd == "demo":
             return demo()
@@ -155,10 +265,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.cmd == "compile":
             return compile_cmd(args)
         if args.action == "clear":
-            print(f"removed {_native.cache_clear()} entries")
+            try:
+                print(f"removed {_native.cache_clear()} entries")
+            except caijit.ArgumentError as e:
+                raise UsageError(str(e)) from None
         else:
             print(_cache_line(_native.cache_info()))
         return 0
+    except UsageError as e:
+        print(f"python -m caijit {args.cmd}: error: {e}", file=sys.stderr)
+        return 2
     except caijit.CaijitError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

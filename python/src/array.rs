@@ -49,11 +49,32 @@ pub fn dtype_from_py(obj: &Bound<'_, PyAny>) -> PyCaiResult<DType> {
     }
 }
 
+/// A shape: an int or a sequence of them, any integer with `__index__` (`numpy.int64`)
+/// included, bools and floats not.
 fn shape_from_py(obj: &Bound<'_, PyAny>) -> PyCaiResult<Vec<usize>> {
-    if let Ok(n) = obj.extract::<usize>() {
-        return Ok(vec![n]);
+    let bad = || {
+        let repr = obj.repr().map(|r| r.to_string()).unwrap_or_else(|_| type_name(obj));
+        let repr = match repr.char_indices().nth(80) {
+            Some((end, _)) => format!("{}…", &repr[..end]),
+            None => repr,
+        };
+        PyCaiError::argument(format!("shape must be an int or a tuple of non-negative ints, got {repr}"))
+    };
+    let extent = |item: &Bound<'_, PyAny>| -> PyCaiResult<usize> {
+        if item.is_instance_of::<PyBool>() || item.is_instance_of::<PyFloat>() || !item.get_type().hasattr("__index__")? {
+            return Err(bad());
+        }
+        let index = item.py().import("operator")?.getattr("index")?.call1((item,)).map_err(|_| bad())?;
+        index.extract::<usize>().map_err(|_| bad())
+    };
+    if obj.is_instance_of::<PyString>() || obj.is_instance_of::<PyBytes>() {
+        return Err(bad());
     }
-    obj.extract::<Vec<usize>>().map_err(|_| PyCaiError::argument("shape must be an int or a tuple of non-negative ints"))
+    if obj.get_type().hasattr("__index__")? {
+        return Ok(vec![extent(obj)?]);
+    }
+    let items: Vec<Bound<'_, PyAny>> = obj.try_iter().map_err(|_| bad())?.collect::<PyResult<_>>().map_err(|_| bad())?;
+    items.iter().map(extent).collect()
 }
 
 /// The stream an array is allocated on: the one given, else the legacy default stream

@@ -4,10 +4,10 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use cai_runtime::compile::{compile, Arch, Program};
+use cai_runtime::compile::{compile, compile_reporting, Arch, CacheSource, CompileOptions, KernelInfo, Program};
 use cai_runtime::launch::{Arg, LaunchConfig};
 use cai_runtime::runtime::{self as rt, Context, Stream as RtStream};
-use cai_runtime::signature::{deduce, ArgType, KernelDecl, ParamKind};
+use cai_runtime::signature::{deduce, ArgType, KernelDecl, ParamKind, TemplateParam};
 use cai_runtime::Error;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
@@ -35,8 +35,9 @@ pub struct Kernel {
 /// looking an instance up allocates nothing.
 type InstanceKey = (usize, SmallVec<[ArgType; 8]>);
 
-/// `(name, extern_c, template parameters, parameter types)` of a declaration.
-type DeclSummary = (String, bool, Vec<String>, Vec<String>);
+/// `(name, extern_c, template parameters, parameter types, an example argument per
+/// template parameter)` of a declaration.
+type DeclSummary = (String, bool, Vec<String>, Vec<String>, Vec<String>);
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -110,13 +111,64 @@ impl Kernel {
     }
 
     fn resolved_for_attributes(&self, py: Python<'_>) -> PyCaiResult<Arc<rt::Kernel>> {
+        self.not_a_deduced_template()?;
+        self.resolve(py, 0, &[])
+    }
+
+    fn not_a_deduced_template(&self) -> PyCaiResult<()> {
         if self.is_deduced_template() {
             return Err(PyCaiError::argument(format!(
                 "`{}` is a template: its attributes exist per instance; use .specialize(\"{}<...>\")",
                 self.name, self.name
             )));
         }
-        self.resolve(py, 0, &[])
+        Ok(())
+    }
+
+    /// This kernel's program, with its name expression when it has one.
+    fn program_for(&self, exprs: impl IntoIterator<Item = String>) -> Program {
+        let mut program = self.program.clone();
+        if self.name.contains('<') {
+            program = program.name_expression(self.name.clone());
+        }
+        for e in exprs {
+            program = program.name_expression(e);
+        }
+        program
+    }
+
+    /// Whether a kernel of the compiled program is this kernel (or, for a deduced
+    /// template, one of its instances).
+    fn is_mine(&self, k: &KernelInfo) -> bool {
+        if self.name.contains('<') {
+            k.name_expression.as_deref() == Some(self.name.as_str())
+        } else {
+            k.base_name == self.name || k.lowered_name == self.name
+        }
+    }
+}
+
+/// The architecture kernels are compiled for to be inspected (`params`, `compile()`):
+/// device 0's; without a usable device (no driver, or none reported), `CAIJIT_ARCH`, else
+/// [`DEFAULT_INSPECT_ARCH`], so that layouts and compile errors can be read on machines
+/// without a GPU.
+fn inspection_arch(py: Python<'_>) -> PyCaiResult<Arch> {
+    match rt::device_count() {
+        Ok(n) if n > 0 => return Ok(py.detach(|| Context::new(0))?.arch()),
+        Ok(_) | Err(Error::CudaNotAvailable(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
+    default_arch()
+}
+
+/// sm_90: the architecture compiled for without a GPU unless `CAIJIT_ARCH` says otherwise.
+pub const DEFAULT_INSPECT_ARCH: Arch = Arch(90);
+
+/// `CAIJIT_ARCH` (an error naming it when it cannot be read), else sm_90.
+fn default_arch() -> PyCaiResult<Arch> {
+    match std::env::var("CAIJIT_ARCH") {
+        Ok(v) => Arch::parse(&v).map_err(|e| PyCaiError::argument(format!("CAIJIT_ARCH={v:?}: {e}"))),
+        Err(_) => Ok(DEFAULT_INSPECT_ARCH),
     }
 }
 
@@ -213,7 +265,7 @@ impl Launcher {
     }
 }
 
-fn param_dicts<'py>(py: Python<'py>, k: &cai_runtime::compile::KernelInfo) -> PyResult<Bound<'py, PyList>> {
+fn param_dicts<'py>(py: Python<'py>, k: &KernelInfo) -> PyResult<Bound<'py, PyList>> {
     let out = PyList::empty(py);
     for p in &k.params {
         let d = PyDict::new(py);
@@ -308,26 +360,46 @@ impl Kernel {
         Kernel::new(self.program.clone(), Some(expr))
     }
 
-    /// Compile now (no GPU needed when `arch` is given) and return each kernel's layout.
+    /// Compile now and return the layouts of this kernel's instances (one, or for a
+    /// template those launched so far): for `arch`, else device 0's architecture, else
+    /// (no GPU) `CAIJIT_ARCH` or sm_90.
     #[pyo3(signature = (arch = None))]
     fn compile<'py>(&self, py: Python<'py>, arch: Option<&str>) -> PyCaiResult<Bound<'py, PyList>> {
         let arch = match arch {
             Some(a) => Arch::parse(a)?,
-            None => py.detach(|| Context::new(0))?.arch(),
+            None => inspection_arch(py)?,
         };
-        let mut program = self.program.clone();
-        if self.name.contains('<') {
-            program = program.name_expression(self.name.clone());
-        }
-        let compiled = py.detach(|| compile(&program, arch))?;
-        crate::kernel::kernel_infos(py, &compiled)
+        let launched: Vec<String> = if self.is_deduced_template() {
+            let keys: Vec<_> = lock(&self.instances).keys().map(|(_, types)| types.clone()).collect();
+            let mut exprs = keys.iter().map(|t| self.name_expression(t)).collect::<PyCaiResult<Vec<_>>>()?;
+            exprs.sort();
+            exprs.dedup();
+            exprs
+        } else {
+            Vec::new()
+        };
+        let program = self.program_for(launched);
+        let (compiled, source) = py.detach(|| compile_reporting(&program, arch, &CompileOptions::default()))?;
+        kernel_infos_of(py, &compiled, source, |k| self.is_mine(k))
     }
 
-    /// Parameter layouts of this (non-template or specialized) kernel, by compiling it.
+    /// Parameter layouts of this (non-template or specialized) kernel, by compiling it
+    /// (for device 0, or without a GPU for `CAIJIT_ARCH` or sm_90).
     #[getter]
     fn params<'py>(&self, py: Python<'py>) -> PyCaiResult<Bound<'py, PyList>> {
-        let k = self.resolved_for_attributes(py)?;
-        Ok(param_dicts(py, k.info())?)
+        self.not_a_deduced_template()?;
+        match rt::device_count() {
+            Ok(n) if n > 0 => {
+                let k = self.resolved_for_attributes(py)?;
+                return Ok(param_dicts(py, k.info())?);
+            }
+            Ok(_) | Err(Error::CudaNotAvailable(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        let arch = default_arch()?;
+        let program = self.program_for([]);
+        let compiled = py.detach(|| compile(&program, arch))?;
+        Ok(param_dicts(py, compiled.kernel(&self.name)?)?)
     }
     #[getter]
     fn num_regs(&self, py: Python<'_>) -> PyCaiResult<i32> {
@@ -354,10 +426,21 @@ impl Kernel {
     }
 }
 
-/// `[{name_expression, lowered_name, demangled, params: [...]}, ...]` plus cache info.
-pub fn kernel_infos<'py>(py: Python<'py>, c: &cai_runtime::compile::Compiled) -> PyCaiResult<Bound<'py, PyList>> {
+/// `[{name_expression, lowered_name, demangled, params: [...]}, ...]` plus where this
+/// compilation came from (`cache`: compiled, memory or disk).
+pub fn kernel_infos<'py>(py: Python<'py>, c: &cai_runtime::compile::Compiled, source: CacheSource) -> PyCaiResult<Bound<'py, PyList>> {
+    kernel_infos_of(py, c, source, |_| true)
+}
+
+/// [`kernel_infos`] of the kernels `keep` says.
+fn kernel_infos_of<'py>(
+    py: Python<'py>,
+    c: &cai_runtime::compile::Compiled,
+    source: CacheSource,
+    keep: impl Fn(&KernelInfo) -> bool,
+) -> PyCaiResult<Bound<'py, PyList>> {
     let out = PyList::empty(py);
-    for k in &c.kernels {
+    for k in c.kernels.iter().filter(|k| keep(k)) {
         let d = PyDict::new(py);
         d.set_item("name", &k.base_name)?;
         d.set_item("name_expression", k.name_expression.clone())?;
@@ -373,7 +456,7 @@ pub fn kernel_infos<'py>(py: Python<'py>, c: &cai_runtime::compile::Compiled) ->
                 cai_runtime::compile::Image::Ptx(_) => "ptx",
             },
         )?;
-        d.set_item("cache", format!("{:?}", c.source).to_lowercase())?;
+        d.set_item("cache", format!("{source:?}").to_lowercase())?;
         out.append(d)?;
     }
     Ok(out)
@@ -429,8 +512,8 @@ pub fn compile_program<'py>(
         p = p.name_expression(e);
     }
     let arch = Arch::parse(arch)?;
-    let c = py.detach(|| compile(&p, arch))?;
-    kernel_infos(py, &c)
+    let (c, source) = py.detach(|| compile_reporting(&p, arch, &CompileOptions::default()))?;
+    kernel_infos(py, &c, source)
 }
 
 /// Declarations of the source's `__global__` functions (for the CLI and tools).
@@ -445,6 +528,13 @@ pub fn declarations(source: &str) -> PyCaiResult<Vec<DeclSummary>> {
                 d.extern_c,
                 d.template_params.iter().map(|t| t.name().to_string()).collect(),
                 d.params.iter().map(|(_, t)| t.to_string()).collect(),
+                d.template_params
+                    .iter()
+                    .map(|t| match t {
+                        TemplateParam::Type(_) => "float".to_string(),
+                        TemplateParam::Value(_) => "1".to_string(),
+                    })
+                    .collect(),
             )
         })
         .collect())

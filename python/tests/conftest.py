@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy
 import pytest
@@ -17,13 +18,33 @@ REQUIRE_GPU = os.environ.get("CAIJIT_REQUIRE_GPU") == "1"
 
 
 def gpu_unavailable_reason() -> str | None:
+    """One short line (the SKIPPED lines repeat it): why GPU tests cannot run, or None."""
     import caijit
 
     try:
-        caijit.device_count()
+        if caijit.device_count() == 0:
+            return "no CUDA device (the driver reports none)"
     except caijit.CudaNotAvailable as e:
-        return f"no CUDA device: {e}"
+        # The whole message lists every library tried; its first clause says enough.
+        first = str(e).split(" (tried", 1)[0].split(";", 1)[0].strip()
+        return f"no CUDA device: {first[:100]}"
     return None
+
+
+# Every compilation of the test run (in this process and in the subprocesses it starts,
+# which inherit os.environ) uses a temporary disk cache, not the user's ~/.cache/caijit;
+# a CAIJIT_CACHE_DIR set explicitly (scripts/gpu-run.sh) is kept. Set at import, before
+# any test module imports caijit and compiles anything.
+_CACHE_DIR = tempfile.TemporaryDirectory(prefix="caijit-test-cache-")
+if "CAIJIT_CACHE_DIR" not in os.environ:
+    os.environ["CAIJIT_CACHE_DIR"] = os.path.join(_CACHE_DIR.name, "cache")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def temporary_cache_dir() -> Iterator[str]:
+    """The test run's disk cache directory (removed after the run)."""
+    yield os.environ["CAIJIT_CACHE_DIR"]
+    _CACHE_DIR.cleanup()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

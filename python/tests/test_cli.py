@@ -74,3 +74,83 @@ def test_cache_directory_must_be_absolute() -> None:
         r = run("info", CAIJIT_CACHE_DIR=value)
         assert r.returncode == 1, r.stdout
         assert "CAIJIT_CACHE_DIR must be an absolute path" in r.stderr, r.stderr
+
+
+# --- mistakes: one line naming the file and the problem, exit status 2 ----------------------
+
+
+def test_help_is_plain_text_with_an_example_per_command() -> None:
+    r = run("--help")
+    assert r.returncode == 0, r.stderr
+    assert "``" not in r.stdout and ":func:" not in r.stdout
+    for cmd in ("demo", "info", "compile", "cache"):
+        assert f"python -m caijit {cmd}" in r.stdout, cmd
+    r = run("compile", "--help")
+    options = r.stdout.split("options:", 1)[1].split("examples:", 1)[0]
+    for option in ("--arch", "--name", "--instantiate", "--option", "--include", "--json"):
+        assert option in options, option
+    assert r.stdout.count("e.g.") >= 7, r.stdout  # an example for FILE and each option
+    assert "examples:" in r.stdout and "--instantiate 'axpy<float>'" in r.stdout
+    for cmd in ("demo", "info", "cache"):
+        assert "example" in run(cmd, "--help").stdout, cmd
+
+
+def test_a_missing_command_names_the_commands() -> None:
+    r = run()
+    assert r.returncode == 2
+    assert "demo, info, compile, cache" in r.stderr and "required: cmd" not in r.stderr, r.stderr
+
+
+def test_compile_mistakes_are_one_line_naming_the_file(tmp_path: "os.PathLike[str]") -> None:
+    binary = os.path.join(tmp_path, "k.cu")
+    with open(binary, "wb") as f:
+        f.write(b"\x7fELF\x02\x01\x01\x00\xff\xfe")
+    empty = os.path.join(tmp_path, "empty.cu")
+    open(empty, "w").close()
+    missing = os.path.join(tmp_path, "missing.cu")
+    for path, problem in [(missing, "no such file"), (str(tmp_path), "is a directory"), (binary, "not UTF-8"), (empty, "declares no __global__")]:
+        r = run("compile", path)
+        assert r.returncode == 2, (path, r.stderr)
+        assert "Traceback" not in r.stderr
+        assert r.stderr.count("\n") == 1 and path in r.stderr and problem in r.stderr, r.stderr
+
+
+def test_cache_clear_on_an_unusable_directory_names_it() -> None:
+    r = run("cache", "clear", CAIJIT_CACHE_DIR="/etc/passwd/x")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "/etc/passwd/x" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_compile_lists_templates_and_refuses_unknown_names(tmp_path: "os.PathLike[str]") -> None:
+    source = os.path.join(tmp_path, "k.cu")
+    with open(source, "w") as f:
+        f.write('extern "C" __global__ void plain(float* y) { y[0] = 1.f; }\n')
+        f.write("template <typename T, int N>\n__global__ void scale(T a, T* y) { y[0] *= a * N; }\n")
+    r = run("compile", source)
+    assert r.returncode == 0, r.stderr
+    assert "plain: plain" in r.stdout
+    assert "scale<T, N>(T, T*): a template" in r.stdout and "--instantiate 'scale<float, 1>'" in r.stdout, r.stdout
+    r = run("compile", source, "--name", "scale")
+    assert r.returncode == 0 and "plain" not in r.stdout and "scale<T, N>" in r.stdout, r.stdout
+    r = run("compile", source, "--instantiate", "scale<float, 2>", "--name", "scale")
+    assert r.returncode == 0 and "void scale<float, 2>(float, float*)" in r.stdout and "a template" not in r.stdout, r.stdout
+    r = run("compile", source, "--name", "nosuch")
+    assert r.returncode == 2
+    assert "'nosuch'" in r.stderr and "plain, scale" in r.stderr, r.stderr
+
+
+def test_json_cache_field_is_one_of_the_sources(tmp_path: "os.PathLike[str]") -> None:
+    source = os.path.join(tmp_path, "k.cu")
+    with open(source, "w") as f:
+        f.write('extern "C" __global__ void k(float* y) { y[0] = 2.f; }\n')
+    first = json.loads(run("compile", source, "--json").stdout)[0]["cache"]
+    again = json.loads(run("compile", source, "--json").stdout)[0]["cache"]
+    assert (first, again) == ("compiled", "disk")
+
+
+def test_the_test_run_does_not_use_the_users_cache() -> None:
+    """conftest.py points CAIJIT_CACHE_DIR at a temporary directory (unless set explicitly)."""
+    r = run("cache", "info")
+    assert r.returncode == 0, r.stderr
+    assert os.path.expanduser("~/.cache/caijit") not in r.stdout, r.stdout
+    assert os.environ["CAIJIT_CACHE_DIR"] in r.stdout

@@ -108,3 +108,19 @@ def test_processes_compiling_at_once_share_one_cache_entry(tmp_path: "os.PathLik
     assert len(os.listdir(cache)) == 1
     again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert json.loads(again.stdout) == ["disk", layout], again.stderr
+
+
+def test_a_second_compile_in_one_process_is_a_memory_hit() -> None:
+    import uuid
+
+    k = caijit.kernel(f'// {uuid.uuid4()}\nextern "C" __global__ void k(float* y) {{ y[0] = 1.f; }}')
+    (first,) = k.compile(arch="sm_90")
+    (second,) = k.compile(arch="sm_90")
+    assert first["cache"] in ("compiled", "disk") and second["cache"] == "memory"
+
+
+def test_an_option_nvrtc_refuses_is_named() -> None:
+    k = caijit.kernel('extern "C" __global__ void k(float* y) { y[0] = 1.f; }', options=["-lineinfo", "--bogus-flag"])
+    with pytest.raises(caijit.CompileError, match='does not accept the option "--bogus-flag"') as e:
+        k.compile(arch="sm_90")
+    assert "-lineinfo" not in str(e.value)

@@ -177,14 +177,15 @@ def test_object_without_interface_is_an_argument_error() -> None:
         caijit.parse_interface(np.zeros(3))
 
 
-def test_producer_exceptions_pass_through() -> None:
+def test_producer_exceptions_are_the_cause_of_an_interface_error() -> None:
     class Broken:
         @property
         def __cuda_array_interface__(self) -> dict[str, Any]:
             raise RuntimeError("producer exploded")
 
-    with pytest.raises(RuntimeError, match="producer exploded"):
+    with pytest.raises(caijit.InterfaceError, match="Broken raised RuntimeError: producer exploded") as e:
         caijit.parse_interface(Broken())
+    assert isinstance(e.value.__cause__, RuntimeError)
 
 
 def test_array_dtypes_are_checked_before_any_device_work() -> None:

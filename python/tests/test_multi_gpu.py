@@ -18,10 +18,12 @@ import caijit.ops as ops
 
 
 def _why_not() -> str | None:
-    try:
-        n = caijit.device_count()
-    except caijit.CudaNotAvailable as e:
-        return f"no CUDA device: {e}"
+    from conftest import gpu_unavailable_reason
+
+    why = gpu_unavailable_reason()
+    if why is not None:
+        return why
+    n = caijit.device_count()
     return None if n >= 2 else f"{n} CUDA device here; these tests need 2"
 
 

@@ -276,6 +276,17 @@ mod tests {
     }
 
     #[test]
+    fn long_typestrs_are_cut_in_messages() {
+        let long = format!("<f{}", "9".repeat(10 << 20));
+        let message = DType::from_typestr(&long).unwrap_err().to_string();
+        assert!(message.len() < 300, "{} bytes", message.len());
+        assert!(message.contains("'typestr'") && message.contains(&format!("({} characters)", long.len())), "{message}");
+        let big_endian = format!(">f4{}", "x".repeat(200));
+        let message = InterfaceError::NonNativeByteOrder { typestr: big_endian }.to_string();
+        assert!(message.len() < 300 && message.contains("…"), "{message}");
+    }
+
+    #[test]
     fn names_and_display_are_numpy_names() {
         assert_eq!(DType::F32.to_string(), "float32");
         assert_eq!(DType::from_name("bfloat16"), Some(DType::BF16));

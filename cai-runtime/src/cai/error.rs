@@ -4,7 +4,7 @@ use thiserror::Error;
 #[derive(Clone, Debug, Error, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum InterfaceError {
-    #[error("__cuda_array_interface__ must be a dict, got {got}")]
+    #[error("__cuda_array_interface__ must be a dict, got {}", shorten_plain(got))]
     NotADict { got: String },
     #[error("__cuda_array_interface__ is missing the required key '{key}'")]
     MissingKey { key: &'static str },
@@ -12,16 +12,21 @@ pub enum InterfaceError {
     WrongType { key: &'static str, expected: &'static str, got: String },
     #[error("__cuda_array_interface__['version'] is {version}; versions 0 to 3 are supported")]
     UnsupportedVersion { version: i64 },
-    #[error("__cuda_array_interface__['typestr'] {typestr:?} is not supported: {reason}")]
+    #[error("__cuda_array_interface__['typestr'] {} is not supported: {reason}", shorten(typestr))]
     UnsupportedTypestr { typestr: String, reason: &'static str },
     #[error(
-        "__cuda_array_interface__['typestr'] {typestr:?} is big-endian; CUDA devices are little-endian, so it is rejected rather than reinterpreted"
+        "__cuda_array_interface__['typestr'] {} is big-endian; CUDA devices are little-endian, so it is rejected rather than reinterpreted",
+        shorten(typestr)
     )]
     NonNativeByteOrder { typestr: String },
     #[error("__cuda_array_interface__['shape'][{axis}] is {value}; extents must be non-negative")]
     NegativeExtent { axis: usize, value: i64 },
     #[error("__cuda_array_interface__['shape'] {shape:?} has more elements than fit in 64 bits")]
     ShapeOverflow { shape: Vec<i64> },
+    #[error(
+        "__cuda_array_interface__['shape'] {shape:?} of {itemsize}-byte elements is more bytes than fit in 63 bits (the largest array is 2**63 - 1 bytes)"
+    )]
+    ByteSizeOverflow { shape: Vec<i64>, itemsize: usize },
     #[error("__cuda_array_interface__['strides'] has {strides} entries but 'shape' has {shape}; they must match")]
     StridesRank { shape: usize, strides: usize },
     #[error("__cuda_array_interface__['strides'] {strides:?} with shape {shape:?} addresses bytes outside the 64-bit address space")]
@@ -48,4 +53,23 @@ pub enum InterfaceError {
     NotContiguous { strides: Vec<i64> },
     #[error("__cuda_array_interface__['data'] is readonly, but this type's data field is writable")]
     Readonly,
+}
+
+/// The longest value quoted in a message, in characters; longer ones are cut with `…`.
+pub(crate) const MAX_QUOTED: usize = 80;
+
+/// `s` cut to [`MAX_QUOTED`] characters (with `…` and its length when cut).
+pub(crate) fn shorten_plain(s: &str) -> String {
+    match s.char_indices().nth(MAX_QUOTED) {
+        None => s.to_owned(),
+        Some((end, _)) => format!("{}… ({} characters)", &s[..end], s.chars().count()),
+    }
+}
+
+/// `s` quoted (`{:?}`), cut to [`MAX_QUOTED`] characters.
+pub(crate) fn shorten(s: &str) -> String {
+    match s.char_indices().nth(MAX_QUOTED) {
+        None => format!("{s:?}"),
+        Some((end, _)) => format!("{:?}… ({} characters)", &s[..end], s.chars().count()),
+    }
 }

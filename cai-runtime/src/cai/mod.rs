@@ -126,9 +126,12 @@ mod tests {
     fn shape_products_are_checked() {
         let e = desc(&[1 << 32, 1 << 32], "<f4").validate().unwrap_err();
         assert!(matches!(e, InterfaceError::ShapeOverflow { .. }), "{e}");
-        // Fits in elements but not in bytes.
+        // Fits in elements but not in bytes: the message says so.
         let e = desc(&[1 << 62], "<f8").validate().unwrap_err();
-        assert!(matches!(e, InterfaceError::ShapeOverflow { .. }), "{e}");
+        assert_eq!(e, InterfaceError::ByteSizeOverflow { shape: vec![1 << 62], itemsize: 8 });
+        let e = desc(&[1 << 31, 1 << 31], "<f4").validate().unwrap_err();
+        assert!(e.to_string().contains("4-byte elements is more bytes than fit"), "{e}");
+        assert!(!e.to_string().contains("elements than fit"), "{e}");
         // Huge extents next to a zero extent make an empty array, not an error.
         let mut d = desc(&[0, i64::MAX, i64::MAX], "<f4");
         d.data.ptr = 0;
@@ -141,7 +144,7 @@ mod tests {
             let mut d = desc(&[1 << 62], "<f8");
             d.strides = Some(strides);
             let e = d.validate().unwrap_err();
-            assert_eq!(e, InterfaceError::ShapeOverflow { shape: vec![1 << 62] });
+            assert_eq!(e, InterfaceError::ByteSizeOverflow { shape: vec![1 << 62], itemsize: 8 });
         }
     }
 

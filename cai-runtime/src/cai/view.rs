@@ -119,6 +119,9 @@ impl ArrayView {
         let size = extents.iter().try_fold(1usize, |acc, &n| acc.checked_mul(n)).ok_or_else(overflow)?;
         // nbytes must fit an i64 so that byte strides of contiguous layouts do too.
         let nbytes = size.checked_mul(dtype.itemsize()).filter(|&b| i64::try_from(b).is_ok());
+        if nbytes.is_none() && size > 0 {
+            return Err(InterfaceError::ByteSizeOverflow { shape: shape.to_vec(), itemsize: dtype.itemsize() });
+        }
         let strides = match strides {
             None => c_strides_in(&extents, dtype.itemsize()).ok_or_else(overflow)?,
             Some(s) if s.len() != extents.len() => {
@@ -126,9 +129,6 @@ impl ArrayView {
             }
             Some(s) => SmallVec::from_slice(s),
         };
-        if nbytes.is_none() && size > 0 {
-            return Err(overflow());
-        }
         let extent = if size == 0 {
             (0, 0)
         } else {

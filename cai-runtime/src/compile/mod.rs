@@ -374,6 +374,12 @@ pub fn compile(program: &Program, arch: Arch) -> Result<Arc<Compiled>> {
 
 /// [`compile`] with explicit cache choices.
 pub fn compile_with(program: &Program, arch: Arch, options: &CompileOptions) -> Result<Arc<Compiled>> {
+    compile_reporting(program, arch, options).map(|(c, _)| c)
+}
+
+/// [`compile_with`], also saying where this call's result came from: [`CacheSource::Memory`]
+/// for a memory hit (the `Compiled` itself records how it was first made).
+pub fn compile_reporting(program: &Program, arch: Arch, options: &CompileOptions) -> Result<(Arc<Compiled>, CacheSource)> {
     let tk = toolkit()?;
     let (opts, cubin) = nvrtc_options(program, arch, tk)?;
     // The key needs only what the caller gave and the headers it can include (the kernels'
@@ -384,7 +390,7 @@ pub fn compile_with(program: &Program, arch: Arch, options: &CompileOptions) -> 
     if !options.skip_memory_cache {
         if let Some(hit) = lock(&mem.entries).get(&key) {
             bump(&COUNTERS.memory_cache_hits);
-            return Ok(hit.clone());
+            return Ok((hit.clone(), CacheSource::Memory));
         }
     }
     let gate = lock(&mem.inflight).entry(key.clone()).or_default().clone();
@@ -392,7 +398,7 @@ pub fn compile_with(program: &Program, arch: Arch, options: &CompileOptions) -> 
     if !options.skip_memory_cache {
         if let Some(hit) = lock(&mem.entries).get(&key) {
             bump(&COUNTERS.memory_cache_hits);
-            return Ok(hit.clone());
+            return Ok((hit.clone(), CacheSource::Memory));
         }
     }
     let decls = program.declarations()?;
@@ -445,7 +451,7 @@ pub fn compile_with(program: &Program, arch: Arch, options: &CompileOptions) -> 
     });
     lock(&mem.entries).insert(key.clone(), compiled.clone());
     lock(&mem.inflight).remove(&key);
-    Ok(compiled)
+    Ok((compiled, source))
 }
 
 /// Compile with NVRTC, handing it caijit's embedded headers and `found` (the program's
@@ -466,7 +472,11 @@ fn run_nvrtc(
     for e in exprs {
         prog.add_name_expression(e).map_err(internal)?;
     }
-    let ok = prog.compile(opts).map_err(internal)?;
+    let ok = match prog.compile(opts) {
+        Ok(ok) => ok,
+        Err(e) if e.contains("INVALID_OPTION") => return Err(rejected_options(tk, program, &opts[0])),
+        Err(e) => return Err(internal(e)),
+    };
     let log = prog.log().map_err(internal)?;
     if !ok {
         return Err(Error::Compile { message: format!("NVRTC could not compile {}:", program.name), log });
@@ -482,6 +492,26 @@ fn run_nvrtc(
         lowered.push((e.clone(), prog.lowered_name(e).map_err(internal)?));
     }
     Ok(cache::Entry { image, ptx, log, lowered })
+}
+
+/// The error for options NVRTC refused: each of the program's own options is tried alone
+/// (with the architecture) on an empty program, so the message names the ones at fault.
+fn rejected_options(tk: &Toolkit, program: &Program, arch_option: &str) -> Error {
+    let refused = |o: &String| {
+        let Ok(mut p) = tk.nvrtc.create_program("", "option-check.cu", &[]) else { return false };
+        p.compile(&[arch_option.to_string(), o.clone()]).is_err()
+    };
+    let bad: Vec<&String> = program.options.iter().filter(|o| refused(o)).collect();
+    let message = match bad.as_slice() {
+        [] => format!("NVRTC refused the options of {} (NVRTC_ERROR_INVALID_OPTION): {:?}", program.name, program.options),
+        bad => format!(
+            "NVRTC does not accept the option{} {} (compiling {})",
+            if bad.len() > 1 { "s" } else { "" },
+            bad.iter().map(|o| format!("{o:?}")).collect::<Vec<_>>().join(", "),
+            program.name
+        ),
+    };
+    Error::Compile { message, log: String::new() }
 }
 
 fn describe_kernels(entry: &cache::Entry, decls: &[KernelDecl]) -> Result<Vec<KernelInfo>> {

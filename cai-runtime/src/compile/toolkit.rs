@@ -111,17 +111,9 @@ fn find_and_load() -> Result<(PathBuf, &'static sys::Nvrtc), String> {
         }
         sys::load_nvrtc(path).map_err(|e| tried.push(format!("{}: {e}", path.display()))).ok()
     };
-    // 1. The explicit override.
-    if let Some(p) = std::env::var_os("CAIJIT_NVRTC_PATH").map(PathBuf::from) {
-        let file = if p.is_dir() { nvrtc_in(&p) } else { Some(p.clone()) };
-        match file {
-            Some(f) => {
-                if let Some(nv) = try_file(&f, &mut tried) {
-                    return Ok((f, nv));
-                }
-            }
-            None => tried.push(format!("CAIJIT_NVRTC_PATH={}: no libnvrtc.so there", p.display())),
-        }
+    // 1. The explicit override: honoured, or an error naming it (never silently another NVRTC).
+    if let Some(p) = std::env::var_os("CAIJIT_NVRTC_PATH").filter(|p| !p.is_empty()).map(PathBuf::from) {
+        return explicit_nvrtc(&p, try_file);
     }
     // 2. The loader's search path.
     for soname in SONAMES {
@@ -160,6 +152,26 @@ fn find_and_load() -> Result<(PathBuf, &'static sys::Nvrtc), String> {
         "NVRTC was not found; install it with `pip install nvidia-cuda-nvrtc nvidia-cuda-runtime`, or set CAIJIT_NVRTC_PATH. Looked in: {}",
         tried.join("; ")
     ))
+}
+
+/// The NVRTC `CAIJIT_NVRTC_PATH` names (a library file, or a directory holding one).
+fn explicit_nvrtc(
+    p: &Path,
+    try_file: impl Fn(&Path, &mut Vec<String>) -> Option<&'static sys::Nvrtc>,
+) -> Result<(PathBuf, &'static sys::Nvrtc), String> {
+    let unusable = |why: String| format!("CAIJIT_NVRTC_PATH={}: {why} (unset it to search the usual places)", p.display());
+    let file = if p.is_dir() {
+        nvrtc_in(p).ok_or_else(|| unusable(format!("no {} in this directory", SONAMES.join(" or "))))?
+    } else if p.exists() {
+        p.to_path_buf()
+    } else {
+        return Err(unusable("no such file or directory".into()));
+    };
+    let mut tried = Vec::new();
+    match try_file(&file, &mut tried) {
+        Some(nv) => Ok((file, nv)),
+        None => Err(unusable(format!("cannot be loaded: {}", tried.join("; ")))),
+    }
 }
 
 fn find_include_dirs(nvrtc: &Path) -> Vec<PathBuf> {
@@ -206,4 +218,27 @@ pub fn toolkit() -> crate::Result<&'static Toolkit> {
         })
         .as_ref()
         .map_err(|e| Error::CudaNotAvailable(e.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_explicit_nvrtc_path_that_cannot_be_used_is_an_error_naming_it() {
+        let never = |_: &Path, _: &mut Vec<String>| -> Option<&'static sys::Nvrtc> { panic!("nothing to load") };
+        let e = explicit_nvrtc(Path::new("/nonexistent/libnvrtc.so"), never).unwrap_err();
+        assert!(e.starts_with("CAIJIT_NVRTC_PATH=/nonexistent/libnvrtc.so: no such file"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let e = explicit_nvrtc(dir.path(), never).unwrap_err();
+        assert!(e.contains("CAIJIT_NVRTC_PATH=") && e.contains("no libnvrtc.so.13"), "{e}");
+        let file = dir.path().join("libnvrtc.so");
+        std::fs::write(&file, b"not a library").unwrap();
+        let refuse = |p: &Path, tried: &mut Vec<String>| -> Option<&'static sys::Nvrtc> {
+            tried.push(format!("{}: invalid ELF header", p.display()));
+            None
+        };
+        let e = explicit_nvrtc(&file, refuse).unwrap_err();
+        assert!(e.contains("CAIJIT_NVRTC_PATH=") && e.contains("cannot be loaded") && e.contains("invalid ELF header"), "{e}");
+    }
 }
