@@ -221,13 +221,32 @@ fn is_ident(t: Option<&Tok>, s: &str) -> bool {
 }
 
 /// Index of the token closing the bracket opened at `open` (`(`/`)`, `<`/`>`, `{`/`}`).
+/// `None` when it is not closed, or when a closing bracket comes first (`open` is not `o`).
 fn matching(toks: &[Tok], open: usize, o: char, c: char) -> Option<usize> {
     let mut depth = 0usize;
     for (j, t) in toks.iter().enumerate().skip(open) {
         match t {
-            Tok::Punct(x) if *x == o => depth += 1,
+            Tok::Punct(x) if *x == o => depth = depth.checked_add(1)?,
             Tok::Punct(x) if *x == c => {
-                depth -= 1;
+                depth = depth.checked_sub(1)?;
+                if depth == 0 {
+                    return Some(j);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Index of the token opening the bracket closed at `close`, scanning backwards.
+fn matching_backwards(toks: &[Tok], close: usize, o: char, c: char) -> Option<usize> {
+    let mut depth = 0usize;
+    for j in (0..=close).rev() {
+        match toks.get(j)? {
+            Tok::Punct(x) if *x == c => depth = depth.checked_add(1)?,
+            Tok::Punct(x) if *x == o => {
+                depth = depth.checked_sub(1)?;
                 if depth == 0 {
                     return Some(j);
                 }
@@ -240,11 +259,11 @@ fn matching(toks: &[Tok], open: usize, o: char, c: char) -> Option<usize> {
 
 fn split_top_level(toks: &[Tok]) -> Vec<&[Tok]> {
     let mut parts = Vec::new();
-    let (mut depth, mut start) = (0i32, 0usize);
+    let (mut depth, mut start) = (0isize, 0usize);
     for (j, t) in toks.iter().enumerate() {
         match t {
-            Tok::Punct('(' | '<' | '[' | '{') => depth += 1,
-            Tok::Punct(')' | '>' | ']' | '}') => depth -= 1,
+            Tok::Punct('(' | '<' | '[' | '{') => depth = depth.saturating_add(1),
+            Tok::Punct(')' | '>' | ']' | '}') => depth = depth.saturating_sub(1),
             Tok::Punct(',') if depth == 0 => {
                 parts.push(&toks[start..j]);
                 start = j + 1;
@@ -297,7 +316,11 @@ fn join_type(toks: &[Tok]) -> String {
             Tok::Punct(c) => c.to_string(),
             Tok::Str(x) => format!("\"{x}\""),
         };
-        let glue = matches!(t, Tok::Scope | Tok::Punct('<' | '>' | ',' | '*')) || s.ends_with("::") || s.ends_with('<') || s.is_empty();
+        let glue = matches!(t, Tok::Scope | Tok::Punct('<' | '>' | ',' | '*'))
+            || s.ends_with("::")
+            || s.ends_with('<')
+            || s.ends_with(' ')
+            || s.is_empty();
         if !glue {
             s.push(' ');
         }
@@ -361,14 +384,14 @@ fn parse_param(toks: &[Tok], tparams: &[TemplateParam]) -> Result<(Option<String
     let base_end = stars.first().copied().unwrap_or(t.len());
     let base: Vec<Tok> = t[..base_end].to_vec();
     // Only a top-level `const` qualifies the type; one inside `<...>` belongs to an argument.
-    let mut depth = 0i32;
+    let mut depth = 0isize;
     let mut is_const = false;
     let base: Vec<Tok> = base
         .into_iter()
         .filter(|x| {
             match x {
-                Tok::Punct('<') => depth += 1,
-                Tok::Punct('>') => depth -= 1,
+                Tok::Punct('<') => depth = depth.saturating_add(1),
+                Tok::Punct('>') => depth = depth.saturating_sub(1),
                 _ if depth == 0 && is_ident(Some(x), "const") => {
                     is_const = true;
                     return false;
@@ -464,13 +487,13 @@ pub fn parse_kernels(source: &str) -> Result<Vec<KernelDecl>, SignatureError> {
                 }
                 Tok::Punct('>') => {
                     // Find the `template <` that this `>` closes.
-                    let mut depth = 0i32;
+                    let mut depth = 0isize;
                     let mut k = j - 1;
                     loop {
                         match toks[k] {
-                            Tok::Punct('>') => depth += 1,
+                            Tok::Punct('>') => depth = depth.saturating_add(1),
                             Tok::Punct('<') => {
-                                depth -= 1;
+                                depth = depth.saturating_sub(1);
                                 if depth == 0 {
                                     break;
                                 }
@@ -541,18 +564,13 @@ pub fn demangled_params(lowered: &str) -> Result<Option<(String, Vec<ParamType>)
     }
     let sym = cpp_demangle::Symbol::new(lowered.as_bytes()).map_err(|e| SignatureError(format!("cannot demangle {lowered}: {e}")))?;
     let text = sym.demangle().map_err(|e| SignatureError(format!("cannot demangle {lowered}: {e}")))?;
-    // "void axpy<float>(float, float const*, float*, int)": the last top-level parens.
+    // "void axpy<float>(float, float const*, float*, int)": the last top-level parens, the
+    // group closed by the last `)` ("f(void (*)(int), int)", "S::f(int) const").
     let toks = tokenize(&text);
-    let open = toks.iter().rposition(|t| *t == Tok::Punct('(')).ok_or_else(|| SignatureError(format!("no parameter list in {text}")))?;
-    // The outermost parameter list is the one whose `(` closes at the end.
-    let mut open = open;
-    for (idx, t) in toks.iter().enumerate() {
-        if *t == Tok::Punct('(') && matching(&toks, idx, '(', ')') == Some(toks.len() - 1) {
-            open = idx;
-            break;
-        }
-    }
-    let inner = &toks[open + 1..toks.len() - 1];
+    let no_list = || SignatureError(format!("no parameter list in {text}"));
+    let close = toks.iter().rposition(|t| *t == Tok::Punct(')')).ok_or_else(no_list)?;
+    let open = matching_backwards(&toks, close, '(', ')').ok_or_else(no_list)?;
+    let inner = toks.get(open + 1..close).ok_or_else(no_list)?;
     let params = if inner.is_empty() {
         Vec::new()
     } else {
@@ -603,10 +621,10 @@ fn ptx_param(decl: &str) -> Option<PtxParam> {
         .find(|w| matches!(w.get(..2), Some(".b" | ".u" | ".s" | ".f")) && w[2..].chars().all(|c| c.is_ascii_digit()) && w.len() > 2)?;
     let bits: usize = ty[2..].parse().ok()?;
     let elem = bits / 8;
-    if let Some(open) = last.find('[') {
-        let n: usize = last[open + 1..last.len() - 1].parse().ok()?;
+    if let Some((_, count)) = last.split_once('[') {
+        let n: usize = count.strip_suffix(']')?.parse().ok()?;
         let align = words.iter().position(|w| *w == ".align").and_then(|i| words.get(i + 1)).and_then(|a| a.parse().ok()).unwrap_or(elem);
-        return Some(PtxParam { size: elem * n, align });
+        return Some(PtxParam { size: elem.checked_mul(n)?, align });
     }
     Some(PtxParam { size: elem, align: elem })
 }
@@ -642,8 +660,9 @@ pub struct ParamLayout {
 }
 
 /// Size of `caijit::Array<T, N>`: a pointer plus `N` extents and `N` byte strides (int64).
+/// Saturates at `usize::MAX` for ranks no array can have (a rank read from a declaration).
 pub const fn array_param_size(rank: usize) -> usize {
-    8 + 16 * rank
+    rank.saturating_mul(16).saturating_add(8)
 }
 
 impl ParamKind {
@@ -684,6 +703,9 @@ fn kind_of(t: &ParamType) -> Result<ParamKind, String> {
     Ok(match t {
         ParamType::Pointer { elem, is_const } => ParamKind::Pointer { dtype: dtype(elem)?, is_const: *is_const },
         ParamType::Array { elem, is_const, rank } => match rank {
+            Rank::Fixed(n) if *n > crate::cai::MAX_RANK => {
+                return Err(format!("caijit::Array of rank {n}: arrays have at most {} dimensions", crate::cai::MAX_RANK))
+            }
             Rank::Fixed(n) => ParamKind::Array { dtype: dtype(elem)?, is_const: *is_const, rank: *n },
             Rank::TemplateParam(p) => return Err(format!("template parameter {p} is not substituted")),
         },
@@ -716,9 +738,10 @@ pub fn layout(kernel: &str, declared: &[(Option<String>, ParamType)], ptx: &[Ptx
             }
         }
         let align = p.align.max(1);
-        offset = offset.next_multiple_of(align);
+        let too_large = || SignatureError(format!("kernel `{kernel}`: the parameters take more than {} bytes", usize::MAX));
+        offset = offset.checked_next_multiple_of(align).ok_or_else(too_large)?;
         out.push(ParamLayout { index, name: name.clone(), cpp_type: ty.to_string(), kind, size: p.size, align, offset });
-        offset += p.size;
+        offset = offset.checked_add(p.size).ok_or_else(too_large)?;
     }
     Ok(out)
 }
@@ -1220,5 +1243,94 @@ mod tests {
         let t = vec![(None, ParamType::Value(CType::TemplateParam("T".into())))];
         let e = layout("k", &t, &[PtxParam { size: 4, align: 4 }]).unwrap_err();
         assert!(e.0.contains("template parameter T is not substituted"), "{e}");
+    }
+
+    // Issue #18: no panic on anything read back (each input below panicked before).
+
+    #[test]
+    fn launch_bounds_followed_by_a_closing_paren_is_no_underflow() {
+        // `matching` was asked to close a `(` that is a `)`: its depth underflowed.
+        for src in
+            ["__global__ void __launch_bounds__ ) f(int x) {}", "__global__ void __launch_bounds__ )", "__global__ void __attribute__ ) )"]
+        {
+            assert_eq!(parse_kernels(src), Ok(vec![]), "{src}");
+        }
+        assert_eq!(matching(&tokenize(") ("), 0, '(', ')'), None);
+        assert_eq!(matching(&tokenize("( ) )"), 0, '(', ')'), Some(1));
+        assert_eq!(matching_backwards(&tokenize("( ("), 1, '(', ')'), None);
+        assert_eq!(matching_backwards(&tokenize("( ( )"), 2, '(', ')'), Some(1));
+    }
+
+    #[test]
+    fn malformed_ptx_array_params_are_errors() {
+        // `x[` sliced `[open + 1..len - 1]` with the end before the start; `x[5é` cut a char.
+        for decl in
+            [".param .b8 k_param_1[", ".param .b8 k_param_1[é", ".param .b8 k_param_1[5é", ".param .b8 k_param_1[5", ".param .b8 k[]"]
+        {
+            let ptx = format!(".entry k({decl})");
+            let e = ptx_entries(&ptx).unwrap_err();
+            assert!(e.0.contains("cannot read PTX parameter"), "{decl}: {e}");
+        }
+        assert_eq!(ptx_entries(".entry k(.param .b8 k_param_1[0])").unwrap()["k"], [PtxParam { size: 0, align: 1 }]);
+    }
+
+    #[test]
+    fn ptx_array_sizes_that_overflow_are_errors() {
+        assert!(ptx_entries(".entry k(.param .b64 k_param_0[18446744073709551615])").is_err());
+        let e = ptx_entries(".entry k(.param .b8 k_param_0[18446744073709551615])").unwrap();
+        assert_eq!(e["k"][0].size, usize::MAX);
+    }
+
+    #[test]
+    fn layouts_past_the_address_space_are_errors() {
+        let s = |n: &str| (None, ParamType::Value(CType::Named(n.into())));
+        // The offset of the second parameter rounds past usize::MAX; then the sum overflows.
+        let big = PtxParam { size: usize::MAX - 2, align: 1 };
+        let e = layout("k", &[s("A"), s("B")], &[big, PtxParam { size: 1, align: 8 }]).unwrap_err();
+        assert!(e.0.contains("more than"), "{e}");
+        let e = layout("k", &[s("A"), s("B")], &[big, PtxParam { size: 8, align: 1 }]).unwrap_err();
+        assert!(e.0.contains("more than"), "{e}");
+        // One parameter of every byte there is still lays out.
+        assert_eq!(layout("k", &[s("A")], &[PtxParam { size: usize::MAX, align: 1 }]).unwrap()[0].size, usize::MAX);
+    }
+
+    #[test]
+    fn huge_array_ranks_saturate_instead_of_overflowing() {
+        assert_eq!(array_param_size(3), 56);
+        assert_eq!(array_param_size(usize::MAX / 16 + 1), usize::MAX);
+        assert_eq!(array_param_size(usize::MAX), usize::MAX);
+        let k = one("__global__ void f(caijit::Array<float, 18446744073709551615> a) {}");
+        assert_eq!(k.params[0].1, ParamType::Array { elem: CType::Scalar(DType::F32), is_const: false, rank: Rank::Fixed(usize::MAX) });
+        for size in [40, usize::MAX] {
+            let e = layout("f", &k.params, &[PtxParam { size, align: 8 }]).unwrap_err();
+            assert!(e.0.contains("parameter 0") && e.0.contains("at most 64 dimensions"), "{e}");
+        }
+        let k = one("__global__ void f(caijit::Array<float, 64> a) {}");
+        assert_eq!(layout("f", &k.params, &[PtxParam { size: array_param_size(64), align: 8 }]).unwrap()[0].size, 1032);
+    }
+
+    #[test]
+    fn demangled_names_whose_last_paren_does_not_end_them() {
+        // A const member function ends in `const`: the list is the group the last `)` closes.
+        let (text, params) = demangled_params("_ZNK1S1fEi").unwrap().unwrap();
+        assert_eq!(text, "S::f(int) const");
+        assert_eq!(params, [ParamType::Value(CType::Scalar(DType::I32))]);
+        // A `(` with no `)` after it, and a `)` with no `(` before it, are no parameter lists.
+        let toks = tokenize("f ) (");
+        let close = toks.iter().rposition(|t| *t == Tok::Punct(')')).unwrap();
+        assert_eq!(matching_backwards(&toks, close, '(', ')'), None);
+        let e = demangled_params("_Z3foo").unwrap_err();
+        assert!(e.0.contains("no parameter list"), "{e}");
+    }
+
+    #[test]
+    fn template_arguments_print_with_one_space_after_each_comma() {
+        let k = one("__global__ void f(Pair<int, float> p, const Pair<int,float>* q, caijit::Array<Pair<int,  long>, 1> a) {}");
+        assert_eq!(k.params[0].1, ParamType::Value(CType::Named("Pair<int, float>".into())));
+        assert_eq!(k.params[1].1, ParamType::Pointer { elem: CType::Named("Pair<int, float>".into()), is_const: true });
+        assert_eq!(k.params[2].1.to_string(), "caijit::Array<Pair<int, long>, 1>");
+        let l = layout("f", &k.params[..1], &[PtxParam { size: 8, align: 4 }]).unwrap();
+        assert_eq!(l[0].cpp_type, "Pair<int, float>");
+        assert_eq!(join_type(&tokenize("std::map<int, std::pair<a, b> >")), "std::map<int, std::pair<a, b>>");
     }
 }

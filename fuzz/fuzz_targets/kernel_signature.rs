@@ -1,17 +1,15 @@
-//! Arbitrary text as CUDA source, lowered names and PTX: the readers never panic.
+//! Arbitrary text as CUDA source, lowered names and PTX: the declaration reader, the PTX
+//! `.entry` reader, the demangled-name reader and the layout of what they return never panic.
 #![no_main]
 
-use cai_runtime::signature::{demangled_params, deduce, parse_kernels, ptx_entries, ArgType};
+#[path = "common/describe.rs"]
+mod describe;
+
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
-    if let Ok(decls) = parse_kernels(text) {
-        for d in &decls {
-            let args = vec![ArgType::UntypedScalar; d.params.len()];
-            let _ = deduce(d, &args);
-        }
-    }
-    let _ = demangled_params(text);
-    let _ = ptx_entries(text);
+    let text = String::from_utf8_lossy(data);
+    // The same text as source, PTX and lowered name: PTX entries can then meet their
+    // `extern "C"` declarations, and mangled entry names are demangled.
+    describe::describe(&text, &text, &[(String::new(), text.to_string())]);
 });

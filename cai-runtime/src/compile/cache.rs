@@ -80,6 +80,7 @@ impl DiskCache {
         match cache.trusted() {
             Ok(()) => Ok(Some(cache)),
             Err(why) => {
+                crate::stats::bump(&crate::stats::COUNTERS.disk_cache_errors);
                 static WARNED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
                 let mut warned = WARNED.lock().unwrap_or_else(|p| p.into_inner());
                 if !warned.contains(&cache.dir) {
@@ -127,6 +128,19 @@ impl DiskCache {
 
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// For the fuzz targets and property tests only: decode `body` as the entry for `key`,
+    /// sealed with its correct digest first when `seal` (so that the reader past the
+    /// digest is reached); on success, the entry's PTX and `(name expression, lowered name)`
+    /// pairs, which compilation then reads with [`crate::signature`].
+    #[doc(hidden)]
+    pub fn decode_entry_for_fuzzing(key: &str, body: &[u8], seal: bool) -> Result<(String, Vec<(String, String)>), String> {
+        let mut bytes = body.to_vec();
+        if seal {
+            bytes.extend_from_slice(Sha256::digest(body).as_slice());
+        }
+        decode(key, &bytes).map(|e| (e.ptx, e.lowered))
     }
 
     pub(crate) fn path(&self, key: &str) -> PathBuf {
@@ -233,7 +247,7 @@ impl<'a> Reader<'a> {
         Ok(head)
     }
     fn u64(&mut self) -> Result<u64, String> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().map_err(|_| "truncated".to_string())?))
     }
     fn bytes(&mut self) -> Result<&'a [u8], String> {
         let n = usize::try_from(self.u64()?).map_err(|_| "length overflows".to_string())?;
@@ -260,7 +274,7 @@ pub(crate) fn decode(key: &str, bytes: &[u8]) -> Result<Entry, String> {
     if r.bytes().map_err(corrupt)? != key.as_bytes() {
         return Err(corrupt("the entry belongs to another key".into()));
     }
-    let kind = r.take(1).map_err(corrupt)?[0];
+    let kind = r.take(1).map_err(corrupt)?.first().copied().ok_or_else(|| corrupt("truncated".into()))?;
     let image = r.bytes().map_err(corrupt)?.to_vec();
     let image = match kind {
         0 => Image::Cubin(image),
@@ -269,7 +283,7 @@ pub(crate) fn decode(key: &str, bytes: &[u8]) -> Result<Entry, String> {
     };
     let ptx = r.string().map_err(corrupt)?;
     let log = r.string().map_err(corrupt)?;
-    let n = u32::from_le_bytes(r.take(4).map_err(corrupt)?.try_into().expect("4 bytes"));
+    let n = u32::from_le_bytes(r.take(4).map_err(corrupt)?.try_into().map_err(|_| corrupt("truncated".into()))?);
     let mut lowered = Vec::new();
     for _ in 0..n {
         lowered.push((r.string().map_err(corrupt)?, r.string().map_err(corrupt)?));
