@@ -365,8 +365,9 @@ def test_torch_fast_path_matches_the_interface() -> None:
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
         _same_view(t, stream=side.cuda_stream)
-    with pytest.raises(RuntimeError):  # torch's own refusal, unchanged
+    with pytest.raises(caijit.InterfaceError) as refused:  # torch's own refusal, as the cause
         caijit._native.launch_view(torch.zeros(3, device="cuda", requires_grad=True))
+    assert isinstance(refused.value.__cause__, RuntimeError) and "requires grad" in str(refused.value.__cause__)
     with pytest.raises(caijit.ArgumentError, match="host memory"):
         caijit._native.launch_view(torch.zeros(3))
 
