@@ -21,6 +21,11 @@ use cudarc::nvrtc::sys as nv;
 
 /// Load a shared library by absolute path or soname and keep it loaded for the process.
 pub(crate) fn load_library(name: &Path) -> Result<(), String> {
+    open_library(name).map(drop)
+}
+
+/// [`load_library`], handing out the library.
+fn open_library(name: &Path) -> Result<&'static libloading::Library, String> {
     // SAFETY: loading runs the library's initialisers; the libraries loaded here (NVRTC,
     // its builtins, the CUDA driver) have no initialisers with preconditions on the caller.
     let lib = unsafe { libloading::Library::new(name.as_os_str()) }.map_err(|e| {
@@ -34,8 +39,7 @@ pub(crate) fn load_library(name: &Path) -> Result<(), String> {
         message
     })?;
     // Never unloaded: cudarc resolves symbols from it for the life of the process.
-    std::mem::forget(lib);
-    Ok(())
+    Ok(Box::leak(Box::new(lib)))
 }
 
 /// The effective user id of this process (to check who owns the cache directory).
@@ -648,13 +652,54 @@ static NVRTC: OnceLock<Nvrtc> = OnceLock::new();
 /// cudarc resolves NVRTC's symbols by `dlopen`ing its candidate sonames; once a library of
 /// that soname (`libnvrtc.so.13`, `libnvrtc.so.12`) is loaded here, those resolve to it.
 pub(crate) fn load_nvrtc(name: &Path) -> Result<&'static Nvrtc, String> {
-    load_library(name)?;
     let file = name.file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default();
     if !file.starts_with("libnvrtc.so") {
         return Err(format!("{} is not named like NVRTC (libnvrtc.so*)", name.display()));
     }
+    let ours = open_library(name)?;
+    // cudarc calls NVRTC through the library it opens by soname. It must be this one, with
+    // every function caijit calls: otherwise another libnvrtc.so would be called (and a
+    // missing function would panic inside cudarc).
+    let theirs = std::panic::catch_unwind(|| {
+        // SAFETY: opening a library by soname; cudarc keeps it for the process.
+        unsafe { nv::culib() }
+    })
+    .map_err(|_| format!("{} is loaded, but cudarc finds no NVRTC by its soname", name.display()))?;
+    for symbol in NVRTC_FUNCTIONS {
+        // SAFETY: looking symbols up calls nothing; the addresses are only compared.
+        let (a, b) = unsafe { (ours.get::<*const c_void>(symbol.as_bytes()), theirs.get::<*const c_void>(symbol.as_bytes())) };
+        match (a, b) {
+            (Ok(a), Ok(b)) if *a == *b => {}
+            (Err(_), _) => return Err(format!("{} has no {symbol}: not a usable NVRTC", name.display())),
+            _ => {
+                return Err(format!(
+                    "{} is loaded, but NVRTC's functions would be called from another libnvrtc.so found first on the loader's search path (LD_LIBRARY_PATH?)",
+                    name.display()
+                ))
+            }
+        }
+    }
     Ok(NVRTC.get_or_init(|| Nvrtc { _private: () }))
 }
+
+/// The NVRTC functions caijit calls.
+const NVRTC_FUNCTIONS: [&str; 15] = [
+    "nvrtcVersion",
+    "nvrtcGetNumSupportedArchs",
+    "nvrtcGetSupportedArchs",
+    "nvrtcCreateProgram",
+    "nvrtcDestroyProgram",
+    "nvrtcAddNameExpression",
+    "nvrtcCompileProgram",
+    "nvrtcGetProgramLogSize",
+    "nvrtcGetProgramLog",
+    "nvrtcGetPTXSize",
+    "nvrtcGetPTX",
+    "nvrtcGetCUBINSize",
+    "nvrtcGetCUBIN",
+    "nvrtcGetLoweredName",
+    "nvrtcGetErrorString",
+];
 
 fn nvrtc_error(call: &'static str, r: nv::nvrtcResult) -> String {
     // SAFETY: nvrtcGetErrorString returns a static NUL-terminated string for any value.

@@ -71,6 +71,8 @@ def _read_source(source: Source) -> tuple[str, Optional[str]]:
         isinstance(source, str) and "\n" not in source and source.rstrip().endswith(_SOURCE_SUFFIXES)
     ):
         path = os.fspath(source)
+        if isinstance(path, bytes) or not _is_utf8(path):
+            raise ArgumentError(f"{path!r}: the file name is not UTF-8 (NVRTC names programs in UTF-8); rename the file")
         try:
             with open(path, encoding="utf-8") as f:
                 return f.read(), path
@@ -85,6 +87,15 @@ def _read_source(source: Source) -> tuple[str, Optional[str]]:
     if not isinstance(source, str):
         raise ArgumentError(f"kernel source must be a str or a path, got {type(source).__name__}")
     return source, None
+
+
+def _is_utf8(path: str) -> bool:
+    """Whether a path (as Python decoded it from the OS) is valid UTF-8 text."""
+    try:
+        path.encode("utf-8")
+        return True
+    except UnicodeEncodeError:  # undecodable bytes, kept as surrogates
+        return False
 
 
 def _defines(defines: Optional[Mapping[str, Any]]) -> list[tuple[str, Optional[str]]]:

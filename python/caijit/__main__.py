@@ -115,6 +115,8 @@ class UsageError(Exception):
 
 def _read_file(path: str) -> str:
     """The text of a source file, or a UsageError naming it and what is wrong."""
+    if not caijit._is_utf8(path):
+        raise UsageError(f"{path!r}: the file name is not UTF-8 (NVRTC names programs in UTF-8); rename the file")
     try:
         with open(path, encoding="utf-8") as f:
             return f.read()
@@ -148,7 +150,7 @@ def compile_cmd(args: argparse.Namespace) -> int:
     instantiated = {k["name"] for k in kernels}
     # Templates nobody instantiated: not in the binary, listed with how to instantiate them.
     templates = [(n, t, p, x) for n, _, t, p, x in decls if t and n not in instantiated]
-    if args.name:
+    if args.name is not None:
         everything = kernels
         kernels = [k for k in kernels if args.name in (k["name"], k["name_expression"], k["lowered_name"])]
         templates = [d for d in templates if d[0] == args.name]
@@ -272,12 +274,17 @@ def main(argv: Optional[list[str]] = None) -> int:
         else:
             print(_cache_line(_native.cache_info()))
         return 0
-    except UsageError as e:
+    except (UsageError, caijit.ArgumentError) as e:  # a mistake in what was asked
         print(f"python -m caijit {args.cmd}: error: {e}", file=sys.stderr)
         return 2
     except caijit.CaijitError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        # The reader went away (`... | head`): stop quietly, as a killed pipeline would.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

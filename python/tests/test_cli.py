@@ -72,7 +72,7 @@ def test_cache_directory_trust(tmp_path: "os.PathLike[str]") -> None:
 def test_cache_directory_must_be_absolute() -> None:
     for value in ("", "relative/cache"):
         r = run("info", CAIJIT_CACHE_DIR=value)
-        assert r.returncode == 1, r.stdout
+        assert r.returncode == 2, r.stdout  # a mistake in what was asked
         assert "CAIJIT_CACHE_DIR must be an absolute path" in r.stderr, r.stderr
 
 
@@ -154,3 +154,41 @@ def test_the_test_run_does_not_use_the_users_cache() -> None:
     assert r.returncode == 0, r.stderr
     assert os.path.expanduser("~/.cache/caijit") not in r.stdout, r.stdout
     assert os.environ["CAIJIT_CACHE_DIR"] in r.stdout
+
+
+def test_file_names_pipes_and_arguments_never_give_a_traceback(tmp_path: "os.PathLike[str]") -> None:
+    bad = os.path.join(os.fsencode(tmp_path), b"bad\xff.cu")
+    with open(bad, "wb") as f:
+        f.write(b'extern "C" __global__ void k(float* y) { y[0] = 1.f; }\n')
+    r = run("compile", os.fsdecode(bad))
+    assert r.returncode == 2 and "file name is not UTF-8" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    source = os.path.join(tmp_path, "many.cu")
+    with open(source, "w") as f:
+        f.write("".join(f'extern "C" __global__ void k{i}(float* y, int n) {{ y[0] = n; }}\n' for i in range(200)))
+    piped = subprocess.run(f"{sys.executable} -m caijit compile {source} | head -1", shell=True, capture_output=True, text=True, timeout=300)
+    assert "Traceback" not in piped.stderr and piped.stdout.count("\n") == 1, piped.stderr
+    for args in (["--name", ""], ["--arch", "sm_xx"]):
+        r = run("compile", source, *args)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, (args, r.returncode, r.stderr)
+
+
+def test_another_libnvrtc_first_on_the_loader_path_is_an_error_not_a_panic(tmp_path: "os.PathLike[str]") -> None:
+    """cudarc calls NVRTC through the library it finds by soname; when that is not the one
+    caijit loaded (another libnvrtc.so first on LD_LIBRARY_PATH), caijit says so."""
+    import ctypes.util
+
+    libm = ctypes.util.find_library("m")
+    assert libm is not None
+    import shutil
+
+    for d in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64"):
+        if os.path.exists(os.path.join(d, libm)):
+            shutil.copy(os.path.join(d, libm), os.path.join(tmp_path, "libnvrtc.so"))
+            break
+    else:
+        import pytest
+
+        pytest.skip("no libm to stand in for another libnvrtc.so")
+    r = run("info", LD_LIBRARY_PATH=os.fspath(tmp_path))
+    assert "Panic" not in r.stderr + r.stdout and "Traceback" not in r.stderr, r.stderr
+    assert "NVRTC" in r.stdout

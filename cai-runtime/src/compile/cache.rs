@@ -108,16 +108,35 @@ impl DiskCache {
     pub fn trusted(&self) -> std::result::Result<(), String> {
         use std::os::unix::fs::MetadataExt;
         create_private_dir(&self.dir).map_err(|e| format!("it cannot be created: {e}"))?;
+        let me = crate::sys::effective_uid();
+        // A symbolic link (the path itself) must be this user's too: whoever owns it can
+        // point it elsewhere between the check and the use.
+        let link = std::fs::symlink_metadata(&self.dir).map_err(|e| format!("it cannot be read: {e}"))?;
+        if link.file_type().is_symlink() && link.uid() != me {
+            return Err(format!("it is a symbolic link owned by user {}, not by this user ({me})", link.uid()));
+        }
         let m = std::fs::metadata(&self.dir).map_err(|e| format!("it cannot be read: {e}"))?;
         if !m.is_dir() {
             return Err("it is not a directory".into());
         }
-        let me = crate::sys::effective_uid();
         if m.uid() != me {
             return Err(format!("it is owned by user {}, not by this user ({me})", m.uid()));
         }
         if m.mode() & 0o022 != 0 {
-            return Err(format!("its mode {:o} lets others write it (chmod 700 it to use it)", m.mode() & 0o777));
+            return Err(format!(
+                "its mode {:o} lets others write it (entries in it may be anyone's: empty it and chmod 700 it to use it)",
+                m.mode() & 0o777
+            ));
+        }
+        // Nor may anyone else rename it away: every directory above must be this user's or
+        // root's, or be closed to writers other than its owner, or be sticky (as /tmp is).
+        let real = std::fs::canonicalize(&self.dir).map_err(|e| format!("it cannot be resolved: {e}"))?;
+        for parent in real.ancestors().skip(1) {
+            let Ok(pm) = std::fs::metadata(parent) else { continue };
+            let open = pm.mode() & 0o022 != 0 && pm.mode() & 0o1000 == 0;
+            if open && pm.uid() != me {
+                return Err(format!("{} above it lets others rename it (mode {:o})", parent.display(), pm.mode() & 0o7777));
+            }
         }
         Ok(())
     }
@@ -148,13 +167,25 @@ impl DiskCache {
         self.dir.join(format!("{key}.cubin-entry"))
     }
 
-    /// `Ok(None)`: no entry. `Err`: an entry exists but is corrupt (the caller replaces it).
+    /// `Ok(None)`: no entry. `Err`: an entry exists but is corrupt, or is not a regular file
+    /// of this user's that only it can write (the caller replaces it).
     pub(crate) fn load(&self, key: &str) -> Result<Option<Entry>, String> {
-        let bytes = match std::fs::read(self.path(key)) {
-            Ok(b) => b,
+        use std::io::Read;
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        let path = self.path(key);
+        let cannot = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
+        // Never through a symbolic link, and checked on the file that was opened.
+        let mut file = match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&path) {
+            Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(format!("cannot read {}: {e}", self.path(key).display())),
+            Err(e) => return Err(cannot(e)),
         };
+        let m = file.metadata().map_err(cannot)?;
+        if !m.is_file() || m.uid() != crate::sys::effective_uid() || m.mode() & 0o022 != 0 {
+            return Err(format!("{} is not a private file of this user's: not trusted", path.display()));
+        }
+        let mut bytes = Vec::new();
+        file.read_to_end(&mut bytes).map_err(cannot)?;
         decode(key, &bytes).map(Some)
     }
 
@@ -326,6 +357,68 @@ mod tests {
             assert!(decode(KEY, &bad).is_err(), "flip at {i}");
         }
         assert!(decode("abcd", &good).is_err(), "another key");
+    }
+
+    /// Whether this process can give files away (root): the ownership cases need it.
+    fn can_chown() -> bool {
+        crate::sys::effective_uid() == 0
+    }
+
+    #[test]
+    fn entries_not_owned_by_this_user_or_open_to_others_are_not_loaded() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let cache = DiskCache::at(dir.path().join("c"));
+        cache.store(KEY, &entry()).unwrap();
+        assert_eq!(cache.load(KEY).unwrap(), Some(entry()));
+        // Writable by others (planted while the directory was open, say).
+        std::fs::set_permissions(cache.path(KEY), std::fs::Permissions::from_mode(0o666)).unwrap();
+        assert!(cache.load(KEY).unwrap_err().contains("not trusted"));
+        std::fs::set_permissions(cache.path(KEY), std::fs::Permissions::from_mode(0o600)).unwrap();
+        assert_eq!(cache.load(KEY).unwrap(), Some(entry()));
+        // A symbolic link to a valid entry elsewhere is never followed.
+        let elsewhere = dir.path().join("elsewhere");
+        std::fs::rename(cache.path(KEY), &elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, cache.path(KEY)).unwrap();
+        assert!(cache.load(KEY).is_err());
+        std::fs::remove_file(cache.path(KEY)).unwrap();
+        // Another user's file, even private and valid.
+        if can_chown() {
+            cache.store(KEY, &entry()).unwrap();
+            std::os::unix::fs::chown(cache.path(KEY), Some(12345), Some(12345)).unwrap();
+            assert!(cache.load(KEY).unwrap_err().contains("not trusted"));
+            cache.store(KEY, &entry()).unwrap(); // replaced by this user's
+            assert_eq!(cache.load(KEY).unwrap(), Some(entry()));
+        }
+    }
+
+    #[test]
+    fn a_directory_others_can_swap_is_not_trusted() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        // A world-writable parent without the sticky bit: anyone could rename the cache away.
+        let open = dir.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let cache = DiskCache::at(open.join("cache"));
+        if can_chown() {
+            std::os::unix::fs::chown(&open, Some(12345), None).unwrap();
+            assert!(cache.trusted().unwrap_err().contains("lets others rename it"), "{:?}", cache.trusted());
+        }
+        // Sticky (as /tmp is): fine.
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert_eq!(cache.trusted(), Ok(()));
+        // The cache path a symbolic link that another user owns.
+        if can_chown() {
+            let target = dir.path().join("target");
+            std::fs::create_dir(&target).unwrap();
+            std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o700)).unwrap();
+            let link = dir.path().join("link");
+            std::os::unix::fs::symlink(&target, &link).unwrap();
+            assert_eq!(DiskCache::at(&link).trusted(), Ok(()), "this user's own link");
+            std::os::unix::fs::lchown(&link, Some(12345), Some(12345)).unwrap();
+            assert!(DiskCache::at(&link).trusted().unwrap_err().contains("symbolic link owned by user 12345"));
+        }
     }
 
     #[test]
