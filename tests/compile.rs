@@ -528,3 +528,95 @@ fn a_memory_hit_with_cuda_headers_stays_cheap() {
         assert!(per_call < std::time::Duration::from_millis(50), "{header}: {per_call:?} per memory hit");
     }
 }
+
+// Headers the scanner once missed (a directive spelled `%:` or with a trigraph, a probe of a
+// name that is not a literal), a `_Pragma("once")` header under two names, a huge header.
+
+/// Compiled twice with the disk cache, `header` changing in between (`before`, then
+/// `after`): the second compile must not be a stale disk hit. Returns the layouts seen.
+fn compile_around_a_change(program: &Program, header: &std::path::Path, before: Option<&str>, after: &str) -> [(CacheSource, usize); 2] {
+    let cache = tempfile::tempdir().unwrap();
+    let disk = through_disk(cache.path());
+    match before {
+        Some(text) => std::fs::write(header, text).unwrap(),
+        None => _ = std::fs::remove_file(header),
+    }
+    let first = compiled_t(program, &disk);
+    std::fs::write(header, after).unwrap();
+    [first, compiled_t(program, &disk)]
+}
+
+#[test]
+fn a_directive_spelled_with_a_digraph_is_in_the_key() {
+    let dir = tempfile::tempdir().unwrap();
+    for src in [format!("%:include \"common.h\"\n{USES_T}"), format!("  %:  include <common.h>\n{USES_T}")] {
+        let program = Program::new(src).include_dir(dir.path());
+        assert_header_change_recompiles(&program, &dir.path().join("common.h"));
+    }
+}
+
+#[test]
+fn a_directive_spelled_with_a_trigraph_is_compiled_without_the_disk_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let header = dir.path().join("common.h");
+    let program = Program::new(format!("??=include \"common.h\"\n{USES_T}")).include_dir(dir.path()).option("-std=c++14");
+    let cache = tempfile::tempdir().unwrap();
+    let disk = through_disk(cache.path());
+    std::fs::write(&header, "typedef float T;\n").unwrap();
+    assert_eq!(compiled_t(&program, &disk), (CacheSource::Compiled, 4));
+    std::fs::write(&header, "typedef double T;\n").unwrap();
+    assert_eq!(compiled_t(&program, &disk), (CacheSource::Compiled, 8));
+    assert_eq!(std::fs::read_dir(cache.path()).map_or(0, |d| d.count()), 0, "an entry was written");
+}
+
+/// Creating the probed header changes the layout; no form of the probe may hide that.
+#[test]
+fn every_form_of_has_include_is_in_the_key_or_not_trusted() {
+    let body = "\ntypedef double T;\n#else\ntypedef float T;\n#endif\n";
+    let forms = [
+        "#if __has_include(\"opt.h\")",
+        "#if __has_include(<opt.h>)",
+        "#define H \"opt.h\"\n#if __has_include(H)",
+        "#if __has_include/**/(\"opt.h\")",
+        "#if __has_include( /*x*/ \"opt.h\")",
+        "#define P __has_include\n#if P(\"opt.h\")",
+        "#define HAS(x) __has_include(x)\n#define OPT \"opt.h\"\n#if HAS(OPT)",
+        "%:if __has_include(\"opt.h\")",
+    ];
+    for form in forms {
+        let dir = tempfile::tempdir().unwrap();
+        let program = Program::new(format!("{form}{body}{USES_T}")).include_dir(dir.path());
+        let seen = compile_around_a_change(&program, &dir.path().join("opt.h"), None, "// here\n");
+        assert_eq!(seen, [(CacheSource::Compiled, 4), (CacheSource::Compiled, 8)], "{form}");
+    }
+}
+
+/// `_Pragma("once")` is `#pragma once`: a header so guarded and reached as `a.h` and
+/// `../a.h` is compiled once (from the file system, as two in-memory names would be two files).
+#[test]
+fn a_pragma_operator_once_header_under_two_names_compiles() {
+    for once in ["_Pragma(\"once\")", "_Pragma ( \"once\" )"] {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("a.h"), format!("{once}\ntypedef double T;\nstruct S {{ int x; }};\n")).unwrap();
+        std::fs::write(dir.path().join("sub/b.h"), "#include \"../a.h\"\n").unwrap();
+        let file = dir.path().join("k.cu");
+        std::fs::write(&file, format!("#include \"a.h\"\n#include \"sub/b.h\"\n{USES_T}")).unwrap();
+        let cache = tempfile::tempdir().unwrap();
+        assert_eq!(compiled_t(&Program::from_file(&file).unwrap(), &through_disk(cache.path())), (CacheSource::Compiled, 8), "{once}");
+    }
+}
+
+/// A header that claims a terabyte (sparse) is not read into memory, by caijit or by NVRTC
+/// (which would run out of memory): the compile fails, naming the limit, and the process
+/// survives.
+#[test]
+fn a_huge_header_does_not_abort_the_process() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::File::create(dir.path().join("big.h")).unwrap().set_len(1 << 40).unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let program = Program::new(format!("#include \"big.h\"\ntypedef float T;\n{USES_T}")).include_dir(dir.path());
+    let err = compile_with(&program, Arch(90), &through_disk(cache.path())).map(|c| c.source).unwrap_err();
+    assert!(err.to_string().contains("larger than 64 MiB"), "{err}");
+    assert_eq!(std::fs::read_dir(cache.path()).map_or(0, |d| d.count()), 0, "an entry was written");
+}

@@ -1,7 +1,7 @@
 //! Every header a program can include, found the way NVRTC finds it.
 //!
-//! [`resolve`] scans the program for `#include "name"` and `#include <name>` (and the names
-//! probed by `__has_include`), finds each header, and does the same for every header found,
+//! [`resolve`] scans the program for `#include "name"` and `#include <name>` (also spelled
+//! `%:include`; and the names probed by `__has_include`), finds each header, and does the same for every header found,
 //! so the cache key can hash exactly the headers NVRTC can open. Conditionals are not
 //! evaluated: the includes of every branch are followed (hashing a header too many only
 //! costs a recompile when it changes).
@@ -17,10 +17,18 @@
 //! so it compiles the bytes that were hashed and nothing else. That holds only while a name
 //! means one file everywhere, so [`Includes::untrusted`] says why it does not when:
 //! - an include's name is computed (`#include MACRO`) or is an `#include_next`;
+//! - a `__has_include` probes a name that is not a literal (`__has_include(MACRO)`, a macro
+//!   for `__has_include` itself, `__has_include_next`): macros named like `…has_include`
+//!   (CCCL's `_CCCL_HAS_INCLUDE`) may hand their parameter to it, and each of their uses
+//!   is read as a probe;
+//! - the text has a trigraph `??=` or `??/` (which may spell `#`, or a line splice);
 //! - a name means different files (or none) from different including files;
-//! - a `#pragma once` file is reached under two names (in memory, they are two files);
+//! - a `#pragma once` (or `_Pragma("once")`) file is reached under two names (in memory,
+//!   they are two files);
 //! - a name not found here can be opened by NVRTC next to the in-memory includer's name;
 //! - a header cannot be read, or holds a NUL byte or invalid UTF-8.
+//!
+//! A header larger than 64 MiB is not read: NVRTC is handed an `#error` under its name.
 //!
 //! Such a program is compiled from the file system, as NVRTC finds headers itself, and
 //! kept out of the disk cache.
@@ -52,12 +60,19 @@ pub(crate) struct Include {
 pub(crate) struct Scan {
     pub includes: Vec<Include>,
     pub pragma_once: bool,
-    /// The first include whose header cannot be named without preprocessing.
+    /// Why not every header the file may read can be named without preprocessing (the
+    /// first such thing found: a computed include, a probe of a macro, a trigraph).
     pub opaque: Option<String>,
 }
 
 /// Find the include directives of C++ text, outside comments and literals.
 pub(crate) fn scan(text: &str) -> Scan {
+    let mut out = Scan::default();
+    // Trigraphs (with `-std=c++11` or `c++14`) spell `#` (`??=`) and the backslash of a line
+    // splice (`??/`): directives the scanner would not see.
+    if let Some(p) = text.find("??=").or_else(|| text.find("??/")) {
+        out.opaque = Some(format!("the trigraph `{}` (it may spell a directive or a line splice)", &text[p..p + 3]));
+    }
     // Line splicing comes before everything else in C++.
     let spliced;
     let text = if text.contains("\\\n") || text.contains("\\\r\n") {
@@ -67,22 +82,25 @@ pub(crate) fn scan(text: &str) -> Scan {
         text
     };
     let b = text.as_bytes();
-    let mut out = Scan::default();
     let mut i = 0;
     // Only blanks and comments since the last newline: a `#` here starts a directive.
     let mut line_start = true;
+    // The `#define` whose body is being read (to the end of its line).
+    let mut define: Option<Define> = None;
     while i < b.len() {
         match b[i] {
             b'\n' => {
                 line_start = true;
+                define = None;
                 i += 1;
             }
             b' ' | b'\t' | b'\r' | 0x0b | 0x0c => i += 1,
             b'/' if b.get(i + 1) == Some(&b'/') => i = find(b, i, b"\n"),
             b'/' if b.get(i + 1) == Some(&b'*') => i = find(b, i + 2, b"*/").saturating_add(2).min(b.len()),
-            b'#' if line_start => {
+            // `%:` is `#` (a digraph, in every C++ standard).
+            b'#' | b'%' if line_start && (b[i] == b'#' || b.get(i + 1) == Some(&b':')) => {
                 line_start = false;
-                i = directive(text, i + 1, &mut out);
+                (i, define) = directive(text, i + if b[i] == b'#' { 1 } else { 2 }, &mut out);
             }
             b'"' => {
                 line_start = false;
@@ -93,6 +111,10 @@ pub(crate) fn scan(text: &str) -> Scan {
                 let token = &b[token_start(b, i, true)..i];
                 // `1'000` is one number (C++14 digit separators); `u8'a'` is a character.
                 i = if token.first().is_some_and(u8::is_ascii_digit) { i + 1 } else { quoted_end(b, i, b'\'') };
+            }
+            c if is_ident(c) => {
+                line_start = false;
+                i = word(text, i, ident_end(b, i), define.as_ref(), &mut out);
             }
             _ => {
                 line_start = false;
@@ -110,6 +132,11 @@ fn find(b: &[u8], from: usize, pat: &[u8]) -> usize {
 
 fn is_ident(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_'
+}
+
+/// Where the identifier (or pp-number's start) that starts at `start` ends.
+fn ident_end(b: &[u8], start: usize) -> usize {
+    start + b.get(start..).map_or(0, |rest| rest.iter().take_while(|&&c| is_ident(c)).count())
 }
 
 /// Where the identifier (or, with `numbers`, pp-number) that ends just before `end` starts.
@@ -161,14 +188,21 @@ fn skip_blanks(b: &[u8], mut i: usize) -> usize {
     }
 }
 
-/// Read the directive after the `#` at `i - 1`; returns where scanning goes on.
-fn directive(text: &str, i: usize, out: &mut Scan) -> usize {
+/// The `#define` a macro body belongs to, as far as `__has_include` needs it.
+#[derive(Debug)]
+struct Define {
+    /// Its name has `has_include` in it (`_CCCL_HAS_INCLUDE`): each of its uses is read as a
+    /// probe itself, so its body may hand a parameter on to `__has_include`.
+    wrapper: bool,
+    params: Vec<String>,
+}
+
+/// Read the directive after the `#` (or `%:`) that ends at `i`; returns where scanning goes
+/// on, and the macro being defined when it is a `#define` (its body is the rest of the line).
+fn directive(text: &str, i: usize, out: &mut Scan) -> (usize, Option<Define>) {
     let b = text.as_bytes();
     let start = skip_blanks(b, i);
-    let mut end = start;
-    while end < b.len() && is_ident(b[end]) {
-        end += 1;
-    }
+    let end = ident_end(b, start);
     let line_end = find(b, end, b"\n");
     match &text[start..end] {
         word @ ("include" | "include_next" | "import") => {
@@ -182,11 +216,11 @@ fn directive(text: &str, i: usize, out: &mut Scan) -> usize {
             match close {
                 Some(close) if word != "include_next" => {
                     out.includes.push(Include { name: text[arg + 1..close].to_string(), quoted: b[arg] == b'"' });
-                    close + 1
+                    (close + 1, None)
                 }
                 _ => {
-                    out.opaque.get_or_insert_with(|| format!("#{}", text[i..line_end].trim()));
-                    line_end
+                    out.opaque.get_or_insert_with(|| format!("`#{}` (a computed include or an include_next)", text[i..line_end].trim()));
+                    (line_end, None)
                 }
             }
         }
@@ -194,36 +228,108 @@ fn directive(text: &str, i: usize, out: &mut Scan) -> usize {
             let word = skip_blanks(b, end);
             let once = b[word..].starts_with(b"once") && b.get(word + 4).is_none_or(|&c| !is_ident(c));
             out.pragma_once |= once;
-            end
+            (end, None)
         }
-        // `#if __has_include(<x.h>)`, also through a macro (`_CCCL_HAS_INCLUDE(<x.h>)`).
-        "if" | "elif" | "define" => {
-            probes(&text[end..line_end], out);
-            end
+        // The name tested (`#ifdef __has_include`) is no probe.
+        "ifdef" | "ifndef" | "elifdef" | "elifndef" | "undef" => (ident_end(b, skip_blanks(b, end)), None),
+        "define" => {
+            let name_start = skip_blanks(b, end);
+            let name_end = ident_end(b, name_start);
+            let wrapper = text[name_start..name_end].to_ascii_lowercase().contains("has_include");
+            // A function-like macro's `(` follows its name with no blank.
+            let close = (b.get(name_end) == Some(&b'('))
+                .then(|| b[name_end..line_end].iter().position(|&c| c == b')'))
+                .flatten()
+                .map(|p| name_end + p);
+            match close {
+                Some(close) => {
+                    let params = text[name_end + 1..close].split(',').map(|p| p.trim().to_string()).collect();
+                    (close + 1, Some(Define { wrapper, params }))
+                }
+                None => (name_end, Some(Define { wrapper, params: Vec::new() })),
+            }
         }
-        _ => end,
+        _ => (end, None),
     }
 }
 
-/// The names probed by `…has_include(<name>)` or `…has_include("name")` in a directive's text.
-fn probes(line: &str, out: &mut Scan) {
-    let lower = line.to_ascii_lowercase();
-    let mut from = 0;
-    while let Some(p) = lower[from..].find("has_include") {
-        let after = from + p + "has_include".len();
-        from = after;
-        let rest = line[after..].trim_start().trim_start_matches("_next");
-        let Some(arg) = rest.trim_start().strip_prefix('(') else { continue };
-        let arg = arg.trim_start();
-        let (quoted, close) = match arg.as_bytes().first() {
-            Some(b'"') => (true, '"'),
-            Some(b'<') => (false, '>'),
-            _ => continue,
-        };
-        if let Some(len) = arg[1..].find(close) {
-            out.includes.push(Include { name: arg[1..1 + len].to_string(), quoted });
+/// Read the identifier (or pp-number) `text[start..end]`; returns where scanning goes on.
+fn word(text: &str, start: usize, end: usize, define: Option<&Define>, out: &mut Scan) -> usize {
+    let b = text.as_bytes();
+    let w = &text[start..end];
+    match w {
+        // `#pragma once`, and whatever else may spell it (`P(once)` with `P(x)` `_Pragma(#x)`).
+        "once" => out.pragma_once = true,
+        // `_Pragma("once")`, `_Pragma ( L" once " )`.
+        "_Pragma" => {
+            let open = skip_blanks(b, end);
+            if b.get(open) == Some(&b'(') {
+                let lit = skip_blanks(b, open + 1);
+                let quote = ident_end(b, lit);
+                if matches!(&b[lit..quote], b"" | b"L" | b"u8" | b"u" | b"U") && b.get(quote) == Some(&b'"') {
+                    let close = quoted_end(b, quote, b'"');
+                    if close > quote + 1 && b[close - 1] == b'"' {
+                        let pragma = text[quote + 1..close - 1].replace("\\\"", "\"").replace("\\\\", "\\");
+                        out.pragma_once |= pragma.split_whitespace().eq(["once"]);
+                    }
+                }
+            }
         }
+        _ if w.to_ascii_lowercase().contains("has_include") => return probe(text, start, end, define, out),
+        _ => {}
     }
+    end
+}
+
+/// A `__has_include` (or a macro named like it, `_CCCL_HAS_INCLUDE`) at `text[start..end]`:
+/// `…has_include(<name>)` or `…has_include("name")` records the name; a wrapper's body may
+/// hand it one of its parameters, and `defined` may test it. Anything else (a macro for the
+/// name, a macro for `__has_include`, `__has_include_next`, which searches past the file
+/// found) makes the file opaque. Returns where scanning goes on.
+fn probe(text: &str, start: usize, end: usize, define: Option<&Define>, out: &mut Scan) -> usize {
+    let b = text.as_bytes();
+    let ident = &text[start..end];
+    let next = ident.to_ascii_lowercase().contains("has_include_next");
+    let wrapper = define.filter(|d| d.wrapper && !next);
+    // `defined(__has_include)`, `defined __has_include`.
+    let mut j = start;
+    while j > 0 && matches!(b[j - 1], b' ' | b'\t' | b'\r' | 0x0b | 0x0c | b'(') {
+        j -= 1;
+    }
+    if &b[token_start(b, j, false)..j] == b"defined" && b[j..start].iter().filter(|&&c| c == b'(').count() <= 1 {
+        return end;
+    }
+    let open = skip_blanks(b, end);
+    if b.get(open) == Some(&b'(') {
+        let arg = skip_blanks(b, open + 1);
+        let line_end = find(b, arg, b"\n");
+        let closing = match b.get(arg) {
+            Some(b'"') => Some(b'"'),
+            Some(b'<') => Some(b'>'),
+            _ => None,
+        };
+        let lit_end = closing.and_then(|c| b[arg + 1..line_end].iter().position(|&x| x == c)).map(|p| arg + 1 + p);
+        if let Some(lit_end) = lit_end {
+            let paren = skip_blanks(b, lit_end + 1);
+            if b.get(paren) == Some(&b')') && !next {
+                out.includes.push(Include { name: text[arg + 1..lit_end].to_string(), quoted: b[arg] == b'"' });
+                return paren + 1;
+            }
+        }
+        // `#define _CCCL_HAS_INCLUDE(_X) __has_include(_X)`.
+        let param_end = ident_end(b, arg);
+        let paren = skip_blanks(b, param_end);
+        if wrapper.is_some_and(|d| d.params.iter().any(|p| p.as_bytes() == &b[arg..param_end])) && b.get(paren) == Some(&b')') {
+            return paren + 1;
+        }
+    } else if wrapper.is_some() {
+        // `#define _X_HAS_INCLUDE __has_include`: each use of the alias is a probe.
+        return end;
+    }
+    let line = &text[text[..start].rfind('\n').map_or(0, |p| p + 1)..find(b, start, b"\n")];
+    let line: String = line.trim().chars().take(160).collect();
+    out.opaque.get_or_insert_with(|| format!("`{line}` (`{ident}` whose header is not a literal name)"));
+    end
 }
 
 /// The include directories and pre-included headers named in NVRTC options, in order
@@ -379,7 +485,7 @@ impl Resolver<'_> {
     /// where NVRTC thinks it is (next to the name it was given by).
     fn follow(&mut self, scan: &Scan, dir: Option<&Path>, nvrtc_dir: Option<&Path>, includer: &str) {
         if let Some(d) = &scan.opaque {
-            self.distrust(format!("{includer} has `{d}`, whose header caijit cannot name"));
+            self.distrust(format!("{includer} has {d}: caijit cannot name every header it may read"));
         }
         for inc in &scan.includes {
             let quoted = inc.quoted && self.source_include;
@@ -402,7 +508,10 @@ impl Resolver<'_> {
                         self.found[f].names += 1;
                         if self.found[f].names > 1 && self.found[f].loaded.scan.pragma_once {
                             let p = self.found[f].path.display().to_string();
-                            self.distrust(format!("{p} has `#pragma once` and is included by two names (one is {:?})", inc.name));
+                            self.distrust(format!(
+                                "{p} has `#pragma once` (or `_Pragma(\"once\")`) and is included by two names (one is {:?})",
+                                inc.name
+                            ));
                         }
                     }
                 }
@@ -513,13 +622,25 @@ impl Resolver<'_> {
     }
 }
 
+/// The largest header read into memory (and handed to NVRTC from there); a larger one is
+/// handed to NVRTC as an `#error`.
+const MAX_HEADER: u64 = 64 << 20;
+
 /// Read and scan a header.
 fn load(path: &Path) -> Result<(Stamp, Arc<Loaded>), String> {
     let mut file = std::fs::File::open(path).map_err(|e| e.to_string())?;
     let meta = file.metadata().map_err(|e| e.to_string())?;
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.read_to_end(&mut bytes).map_err(|e| e.to_string())?;
-    let text = String::from_utf8(bytes).map_err(|_| "not UTF-8 text, which NVRTC cannot be handed in memory".to_string())?;
+    // Not sized from the metadata: a file may claim any length (a sparse one, a growing one).
+    let mut bytes = Vec::new();
+    (&mut file).take(MAX_HEADER + 1).read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+    let text = if bytes.len() as u64 > MAX_HEADER {
+        // Not left to NVRTC either (it would read all of it, and run out of memory): handed
+        // in memory in its place, this fails the compile when the header is included.
+        format!("#error header larger than {} MiB, more than caijit reads into memory\n", MAX_HEADER >> 20).into_bytes()
+    } else {
+        bytes
+    };
+    let text = String::from_utf8(text).map_err(|_| "not UTF-8 text, which NVRTC cannot be handed in memory".to_string())?;
     if text.contains('\0') {
         return Err("holds a NUL byte, which NVRTC cannot be handed in memory".into());
     }
@@ -584,10 +705,13 @@ int n = 1'000; char c = '"';
 
     #[test]
     fn finds_probes_pragma_once_and_computed_includes() {
-        let s = scan("#pragma once\n#if __has_include(<x.h>) && _CCCL_HAS_INCLUDE( \"y.h\" )\n#endif\n#define H(_X) __has_include(_X)\n");
+        let s = scan(
+            "#pragma once\n#if __has_include(<x.h>) && _CCCL_HAS_INCLUDE( \"y.h\" )\n#endif\n#define X_HAS_INCLUDE(_X) __has_include(_X)\n",
+        );
         assert!(s.pragma_once);
         assert_eq!(s.includes, vec![Include { name: "x.h".into(), quoted: false }, Include { name: "y.h".into(), quoted: true }]);
-        assert_eq!(scan("#include HEADER\n").opaque.as_deref(), Some("#include HEADER"));
+        assert_eq!(s.opaque, None);
+        assert!(scan("#include HEADER\n").opaque.is_some_and(|w| w.contains("#include HEADER")));
         assert!(scan("#include_next <z.h>\n").opaque.is_some());
         assert!(!scan("#pragma onceler\n").pragma_once);
     }
@@ -645,5 +769,104 @@ int n = 1'000; char c = '"';
         assert!(r.untrusted.as_deref().is_some_and(|w| w.contains("found by NVRTC")), "{:?}", r.untrusted);
         std::fs::write(src.path().join("stray.h"), "// found\n").unwrap();
         assert_eq!(resolve(&p, &[]).untrusted, None);
+    }
+
+    /// `%:` is `#` in every C++ standard; a trigraph (`??=` is `#`, `??/` a backslash with
+    /// `-std=c++11/14`) may spell a directive the scanner cannot see.
+    #[test]
+    fn digraph_directives_are_read_and_trigraphs_are_opaque() {
+        assert_eq!(
+            names("%:include \"t.h\"\n  %:  include <u.h>\n/**/%:include \"v.h\"\nint a = 5 %: 3;\n"),
+            [("t.h".to_string(), true), ("u.h".to_string(), false), ("v.h".to_string(), true)]
+        );
+        assert_eq!(scan("%:include \"t.h\"\n").opaque, None);
+        assert_eq!(names("%:if __has_include(\"p.h\")\n%:endif\n"), [("p.h".to_string(), true)]);
+        for text in ["??=include \"t.h\"\n", "#include ??/\n\"t.h\"\n", "const char* s = \"??=\";\n"] {
+            assert!(scan(text).opaque.is_some_and(|w| w.contains("trigraph")), "{text:?}");
+        }
+    }
+
+    /// Only `…has_include("name")` / `…has_include(<name>)` names a probed header; every
+    /// other use of a probe (a macro for the name, a macro for `__has_include`) is opaque.
+    #[test]
+    fn probes_of_names_that_are_not_literals_are_opaque() {
+        let literal = [
+            "#if __has_include(\"opt.h\")\n",
+            "#if __has_include/**/(\"opt.h\")\n",
+            "#if __has_include( /*x*/ \"opt.h\" /**/ )\n",
+            "#if __has_include \\\n (\"opt.h\")\n",
+            "#if _CCCL_HAS_INCLUDE(\"opt.h\")\n",
+            "#if defined(__has_include) && __has_include(\"opt.h\")\n",
+            "#ifdef __has_include\n#  define _CCCL_HAS_INCLUDE(_X) __has_include(_X)\n#else\n#  define _CCCL_HAS_INCLUDE(_X) 0\n#endif\n\
+             #if _CCCL_HAS_INCLUDE(\"opt.h\") // _CCCL_HAS_INCLUDE(OPT)\n",
+            "#define MY_HAS_INCLUDE __has_include\n#if MY_HAS_INCLUDE(\"opt.h\")\n",
+            "// __has_include(OPT)\n/* __has_include(H) */ const char* s = \"__has_include(X)\";\n#if __has_include(\"opt.h\")\n",
+        ];
+        for text in literal {
+            let s = scan(text);
+            assert_eq!(s.opaque, None, "{text:?}");
+            assert_eq!(s.includes, [Include { name: "opt.h".into(), quoted: true }], "{text:?}");
+        }
+        let opaque = [
+            "#define H \"opt.h\"\n#if __has_include(H)\n",
+            "#define P __has_include\n#if P(\"opt.h\")\n",
+            "#define HAS(x) __has_include(x)\n#define OPT \"opt.h\"\n#if HAS(OPT)\n",
+            "#define HAS(x) _CCCL_HAS_INCLUDE(x)\n",
+            "#define X_HAS_INCLUDE(x) __has_include(OPT)\n",
+            "#if _CCCL_HAS_INCLUDE(OPT)\n",
+            "#if __has_include(\"a.h\" OPT)\n",
+            "#if __has_include\n",
+            "#if __has_include_next(\"opt.h\")\n",
+            "#define X_HAS_INCLUDE(x) __has_include_next(x)\n",
+        ];
+        for text in opaque {
+            assert!(scan(text).opaque.is_some_and(|w| w.contains("has_include") || w.contains("HAS_INCLUDE")), "{text:?}");
+        }
+    }
+
+    #[test]
+    fn pragma_once_in_every_spelling() {
+        for text in [
+            "#pragma once\n",
+            "%:pragma once\n",
+            "_Pragma(\"once\")\n",
+            "_Pragma ( \" once \" )\n",
+            "_Pragma(L\"once\")\n",
+            "#define P(x) _Pragma(#x)\nP(once)\n",
+        ] {
+            assert!(scan(text).pragma_once, "{text:?}");
+        }
+        for text in ["_Pragma(\"onceler\")\n", "// once\n", "const char* s = \"once\";\n", "_Pragma(\"unroll\")\n"] {
+            assert!(!scan(text).pragma_once, "{text:?}");
+        }
+    }
+
+    /// A `_Pragma("once")` header reached by two names is compiled from the file system.
+    #[test]
+    fn a_pragma_operator_once_header_under_two_names_is_not_trusted() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir(d.join("sub")).unwrap();
+        std::fs::write(d.join("a.h"), "_Pragma(\"once\")\nstruct S { int x; };\n").unwrap();
+        std::fs::write(d.join("sub/b.h"), "#include \"../a.h\"\n").unwrap();
+        let mut p = Program::new("#include \"a.h\"\n#include \"sub/b.h\"\n");
+        p.source_dir = Some(d.to_path_buf());
+        let r = resolve(&p, &[]);
+        assert!(r.untrusted.as_deref().is_some_and(|w| w.contains("included by two names")), "{:?}", r.untrusted);
+    }
+
+    /// A header larger than caijit reads (here a sparse terabyte) is not read, nor allocated
+    /// for: NVRTC is handed an `#error` in its place.
+    #[test]
+    fn a_huge_header_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::File::create(dir.path().join("big.h")).unwrap().set_len(1 << 40).unwrap();
+        let mut p = Program::new("#include \"big.h\"\n");
+        p.source_dir = Some(dir.path().to_path_buf());
+        let r = resolve(&p, &[]);
+        assert_eq!(r.untrusted, None);
+        assert_eq!(r.headers.len(), 1);
+        assert_eq!(r.headers[0].0, "big.h");
+        assert!(r.headers[0].1.starts_with("#error header larger than 64 MiB"), "{}", r.headers[0].1);
     }
 }
