@@ -3,68 +3,17 @@
 //! fine) on arbitrary and on structured-mutated input. A panic fails the test. The same
 //! readers are fuzzed for longer by `fuzz/` (cargo-fuzz); this is the quick CI version.
 
-use cai_runtime::cai::DType;
 use cai_runtime::compile::DiskCache;
-use cai_runtime::signature::{
-    deduce, demangled_params, layout, parse_kernels, ptx_entries, ArgType, CType, KernelDecl, ParamType, PtxParam,
-};
+use cai_runtime::signature::{demangled_params, parse_kernels, ptx_entries};
 use proptest::prelude::*;
 
+// What compilation does with what it reads back (as `compile::describe_kernels`): the same
+// code the fuzz targets run.
+#[path = "../fuzz/fuzz_targets/common/describe.rs"]
+mod describe;
+use describe::describe;
+
 const CASES: u32 = 1024;
-
-// ---------------------------------------------------------------------------------------
-// What compilation does with what it reads back (as `compile::describe_kernels`).
-
-fn args_for(decl: &KernelDecl, dtype: DType) -> Vec<ArgType> {
-    decl.params
-        .iter()
-        .map(|(_, t)| match t {
-            ParamType::Pointer { .. } => ArgType::Array { dtype, rank: 1 },
-            ParamType::Array { .. } => ArgType::Array { dtype, rank: 2 },
-            ParamType::Value(_) => ArgType::TypedScalar(dtype),
-        })
-        .collect()
-}
-
-fn check_layout(name: &str, declared: &[(Option<String>, ParamType)], params: &[PtxParam]) {
-    let Ok(l) = layout(name, declared, params) else { return };
-    assert_eq!(l.len(), params.len());
-    let mut end = 0usize;
-    for p in &l {
-        assert!(p.align >= 1 && p.offset % p.align == 0, "{p:?}");
-        assert!(p.offset >= end, "{l:?}");
-        end = p.offset.checked_add(p.size).expect("layout checks the end");
-        let _ = (p.kind.describe(), p.kind.expected_size());
-    }
-}
-
-fn describe(source: &str, ptx: &str, lowered: &[(String, String)]) {
-    let decls = parse_kernels(source).unwrap_or_default();
-    for d in &decls {
-        let _ = deduce(d, &vec![ArgType::UntypedScalar; d.params.len()]);
-        let _ = deduce(d, &args_for(d, DType::F32));
-        for (_, t) in &d.params {
-            let _ = (d.is_template(), t.to_string());
-        }
-    }
-    for (_, l) in lowered {
-        let _ = demangled_params(l);
-    }
-    let Ok(entries) = ptx_entries(ptx) else { return };
-    for (name, params) in entries {
-        let opaque = vec![(None, ParamType::Value(CType::Named("S".into()))); params.len()];
-        check_layout(&name, &opaque, &params);
-        let declared = match demangled_params(&name) {
-            Ok(Some((_, types))) => types.into_iter().map(|t| (None, t)).collect(),
-            Ok(None) => match decls.iter().find(|d| d.name == name) {
-                Some(d) => d.params.clone(),
-                None => continue,
-            },
-            Err(_) => continue,
-        };
-        check_layout(&name, &declared, &params);
-    }
-}
 
 fn all_readers(text: &str) {
     describe(text, text, &[(String::new(), text.to_string())]);
