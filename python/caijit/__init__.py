@@ -71,22 +71,30 @@ def _read_source(source: Source) -> tuple[str, Optional[str]]:
         isinstance(source, str) and "\n" not in source and source.rstrip().endswith(_SOURCE_SUFFIXES)
     ):
         path = os.fspath(source)
-        if isinstance(path, bytes) or not _is_utf8(path):
+        if isinstance(path, bytes):
             raise ArgumentError(f"{path!r}: the file name is not UTF-8 (NVRTC names programs in UTF-8); rename the file")
-        try:
-            with open(path, encoding="utf-8") as f:
-                return f.read(), path
-        except FileNotFoundError:
-            raise ArgumentError(f"{path}: no such file (a string ending in .cu is read as a path)") from None
-        except IsADirectoryError:
-            raise ArgumentError(f"{path}: is a directory, not a CUDA source file") from None
-        except UnicodeDecodeError as e:
-            raise ArgumentError(f"{path}: not UTF-8 text (byte {e.start} is {e.object[e.start]:#04x}); is it a binary file?") from None
-        except OSError as e:
-            raise ArgumentError(f"{path}: cannot be read: {e.strerror or e}") from None
+        return _read_text(path, missing="no such file (a string ending in .cu is read as a path)"), path
     if not isinstance(source, str):
         raise ArgumentError(f"kernel source must be a str or a path, got {type(source).__name__}")
     return source, None
+
+
+def _read_text(path: str, missing: str = "no such file") -> str:
+    """The UTF-8 text of a CUDA source file, or an ArgumentError naming it and what is
+    wrong (``missing`` says what a missing file is)."""
+    if not _is_utf8(path):
+        raise ArgumentError(f"{path!r}: the file name is not UTF-8 (NVRTC names programs in UTF-8); rename the file")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise ArgumentError(f"{path}: {missing}") from None
+    except IsADirectoryError:
+        raise ArgumentError(f"{path}: is a directory, not a CUDA source file") from None
+    except UnicodeDecodeError as e:
+        raise ArgumentError(f"{path}: not UTF-8 text (byte {e.start} is {e.object[e.start]:#04x}); is it a binary file?") from None
+    except OSError as e:
+        raise ArgumentError(f"{path}: cannot be read: {e.strerror or e}") from None
 
 
 def _is_utf8(path: str) -> bool:

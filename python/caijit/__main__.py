@@ -115,19 +115,10 @@ class UsageError(Exception):
 
 def _read_file(path: str) -> str:
     """The text of a source file, or a UsageError naming it and what is wrong."""
-    if not caijit._is_utf8(path):
-        raise UsageError(f"{path!r}: the file name is not UTF-8 (NVRTC names programs in UTF-8); rename the file")
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise UsageError(f"{path}: is a directory, not a CUDA source file") from None
-    except UnicodeDecodeError as e:
-        raise UsageError(f"{path}: not UTF-8 text (byte {e.start} is {e.object[e.start]:#04x}); is it a binary file?") from None
-    except OSError as e:
-        raise UsageError(f"{path}: cannot be read: {e.strerror or e}") from None
+        return caijit._read_text(path)
+    except caijit.ArgumentError as e:
+        raise UsageError(str(e)) from None
 
 
 def _template_line(name: str, template_params: list[str], param_types: list[str], examples: list[str]) -> str:
