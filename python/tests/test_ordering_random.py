@@ -24,6 +24,7 @@ Environment:
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import dataclasses
 import os
@@ -340,9 +341,10 @@ class DLPackOnly:
         return self.tensor.__dlpack_device__()
 
 
-class Adapter:
+class Adapter(abc.ABC):
     """How one producer makes an array on a stream, reads it back (synchronising, on that
-    stream), writes it with its own library, and reallocates freed memory."""
+    stream), writes it with its own library (where it has a write: `fill`), and reallocates
+    freed memory."""
 
     name: ClassVar[str] = ""
     #: Whose allocator recycles the memory when the array dies.
@@ -353,8 +355,6 @@ class Adapter:
     #: Stream kinds the producer's arrays live on, and substitutes for the others.
     homes: ClassVar[tuple[str, ...]] = STREAM_KINDS
     remap: ClassVar[dict[str, str]] = {}
-    #: Whether the library has a write of its own (else slow writes are caijit's).
-    can_fill: ClassVar[bool] = True
 
     def __init__(self, libs: Libs) -> None:
         self.libs = libs
@@ -370,14 +370,20 @@ class Adapter:
     def current_lib(self) -> str:
         return self.current
 
-    def make(self, n: int, base: int, home: PoolStream) -> Any:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def make(self, n: int, base: int, home: PoolStream) -> Any: ...
 
-    def to_host(self, obj: Any, home: PoolStream) -> np.ndarray:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def to_host(self, obj: Any, home: PoolStream) -> np.ndarray: ...
 
     def fill(self, obj: Any, value: int, home: PoolStream) -> None:
-        raise NotImplementedError
+        """Write `value` everywhere with the producer's own library (those that have a
+        write of their own override this; for the others slow writes are caijit's)."""
+        raise TypeError(f"{self.name} arrays have no write of their own")
+
+    @property
+    def can_fill(self) -> bool:
+        return type(self).fill is not Adapter.fill
 
     def scribble(self, n: int, home: PoolStream) -> None:
         """Allocate ``n`` floats on ``home`` and write -1 over them (then free them)."""
@@ -459,7 +465,6 @@ class NumbaAdapter(Adapter):
     memory = "numba"
     homes = ("legacy", "per_thread", "caijit", "cupy_nonblocking", "cupy_blocking", "torch")
     remap = {"dropped": "caijit"}
-    can_fill = False
 
     def make(self, n: int, base: int, home: PoolStream) -> Any:
         return self.libs.numba.to_device(pattern(n, base), stream=home.numba())
@@ -475,7 +480,6 @@ class DLPackAdapter(Adapter):
     """A DLPack-only wrapper of a PyTorch tensor (of a CuPy array without PyTorch)."""
 
     name = "dlpack"
-    can_fill = True
 
     def __init__(self, libs: Libs, backing: Adapter) -> None:
         super().__init__(libs)
