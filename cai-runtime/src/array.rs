@@ -41,9 +41,9 @@ impl DeviceArray {
     /// Uninitialised memory for `shape` elements of `dtype`, allocated on `stream`.
     pub fn empty(ctx: &Arc<Context>, shape: &[usize], dtype: DType, stream: &Arc<Stream>) -> Result<DeviceArray> {
         if let Some(o) = stream.device().filter(|&o| o != ctx.ordinal()) {
-            return Err(Error::Argument(format!("the stream is on device {o}; the array would be on device {}", ctx.ordinal())));
+            return Err(Error::argument(format!("the stream is on device {o}; the array would be on device {}", ctx.ordinal())));
         }
-        let overflow = || Error::Argument(format!("shape {shape:?} of {dtype} overflows"));
+        let overflow = || Error::argument(format!("shape {shape:?} of {dtype} overflows"));
         let size = shape
             .iter()
             .try_fold(1usize, |a, &n| a.checked_mul(n))
@@ -71,7 +71,7 @@ impl DeviceArray {
     pub fn from_bytes(ctx: &Arc<Context>, shape: &[usize], dtype: DType, bytes: &[u8], stream: &Arc<Stream>) -> Result<DeviceArray> {
         let a = Self::empty(ctx, shape, dtype, stream)?;
         if bytes.len() != a.nbytes() {
-            return Err(Error::Argument(format!("{} bytes given for shape {shape:?} of {dtype}, which needs {}", bytes.len(), a.nbytes())));
+            return Err(Error::argument(format!("{} bytes given for shape {shape:?} of {dtype}, which needs {}", bytes.len(), a.nbytes())));
         }
         if !bytes.is_empty() {
             ctx.bind()?.copy_to_owned(a.ptr(), bytes, stream.raw())?;
@@ -103,8 +103,8 @@ impl DeviceArray {
     /// could order that work against the array's.
     pub fn check_usable_here(&self) -> Result<()> {
         if self.on_another_threads_stream() {
-            return Err(Error::Argument(
-                "the array lives on the per-thread default stream of another thread (stream 2 names a different stream on every thread): use it on the thread that made it, or allocate it on a stream object".into(),
+            return Err(Error::argument(
+                "the array lives on the per-thread default stream of another thread (stream 2 names a different stream on every thread): use it on the thread that made it, or allocate it on a stream object",
             ));
         }
         Ok(())

@@ -32,4 +32,16 @@ pub enum Error {
     CudaNotAvailable(String),
 }
 
+impl Error {
+    /// An argument error with a message (which names the argument and what was wrong).
+    pub fn argument(message: impl Into<String>) -> Self {
+        Error::Argument(message.into())
+    }
+
+    /// A launch, allocation or copy the driver refused.
+    pub fn launch(message: impl Into<String>) -> Self {
+        Error::Launch(message.into())
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;

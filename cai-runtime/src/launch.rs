@@ -78,7 +78,7 @@ impl LaunchConfig {
         for (what, dims, max) in limits {
             for (axis, (&d, &m)) in dims.iter().zip(&max).enumerate() {
                 if d == 0 || d > m {
-                    return Err(Error::Argument(format!(
+                    return Err(Error::argument(format!(
                         "{what} dimension {} is {d}; it must be between 1 and {m}",
                         ["x", "y", "z"][axis]
                     )));
@@ -87,7 +87,7 @@ impl LaunchConfig {
         }
         let threads = self.block.iter().map(|&b| u64::from(b)).product::<u64>();
         if threads > attrs.max_threads_per_block as u64 {
-            return Err(Error::Argument(format!(
+            return Err(Error::argument(format!(
                 "block of {threads} threads exceeds this kernel's limit of {} threads per block",
                 attrs.max_threads_per_block
             )));
@@ -95,14 +95,14 @@ impl LaunchConfig {
         if let Some(cluster) = self.cluster {
             let (major, _) = k.context().compute_capability();
             if major < 9 {
-                return Err(Error::Argument(format!(
+                return Err(Error::argument(format!(
                     "thread-block clusters need compute capability 9.0 or newer; device {} has {major}.x",
                     k.context().ordinal()
                 )));
             }
             for (axis, (&c, &g)) in cluster.iter().zip(&self.grid).enumerate() {
                 if c == 0 || g % c != 0 {
-                    return Err(Error::Argument(format!(
+                    return Err(Error::argument(format!(
                         "cluster dimension {} is {c}; it must be at least 1 and divide the grid dimension {g}",
                         ["x", "y", "z"][axis]
                     )));
@@ -110,11 +110,11 @@ impl LaunchConfig {
             }
             let size: u32 = cluster.iter().product();
             if size > 8 {
-                return Err(Error::Argument(format!("a cluster of {size} blocks exceeds the portable limit of 8")));
+                return Err(Error::argument(format!("a cluster of {size} blocks exceeds the portable limit of 8")));
             }
         }
         if self.shared_mem as i64 > attrs.max_dynamic_shared_size_bytes as i64 {
-            return Err(Error::Argument(format!(
+            return Err(Error::argument(format!(
                 "{} bytes of dynamic shared memory exceed this kernel's limit of {} (raise it with max_dynamic_shared_size_bytes)",
                 self.shared_mem, attrs.max_dynamic_shared_size_bytes
             )));
@@ -218,7 +218,7 @@ impl ParamBuffer {
 
 fn err(p: &ParamLayout, what: String) -> Error {
     let name = p.name.as_deref().map(|n| format!(" `{n}`")).unwrap_or_default();
-    Error::Argument(format!("argument {}{name} (`{}`): {what}", p.index, p.cpp_type))
+    Error::argument(format!("argument {}{name} (`{}`): {what}", p.index, p.cpp_type))
 }
 
 fn check_array(p: &ParamLayout, v: &ArrayView, dtype: Option<DType>, is_const: bool) -> Result<()> {
@@ -449,7 +449,7 @@ impl Kernel {
     pub fn launch(&self, cfg: &LaunchConfig, args: &[Arg<'_>], stream: Option<&Stream>, sync: bool) -> Result<u64> {
         let params = &self.info.params;
         if params.len() != args.len() {
-            return Err(Error::Argument(format!("kernel `{}` takes {} arguments, got {}", self.info.base_name, params.len(), args.len())));
+            return Err(Error::argument(format!("kernel `{}` takes {} arguments, got {}", self.info.base_name, params.len(), args.len())));
         }
         cfg.check(self)?;
         let mut buf = ParamBuffer::new(self.info.param_buffer_size());
@@ -521,7 +521,7 @@ pub(crate) fn enqueue_ordered<'v>(
         }
     }
     if let Some(o) = stream.and_then(Stream::device).filter(|&o| o != ctx.ordinal()) {
-        return Err(Error::Argument(format!("the stream is on device {o} but the arrays are on device {}", ctx.ordinal())));
+        return Err(Error::argument(format!("the stream is on device {o} but the arrays are on device {}", ctx.ordinal())));
     }
     let launch_stream = chosen(stream, common);
     let foreign = sync && sync_enabled_by_env();
@@ -546,7 +546,7 @@ pub(crate) fn enqueue_ordered<'v>(
         ctx.return_events(&mut events);
         // A borrowed stream of another device is refused by the driver: say which.
         if let Some(o) = stream.and_then(|s| s.device_from_driver().ok().flatten()).filter(|&o| o != ctx.ordinal()) {
-            return Err(Error::Argument(format!("the stream is on device {o} but the arrays are on device {}", ctx.ordinal())));
+            return Err(Error::argument(format!("the stream is on device {o} but the arrays are on device {}", ctx.ordinal())));
         }
         return Err(e);
     }
@@ -651,7 +651,7 @@ pub fn launch_stream<'v>(arrays: impl IntoIterator<Item = &'v ArrayView>, stream
 /// (CAI value).
 pub fn copy_contiguous(ctx: &Context, src: &Arg<'_>, dst: &Arg<'_>, stream: Option<&Stream>, sync: bool) -> Result<u64> {
     const NAMES: [&str; 2] = ["source", "destination"];
-    let named = |i: usize, what: String| Error::Argument(format!("copy {}: {what}", NAMES[i]));
+    let named = |i: usize, what: String| Error::argument(format!("copy {}: {what}", NAMES[i]));
     fn array<'a>(a: &Arg<'a>) -> std::result::Result<(&'a ArrayView, Option<usize>), &'static str> {
         let (v, device) = match a {
             Arg::Array(v) => (*v, None),
@@ -666,7 +666,7 @@ pub fn copy_contiguous(ctx: &Context, src: &Arg<'_>, dst: &Arg<'_>, stream: Opti
     let (s, s_dev) = array(src).map_err(|e| named(0, e.into()))?;
     let (d, d_dev) = array(dst).map_err(|e| named(1, e.into()))?;
     if s.dtype() != d.dtype() || s.size() != d.size() {
-        return Err(Error::Argument(format!(
+        return Err(Error::argument(format!(
             "copy: the source ({} elements of {}) and the destination ({} of {}) differ",
             s.size(),
             s.dtype(),
@@ -712,7 +712,7 @@ pub mod fault {
     pub(crate) fn check(p: Point) -> crate::Result<()> {
         let bit = p as u32;
         if ARMED.load(Relaxed) & bit != 0 && ARMED.fetch_and(!bit, Relaxed) & bit != 0 {
-            return Err(crate::Error::Launch(format!("injected fault at {p:?}")));
+            return Err(crate::Error::launch(format!("injected fault at {p:?}")));
         }
         Ok(())
     }

@@ -68,7 +68,7 @@ fn elementwise_grid(v: &ArrayView) -> LaunchConfig {
 
 fn same(what: &str, a: &ArrayView, b: &ArrayView) -> Result<()> {
     if a.shape() != b.shape() || a.dtype() != b.dtype() {
-        return Err(Error::Argument(format!(
+        return Err(Error::argument(format!(
             "{what}: arrays must match, got {} {:?} and {} {:?}",
             a.dtype(),
             a.shape(),
@@ -81,7 +81,7 @@ fn same(what: &str, a: &ArrayView, b: &ArrayView) -> Result<()> {
 
 fn contiguous(what: &str, v: &ArrayView) -> Result<()> {
     if !v.is_c_contiguous() {
-        return Err(Error::Argument(format!("{what}: needs C-contiguous arrays (make them so with ops::ascontiguous)")));
+        return Err(Error::argument(format!("{what}: needs C-contiguous arrays (make them so with ops::ascontiguous)")));
     }
     Ok(())
 }
@@ -90,7 +90,7 @@ fn contiguous(what: &str, v: &ArrayView) -> Result<()> {
 fn check_out(what: &str, out: &ArrayView, shape: &[usize], dtype: DType) -> Result<()> {
     if out.shape() != shape || out.dtype() != dtype || !out.is_c_contiguous() {
         let layout = if out.is_c_contiguous() { "" } else { " (not C-contiguous)" };
-        return Err(Error::Argument(format!(
+        return Err(Error::argument(format!(
             "{what}: out must be a C-contiguous {dtype} array of shape {shape:?}, got {} {:?}{layout}",
             out.dtype(),
             out.shape()
@@ -110,7 +110,7 @@ fn scalar(value: impl Into<Num>) -> Arg<'static> {
 /// Refuses complex dtypes (the kernels named by `what` are written for real types).
 fn real(what: &str, d: DType) -> Result<()> {
     if matches!(d, DType::C64 | DType::C128) {
-        return Err(Error::Argument(format!("{what}: {d} is not supported (real types only)")));
+        return Err(Error::argument(format!("{what}: {d} is not supported (real types only)")));
     }
     Ok(())
 }
@@ -232,11 +232,11 @@ fn broadcast_to(v: &ArrayView, shape: &[usize]) -> Result<ArrayView> {
 pub fn binary(ctx: &Arc<Context>, op: BinaryOp, a: &ArrayView, b: &ArrayView, out: &ArrayView, stream: Option<&Stream>) -> Result<()> {
     let what = op.name();
     if a.dtype() != b.dtype() {
-        return Err(Error::Argument(format!("{what}: operands are {} and {}; cast one first", a.dtype(), b.dtype())));
+        return Err(Error::argument(format!("{what}: operands are {} and {}; cast one first", a.dtype(), b.dtype())));
     }
     real(what, a.dtype())?;
     let shape = broadcast_shape(a.shape(), b.shape())
-        .ok_or_else(|| Error::Argument(format!("{what}: shapes {:?} and {:?} do not broadcast", a.shape(), b.shape())))?;
+        .ok_or_else(|| Error::argument(format!("{what}: shapes {:?} and {:?} do not broadcast", a.shape(), b.shape())))?;
     check_out(what, out, &shape, a.dtype())?;
     if out.is_empty() {
         return Ok(());
@@ -250,7 +250,7 @@ pub fn binary(ctx: &Arc<Context>, op: BinaryOp, a: &ArrayView, b: &ArrayView, ou
     }
     // A broadcast or strided operand; rank >= 1 here (0-d arrays are C-contiguous).
     if shape.len() > 8 {
-        return Err(Error::Argument(format!("{what}: rank {} > 8", shape.len())));
+        return Err(Error::argument(format!("{what}: rank {} > 8", shape.len())));
     }
     let (ab, bb) = (broadcast_to(a, &shape)?, broadcast_to(b, &shape)?);
     let cols = *shape.last().expect("rank >= 1");
@@ -270,7 +270,7 @@ pub fn ascontiguous(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, stream: 
         return crate::launch::copy_contiguous(ctx, &Arg::Array(x), &Arg::Array(out), stream, true).map(drop);
     }
     if !(1..=8).contains(&x.ndim()) {
-        return Err(Error::Argument(format!("ascontiguous: rank {} is outside 1 to 8", x.ndim())));
+        return Err(Error::argument(format!("ascontiguous: rank {} is outside 1 to 8", x.ndim())));
     }
     let cols = *x.shape().last().expect("rank >= 1");
     let tiles = (x.size() / cols) * cols.div_ceil(4096);
@@ -282,7 +282,7 @@ pub fn ascontiguous(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, stream: 
 /// `out` (cols × rows) = the transpose of the C-contiguous 2-D `x` (rows × cols).
 pub fn transpose(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, stream: Option<&Stream>) -> Result<()> {
     let [rows, cols] = *x.shape() else {
-        return Err(Error::Argument(format!("transpose: expected a 2-D array, got {}-d", x.ndim())));
+        return Err(Error::argument(format!("transpose: expected a 2-D array, got {}-d", x.ndim())));
     };
     contiguous("transpose", x)?;
     check_out("transpose", out, &[cols, rows], x.dtype())?;
@@ -311,7 +311,7 @@ fn reduce(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, sum: bool, stream:
     reducible(what, x)?;
     real(what, out.dtype())?;
     if out.size() != 1 {
-        return Err(Error::Argument(format!("{what}: out must have one element, got shape {:?}", out.shape())));
+        return Err(Error::argument(format!("{what}: out must have one element, got shape {:?}", out.shape())));
     }
     let acc = accumulator(x.dtype(), sum);
     let cfg = grid(ctx, x.size());
@@ -345,10 +345,10 @@ pub fn max(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, stream: Option<&S
 fn reducible(what: &str, x: &ArrayView) -> Result<()> {
     contiguous(what, x)?;
     if matches!(x.dtype(), DType::Bool | DType::C64 | DType::C128) {
-        return Err(Error::Argument(format!("{what}: {} is not supported", x.dtype())));
+        return Err(Error::argument(format!("{what}: {} is not supported", x.dtype())));
     }
     if x.is_empty() {
-        return Err(Error::Argument(format!("{what}: the array is empty")));
+        return Err(Error::argument(format!("{what}: the array is empty")));
     }
     Ok(())
 }
@@ -359,7 +359,7 @@ fn reduce_rows(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, sum: bool, st
     let what = if sum { "sum" } else { "max" };
     reducible(what, x)?;
     let Some((&cols, lead)) = x.shape().split_last() else {
-        return Err(Error::Argument(format!("{what} over the last axis: x is 0-d")));
+        return Err(Error::argument(format!("{what} over the last axis: x is 0-d")));
     };
     real(what, out.dtype())?;
     check_out(what, out, lead, out.dtype())?;
@@ -388,7 +388,7 @@ pub fn max_last_axis(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, stream:
 /// are read once; longer or unaligned rows take two passes.
 pub fn softmax(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, stream: Option<&Stream>) -> Result<()> {
     if !matches!(x.dtype(), DType::F16 | DType::BF16 | DType::F32 | DType::F64) {
-        return Err(Error::Argument(format!("softmax: {} is not a floating type", x.dtype())));
+        return Err(Error::argument(format!("softmax: {} is not a floating type", x.dtype())));
     }
     contiguous("softmax", x)?;
     check_out("softmax", out, x.shape(), x.dtype())?;

@@ -36,7 +36,7 @@ use crate::{Error, Result};
 
 impl From<DriverError> for Error {
     fn from(e: DriverError) -> Self {
-        Error::Launch(e.to_string())
+        Error::launch(e.to_string())
     }
 }
 
@@ -137,7 +137,7 @@ impl Context {
         let drv = driver()?;
         let count = device_count()?;
         if ordinal >= count {
-            return Err(Error::Argument(format!("device {ordinal} does not exist ({count} CUDA devices)")));
+            return Err(Error::argument(format!("device {ordinal} does not exist ({count} CUDA devices)")));
         }
         let mut all = lock(CONTEXTS.get_or_init(Default::default));
         if let Some(c) = all.get(&ordinal) {
@@ -217,7 +217,7 @@ impl Context {
             }
             r => r,
         };
-        r.map_err(|e| Error::Launch(format!("allocating {bytes} bytes on device {}: {e}", self.ordinal)))
+        r.map_err(|e| Error::launch(format!("allocating {bytes} bytes on device {}: {e}", self.ordinal)))
     }
 
     /// Return the memory caijit's pool keeps for reuse to the system (PyTorch's
@@ -386,8 +386,8 @@ impl Stream {
     /// handle must stay valid while caijit uses it; caijit never destroys it.
     pub fn borrowed(handle: u64) -> Result<Stream> {
         if handle == 0 {
-            return Err(Error::Argument(
-                "stream 0 is ambiguous; pass 1 for the legacy default stream or 2 for the per-thread default stream".into(),
+            return Err(Error::argument(
+                "stream 0 is ambiguous; pass 1 for the legacy default stream or 2 for the per-thread default stream",
             ));
         }
         Ok(Stream { raw: RawStream::from_cai(handle), context: None, _owner: None })
@@ -490,13 +490,13 @@ impl Module {
         }
         let info = self.compiled.kernel(name)?.clone();
         let d = self.ctx.bind()?;
-        let cname = CString::new(info.lowered_name.as_str()).map_err(|_| Error::Argument("kernel name has a NUL byte".into()))?;
+        let cname = CString::new(info.lowered_name.as_str()).map_err(|_| Error::argument("kernel name has a NUL byte"))?;
         let raw = d.get_function(self.raw, &cname)?;
         // Cross-check the layout with what the loaded code says: every parameter's offset and
         // size, and their count (drivers of CUDA 12.4+; older ones cannot say, see
         // `driver_checks_parameters`).
         if d.has_param_info() {
-            let mismatch = |what: String| Error::Launch(format!("kernel {}: {what}", info.lowered_name));
+            let mismatch = |what: String| Error::launch(format!("kernel {}: {what}", info.lowered_name));
             for p in &info.params {
                 match d.param_info(raw, p.index)? {
                     Some((offset, size)) if (offset, size) == (p.offset, p.size) => {}

@@ -23,7 +23,7 @@ pub enum PyCaiError {
 
 impl PyCaiError {
     pub fn argument(message: impl Into<String>) -> Self {
-        PyCaiError::Cai(Error::Argument(message.into()))
+        PyCaiError::Cai(Error::argument(message))
     }
 }
 

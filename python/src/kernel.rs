@@ -245,7 +245,7 @@ fn launch_now(
     let on = py.detach(|| match (config, forall) {
         (Some(cfg), _) => k.launch(&cfg, &launch_args, stream, sync),
         (None, Some(n)) => k.forall(n, &launch_args, stream, sync),
-        (None, None) => Err(Error::Argument(SYNTAX.into())),
+        (None, None) => Err(Error::argument(SYNTAX)),
     })?;
     drop(launch_args);
     release_after(k.context(), on, converted)
@@ -519,7 +519,7 @@ pub fn compile_program<'py>(
 /// Declarations of the source's `__global__` functions (for the CLI and tools).
 #[pyfunction]
 pub fn declarations(source: &str) -> PyCaiResult<Vec<DeclSummary>> {
-    let decls = cai_runtime::signature::parse_kernels(source).map_err(|e| Error::Argument(e.0))?;
+    let decls = cai_runtime::signature::parse_kernels(source).map_err(|e| Error::argument(e.0))?;
     Ok(decls
         .into_iter()
         .map(|d| {

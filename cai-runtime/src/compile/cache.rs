@@ -60,7 +60,7 @@ impl DiskCache {
         let dir = match std::env::var_os("CAIJIT_CACHE_DIR") {
             Some(d) if Path::new(&d).is_absolute() => PathBuf::from(d),
             Some(d) => {
-                return Err(Error::Argument(format!(
+                return Err(Error::argument(format!(
                     "CAIJIT_CACHE_DIR must be an absolute path, got {:?} (unset it for the default, or set CAIJIT_CACHE=0 to disable the disk cache)",
                     d
                 )))

@@ -82,7 +82,7 @@ impl Program {
     pub fn from_file(path: impl AsRef<Path>) -> Result<Program> {
         let path = path.as_ref();
         let source =
-            std::fs::read_to_string(path).map_err(|e| Error::Argument(format!("cannot read the kernel source {}: {e}", path.display())))?;
+            std::fs::read_to_string(path).map_err(|e| Error::argument(format!("cannot read the kernel source {}: {e}", path.display())))?;
         Ok(Program::new(source).located_at(path))
     }
 
@@ -130,7 +130,7 @@ impl Program {
 
     /// The `__global__` functions declared in the source.
     pub fn declarations(&self) -> Result<Vec<KernelDecl>> {
-        signature::parse_kernels(&self.source).map_err(|e| Error::Argument(e.0))
+        signature::parse_kernels(&self.source).map_err(|e| Error::argument(e.0))
     }
 }
 
@@ -147,7 +147,7 @@ impl Arch {
             .ok()
             .filter(|&n| (30..=200).contains(&n))
             .map(Arch)
-            .ok_or_else(|| Error::Argument(format!("cannot read {s:?} as a GPU architecture (expected e.g. sm_90)")))
+            .ok_or_else(|| Error::argument(format!("cannot read {s:?} as a GPU architecture (expected e.g. sm_90)")))
     }
 
     /// From a compute capability `(major, minor)`.
@@ -234,12 +234,12 @@ impl Compiled {
                 [] => continue,
                 many => {
                     let names: Vec<_> = many.iter().map(|k| k.demangled.clone().unwrap_or(k.lowered_name.clone())).collect();
-                    return Err(Error::Argument(format!("kernel name {name:?} is ambiguous: {}", names.join(", "))));
+                    return Err(Error::argument(format!("kernel name {name:?} is ambiguous: {}", names.join(", "))));
                 }
             }
         }
         let known: Vec<_> = self.kernels.iter().map(|k| k.name_expression.clone().unwrap_or(k.base_name.clone())).collect();
-        Err(Error::Argument(format!("no kernel named {name:?} in the program (it has: {})", known.join(", "))))
+        Err(Error::argument(format!("no kernel named {name:?} in the program (it has: {})", known.join(", "))))
     }
 }
 
@@ -256,7 +256,7 @@ fn sha256_hex(parts: &[&[u8]]) -> String {
 fn nvrtc_options(program: &Program, arch: Arch, tk: &Toolkit) -> Result<(Vec<String>, bool)> {
     for o in &program.options {
         if o.starts_with("-arch") || o.starts_with("--gpu-architecture") {
-            return Err(Error::Argument(format!("option {o:?}: give the architecture as the `arch` of the compilation, not as an option")));
+            return Err(Error::argument(format!("option {o:?}: give the architecture as the `arch` of the compilation, not as an option")));
         }
     }
     let known = tk.supported_archs.contains(&(arch.0 as i32));
@@ -266,7 +266,7 @@ fn nvrtc_options(program: &Program, arch: Arch, tk: &Toolkit) -> Result<(Vec<Str
     } else {
         // PTX for the newest architecture NVRTC knows that the device can run.
         let best = tk.supported_archs.iter().copied().filter(|&a| a as u32 <= arch.0).max().ok_or_else(|| {
-            Error::Argument(format!("NVRTC {}.{} cannot compile for {arch} or any older architecture", tk.version.0, tk.version.1))
+            Error::argument(format!("NVRTC {}.{} cannot compile for {arch} or any older architecture", tk.version.0, tk.version.1))
         })?;
         opts.push(format!("-arch=compute_{best}"));
     }
@@ -515,11 +515,11 @@ fn rejected_options(tk: &Toolkit, program: &Program, arch_option: &str) -> Error
 }
 
 fn describe_kernels(entry: &cache::Entry, decls: &[KernelDecl]) -> Result<Vec<KernelInfo>> {
-    let entries = signature::ptx_entries(&entry.ptx).map_err(|e| Error::Argument(e.0))?;
+    let entries = signature::ptx_entries(&entry.ptx).map_err(|e| Error::argument(e.0))?;
     let mut out = Vec::with_capacity(entries.len());
     for (lowered, ptx_params) in entries {
         let name_expression = entry.lowered.iter().find(|(_, l)| *l == lowered).map(|(e, _)| e.clone());
-        let bad = |e: String| Error::Argument(format!("kernel {lowered}: {e}"));
+        let bad = |e: String| Error::argument(format!("kernel {lowered}: {e}"));
         let (demangled, base_name, declared) = match signature::demangled_params(&lowered).map_err(|e| bad(e.0))? {
             Some((text, types)) => {
                 let base = base_name_of(&text);
