@@ -126,12 +126,21 @@ fn compile_errors_carry_the_log_with_line_numbers() {
     let src = "extern \"C\" __global__ void k(float* y) {\n  y[0] = undefined_name;\n}\n";
     let err = compile_with(&Program::new(src).name("broken.cu"), Arch(90), &fresh()).unwrap_err();
     match err {
-        Error::Compile { log, .. } => {
-            assert!(log.contains("broken.cu(2)"), "{log}");
-            assert!(log.contains("undefined_name"), "{log}");
+        Error::Compile(e) => {
+            assert!(e.log.contains("broken.cu(2)"), "{}", e.log);
+            assert!(e.log.contains("undefined_name"), "{}", e.log);
+            assert_eq!(e.nvrtc, None, "NVRTC ran; the program is what it refused");
         }
         other => panic!("expected a compile error, got {other:?}"),
     }
+}
+
+#[test]
+fn refused_options_keep_nvrtcs_result() {
+    let err = compile_with(&Program::new("").option("--no-such-option"), Arch(90), &fresh()).unwrap_err();
+    assert!(err.to_string().contains("--no-such-option"), "{err}");
+    let Error::Compile(e) = err else { panic!("expected a compile error, got {err:?}") };
+    assert!(e.message.contains("does not accept"), "{}", e.message);
 }
 
 #[test]

@@ -25,6 +25,8 @@
 //! Layout: parse (`attr.rs`) → validate (`check.rs`) → expand (`expand.rs`). Attribute
 //! errors are collected and reported together, each at the user's token.
 
+#![forbid(unsafe_code)]
+
 use proc_macro::TokenStream;
 use syn::{parse_macro_input, DeriveInput};
 

@@ -150,6 +150,13 @@ impl DeviceArray {
     }
 }
 
+/// An owning device array as the data field of a `#[derive(CudaArrayInterface)]` struct.
+impl crate::cai::DataField for DeviceArray {
+    fn device_ptr(&self) -> u64 {
+        self.ptr()
+    }
+}
+
 impl Drop for DeviceArray {
     fn drop(&mut self) {
         if self.ptr() == 0 {

@@ -1,47 +1,160 @@
-//! The runtime's one error type; each variant maps to one Python exception class.
+//! The runtime's one error type. Each variant carries data, not only text (the driver's
+//! `CUresult`, NVRTC's result and log, the argument's index, name and C++ type, the cache
+//! path and its I/O error), and maps to one Python exception class, whose attributes carry
+//! the same data.
+
+use std::path::PathBuf;
 
 use thiserror::Error;
 
 pub use crate::cai::InterfaceError;
+pub use crate::sys::{DriverError, NvrtcError};
 
 /// Every way a caijit call can fail.
 ///
-/// | variant | Python class |
-/// | --- | --- |
-/// | [`Error::Interface`] | `caijit.InterfaceError` (also `ValueError`) |
-/// | [`Error::Argument`] | `caijit.ArgumentError` (also `TypeError`) |
-/// | [`Error::Compile`] | `caijit.CompileError` (`.log`) |
-/// | [`Error::Launch`] | `caijit.LaunchError` |
-/// | [`Error::CudaNotAvailable`] | `caijit.CudaNotAvailable` |
+/// | variant | Python class | attributes |
+/// | --- | --- | --- |
+/// | [`Error::Interface`] | `caijit.InterfaceError` (also `ValueError`) | |
+/// | [`Error::Argument`] | `caijit.ArgumentError` (also `TypeError`) | `index`, `argument`, `ctype` |
+/// | [`Error::Compile`] | `caijit.CompileError` | `log`, `code`, `code_name` |
+/// | [`Error::Driver`] | `caijit.LaunchError` | `code`, `code_name`, `call` |
+/// | [`Error::Launch`] | `caijit.LaunchError` | (`code` is `None`) |
+/// | [`Error::Cache`] | `caijit.CacheError` (also `OSError`) | `path`, `errno` |
+/// | [`Error::CudaNotAvailable`] | `caijit.CudaNotAvailable` | |
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum Error {
     #[error(transparent)]
     Interface(#[from] InterfaceError),
     /// An argument does not match what the kernel or function expects.
-    #[error("{0}")]
-    Argument(String),
-    /// NVRTC rejected the program; `log` is its whole log, verbatim.
-    #[error("{message}\n{log}")]
-    Compile { message: String, log: String },
-    /// The driver refused a launch, an allocation or a copy.
+    #[error(transparent)]
+    Argument(#[from] ArgumentError),
+    /// NVRTC rejected the program, or failed on it.
+    #[error(transparent)]
+    Compile(#[from] CompileError),
+    /// The driver refused a call (a launch, an allocation, a copy, loading a module);
+    /// `context` says what caijit was doing.
+    #[error("{context}{error}")]
+    Driver { context: String, error: DriverError },
+    /// A launch caijit refuses before asking the driver (a grid beyond the device's limits,
+    /// a parameter layout the driver disagrees with).
     #[error("{0}")]
     Launch(String),
+    /// The disk cache could not be read, written or cleared.
+    #[error("cache {}: {source}", path.display())]
+    Cache { path: PathBuf, source: std::io::Error },
     /// No CUDA driver or no NVRTC could be loaded; the message lists where caijit looked.
     #[error("{0}")]
     CudaNotAvailable(String),
 }
 
+/// An argument that does not match its parameter: which argument (its index, and the
+/// parameter's name and C++ type when the kernel's signature is known) and what is wrong.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Error)]
+#[error("{message}")]
+pub struct ArgumentError {
+    /// The whole message (naming the argument when known).
+    pub message: String,
+    /// The argument's position in the call.
+    pub index: Option<usize>,
+    /// The parameter's name in the kernel's declaration.
+    pub name: Option<String>,
+    /// The parameter's C++ type.
+    pub ctype: Option<String>,
+}
+
+/// NVRTC's verdict on a program: the message, NVRTC's whole log verbatim, and the
+/// `nvrtcResult` when an NVRTC call failed (absent when caijit rejected what NVRTC made).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Error)]
+#[error("{message}{}{log}", if log.is_empty() { "" } else { "\n" })]
+pub struct CompileError {
+    pub message: String,
+    pub log: String,
+    pub nvrtc: Option<NvrtcError>,
+}
+
 impl Error {
     /// An argument error with a message (which names the argument and what was wrong).
     pub fn argument(message: impl Into<String>) -> Self {
-        Error::Argument(message.into())
+        Error::Argument(ArgumentError { message: message.into(), ..Default::default() })
     }
 
-    /// A launch, allocation or copy the driver refused.
+    /// An error about argument `index` of a call, for parameter `name` of C++ type `ctype`;
+    /// the message names all three.
+    pub fn argument_at(index: usize, name: Option<&str>, ctype: &str, what: impl std::fmt::Display) -> Self {
+        let shown = name.map(|n| format!(" `{n}`")).unwrap_or_default();
+        Error::Argument(ArgumentError {
+            message: format!("argument {index}{shown} (`{ctype}`): {what}"),
+            index: Some(index),
+            name: name.map(str::to_string),
+            ctype: Some(ctype.to_string()),
+        })
+    }
+
+    /// A launch caijit refuses itself (see [`Error::Launch`]).
     pub fn launch(message: impl Into<String>) -> Self {
         Error::Launch(message.into())
+    }
+
+    /// A driver error while doing `context` ("allocating 4096 bytes on device 0", say).
+    pub fn driver(context: impl std::fmt::Display, error: DriverError) -> Self {
+        Error::Driver { context: format!("{context}: "), error }
+    }
+
+    /// A compile error: `message`, then NVRTC's log (empty when there is none).
+    pub fn compile(message: impl Into<String>, log: impl Into<String>) -> Self {
+        Error::Compile(CompileError { message: message.into(), log: log.into(), nvrtc: None })
+    }
+
+    /// The driver's `CUresult` code, when the driver reported this error.
+    pub fn driver_code(&self) -> Option<u32> {
+        match self {
+            Error::Driver { error, .. } => Some(error.code),
+            _ => None,
+        }
+    }
+}
+
+impl From<DriverError> for Error {
+    fn from(error: DriverError) -> Self {
+        Error::Driver { context: String::new(), error }
+    }
+}
+
+impl From<NvrtcError> for Error {
+    fn from(e: NvrtcError) -> Self {
+        Error::Compile(CompileError { message: e.to_string(), log: String::new(), nvrtc: Some(e) })
     }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn argument_errors_name_the_argument_and_keep_its_data() {
+        let e = Error::argument_at(2, Some("x"), "const float*", "expected float32, got int32");
+        assert_eq!(e.to_string(), "argument 2 `x` (`const float*`): expected float32, got int32");
+        let Error::Argument(a) = e else { panic!() };
+        assert_eq!((a.index, a.name.as_deref(), a.ctype.as_deref()), (Some(2), Some("x"), Some("const float*")));
+        assert_eq!(Error::argument_at(0, None, "int", "too big").to_string(), "argument 0 (`int`): too big");
+    }
+
+    #[test]
+    fn driver_errors_keep_their_code_and_say_what_was_done() {
+        let error =
+            DriverError { call: "cuMemAllocAsync", code: 2, name: "CUDA_ERROR_OUT_OF_MEMORY".into(), message: "out of memory".into() };
+        let e = Error::driver("allocating 8 bytes on device 0", error);
+        assert_eq!(e.driver_code(), Some(2));
+        assert_eq!(e.to_string(), "allocating 8 bytes on device 0: cuMemAllocAsync failed: CUDA_ERROR_OUT_OF_MEMORY (2): out of memory");
+        assert_eq!(Error::launch("grid too large").driver_code(), None);
+    }
+
+    #[test]
+    fn compile_errors_show_the_log_after_the_message() {
+        assert_eq!(Error::compile("NVRTC could not compile k.cu:", "error: x").to_string(), "NVRTC could not compile k.cu:\nerror: x");
+        assert_eq!(Error::compile("no kernel named k", "").to_string(), "no kernel named k");
+    }
+}

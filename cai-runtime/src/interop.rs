@@ -3,7 +3,7 @@
 //!
 //! # Examples
 //! ```no_run
-//! # fn f(k: &cai_runtime::runtime::Kernel, x: &cudarc::driver::CudaSlice<f32>) -> cai_runtime::Result<()> {
+//! # fn f(k: &cai_runtime::kernel::Kernel, x: &cudarc::driver::CudaSlice<f32>) -> cai_runtime::Result<()> {
 //! use cai_runtime::interop::cudarc_view;
 //! use cai_runtime::launch::{Arg, LaunchConfig};
 //! let v = cudarc_view(x, false);

@@ -26,22 +26,14 @@ use std::sync::OnceLock;
 use smallvec::SmallVec;
 
 use crate::cai::{ArrayView, DType};
-use crate::runtime::{Context, Events, Kernel, Stream};
+use crate::kernel::Kernel;
+use crate::runtime::{Context, Events, Stream};
 use crate::signature::{ArgType, ParamKind, ParamLayout};
 use crate::stats::{bump, COUNTERS};
 use crate::sys::{Driver, RawStream};
 use crate::{Error, Result};
 
-/// Grid, block and dynamic shared memory of a launch; optionally thread-block cluster
-/// dimensions (sm_90+) and a cooperative launch (`cuLaunchKernelEx`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct LaunchConfig {
-    pub grid: [u32; 3],
-    pub block: [u32; 3],
-    pub shared_mem: u32,
-    pub cluster: Option<[u32; 3]>,
-    pub cooperative: bool,
-}
+pub use crate::sys::LaunchConfig;
 
 impl LaunchConfig {
     pub fn new(grid: [u32; 3], block: [u32; 3]) -> Self {
@@ -217,8 +209,7 @@ impl ParamBuffer {
 }
 
 fn err(p: &ParamLayout, what: String) -> Error {
-    let name = p.name.as_deref().map(|n| format!(" `{n}`")).unwrap_or_default();
-    Error::argument(format!("argument {}{name} (`{}`): {what}", p.index, p.cpp_type))
+    Error::argument_at(p.index, p.name.as_deref(), &p.cpp_type, what)
 }
 
 fn check_array(p: &ParamLayout, v: &ArrayView, dtype: Option<DType>, is_const: bool) -> Result<()> {

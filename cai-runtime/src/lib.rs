@@ -65,6 +65,8 @@
 //! }
 //! ```
 
+#![deny(unsafe_code)]
+
 /// The README's Rust code, compiled as a doc test (and without unused imports).
 #[cfg(doctest)]
 #[doc(test(attr(deny(unused_imports))))]
@@ -75,9 +77,10 @@ pub mod array;
 pub mod cai;
 mod error;
 
-pub use error::{Error, Result};
+pub use error::{ArgumentError, CompileError, DriverError, Error, NvrtcError, Result};
 pub mod compile;
 pub mod interop;
+pub mod kernel;
 pub mod launch;
 pub mod ops;
 pub mod params;
@@ -86,6 +89,8 @@ pub mod python;
 pub mod runtime;
 pub mod signature;
 pub mod stats;
+/// The only module with `unsafe` code: FFI to the CUDA driver, NVRTC and C libraries.
+#[allow(unsafe_code)]
 mod sys;
 
 pub use cai::{CudaArrayInterface, FromCudaArrayInterface};

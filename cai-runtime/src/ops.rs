@@ -23,8 +23,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use crate::array::DeviceArray;
 use crate::cai::{ArrayView, DType};
 use crate::compile::{Program, OPS};
+use crate::kernel::Kernel;
 use crate::launch::{Arg, LaunchConfig, Num};
-use crate::runtime::{Context, Kernel, Stream};
+use crate::runtime::{Context, Stream};
 use crate::{Error, Result};
 
 const BLOCK: u32 = 256;

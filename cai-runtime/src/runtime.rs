@@ -1,4 +1,4 @@
-//! Devices, contexts, streams, the event pool, loaded modules and kernels.
+//! Devices, contexts, streams, the event pool and device memory's owner.
 //!
 //! # Examples
 //! ```no_run
@@ -24,21 +24,13 @@
 //! Modules stay loaded for the life of the process (kernel handles may be held anywhere).
 
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::cai::StreamRef;
-use crate::compile::{self, Arch, Compiled, KernelInfo, Program};
 use crate::stats::{bump, COUNTERS};
-use crate::sys::{self, Capture, Ctx, Driver, DriverError, RawEvent, RawFunction, RawModule, RawPool, RawStream};
+use crate::sys::{self, Capture, Ctx, Driver, RawEvent, RawPool, RawStream};
 use crate::{Error, Result};
-
-impl From<DriverError> for Error {
-    fn from(e: DriverError) -> Self {
-        Error::launch(e.to_string())
-    }
-}
 
 pub(crate) fn driver() -> Result<&'static Driver> {
     sys::driver().map_err(Error::CudaNotAvailable)
@@ -65,7 +57,7 @@ pub fn device_count() -> Result<usize> {
     Ok(*COUNT.get_or_init(|| n))
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -103,7 +95,6 @@ pub struct Context {
     capability: (i32, i32),
     sm_count: usize,
     events: Mutex<Vec<RawEvent>>,
-    modules: Mutex<HashMap<String, Arc<Module>>>,
     /// caijit's memory pool on this device, created by the first allocation.
     pool: OnceLock<RawPool>,
     /// Objects kept alive until the work before their event finished ([`Context::release_after`]).
@@ -152,7 +143,6 @@ impl Context {
             capability: drv.compute_capability(o)?,
             sm_count: drv.sm_count(o)? as usize,
             events: Mutex::new(Vec::new()),
-            modules: Mutex::new(HashMap::new()),
             pool: OnceLock::new(),
             deferred: Mutex::default(),
             has_deferred: AtomicBool::new(false),
@@ -173,9 +163,6 @@ impl Context {
     /// Number of streaming multiprocessors.
     pub fn sm_count(&self) -> usize {
         self.sm_count
-    }
-    pub fn arch(&self) -> Arch {
-        Arch::from_capability(self.capability.0, self.capability.1)
     }
 
     /// The driver with this context current on the calling thread until the guard drops;
@@ -217,7 +204,7 @@ impl Context {
             }
             r => r,
         };
-        r.map_err(|e| Error::launch(format!("allocating {bytes} bytes on device {}: {e}", self.ordinal)))
+        r.map_err(|e| Error::driver(format_args!("allocating {bytes} bytes on device {}", self.ordinal), e))
     }
 
     /// Return the memory caijit's pool keeps for reuse to the system (PyTorch's
@@ -229,24 +216,6 @@ impl Context {
             Some(&p) => Ok(self.bind()?.mem_pool_trim(p, 0)?),
             None => Ok(()),
         }
-    }
-
-    /// Compile `program` for this device's architecture and load it.
-    pub fn compile(self: &Arc<Self>, program: &Program) -> Result<Arc<Module>> {
-        let compiled = compile::compile(program, self.arch())?;
-        self.load(compiled)
-    }
-
-    /// Load a compiled program (once per context and cache key).
-    pub fn load(self: &Arc<Self>, compiled: Arc<Compiled>) -> Result<Arc<Module>> {
-        if let Some(m) = lock(&self.modules).get(&compiled.key) {
-            return Ok(m.clone());
-        }
-        let d = self.bind()?;
-        let raw = d.load_module(compiled.image.bytes())?;
-        bump(&COUNTERS.modules_loaded);
-        let m = Arc::new(Module { ctx: self.clone(), compiled: compiled.clone(), raw, kernels: Mutex::new(HashMap::new()) });
-        Ok(lock(&self.modules).entry(compiled.key.clone()).or_insert(m).clone())
     }
 
     /// `n` events from the pool (created when it runs dry), under one lock.
@@ -453,6 +422,13 @@ impl Stream {
     }
 }
 
+/// A caijit stream in a `#[derive(CudaArrayInterface)]` struct exports its CAI value.
+impl crate::cai::StreamField for Stream {
+    fn stream(&self) -> Option<u64> {
+        Some(self.handle())
+    }
+}
+
 impl Drop for Stream {
     fn drop(&mut self) {
         // Drop never panics; a failure to destroy leaks one stream handle at most. The
@@ -460,121 +436,6 @@ impl Drop for Stream {
         if let Some(d) = self.context.as_ref().and_then(|ctx| ctx.bind().ok()) {
             let _ = d.destroy_owned_stream(self.raw);
         }
-    }
-}
-
-/// A program loaded into a context.
-#[derive(Debug)]
-pub struct Module {
-    ctx: Arc<Context>,
-    compiled: Arc<Compiled>,
-    raw: RawModule,
-    kernels: Mutex<HashMap<String, Arc<Kernel>>>,
-}
-
-// Modules are never unloaded: a kernel handle handed out (to Python, to another thread)
-// stays valid for the process, as CuPy's module cache does.
-
-impl Module {
-    pub fn compiled(&self) -> &Arc<Compiled> {
-        &self.compiled
-    }
-    pub fn context(&self) -> &Arc<Context> {
-        &self.ctx
-    }
-
-    /// A kernel by name expression, lowered name or plain name.
-    pub fn kernel(self: &Arc<Self>, name: &str) -> Result<Arc<Kernel>> {
-        if let Some(k) = lock(&self.kernels).get(name) {
-            return Ok(k.clone());
-        }
-        let info = self.compiled.kernel(name)?.clone();
-        let d = self.ctx.bind()?;
-        let cname = CString::new(info.lowered_name.as_str()).map_err(|_| Error::argument("kernel name has a NUL byte"))?;
-        let raw = d.get_function(self.raw, &cname)?;
-        // Cross-check the layout with what the loaded code says: every parameter's offset and
-        // size, and their count (drivers of CUDA 12.4+; older ones cannot say, see
-        // `driver_checks_parameters`).
-        if d.has_param_info() {
-            let mismatch = |what: String| Error::launch(format!("kernel {}: {what}", info.lowered_name));
-            for p in &info.params {
-                match d.param_info(raw, p.index)? {
-                    Some((offset, size)) if (offset, size) == (p.offset, p.size) => {}
-                    Some((offset, size)) => {
-                        return Err(mismatch(format!(
-                            "parameter {}: caijit computed offset {} size {}, the driver says offset {offset} size {size}",
-                            p.index, p.offset, p.size
-                        )))
-                    }
-                    None => return Err(mismatch(format!("caijit computed {} parameters, the driver says {}", info.params.len(), p.index))),
-                }
-            }
-            if d.param_info(raw, info.params.len())?.is_some() {
-                return Err(mismatch(format!("caijit computed {} parameters, the driver says there are more", info.params.len())));
-            }
-        }
-        let attributes = d.func_attributes(raw)?;
-        let k = Arc::new(Kernel { module: self.clone(), info, raw, attributes: Mutex::new(attributes), forall_block: OnceLock::new() });
-        Ok(lock(&self.kernels).entry(name.to_string()).or_insert(k).clone())
-    }
-}
-
-/// Attributes of a loaded kernel.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct KernelAttributes {
-    pub num_regs: i32,
-    pub max_threads_per_block: i32,
-    pub shared_size_bytes: i32,
-    pub const_size_bytes: i32,
-    pub local_size_bytes: i32,
-    pub max_dynamic_shared_size_bytes: i32,
-}
-
-/// A loaded kernel: ready to launch.
-#[derive(Debug)]
-pub struct Kernel {
-    pub(crate) module: Arc<Module>,
-    pub(crate) info: KernelInfo,
-    pub(crate) raw: RawFunction,
-    attributes: Mutex<KernelAttributes>,
-    /// The occupancy-maximising block size without dynamic shared memory (`forall`),
-    /// asked of the driver once.
-    forall_block: OnceLock<u32>,
-}
-
-impl Kernel {
-    pub fn info(&self) -> &KernelInfo {
-        &self.info
-    }
-    pub fn context(&self) -> &Arc<Context> {
-        &self.module.ctx
-    }
-    pub fn attributes(&self) -> KernelAttributes {
-        *lock(&self.attributes)
-    }
-
-    /// Allow up to `bytes` of dynamic shared memory (above the 48 KiB default).
-    pub fn set_max_dynamic_shared_size_bytes(&self, bytes: i32) -> Result<()> {
-        let d = self.context().bind()?;
-        d.set_max_dynamic_shared(self.raw, bytes)?;
-        lock(&self.attributes).max_dynamic_shared_size_bytes = bytes;
-        Ok(())
-    }
-
-    /// The block size that maximises occupancy, with `dynamic_smem` bytes per block.
-    pub fn occupancy_block_size(&self, dynamic_smem: usize) -> Result<u32> {
-        if dynamic_smem == 0 {
-            if let Some(&b) = self.forall_block.get() {
-                return Ok(b);
-            }
-        }
-        let d = self.context().bind()?;
-        let block = d.occupancy_block_size(self.raw, dynamic_smem)?.1.max(1) as u32;
-        if dynamic_smem == 0 {
-            let _ = self.forall_block.set(block);
-        }
-        Ok(block)
     }
 }
 
@@ -623,4 +484,17 @@ pub(crate) fn device_of(d: &Driver, ptr: u64) -> Result<Option<i32>> {
         }
     }
     Ok(device)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Stream;
+    use crate::cai::StreamField;
+
+    #[test]
+    fn caijit_streams_export_their_cai_value() {
+        assert_eq!(StreamField::stream(&Stream::legacy()), Some(1));
+        assert_eq!(StreamField::stream(&Stream::per_thread()), Some(2));
+        assert_eq!(StreamField::stream(&std::sync::Arc::new(Stream::borrowed(0xabc0).unwrap())), Some(0xabc0));
+    }
 }

@@ -20,6 +20,7 @@ from . import _native
 from ._native import DeviceArray, Interface, Kernel, Launcher, Stream, __version__, parse_interface
 from .errors import (
     ArgumentError,
+    CacheError,
     CaijitError,
     CompileError,
     CudaNotAvailable,
@@ -54,6 +55,7 @@ __all__ = [
     "CompileError",
     "LaunchError",
     "CudaNotAvailable",
+    "CacheError",
 ]
 
 # pip-installed NVRTC (nvidia-cuda-nvrtc) lives in site-packages: tell the runtime where.

@@ -9,6 +9,7 @@ __all__ = [
     "CompileError",
     "LaunchError",
     "CudaNotAvailable",
+    "CacheError",
 ]
 
 
@@ -24,18 +25,44 @@ class InterfaceError(CaijitError, ValueError):
 
 class ArgumentError(CaijitError, TypeError):
     """An argument that does not match the kernel's parameter (count, dtype, rank,
-    const-ness, a host array where a device array is needed, ...)."""
+    const-ness, a host array where a device array is needed, ...).
+
+    ``.index`` is the argument's position in the call, ``.argument`` the parameter's name
+    and ``.ctype`` its C++ type, each ``None`` where the error is not about one argument
+    (or the kernel's declaration does not name it)."""
+
+    index: int | None = None
+    argument: str | None = None
+    ctype: str | None = None
 
 
 class CompileError(CaijitError):
-    """NVRTC rejected the program. ``.log`` holds NVRTC's whole log, verbatim."""
+    """NVRTC rejected the program. ``.log`` holds NVRTC's whole log, verbatim; where an
+    NVRTC call failed, ``.code`` is its ``nvrtcResult`` and ``.code_name`` the name of it
+    (``"NVRTC_ERROR_INVALID_OPTION"``, say)."""
 
     log: str = ""
+    code: int | None = None
+    code_name: str | None = None
 
 
 class LaunchError(CaijitError):
-    """The driver refused a launch, an allocation or a copy."""
+    """The driver refused a launch, an allocation or a copy, or caijit refused a launch
+    before asking it. When the driver refused, ``.code`` is its ``CUresult``,
+    ``.code_name`` the name of it (``"CUDA_ERROR_OUT_OF_MEMORY"``, say) and ``.call`` the
+    driver function; otherwise all three are ``None``."""
+
+    code: int | None = None
+    code_name: str | None = None
+    call: str | None = None
 
 
 class CudaNotAvailable(CaijitError):
     """No CUDA driver or no NVRTC could be loaded; the message lists where caijit looked."""
+
+
+class CacheError(CaijitError, OSError):
+    """caijit's disk cache could not be read, written or cleared: ``.path`` is the file or
+    directory, ``.errno`` the operating system's error number (``None`` if there is none)."""
+
+    path: str | None = None

@@ -6,12 +6,14 @@
 use cai_runtime::cai::InterfaceError as CaiInterfaceError;
 use cai_runtime::Error;
 use pyo3::prelude::*;
+use pyo3::IntoPyObjectExt;
 
 pyo3::import_exception!(caijit.errors, InterfaceError);
 pyo3::import_exception!(caijit.errors, ArgumentError);
 pyo3::import_exception!(caijit.errors, CompileError);
 pyo3::import_exception!(caijit.errors, LaunchError);
 pyo3::import_exception!(caijit.errors, CudaNotAvailable);
+pyo3::import_exception!(caijit.errors, CacheError);
 
 /// An error on its way to Python: caijit's own, or a Python exception raised by a
 /// producer's code that passes through unchanged. (A local type, so `From` can be
@@ -76,25 +78,44 @@ impl From<PyCaiError> for PyErr {
     }
 }
 
+/// The exception for `e`, with its data as attributes (see `caijit/errors.py`).
 fn cai_to_py(e: Error) -> PyErr {
-    {
-        let message = e.to_string();
-        match e {
-            Error::Interface(_) => InterfaceError::new_err(message),
-            Error::Argument(_) => ArgumentError::new_err(message),
-            Error::Compile { message, log } => Python::attach(|py| {
-                let err = CompileError::new_err(format!("{message}\n{log}"));
-                // `.log` carries NVRTC's log verbatim.
-                if let Err(e) = err.value(py).setattr("log", log) {
-                    return e;
-                }
-                err
-            }),
-            Error::Launch(_) => LaunchError::new_err(message),
-            Error::CudaNotAvailable(_) => CudaNotAvailable::new_err(message),
-            _ => LaunchError::new_err(message),
+    let message = e.to_string();
+    Python::attach(|py| {
+        let (err, attrs): (PyErr, Vec<(&str, PyResult<Py<PyAny>>)>) = match e {
+            Error::Interface(_) => (InterfaceError::new_err(message), vec![]),
+            Error::Argument(a) => (
+                ArgumentError::new_err(message),
+                vec![("index", a.index.into_py_any(py)), ("argument", a.name.into_py_any(py)), ("ctype", a.ctype.into_py_any(py))],
+            ),
+            Error::Compile(c) => {
+                let nvrtc = c.nvrtc.as_ref();
+                let attrs = vec![
+                    ("log", c.log.into_py_any(py)),
+                    ("code", nvrtc.map(|n| n.code).into_py_any(py)),
+                    ("code_name", nvrtc.map(|n| n.name.clone()).into_py_any(py)),
+                ];
+                (CompileError::new_err(message), attrs)
+            }
+            Error::Driver { error, .. } => (
+                LaunchError::new_err(message),
+                vec![("code", error.code.into_py_any(py)), ("code_name", error.name.into_py_any(py)), ("call", error.call.into_py_any(py))],
+            ),
+            Error::Cache { path, source } => (
+                CacheError::new_err(message),
+                vec![("path", path.display().to_string().into_py_any(py)), ("errno", source.raw_os_error().into_py_any(py))],
+            ),
+            Error::CudaNotAvailable(_) => (CudaNotAvailable::new_err(message), vec![]),
+            _ => (LaunchError::new_err(message), vec![]),
+        };
+        for (name, value) in attrs {
+            let set = value.and_then(|v| err.value(py).setattr(name, v));
+            if let Err(e) = set {
+                return e;
+            }
         }
-    }
+        err
+    })
 }
 
 pub type PyCaiResult<T> = Result<T, PyCaiError>;

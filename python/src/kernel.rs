@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cai_runtime::compile::{compile, compile_reporting, Arch, CacheSource, CompileOptions, KernelInfo, Program};
+use cai_runtime::kernel::Kernel as RtKernel;
 use cai_runtime::launch::{Arg, LaunchConfig};
 use cai_runtime::runtime::{self as rt, Context, Stream as RtStream};
 use cai_runtime::signature::{deduce, ArgType, KernelDecl, ParamKind, TemplateParam};
@@ -25,10 +26,10 @@ pub struct Kernel {
     /// The name asked for: a `__global__` name, or a name expression (`axpy<float>`).
     name: String,
     decl: Option<KernelDecl>,
-    instances: Mutex<HashMap<InstanceKey, Arc<rt::Kernel>>>,
+    instances: Mutex<HashMap<InstanceKey, Arc<RtKernel>>>,
     /// The first instance resolved, read without a lock: a kernel that is not a deduced
     /// template has one instance per device, and most programs use one device.
-    first: OnceLock<(usize, Arc<rt::Kernel>)>,
+    first: OnceLock<(usize, Arc<RtKernel>)>,
 }
 
 /// (device, argument types; empty unless the kernel is a deduced template), inline so that
@@ -84,7 +85,7 @@ impl Kernel {
 
     /// The compiled, loaded kernel for a device and, for a deduced template, the types of
     /// the launch's arguments (read only then).
-    pub fn resolve(&self, py: Python<'_>, device: usize, args: &[Arg<'_>]) -> PyCaiResult<Arc<rt::Kernel>> {
+    pub fn resolve(&self, py: Python<'_>, device: usize, args: &[Arg<'_>]) -> PyCaiResult<Arc<RtKernel>> {
         let deduced = self.is_deduced_template();
         if let Some((_, k)) = self.first.get().filter(|(d, _)| !deduced && *d == device) {
             return Ok(k.clone());
@@ -110,7 +111,7 @@ impl Kernel {
         Ok(k)
     }
 
-    fn resolved_for_attributes(&self, py: Python<'_>) -> PyCaiResult<Arc<rt::Kernel>> {
+    fn resolved_for_attributes(&self, py: Python<'_>) -> PyCaiResult<Arc<RtKernel>> {
         self.not_a_deduced_template()?;
         self.resolve(py, 0, &[])
     }

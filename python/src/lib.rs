@@ -2,6 +2,8 @@
 //!
 //! Python objects are converted here; every rule lives in `cai-runtime`.
 
+#![forbid(unsafe_code)]
+
 mod array;
 mod errors;
 mod interface;
@@ -114,7 +116,7 @@ fn cache_info(py: Python<'_>) -> PyCaiResult<Bound<'_, PyDict>> {
 #[pyfunction]
 fn cache_clear() -> PyCaiResult<usize> {
     match DiskCache::from_env()? {
-        Some(c) => c.clear().map_err(|e| errors::PyCaiError::argument(format!("cannot clear the disk cache {}: {e}", c.dir().display()))),
+        Some(c) => Ok(c.clear()?),
         None => Ok(0),
     }
 }

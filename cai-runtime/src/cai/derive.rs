@@ -225,12 +225,6 @@ impl StreamField for Option<u64> {
     }
 }
 
-impl StreamField for crate::runtime::Stream {
-    fn stream(&self) -> Option<u64> {
-        Some(self.handle())
-    }
-}
-
 impl<S: StreamField> StreamField for std::sync::Arc<S> {
     fn stream(&self) -> Option<u64> {
         (**self).stream()
@@ -267,12 +261,6 @@ pub trait DataField {
 impl DataField for u64 {
     fn device_ptr(&self) -> u64 {
         *self
-    }
-}
-
-impl DataField for crate::array::DeviceArray {
-    fn device_ptr(&self) -> u64 {
-        self.ptr()
     }
 }
 

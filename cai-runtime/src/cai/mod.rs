@@ -326,14 +326,6 @@ mod tests {
     }
 
     #[test]
-    fn caijit_streams_export_their_cai_value() {
-        use crate::runtime::Stream;
-        assert_eq!(StreamField::stream(&Stream::legacy()), Some(1));
-        assert_eq!(StreamField::stream(&Stream::per_thread()), Some(2));
-        assert_eq!(StreamField::stream(&std::sync::Arc::new(Stream::borrowed(0xabc0).unwrap())), Some(0xabc0));
-    }
-
-    #[test]
     fn raw_pointer_data_fields_are_writable() {
         assert_eq!(DataField::device_ptr(&P), P);
         assert!(DataField::writable(&P));

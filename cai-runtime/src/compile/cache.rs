@@ -200,22 +200,24 @@ impl DiskCache {
         Ok(())
     }
 
-    /// Remove every entry; returns how many were removed.
-    pub fn clear(&self) -> std::io::Result<usize> {
+    /// Remove every entry; returns how many were removed. An error names the file or the
+    /// directory that could not be removed or read ([`Error::Cache`]).
+    pub fn clear(&self) -> Result<usize> {
         let mut n = 0;
         match std::fs::read_dir(&self.dir) {
             Ok(entries) => {
                 for e in entries.flatten() {
                     let name = e.file_name().to_string_lossy().into_owned();
                     if name.ends_with(".cubin-entry") || name.starts_with(".tmp-") {
-                        std::fs::remove_file(e.path())?;
+                        let path = e.path();
+                        std::fs::remove_file(&path).map_err(|source| Error::Cache { path, source })?;
                         n += 1;
                     }
                 }
                 Ok(n)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
-            Err(e) => Err(e),
+            Err(source) => Err(Error::Cache { path: self.dir.clone(), source }),
         }
     }
 

@@ -49,8 +49,10 @@ pub use cache::{CacheStatus, DiskCache};
 pub use headers::{HEADERS, OPS};
 pub use toolkit::{add_site_dirs, toolkit, Toolkit};
 
+use crate::error::CompileError;
 use crate::signature::{self, KernelDecl, ParamLayout};
 use crate::stats::{bump, COUNTERS};
+use crate::sys::NvrtcError;
 use crate::{Error, Result};
 
 /// Bumped whenever the cache entry format or what a key covers changes.
@@ -467,23 +469,27 @@ fn run_nvrtc(
     let nvrtc = tk.nvrtc;
     let embedded = HEADERS.iter().map(|(n, c)| (n.to_string(), c.to_string()));
     let headers: Vec<(String, String)> = embedded.chain(found.iter().map(|(n, c)| (n.clone(), c.to_string()))).collect();
-    let internal = |e: String| Error::Compile { message: format!("NVRTC failed on {}: {e}", program.name), log: String::new() };
+    let internal = |e: NvrtcError| {
+        Error::Compile(CompileError { message: format!("NVRTC failed on {}: {e}", program.name), log: String::new(), nvrtc: Some(e) })
+    };
     let mut prog = nvrtc.create_program(&program.source, &program.name, &headers).map_err(internal)?;
     for e in exprs {
         prog.add_name_expression(e).map_err(internal)?;
     }
     let ok = match prog.compile(opts) {
         Ok(ok) => ok,
-        Err(e) if e.contains("INVALID_OPTION") => return Err(rejected_options(tk, program, &opts[0])),
+        Err(e) if e.name.contains("INVALID_OPTION") => return Err(rejected_options(tk, program, &opts[0])),
         Err(e) => return Err(internal(e)),
     };
     let log = prog.log().map_err(internal)?;
     if !ok {
-        return Err(Error::Compile { message: format!("NVRTC could not compile {}:", program.name), log });
+        return Err(Error::compile(format!("NVRTC could not compile {}:", program.name), log));
     }
     let ptx = prog.ptx().map_err(internal)?;
     let image = if want_cubin {
-        Image::Cubin(prog.cubin().map_err(internal)?.ok_or_else(|| internal("NVRTC produced no CUBIN".into()))?)
+        Image::Cubin(
+            prog.cubin().map_err(internal)?.ok_or_else(|| Error::compile(format!("NVRTC produced no CUBIN for {}", program.name), ""))?,
+        )
     } else {
         Image::Ptx(ptx.clone())
     };
@@ -511,7 +517,7 @@ fn rejected_options(tk: &Toolkit, program: &Program, arch_option: &str) -> Error
             program.name
         ),
     };
-    Error::Compile { message, log: String::new() }
+    Error::compile(message, "")
 }
 
 fn describe_kernels(entry: &cache::Entry, decls: &[KernelDecl]) -> Result<Vec<KernelInfo>> {

@@ -211,8 +211,8 @@ pub fn toolkit() -> crate::Result<&'static Toolkit> {
     TOOLKIT
         .get_or_init(|| {
             let (nvrtc_path, nvrtc) = find_and_load()?;
-            let version = nvrtc.version()?;
-            let supported_archs = nvrtc.supported_archs()?;
+            let version = nvrtc.version().map_err(|e| e.to_string())?;
+            let supported_archs = nvrtc.supported_archs().map_err(|e| e.to_string())?;
             let include_dirs = find_include_dirs(&nvrtc_path);
             Ok(Toolkit { nvrtc_path, version, include_dirs, supported_archs, nvrtc })
         })

@@ -59,12 +59,14 @@ pub(crate) struct Driver {
 
 /// A failed driver call: the call's name, its `CUresult` and the driver's description.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct DriverError {
+pub struct DriverError {
     pub call: &'static str,
     pub code: u32,
     pub name: String,
     pub message: String,
 }
+
+impl std::error::Error for DriverError {}
 
 impl std::fmt::Display for DriverError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -178,7 +180,29 @@ unsafe impl Send for RawPool {}
 // SAFETY: as above.
 unsafe impl Sync for RawPool {}
 
-pub(crate) use crate::runtime::KernelAttributes as FuncAttributes;
+/// Attributes of a loaded kernel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct KernelAttributes {
+    pub num_regs: i32,
+    pub max_threads_per_block: i32,
+    pub shared_size_bytes: i32,
+    pub const_size_bytes: i32,
+    pub local_size_bytes: i32,
+    pub max_dynamic_shared_size_bytes: i32,
+}
+
+/// Grid, block and dynamic shared memory of a launch; optionally thread-block cluster
+/// dimensions (sm_90+) and a cooperative launch (`cuLaunchKernelEx`). Constructors and
+/// checks: `crate::launch`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchConfig {
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_mem: u32,
+    pub cluster: Option<[u32; 3]>,
+    pub cooperative: bool,
+}
 
 /// Capture state of a stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -314,14 +338,14 @@ impl Driver {
         Ok(Some((off, size)))
     }
 
-    pub fn func_attributes(&self, f: RawFunction) -> Result<FuncAttributes, DriverError> {
+    pub fn func_attributes(&self, f: RawFunction) -> Result<KernelAttributes, DriverError> {
         use cu::CUfunction_attribute::*;
         let get = |a| {
             let mut v = 0;
             // SAFETY: valid function and out-pointer.
             check("cuFuncGetAttribute", unsafe { cu::cuFuncGetAttribute(&mut v, a, f.0) }).map(|_| v)
         };
-        Ok(FuncAttributes {
+        Ok(KernelAttributes {
             num_regs: get(CU_FUNC_ATTRIBUTE_NUM_REGS)?,
             max_threads_per_block: get(CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
             shared_size_bytes: get(CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)?,
@@ -356,7 +380,7 @@ impl Driver {
     pub fn launch_checked(
         &self,
         f: RawFunction,
-        cfg: &crate::launch::LaunchConfig,
+        cfg: &LaunchConfig,
         stream: RawStream,
         params: &mut [*mut c_void],
     ) -> Result<(), DriverError> {
@@ -701,18 +725,36 @@ const NVRTC_FUNCTIONS: [&str; 15] = [
     "nvrtcGetErrorString",
 ];
 
-fn nvrtc_error(call: &'static str, r: nv::nvrtcResult) -> String {
-    // SAFETY: nvrtcGetErrorString returns a static NUL-terminated string for any value.
-    let s = unsafe { CStr::from_ptr(nv::nvrtcGetErrorString(r)) };
-    format!("{call} failed: {}", s.to_string_lossy())
+/// A failed NVRTC call: the call's name, its `nvrtcResult` and NVRTC's description.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NvrtcError {
+    pub call: &'static str,
+    pub code: i32,
+    pub name: String,
+    pub message: String,
 }
 
-fn nv_check(call: &'static str, r: nv::nvrtcResult) -> Result<(), String> {
-    if r == nv::nvrtcResult::NVRTC_SUCCESS {
-        Ok(())
-    } else {
-        Err(nvrtc_error(call, r))
+impl std::fmt::Display for NvrtcError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} failed: {} ({}): {}", self.call, self.name, self.code, self.message)
     }
+}
+
+impl std::error::Error for NvrtcError {}
+
+/// Text NVRTC cannot take (a NUL byte inside), refused before the call as NVRTC would.
+fn nul_byte(call: &'static str, what: &str) -> NvrtcError {
+    let code = nv::nvrtcResult::NVRTC_ERROR_INVALID_INPUT;
+    NvrtcError { call, code: code as i32, name: format!("{code:?}"), message: format!("{what} contains a NUL byte") }
+}
+
+fn nv_check(call: &'static str, r: nv::nvrtcResult) -> Result<(), NvrtcError> {
+    if r == nv::nvrtcResult::NVRTC_SUCCESS {
+        return Ok(());
+    }
+    // SAFETY: nvrtcGetErrorString returns a static NUL-terminated string for any value.
+    let s = unsafe { CStr::from_ptr(nv::nvrtcGetErrorString(r)) };
+    Err(NvrtcError { call, code: r as i32, name: format!("{r:?}"), message: s.to_string_lossy().into_owned() })
 }
 
 /// An NVRTC program, destroyed on drop.
@@ -729,7 +771,7 @@ impl Drop for NvProgram {
 }
 
 impl Nvrtc {
-    pub fn version(&self) -> Result<(i32, i32), String> {
+    pub fn version(&self) -> Result<(i32, i32), NvrtcError> {
         let (mut major, mut minor) = (0, 0);
         // SAFETY: NVRTC is loaded; valid out-pointers.
         nv_check("nvrtcVersion", unsafe { nv::nvrtcVersion(&mut major, &mut minor) })?;
@@ -737,7 +779,7 @@ impl Nvrtc {
     }
 
     /// Architectures NVRTC can target (`90` for sm_90).
-    pub fn supported_archs(&self) -> Result<Vec<i32>, String> {
+    pub fn supported_archs(&self) -> Result<Vec<i32>, NvrtcError> {
         let mut n = 0;
         // SAFETY: valid out-pointer.
         nv_check("nvrtcGetNumSupportedArchs", unsafe { nv::nvrtcGetNumSupportedArchs(&mut n) })?;
@@ -748,8 +790,8 @@ impl Nvrtc {
     }
 
     /// Create a program from `source` with in-memory headers `(include name, contents)`.
-    pub fn create_program(&self, source: &str, name: &str, headers: &[(String, String)]) -> Result<NvProgram, String> {
-        let cstr = |s: &str, what: &str| CString::new(s).map_err(|_| format!("{what} contains a NUL byte"));
+    pub fn create_program(&self, source: &str, name: &str, headers: &[(String, String)]) -> Result<NvProgram, NvrtcError> {
+        let cstr = |s: &str, what: &str| CString::new(s).map_err(|_| nul_byte("nvrtcCreateProgram", what));
         let src = cstr(source, "the source")?;
         let name = cstr(name, "the program name")?;
         let contents: Vec<CString> = headers.iter().map(|(_, c)| cstr(c, "a header")).collect::<Result<_, _>>()?;
@@ -773,17 +815,17 @@ impl Nvrtc {
 }
 
 impl NvProgram {
-    pub fn add_name_expression(&mut self, expr: &str) -> Result<(), String> {
-        let e = CString::new(expr).map_err(|_| "a name expression contains a NUL byte".to_string())?;
+    pub fn add_name_expression(&mut self, expr: &str) -> Result<(), NvrtcError> {
+        let e = CString::new(expr).map_err(|_| nul_byte("nvrtcAddNameExpression", "a name expression"))?;
         // SAFETY: live program; NVRTC copies the string.
         nv_check("nvrtcAddNameExpression", unsafe { nv::nvrtcAddNameExpression(self.prog, e.as_ptr()) })
     }
 
     /// Compile; `Ok(false)` when NVRTC reports a compilation error (see [`NvProgram::log`]).
-    pub fn compile(&mut self, options: &[String]) -> Result<bool, String> {
+    pub fn compile(&mut self, options: &[String]) -> Result<bool, NvrtcError> {
         let opts: Vec<CString> = options
             .iter()
-            .map(|o| CString::new(o.as_str()).map_err(|_| format!("option {o:?} contains a NUL byte")))
+            .map(|o| CString::new(o.as_str()).map_err(|_| nul_byte("nvrtcCompileProgram", &format!("option {o:?}"))))
             .collect::<Result<_, _>>()?;
         let ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
         // SAFETY: live program; option strings outlive the call.
@@ -791,7 +833,7 @@ impl NvProgram {
         match r {
             nv::nvrtcResult::NVRTC_SUCCESS => Ok(true),
             nv::nvrtcResult::NVRTC_ERROR_COMPILATION => Ok(false),
-            other => Err(nvrtc_error("nvrtcCompileProgram", other)),
+            other => nv_check("nvrtcCompileProgram", other).map(|()| false),
         }
     }
 
@@ -800,7 +842,7 @@ impl NvProgram {
         what: &'static str,
         size: unsafe fn(nv::nvrtcProgram, *mut usize) -> nv::nvrtcResult,
         get: unsafe fn(nv::nvrtcProgram, *mut c_char) -> nv::nvrtcResult,
-    ) -> Result<Vec<u8>, String> {
+    ) -> Result<Vec<u8>, NvrtcError> {
         let mut n = 0usize;
         // SAFETY: live program and valid out-pointer.
         nv_check(what, unsafe { size(self.prog, &mut n) })?;
@@ -812,7 +854,7 @@ impl NvProgram {
         Ok(buf)
     }
 
-    pub fn log(&self) -> Result<String, String> {
+    pub fn log(&self) -> Result<String, NvrtcError> {
         let mut b = self.read("nvrtcGetProgramLog", nv::nvrtcGetProgramLogSize, nv::nvrtcGetProgramLog)?;
         while b.last() == Some(&0) {
             b.pop();
@@ -820,7 +862,7 @@ impl NvProgram {
         Ok(String::from_utf8_lossy(&b).into_owned())
     }
 
-    pub fn ptx(&self) -> Result<String, String> {
+    pub fn ptx(&self) -> Result<String, NvrtcError> {
         let mut b = self.read("nvrtcGetPTX", nv::nvrtcGetPTXSize, nv::nvrtcGetPTX)?;
         while b.last() == Some(&0) {
             b.pop();
@@ -829,18 +871,20 @@ impl NvProgram {
     }
 
     /// The CUBIN, or `None` when the program was compiled for a virtual architecture.
-    pub fn cubin(&self) -> Result<Option<Vec<u8>>, String> {
+    pub fn cubin(&self) -> Result<Option<Vec<u8>>, NvrtcError> {
         let b = self.read("nvrtcGetCUBIN", nv::nvrtcGetCUBINSize, nv::nvrtcGetCUBIN)?;
         Ok((!b.is_empty()).then_some(b))
     }
 
-    pub fn lowered_name(&self, expr: &str) -> Result<String, String> {
-        let e = CString::new(expr).map_err(|_| "a name expression contains a NUL byte".to_string())?;
+    pub fn lowered_name(&self, expr: &str) -> Result<String, NvrtcError> {
+        let e = CString::new(expr).map_err(|_| nul_byte("nvrtcAddNameExpression", "a name expression"))?;
         let mut out: *const c_char = ptr::null();
         // SAFETY: live, compiled program; NVRTC returns a pointer owned by the program.
         nv_check("nvrtcGetLoweredName", unsafe { nv::nvrtcGetLoweredName(self.prog, e.as_ptr(), &mut out) })?;
         if out.is_null() {
-            return Err(format!("NVRTC has no lowered name for {expr:?}"));
+            let code = nv::nvrtcResult::NVRTC_ERROR_NAME_EXPRESSION_NOT_VALID;
+            let message = format!("NVRTC has no lowered name for {expr:?}");
+            return Err(NvrtcError { call: "nvrtcGetLoweredName", code: code as i32, name: format!("{code:?}"), message });
         }
         // SAFETY: non-null results are NUL-terminated and live as long as the program.
         Ok(unsafe { CStr::from_ptr(out) }.to_string_lossy().into_owned())

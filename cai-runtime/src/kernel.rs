@@ -1,0 +1,149 @@
+//! Compiled programs loaded into a context ([`Module`]) and their kernels ([`Kernel`]):
+//! the layer between compilation and launches. A kernel couples the driver's function
+//! handle with the parameter layout compilation found (checked here against what the
+//! driver says of the loaded code); [`crate::launch`] launches it.
+//!
+//! # Limitations
+//! Modules stay loaded for the life of the process (kernel handles may be held anywhere).
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
+
+use crate::compile::{self, Arch, Compiled, KernelInfo, Program};
+use crate::runtime::{lock, Context};
+use crate::stats::{bump, COUNTERS};
+pub use crate::sys::KernelAttributes;
+use crate::sys::{RawFunction, RawModule};
+use crate::{Error, Result};
+
+/// Every module loaded so far, by device ordinal and cache key.
+static MODULES: LazyLock<Mutex<HashMap<(usize, String), Arc<Module>>>> = LazyLock::new(Default::default);
+
+impl Context {
+    pub fn arch(&self) -> Arch {
+        let (major, minor) = self.compute_capability();
+        Arch::from_capability(major, minor)
+    }
+
+    /// Compile `program` for this device's architecture and load it.
+    pub fn compile(self: &Arc<Self>, program: &Program) -> Result<Arc<Module>> {
+        let compiled = compile::compile(program, self.arch())?;
+        self.load(compiled)
+    }
+
+    /// Load a compiled program (once per context and cache key).
+    pub fn load(self: &Arc<Self>, compiled: Arc<Compiled>) -> Result<Arc<Module>> {
+        if let Some(m) = lock(&MODULES).get(&(self.ordinal(), compiled.key.clone())) {
+            return Ok(m.clone());
+        }
+        let d = self.bind()?;
+        let raw = d.load_module(compiled.image.bytes())?;
+        bump(&COUNTERS.modules_loaded);
+        let m = Arc::new(Module { ctx: self.clone(), compiled: compiled.clone(), raw, kernels: Mutex::new(HashMap::new()) });
+        Ok(lock(&MODULES).entry((self.ordinal(), compiled.key.clone())).or_insert(m).clone())
+    }
+}
+
+/// A program loaded into a context.
+#[derive(Debug)]
+pub struct Module {
+    ctx: Arc<Context>,
+    compiled: Arc<Compiled>,
+    raw: RawModule,
+    kernels: Mutex<HashMap<String, Arc<Kernel>>>,
+}
+
+// Modules are never unloaded: a kernel handle handed out (to Python, to another thread)
+// stays valid for the process, as CuPy's module cache does.
+
+impl Module {
+    pub fn compiled(&self) -> &Arc<Compiled> {
+        &self.compiled
+    }
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    /// A kernel by name expression, lowered name or plain name.
+    pub fn kernel(self: &Arc<Self>, name: &str) -> Result<Arc<Kernel>> {
+        if let Some(k) = lock(&self.kernels).get(name) {
+            return Ok(k.clone());
+        }
+        let info = self.compiled.kernel(name)?.clone();
+        let d = self.ctx.bind()?;
+        let cname = CString::new(info.lowered_name.as_str()).map_err(|_| Error::argument("kernel name has a NUL byte"))?;
+        let raw = d.get_function(self.raw, &cname)?;
+        // Cross-check the layout with what the loaded code says: every parameter's offset and
+        // size, and their count (drivers of CUDA 12.4+; older ones cannot say, see
+        // `driver_checks_parameters`).
+        if d.has_param_info() {
+            let mismatch = |what: String| Error::launch(format!("kernel {}: {what}", info.lowered_name));
+            for p in &info.params {
+                match d.param_info(raw, p.index)? {
+                    Some((offset, size)) if (offset, size) == (p.offset, p.size) => {}
+                    Some((offset, size)) => {
+                        return Err(mismatch(format!(
+                            "parameter {}: caijit computed offset {} size {}, the driver says offset {offset} size {size}",
+                            p.index, p.offset, p.size
+                        )))
+                    }
+                    None => return Err(mismatch(format!("caijit computed {} parameters, the driver says {}", info.params.len(), p.index))),
+                }
+            }
+            if d.param_info(raw, info.params.len())?.is_some() {
+                return Err(mismatch(format!("caijit computed {} parameters, the driver says there are more", info.params.len())));
+            }
+        }
+        let attributes = d.func_attributes(raw)?;
+        let k = Arc::new(Kernel { module: self.clone(), info, raw, attributes: Mutex::new(attributes), forall_block: OnceLock::new() });
+        Ok(lock(&self.kernels).entry(name.to_string()).or_insert(k).clone())
+    }
+}
+
+/// A loaded kernel: ready to launch.
+#[derive(Debug)]
+pub struct Kernel {
+    pub(crate) module: Arc<Module>,
+    pub(crate) info: KernelInfo,
+    pub(crate) raw: RawFunction,
+    attributes: Mutex<KernelAttributes>,
+    /// The occupancy-maximising block size without dynamic shared memory (`forall`),
+    /// asked of the driver once.
+    forall_block: OnceLock<u32>,
+}
+
+impl Kernel {
+    pub fn info(&self) -> &KernelInfo {
+        &self.info
+    }
+    pub fn context(&self) -> &Arc<Context> {
+        &self.module.ctx
+    }
+    pub fn attributes(&self) -> KernelAttributes {
+        *lock(&self.attributes)
+    }
+
+    /// Allow up to `bytes` of dynamic shared memory (above the 48 KiB default).
+    pub fn set_max_dynamic_shared_size_bytes(&self, bytes: i32) -> Result<()> {
+        let d = self.context().bind()?;
+        d.set_max_dynamic_shared(self.raw, bytes)?;
+        lock(&self.attributes).max_dynamic_shared_size_bytes = bytes;
+        Ok(())
+    }
+
+    /// The block size that maximises occupancy, with `dynamic_smem` bytes per block.
+    pub fn occupancy_block_size(&self, dynamic_smem: usize) -> Result<u32> {
+        if dynamic_smem == 0 {
+            if let Some(&b) = self.forall_block.get() {
+                return Ok(b);
+            }
+        }
+        let d = self.context().bind()?;
+        let block = d.occupancy_block_size(self.raw, dynamic_smem)?.1.max(1) as u32;
+        if dynamic_smem == 0 {
+            let _ = self.forall_block.set(block);
+        }
+        Ok(block)
+    }
+}
