@@ -116,6 +116,64 @@ fn real(what: &str, d: DType) -> Result<()> {
     Ok(())
 }
 
+/// An elementwise op `out = f(x)` of the kernel library's registry. Adding one is a file and
+/// an entry of [`UNARY_OPS`]: `kernels/ops/<name>.cu` defines
+/// `template <typename T> __global__ void <name>_kernel(const T* x, T* out, long long n)`
+/// (usually a functor and `caijit::map`, see `abs.cu`); [`unary`] launches it, and the
+/// Python binding (`caijit.ops.<name>`) is made from the table.
+#[derive(Clone, Copy, Debug)]
+pub struct UnaryOp {
+    /// The op's name, its file's name and its kernel's prefix.
+    pub name: &'static str,
+    /// One line for the docs (`caijit.ops.<name>.__doc__`).
+    pub doc: &'static str,
+    /// The dtypes it is defined for.
+    pub dtypes: &'static [DType],
+}
+
+/// Every dtype but bool and the complex ones.
+const REAL_NUMBERS: &[DType] = &[
+    DType::I8,
+    DType::I16,
+    DType::I32,
+    DType::I64,
+    DType::U8,
+    DType::U16,
+    DType::U32,
+    DType::U64,
+    DType::F16,
+    DType::BF16,
+    DType::F32,
+    DType::F64,
+];
+
+/// The registry of elementwise unary ops.
+pub const UNARY_OPS: &[UnaryOp] = &[UnaryOp { name: "abs", doc: "``out = |x|``, elementwise (real types).", dtypes: REAL_NUMBERS }];
+
+/// The op of [`UNARY_OPS`] named `name`.
+pub fn unary_op(name: &str) -> Result<&'static UnaryOp> {
+    UNARY_OPS.iter().find(|o| o.name == name).ok_or_else(|| {
+        let known: Vec<&str> = UNARY_OPS.iter().map(|o| o.name).collect();
+        Error::argument(format!("no unary op named {name:?} (the library has {})", known.join(", ")))
+    })
+}
+
+/// `out = op(x)` for the op of [`UNARY_OPS`] named `op` (`out` may be `x`).
+pub fn unary(ctx: &Arc<Context>, op: &str, x: &ArrayView, out: &ArrayView, stream: Option<&Stream>) -> Result<()> {
+    let spec = unary_op(op)?;
+    if !spec.dtypes.contains(&x.dtype()) {
+        let names: Vec<&str> = spec.dtypes.iter().map(|d| d.name()).collect();
+        return Err(Error::argument(format!("{op}: {} is not supported (supported: {})", x.dtype(), names.join(", "))));
+    }
+    contiguous(op, x)?;
+    check_out(op, out, x.shape(), x.dtype())?;
+    if x.size() == 0 {
+        return Ok(());
+    }
+    let k = kernel(ctx, spec.name, format!("{}_kernel<{}>", spec.name, x.dtype().cpp_name()))?;
+    k.launch(&elementwise_grid(x), &[Arg::Array(x), Arg::Array(out), int(x.size())], stream, true).map(drop)
+}
+
 /// `out = a * x + y` (elementwise; `out` may be `y`). `a` is converted to the arrays'
 /// dtype as a launch converts a scalar: exactly or with an error, never by truncation.
 pub fn axpy(ctx: &Arc<Context>, a: impl Into<Num>, x: &ArrayView, y: &ArrayView, out: &ArrayView, stream: Option<&Stream>) -> Result<()> {
@@ -417,6 +475,16 @@ pub fn softmax(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, stream: Optio
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_registered_op_has_its_file_and_kernel() {
+        for op in UNARY_OPS {
+            let source = OPS.iter().find(|(n, _)| *n == op.name).map(|(_, s)| *s);
+            let source = source.unwrap_or_else(|| panic!("op {}: no kernels/ops/{}.cu", op.name, op.name));
+            assert!(source.contains(&format!("void {}_kernel(", op.name)), "kernels/ops/{}.cu defines no {}_kernel", op.name, op.name);
+            assert!(!op.dtypes.is_empty() && !op.doc.is_empty(), "op {}", op.name);
+        }
+    }
 
     #[test]
     fn broadcast_shapes_follow_numpy() {

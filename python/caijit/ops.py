@@ -13,7 +13,7 @@ Launches follow caijit's stream protocol, so foreign producers are ordered corre
 from __future__ import annotations
 
 import functools
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -216,3 +216,33 @@ def softmax(x: Any, *, out: Any = None, stream: Any = None) -> Any:
     out = _out(out, xv.shape, _name(xv), stream, xv)
     _native.softmax(xa, out, stream)
     return out
+
+
+# ------------------------------------------------------------------- the op registry
+# Elementwise unary ops come from the runtime's registry (cai_runtime::ops::UNARY_OPS):
+# one function per entry, made here, so adding an op is a .cu file and a table entry.
+
+
+def _make_unary(name: str, doc: str, dtypes: Sequence[str]) -> Callable[..., Any]:
+    def op(x: Any, *, out: Any = None, stream: Any = None) -> Any:
+        xv = _view(x, stream)
+        xa = _contiguous(x, xv, stream)
+        out = _out(out, xv.shape, _name(xv), stream, xv)
+        _native.unary(name, xa, out, stream)
+        return out
+
+    op.__name__ = op.__qualname__ = name
+    op.__module__ = __name__
+    op.__doc__ = f"{doc}\n\nSupported dtypes: {', '.join(dtypes)}."
+    return op
+
+
+#: The registry's ops by name (each is also this module's attribute of that name).
+UNARY_OPS: dict[str, Callable[..., Any]] = {n: _make_unary(n, d, t) for n, d, t in _native.unary_ops()}
+globals().update(UNARY_OPS)
+__all__ += list(UNARY_OPS)
+
+if TYPE_CHECKING:
+    # The registry's ops, for type checkers (they are set above, from the registry).
+    def __getattr__(name: str) -> Callable[..., Any]:
+        raise AttributeError(name)

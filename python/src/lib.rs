@@ -175,6 +175,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(ops::transpose, m)?,
         wrap_pyfunction!(ops::reduce, m)?,
         wrap_pyfunction!(ops::softmax, m)?,
+        wrap_pyfunction!(ops::unary, m)?,
+        wrap_pyfunction!(ops::unary_ops, m)?,
     ] {
         m.add_function(f)?;
     }

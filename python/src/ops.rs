@@ -191,3 +191,17 @@ pub fn reduce(
 pub fn softmax(py: Python<'_>, x: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>) -> PyCaiResult<()> {
     call(py, "softmax", [("x", x), ("out", out)], stream, |c| ops::softmax(c.ctx, c.arrays[0], c.arrays[1], c.stream))
 }
+
+/// `out = op(x)` for an elementwise op of the library's registry (`cai_runtime::ops::UNARY_OPS`).
+#[pyfunction]
+#[pyo3(signature = (op, x, out, stream = None))]
+pub fn unary(py: Python<'_>, op: &str, x: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>) -> PyCaiResult<()> {
+    let op = ops::unary_op(op)?.name;
+    call(py, op, [("x", x), ("out", out)], stream, |c| ops::unary(c.ctx, op, c.arrays[0], c.arrays[1], c.stream))
+}
+
+/// The registry of elementwise unary ops: `(name, doc, dtype names)` of each.
+#[pyfunction]
+pub fn unary_ops() -> Vec<(&'static str, &'static str, Vec<&'static str>)> {
+    ops::UNARY_OPS.iter().map(|o| (o.name, o.doc, o.dtypes.iter().map(|d| d.name()).collect())).collect()
+}

@@ -47,6 +47,23 @@ def test_reductions_copy_transpose_softmax_compile(dtype: str) -> None:
         sm["softmax_rows_reg"].specialize(f"{cpp(dtype)}, 8").compile(arch="sm_90")
 
 
+def test_registered_unary_ops_compile_for_their_dtypes_and_are_functions_of_caijit_ops() -> None:
+    registry = caijit._native.unary_ops()
+    assert "abs" in [name for name, _, _ in registry]
+    for name, doc, dtypes in registry:
+        f = getattr(ops, name)
+        assert f is ops.UNARY_OPS[name] and name in ops.__all__ and f.__name__ == name
+        assert doc in (f.__doc__ or "")
+        m = caijit.module(caijit._native.op_source(name))
+        for dtype in dtypes:
+            m[f"{name}_kernel"].specialize(cpp(dtype)).compile(arch="sm_90")
+
+
+def test_unary_ops_refuse_what_they_do_not_support() -> None:
+    with pytest.raises(caijit.ArgumentError, match='no unary op named "nope" .*abs'):
+        caijit._native.unary("nope", None, None)
+
+
 # ---------------------------------------------------------------------------- GPU
 
 rng = np.random.default_rng()
@@ -322,3 +339,23 @@ def test_ops_from_many_threads(in_threads: Callable[[Callable[[int], None], int]
         np.testing.assert_array_equal(host(rows), (a_h + b_h).max(axis=-1).astype(np.float64))
 
     in_threads(work, 8)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", NP_REAL)
+def test_abs_matches_numpy(dtype: str) -> None:
+    x_h = rand(100_003, dtype)
+    x = caijit.to_device(x_h)
+    np.testing.assert_array_equal(host(ops.abs(x)), np.abs(x_h))
+    # In place, and a strided input (copied to C order first).
+    ops.abs(x, out=x)
+    np.testing.assert_array_equal(host(x), np.abs(x_h))
+    t = caijit.to_device(x_h[:1000].reshape(40, 25))
+    np.testing.assert_array_equal(host(ops.abs(t.T)), np.abs(x_h[:1000].reshape(40, 25).T))
+
+
+@gpu
+def test_abs_refuses_complex_and_bool() -> None:
+    for dtype in ("complex64", "bool"):
+        with pytest.raises(caijit.ArgumentError, match=f"abs: {dtype} is not supported"):
+            ops.abs(caijit.zeros(4, dtype))
