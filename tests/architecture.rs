@@ -11,7 +11,7 @@ use syn::visit::Visit;
 /// Top-level modules by layer, lowest first. A module may use modules of lower layers only.
 const LAYERS: &[&[&str]] = &[
     // The CUDA Array Interface model and the process-wide counters: nothing of caijit below.
-    &["cai", "stats"],
+    &["cai", "stats", "sync"],
     // FFI: the driver, NVRTC, C libraries; the only `unsafe`.
     &["sys"],
     // The error type every layer above returns.

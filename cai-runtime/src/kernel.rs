@@ -11,8 +11,9 @@ use std::ffi::CString;
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
 use crate::compile::{self, Arch, Compiled, KernelInfo, Program};
-use crate::runtime::{lock, Context};
+use crate::runtime::Context;
 use crate::stats::{bump, COUNTERS};
+use crate::sync::lock;
 pub use crate::sys::KernelAttributes;
 use crate::sys::{RawFunction, RawModule};
 use crate::{Error, Result};

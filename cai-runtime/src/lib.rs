@@ -89,6 +89,7 @@ pub mod python;
 pub mod runtime;
 pub mod signature;
 pub mod stats;
+pub mod sync;
 /// The only module with `unsafe` code: FFI to the CUDA driver, NVRTC and C libraries.
 #[allow(unsafe_code)]
 mod sys;

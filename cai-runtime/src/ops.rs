@@ -26,6 +26,7 @@ use crate::compile::{Program, OPS};
 use crate::kernel::Kernel;
 use crate::launch::{Arg, LaunchConfig, Num};
 use crate::runtime::{Context, Stream};
+use crate::sync::lock;
 use crate::{Error, Result};
 
 const BLOCK: u32 = 256;
@@ -44,13 +45,13 @@ fn kernel(ctx: &Arc<Context>, file: &str, expr: String) -> Result<Arc<Kernel>> {
     static CACHE: OnceLock<KernelCache> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     let key = (ctx.ordinal(), expr);
-    if let Some(k) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+    if let Some(k) = lock(cache).get(&key) {
         return Ok(k.clone());
     }
     let source = OPS.iter().find(|(n, _)| *n == file).map(|(_, s)| *s).expect("a library file");
     let program = Program::new(source).name(format!("{file}.cu")).name_expression(key.1.clone());
     let k = ctx.compile(&program)?.kernel(&key.1)?;
-    cache.lock().unwrap_or_else(|p| p.into_inner()).insert(key, k.clone());
+    lock(cache).insert(key, k.clone());
     Ok(k)
 }
 

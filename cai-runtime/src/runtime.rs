@@ -29,6 +29,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::cai::StreamRef;
 use crate::stats::{bump, COUNTERS};
+use crate::sync::lock;
 use crate::sys::{self, Capture, Ctx, Driver, RawEvent, RawPool, RawStream};
 use crate::{Error, Result};
 
@@ -55,10 +56,6 @@ pub fn device_count() -> Result<usize> {
     }
     let n = driver()?.device_count()? as usize;
     Ok(*COUNT.get_or_init(|| n))
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Events taken from a context's pool for one launch (inline for up to four).

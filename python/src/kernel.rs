@@ -9,6 +9,7 @@ use cai_runtime::kernel::Kernel as RtKernel;
 use cai_runtime::launch::{Arg, LaunchConfig};
 use cai_runtime::runtime::{self as rt, Context, Stream as RtStream};
 use cai_runtime::signature::{deduce, ArgType, KernelDecl, ParamKind, TemplateParam};
+use cai_runtime::sync::lock;
 use cai_runtime::Error;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
@@ -39,10 +40,6 @@ type InstanceKey = (usize, SmallVec<[ArgType; 8]>);
 /// `(name, extern_c, template parameters, parameter types, an example argument per
 /// template parameter)` of a declaration.
 type DeclSummary = (String, bool, Vec<String>, Vec<String>, Vec<String>);
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 impl Kernel {
     pub fn new(program: Program, name: Option<String>) -> PyCaiResult<Kernel> {

@@ -45,7 +45,7 @@ fn pointer_device(ptr: u64) -> PyCaiResult<Option<usize>> {
     Ok(cai_runtime::runtime::pointer_device(ptr)?)
 }
 
-/// `(name, (major, minor))` of a device.
+/// `(name, (major, minor), total memory in bytes)` of a device.
 #[pyfunction]
 #[pyo3(signature = (device = 0))]
 fn device_info(device: usize) -> PyCaiResult<(String, (i32, i32), usize)> {

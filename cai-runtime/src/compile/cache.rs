@@ -82,7 +82,7 @@ impl DiskCache {
             Err(why) => {
                 crate::stats::bump(&crate::stats::COUNTERS.disk_cache_errors);
                 static WARNED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
-                let mut warned = WARNED.lock().unwrap_or_else(|p| p.into_inner());
+                let mut warned = crate::sync::lock(&WARNED);
                 if !warned.contains(&cache.dir) {
                     eprintln!("caijit: warning: not using the disk cache {}: {why}; compiling without it", cache.dir.display());
                     warned.push(cache.dir.clone());

@@ -52,6 +52,7 @@ pub use toolkit::{add_site_dirs, toolkit, Toolkit};
 use crate::error::CompileError;
 use crate::signature::{self, KernelDecl, ParamLayout};
 use crate::stats::{bump, COUNTERS};
+use crate::sync::lock;
 use crate::sys::NvrtcError;
 use crate::{Error, Result};
 
@@ -353,10 +354,6 @@ struct MemoryCache {
 fn memory() -> &'static MemoryCache {
     static M: OnceLock<MemoryCache> = OnceLock::new();
     M.get_or_init(|| MemoryCache { entries: Mutex::new(HashMap::new()), inflight: Mutex::new(HashMap::new()) })
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Options for one compilation call.
