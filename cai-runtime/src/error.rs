@@ -41,7 +41,7 @@ pub enum Error {
     #[error("{0}")]
     Launch(String),
     /// The disk cache could not be read, written or cleared.
-    #[error("cache {}: {source}", path.display())]
+    #[error("disk cache {}: {source}", path.display())]
     Cache { path: PathBuf, source: std::io::Error },
     /// No CUDA driver or no NVRTC could be loaded; the message lists where caijit looked.
     #[error("{0}")]

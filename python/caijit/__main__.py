@@ -260,7 +260,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.action == "clear":
             try:
                 print(f"removed {_native.cache_clear()} entries")
-            except caijit.ArgumentError as e:
+            except (caijit.ArgumentError, caijit.CacheError) as e:  # CAIJIT_CACHE_DIR names no usable directory
                 raise UsageError(str(e)) from None
         else:
             print(_cache_line(_native.cache_info()))
