@@ -18,8 +18,11 @@ pub use crate::sys::KernelAttributes;
 use crate::sys::{RawFunction, RawModule};
 use crate::{Error, Result};
 
-/// Every module loaded so far, by device ordinal and cache key.
-static MODULES: LazyLock<Mutex<HashMap<(usize, String), Arc<Module>>>> = LazyLock::new(Default::default);
+/// Loaded modules by device ordinal and cache key.
+type Modules = Mutex<HashMap<(usize, String), Arc<Module>>>;
+
+/// Every module loaded so far.
+static MODULES: LazyLock<Modules> = LazyLock::new(Default::default);
 
 impl Context {
     pub fn arch(&self) -> Arch {
