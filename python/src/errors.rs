@@ -78,11 +78,14 @@ impl From<PyCaiError> for PyErr {
     }
 }
 
+/// An exception attribute's name and value.
+type Attribute = (&'static str, PyResult<Py<PyAny>>);
+
 /// The exception for `e`, with its data as attributes (see `caijit/errors.py`).
 fn cai_to_py(e: Error) -> PyErr {
     let message = e.to_string();
     Python::attach(|py| {
-        let (err, attrs): (PyErr, Vec<(&str, PyResult<Py<PyAny>>)>) = match e {
+        let (err, attrs): (PyErr, Vec<Attribute>) = match e {
             Error::Interface(_) => (InterfaceError::new_err(message), vec![]),
             Error::Argument(a) => (
                 ArgumentError::new_err(message),
