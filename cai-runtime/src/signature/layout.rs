@@ -85,7 +85,10 @@ impl ParamKind {
     /// Whether the PTX parameter `p` is what this kind compiles to; `Err` says what it
     /// should have been.
     fn check_ptx(&self, p: &PtxParam) -> Result<(), String> {
+        // A `__grid_constant__` parameter is an aligned byte aggregate whatever its type.
+        let grid_constant = p.class == PtxClass::Aggregate && self.expected_size().is_some_and(|s| s == p.size && p.align == s.min(8));
         let ok = match self {
+            _ if grid_constant && !matches!(self, ParamKind::Array { .. }) => true,
             ParamKind::Pointer { .. } => p.is_integer(8),
             ParamKind::Array { .. } => p.class == PtxClass::Aggregate && p.align == 8,
             ParamKind::Scalar(DType::F32 | DType::F64) => p.class == PtxClass::Float,
@@ -226,6 +229,9 @@ mod tests {
             (scalar(DType::C128), p(16, 16, AGG)),
             (named("E"), p(4, 4, PtxClass::Unsigned)),
             (named("S"), p(16, 16, AGG)),
+            (scalar(DType::I32), p(4, 4, AGG)),
+            (scalar(DType::F64), p(8, 8, AGG)),
+            (ptr(DType::F32, true), p(8, 8, AGG)),
         ] {
             assert!(layout_compiled("k", &[t.clone()], &[], &[q]).is_ok(), "{t} {q:?}");
         }
