@@ -217,7 +217,7 @@ mod tests {
         let e = layout_compiled("k", &[ptr(DType::F32, false)], &[], &[p(8, 8, PtxClass::Float)]).unwrap_err();
         assert!(e.to_string().contains(".u64 (a pointer)"), "{e}");
         let arr = ParamType::Array { elem: CType::Scalar(DType::F32), is_const: false, rank: Rank::Fixed(1) };
-        assert!(layout_compiled("k", &[arr.clone()], &[], &[p(24, 4, AGG)]).is_err());
+        assert!(layout_compiled("k", std::slice::from_ref(&arr), &[], &[p(24, 4, AGG)]).is_err());
         assert!(layout_compiled("k", &[arr], &[], &[p(24, 8, AGG)]).is_ok());
         assert!(layout_compiled("k", &[scalar(DType::C64)], &[], &[p(8, 8, PtxClass::Unsigned)]).is_err());
         for (t, q) in [
@@ -233,7 +233,7 @@ mod tests {
             (scalar(DType::F64), p(8, 8, AGG)),
             (ptr(DType::F32, true), p(8, 8, AGG)),
         ] {
-            assert!(layout_compiled("k", &[t.clone()], &[], &[q]).is_ok(), "{t} {q:?}");
+            assert!(layout_compiled("k", std::slice::from_ref(&t), &[], &[q]).is_ok(), "{t} {q:?}");
         }
     }
 

@@ -199,10 +199,8 @@ pub(crate) fn split_top_level(toks: &[Tok]) -> Vec<&[Tok]> {
         match t {
             Tok::Punct(o @ ('(' | '[' | '{')) => stack.push(*o),
             Tok::Punct('<') if stack.last() != Some(&'(') => stack.push('<'),
-            Tok::Punct('>') => {
-                if stack.last() == Some(&'<') {
-                    stack.pop();
-                }
+            Tok::Punct('>') if stack.last() == Some(&'<') => {
+                stack.pop();
             }
             Tok::Punct(c @ (')' | ']' | '}')) => {
                 let o = match c {
