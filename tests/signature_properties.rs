@@ -133,7 +133,7 @@ fn fresh() -> CompileOptions {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 12, failure_persistence: None, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 32, failure_persistence: None, ..ProptestConfig::default() })]
 
     #[test]
     fn signatures_match_the_declaration_the_ptx_and_the_demangled_name(
