@@ -52,8 +52,12 @@ impl Kernel {
         let name = match name {
             Some(n) => n.trim().to_string(),
             None => {
-                let mut names: Vec<String> = decls.iter().map(KernelDecl::qualified_name).collect();
-                names.dedup();
+                let mut names: Vec<String> = Vec::new();
+                for n in decls.iter().map(KernelDecl::qualified_name) {
+                    if !names.contains(&n) {
+                        names.push(n);
+                    }
+                }
                 match names.as_slice() {
                     [one] => one.clone(),
                     [] => return Err(PyCaiError::argument("the source declares no __global__ function")),

@@ -39,14 +39,16 @@ pub fn headers_for(text: &str) -> Vec<&'static str> {
             !before.is_some_and(|c| c.is_alphanumeric() || c == '_') && !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
         })
     };
+    // Only CUDA's own spellings (`half` may be a program's own type, and including
+    // cuda_fp16.h would then redefine it).
     let mut out = Vec::new();
-    if mentions("__half") || mentions("half") || mentions("__half2") {
+    if mentions("__half") || mentions("__half2") {
         out.push("cuda_fp16.h");
     }
     if mentions("__nv_bfloat16") || mentions("nv_bfloat16") || mentions("__nv_bfloat162") {
         out.push("cuda_bf16.h");
     }
-    if mentions("complex") {
+    if text.contains("caijit::complex") {
         out.push("caijit/complex.cuh");
     }
     out
@@ -174,6 +176,7 @@ mod tests {
         assert_eq!(headers_for("k<__half>"), ["cuda_fp16.h"]);
         assert_eq!(headers_for("k<__nv_bfloat16, 2>"), ["cuda_bf16.h"]);
         assert_eq!(headers_for("k<caijit::complex<float> >"), ["caijit/complex.cuh"]);
-        assert!(headers_for("k<halfway, complexity>").is_empty());
+        assert!(headers_for("k<halfway, complexity, half, std::complex<float>>").is_empty());
+        assert_eq!(headers_for("k<__half2, __nv_bfloat16>"), ["cuda_fp16.h", "cuda_bf16.h"]);
     }
 }
