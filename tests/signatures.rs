@@ -249,3 +249,16 @@ fn an_unreadable_extern_c_declaration_leaves_the_others_usable() {
     let c = build(&Program::new("#include <caijit/array.cuh>\nextern \"C\" __global__ void ok(float* x) {}\n#define DECL(n) extern \"C\" __global__ void n(int* y)\nDECL(made) {}"));
     assert_eq!(shape(c.kernel("ok").unwrap()), [(ptr(DType::F32, false), 8, 0)]);
 }
+
+#[test]
+fn an_extern_c_kernel_declared_in_a_header_launches_when_named() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("k.cuh"), "extern \"C\" __global__ void from_header(double* x, unsigned n) {}\n").unwrap();
+    let src = "#include \"k.cuh\"\nextern \"C\" __global__ void here(int* y) {}\n";
+    let p = Program::new(src).include_dir(dir.path());
+    let c = build(&p);
+    assert_eq!(shape(c.kernel("here").unwrap()), [(ptr(DType::I32, false), 8, 0)]);
+    assert!(c.notes.iter().any(|n| n.contains("from_header")), "{:?}", c.notes);
+    let c = build(&p.name_expression("from_header"));
+    assert_eq!(shape(c.kernel("from_header").unwrap()), [(ptr(DType::F64, false), 8, 0), (ParamKind::Scalar(DType::U32), 4, 8)]);
+}
