@@ -14,17 +14,17 @@
 //!
 //! # Rationale
 //! NVRTC does not report parameter types, but it reports names that encode them:
-//! - a C++ kernel's lowered (mangled) name, demangled ([`demangle`]): the exact,
+//! - a C++ kernel's lowered (mangled) name, demangled ([`types_from_lowered`]): the exact,
 //!   preprocessed, typedef-resolved parameter list of the instance compiled;
 //! - for an `extern "C"` kernel (whose symbol is its plain name), the lowered name of a
 //!   *probe*: an empty template kernel instantiated with the kernel's function type
-//!   (`caijit_probe_<decltype(&scale)>`), demangled the same way;
-//! - the PTX `.entry` ([`ptx`]): each parameter's type class (`.f32`, `.u32`, `.u64`,
+//!   (`caijit_probe_<decltype(&scale)>`), demangled the same way ([`probe_types`]);
+//! - the PTX `.entry` ([`ptx_entries`]): each parameter's type class (`.f32`, `.u32`, `.u64`,
 //!   `.b8[]`), size and alignment as compiled.
 //!
 //! The demangled types give each parameter's *kind*, the PTX its *layout*; they are
-//! cross-checked ([`layout`]) and a disagreement is an error naming the parameter.
-//! The source is read by a tokenizer ([`tokens`], [`decl`]) only to find kernel names,
+//! cross-checked ([`layout_compiled`]) and a disagreement is an error naming the parameter.
+//! The source is read by a tokenizer ([`parse_kernels`]) only to find kernel names,
 //! namespaces, template parameters (for deduction, [`deduce`]) and parameter names.
 //!
 //! # Limitations
