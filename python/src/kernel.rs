@@ -564,8 +564,10 @@ pub fn make_kernel(
 }
 
 /// Compile a program without a GPU: `compile_program(source, arch, ...)` → kernel infos.
+/// Each name expression's types get their headers (`axpy<__half>`: `cuda_fp16.h`). With
+/// `notes`, what caijit could not learn (see `Compiled::notes`) is appended to it.
 #[pyfunction]
-#[pyo3(signature = (source, arch, filename = None, name_expressions = Vec::new(), options = Vec::new(), include_dirs = Vec::new(), defines = Vec::new()))]
+#[pyo3(signature = (source, arch, filename = None, name_expressions = Vec::new(), options = Vec::new(), include_dirs = Vec::new(), defines = Vec::new(), notes = None))]
 #[allow(clippy::too_many_arguments)] // the Python signature
 pub fn compile_program<'py>(
     py: Python<'py>,
@@ -576,13 +578,24 @@ pub fn compile_program<'py>(
     options: Vec<String>,
     include_dirs: Vec<std::path::PathBuf>,
     defines: Vec<(String, Option<String>)>,
+    notes: Option<&Bound<'py, PyList>>,
 ) -> PyCaiResult<Bound<'py, PyList>> {
     let mut p = program_from_py(source, filename, options, include_dirs, defines);
+    let mut headers = Vec::new();
     for e in name_expressions {
+        headers.extend(headers_for(&e));
         p = p.name_expression(e);
     }
+    headers.sort_unstable();
+    headers.dedup();
+    let p = p.including(&headers);
     let arch = Arch::parse(arch)?;
     let (c, source) = py.detach(|| compile_reporting(&p, arch, &CompileOptions::default()))?;
+    if let Some(list) = notes {
+        for n in &c.notes {
+            list.append(n)?;
+        }
+    }
     kernel_infos(py, &c, source)
 }
 

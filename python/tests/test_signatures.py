@@ -99,3 +99,16 @@ def test_cli_instantiates_qualified_names(tmp_path: Path) -> None:
     )
     kernels = json.loads(out.stdout)
     assert {k["name"] for k in kernels} == {"a::k", "a::b::t"}
+
+
+def test_cli_notes_what_it_could_not_learn_and_instantiates_half(tmp_path: Path) -> None:
+    f = tmp_path / "m.cu"
+    f.write_text(MACROS + "template <typename T> __global__ void t(T* x) {}\n")
+    run = [sys.executable, "-m", "caijit", "compile", str(f), "--arch", "sm_90", "--json"]
+    out = subprocess.run(run, capture_output=True, text=True, check=True)
+    assert "c_double" in out.stderr and "macro" in out.stderr
+    assert "k_float" in {k["name"] for k in json.loads(out.stdout)}
+    out = subprocess.run([*run, "--instantiate", "t<__half>", "--instantiate", "c_double"], capture_output=True, text=True, check=True)
+    kernels = {k["name_expression"]: k for k in json.loads(out.stdout)}
+    assert [p["type"] for p in kernels["t<__half>"]["params"]] == ["__half*"]
+    assert [p["type"] for p in kernels["c_double"]["params"]] == ["double*", "double"]
