@@ -34,16 +34,10 @@ fn every_kernel_compiles_for_sm80_and_sm90() {
         for arch in ["sm_80", "sm_90"] {
             let mut p = Program::from_file(&path).unwrap();
             // Instantiate every template for float so that its code is generated too.
-            for d in p.declarations().unwrap() {
+            for d in p.declarations().kernels {
                 if d.is_template() {
-                    let args: Vec<String> = d
-                        .template_params
-                        .iter()
-                        .map(|t| match t {
-                            cai_runtime::signature::TemplateParam::Type(_) => "float".into(),
-                            cai_runtime::signature::TemplateParam::Value(_) => "2".into(),
-                        })
-                        .collect();
+                    let args: Vec<String> =
+                        d.template_params.iter().map(|t| if t.is_type { "float".to_string() } else { "2".to_string() }).collect();
                     p = p.name_expression(format!("{}<{}>", d.name, args.join(", ")));
                 }
             }
@@ -108,13 +102,14 @@ fn template_deduction_then_instantiation() {
     let src =
         "template <typename T> __global__ void axpy(T a, const T* x, T* y, int n) { int i = threadIdx.x; if (i < n) y[i] += a * x[i]; }";
     let p = Program::new(src);
-    let decl = &p.declarations().unwrap()[0];
+    let decl = &p.declarations().kernels[0];
     for (dtype, cpp) in [(DType::F32, "float"), (DType::F64, "double"), (DType::F16, "__half"), (DType::I32, "int")] {
         let arr = ArgType::Array { dtype, rank: 1 };
-        let expr = deduce(decl, &[ArgType::UntypedScalar, arr, arr, ArgType::UntypedScalar]).unwrap();
+        let instance = deduce(decl, &[ArgType::UntypedScalar, arr, arr, ArgType::UntypedScalar]).unwrap();
+        let expr = instance.expression;
         assert_eq!(expr, format!("axpy<{cpp}>"));
-        let src_with_fp16 = format!("#include <cuda_fp16.h>\n{src}");
-        let c = compile_with(&Program::new(src_with_fp16).name_expression(&expr), Arch(90), &fresh()).unwrap();
+        // The instance includes the headers its types need: the source includes none.
+        let c = compile_with(&Program::new(src).including(&instance.headers).name_expression(&expr), Arch(90), &fresh()).unwrap();
         let k = c.kernel(&expr).unwrap();
         assert_eq!(k.params[0].kind, ParamKind::Scalar(dtype));
         assert_eq!(k.params[1].kind, ParamKind::Pointer { dtype: Some(dtype), is_const: true });

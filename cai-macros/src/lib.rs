@@ -19,7 +19,7 @@
 //! | `data` | field | `u64` device pointer (export and import) or `DeviceArray` (export only) |
 //! | `shape` | field | `[usize; N]`, `Vec<usize>` or `usize` |
 //! | `strides` | field | byte strides: `[i64; N]`, `Vec<i64>`, `Option<_>`; without it, C order |
-//! | `stream` | field | `u64` / `Option<u64>` handle (1, 2 or a `CUstream`), or a caijit `Stream` |
+//! | `stream` | field | `u64` / `Option<u64>` handle (1, 2 or a `CUstream`; `None`: no stream; a raw 0 is refused, as the CAI forbids it), or a caijit `Stream` |
 //! | `readonly` | field | `bool` |
 //!
 //! Layout: parse (`attr.rs`) → validate (`check.rs`) → expand (`expand.rs`). Attribute

@@ -88,6 +88,32 @@ fn import_checks_dtype_rank_contiguity_and_readonly() {
     assert_eq!(Image::from_descriptor(&d).unwrap_err(), InterfaceError::StreamZero);
 }
 
+/// A raw stream field holding 0 is refused on export (the CAI forbids 0), never exported
+/// as "no stream".
+#[derive(CudaArrayInterface, Debug)]
+#[cai(dtype = f32)]
+struct RawStream {
+    #[cai(data)]
+    ptr: u64,
+    #[cai(shape)]
+    n: usize,
+    #[cai(stream)]
+    stream: u64,
+}
+
+#[test]
+fn a_raw_stream_zero_is_refused_not_exported_as_none() {
+    let zero = Image { ptr: P, shape: [3, 4], stream: Some(0), label: String::new() };
+    assert_eq!(zero.cai_view().unwrap_err(), InterfaceError::StreamZero);
+    assert_eq!(zero.cai_descriptor().unwrap_err(), InterfaceError::StreamZero);
+    let none = Image { ptr: P, shape: [3, 4], stream: None, label: String::new() };
+    assert_eq!(none.cai_view().unwrap().stream(), None);
+    assert_eq!(RawStream { ptr: P, n: 4, stream: 0 }.cai_view().unwrap_err(), InterfaceError::StreamZero);
+    assert_eq!(RawStream { ptr: P, n: 4, stream: 2 }.cai_view().unwrap().stream(), Some(StreamRef::PerThread));
+    let h = RawStream { ptr: P, n: 4, stream: 0x1234 }.cai_descriptor().unwrap();
+    assert_eq!(h.stream, Some(0x1234));
+}
+
 /// The CUDA twin: `struct Params { double scale; signed char flag; float v[2]; int n; };`
 #[derive(KernelParams, Clone, Copy)]
 #[repr(C)]

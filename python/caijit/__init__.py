@@ -122,9 +122,14 @@ def kernel(
 ) -> Kernel:
     """A kernel from CUDA C++ source text or a ``.cu`` path.
 
-    ``name`` may be omitted when the source declares one ``__global__`` function; it may be
-    a name expression (``"axpy<float>"``) to pick a template instance explicitly. Templates
-    named without arguments are instantiated per argument types on launch, Numba-style.
+    ``name`` may be omitted when the source declares one ``__global__`` function. It may be
+    any name expression NVRTC accepts: a template instance (``"axpy<float>"``), a qualified
+    name (``"ns::k"``), an overload cast (``"(void(*)(float*, int))k"``), or the name of a
+    kernel a macro makes. Templates named without arguments are instantiated per argument
+    types on launch, Numba-style (default template arguments are used where no argument
+    decides); overloads named without a cast are picked by the launch's arguments. The
+    parameter types are the compiler's (its lowered names, demangled, checked against the
+    PTX), so what ``#ifdef`` chose is what the launch checks against.
     Launch with ``k[grid, block](*args)``, ``k[grid, block, stream, shared_mem](*args)`` or
     ``k.forall(n)(*args)``.
     """
@@ -158,8 +163,9 @@ class Module:
 
     @property
     def names(self) -> list[str]:
-        """The ``__global__`` functions the source declares."""
-        return [d[0] for d in _native.declarations(self._source)]
+        """The ``__global__`` functions the source declares (qualified names, each once:
+        overloads and ``#ifdef`` alternatives share one)."""
+        return list(dict.fromkeys(d[0] for d in _native.declarations(self._source)))
 
     def kernel(self, name: str) -> Kernel:
         k = self._kernels.get(name)

@@ -135,9 +135,12 @@ def compile_cmd(args: argparse.Namespace) -> int:
     if not decls:
         raise UsageError(f"{args.file}: declares no __global__ function")
     exprs = list(args.instantiate or [])
+    notes: list[str] = []
     kernels: list[dict[str, Any]] = _native.compile_program(
-        source, args.arch, args.file, exprs, list(args.option or []), list(args.include or []), []
+        source, args.arch, args.file, exprs, list(args.option or []), list(args.include or []), [], notes
     )
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     instantiated = {k["name"] for k in kernels}
     # Templates nobody instantiated: not in the binary, listed with how to instantiate them.
     templates = [(n, t, p, x) for n, _, t, p, x in decls if t and n not in instantiated]

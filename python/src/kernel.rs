@@ -8,7 +8,7 @@ use cai_runtime::compile::{compile, compile_reporting, Arch, CacheSource, Compil
 use cai_runtime::kernel::Kernel as RtKernel;
 use cai_runtime::launch::{Arg, LaunchConfig};
 use cai_runtime::runtime::{self as rt, Context, Stream as RtStream};
-use cai_runtime::signature::{deduce, ArgType, KernelDecl, ParamKind, TemplateParam};
+use cai_runtime::signature::{deduce, headers_for, ArgType, KernelDecl, ParamKind};
 use cai_runtime::sync::lock;
 use cai_runtime::Error;
 use pyo3::prelude::*;
@@ -24,9 +24,12 @@ use crate::stream::stream_from_py;
 #[pyclass(frozen, module = "caijit", name = "Kernel")]
 pub struct Kernel {
     program: Program,
-    /// The name asked for: a `__global__` name, or a name expression (`axpy<float>`).
+    /// The name asked for: a `__global__` name, or any name expression NVRTC accepts
+    /// (`axpy<float>`, `ns::k`, `(void(*)(double, int))k`).
     name: String,
     decl: Option<KernelDecl>,
+    /// Several non-template kernels have this name: the launch's arguments pick one.
+    overloaded: bool,
     instances: Mutex<HashMap<InstanceKey, Arc<RtKernel>>>,
     /// The first instance resolved, read without a lock: a kernel that is not a deduced
     /// template has one instance per device, and most programs use one device.
@@ -43,66 +46,102 @@ type DeclSummary = (String, bool, Vec<String>, Vec<String>, Vec<String>);
 
 impl Kernel {
     pub fn new(program: Program, name: Option<String>) -> PyCaiResult<Kernel> {
-        let decls = program.declarations()?;
+        let decls = program.declarations().kernels;
         let name = match name {
-            Some(n) => n,
-            None => match decls.as_slice() {
-                [one] => one.name.clone(),
-                [] => return Err(PyCaiError::argument("the source declares no __global__ function")),
-                many => {
-                    let names: Vec<_> = many.iter().map(|d| d.name.as_str()).collect();
-                    return Err(PyCaiError::argument(format!(
-                        "the source declares {} kernels ({}); pass name=...",
-                        many.len(),
-                        names.join(", ")
-                    )));
+            Some(n) => n.trim().to_string(),
+            None => {
+                let mut names: Vec<String> = Vec::new();
+                for n in decls.iter().map(KernelDecl::qualified_name) {
+                    if !names.contains(&n) {
+                        names.push(n);
+                    }
                 }
-            },
+                match names.as_slice() {
+                    [one] => one.clone(),
+                    [] => return Err(PyCaiError::argument("the source declares no __global__ function")),
+                    many => {
+                        return Err(PyCaiError::argument(format!(
+                            "the source declares {} kernels ({}); pass name=...",
+                            many.len(),
+                            many.join(", ")
+                        )))
+                    }
+                }
+            }
         };
-        let base = name.split('<').next().unwrap_or(&name).trim().to_string();
-        let decl = decls.iter().find(|d| d.name == base).cloned();
-        if decl.is_none() && !name.contains('<') {
-            let names: Vec<_> = decls.iter().map(|d| d.name.as_str()).collect();
-            return Err(PyCaiError::argument(format!("no __global__ function named {name:?} (found: {})", names.join(", "))));
+        if name.is_empty() {
+            return Err(PyCaiError::argument("a kernel name must not be empty"));
         }
-        Ok(Kernel { program, name, decl, instances: Mutex::new(HashMap::new()), first: OnceLock::new() })
+        // The declaration this name refers to, if the tokenizer found one: by qualified
+        // name, else by plain name. A name it did not find (made by a macro, an overload
+        // cast) is handed to NVRTC as a name expression; NVRTC decides.
+        let base = name.split('<').next().unwrap_or(&name).trim();
+        let base = base.strip_prefix("::").unwrap_or(base);
+        let mine: Vec<&KernelDecl> = match decls.iter().filter(|d| d.qualified_name() == base).collect::<Vec<_>>() {
+            v if v.is_empty() && !base.contains("::") => decls.iter().filter(|d| d.name == base).collect(),
+            v => v,
+        };
+        let overloaded =
+            !name.contains('<') && !name.starts_with('(') && mine.len() > 1 && mine.iter().all(|d| !d.is_template() && !d.extern_c);
+        let decl = mine.first().map(|d| (*d).clone());
+        Ok(Kernel { program, name, decl, overloaded, instances: Mutex::new(HashMap::new()), first: OnceLock::new() })
     }
 
     fn is_deduced_template(&self) -> bool {
         self.decl.as_ref().is_some_and(|d| d.is_template()) && !self.name.contains('<')
     }
 
-    /// The name expression to compile for these argument types.
-    fn name_expression(&self, types: &[ArgType]) -> PyCaiResult<String> {
+    /// Whether the launch's argument types choose the instance (a deduced template, or one
+    /// of several overloads).
+    fn by_argument_types(&self) -> bool {
+        self.is_deduced_template() || self.overloaded
+    }
+
+    /// Whether NVRTC must be given the name as a name expression: anything but the plain
+    /// name of a kernel the tokenizer found (those caijit asks about itself).
+    fn needs_name_expression(&self) -> bool {
+        self.decl.is_none() || self.name.contains(['<', ':', '('])
+    }
+
+    /// The program to compile and the name to look up for these argument types.
+    fn instance(&self, types: &[ArgType]) -> PyCaiResult<(Program, String)> {
         match &self.decl {
-            Some(d) if self.is_deduced_template() => deduce(d, types).map_err(PyCaiError::argument),
-            _ => Ok(self.name.clone()),
+            Some(d) if self.is_deduced_template() => {
+                let i = deduce(d, types).map_err(Error::from)?;
+                Ok((self.program.clone().including(&i.headers).name_expression(i.expression.clone()), i.expression))
+            }
+            _ if self.needs_name_expression() => {
+                Ok((self.program.clone().including(&headers_for(&self.name)).name_expression(self.name.clone()), self.name.clone()))
+            }
+            _ => Ok((self.program.clone(), self.name.clone())),
         }
     }
 
-    /// The compiled, loaded kernel for a device and, for a deduced template, the types of
-    /// the launch's arguments (read only then).
+    /// The compiled, loaded kernel for a device and, for a deduced template or an overload
+    /// set, the types of the launch's arguments (read only then).
     pub fn resolve(&self, py: Python<'_>, device: usize, args: &[Arg<'_>]) -> PyCaiResult<Arc<RtKernel>> {
-        let deduced = self.is_deduced_template();
-        if let Some((_, k)) = self.first.get().filter(|(d, _)| !deduced && *d == device) {
+        let by_types = self.by_argument_types();
+        if let Some((_, k)) = self.first.get().filter(|(d, _)| !by_types && *d == device) {
             return Ok(k.clone());
         }
-        let types: SmallVec<[ArgType; 8]> = if deduced { args.iter().map(Arg::arg_type).collect() } else { SmallVec::new() };
+        let types: SmallVec<[ArgType; 8]> = if by_types { args.iter().map(Arg::arg_type).collect() } else { SmallVec::new() };
         let key = (device, types);
         if let Some(k) = lock(&self.instances).get(&key) {
             return Ok(k.clone());
         }
-        let expr = self.name_expression(&key.1)?;
-        let mut program = self.program.clone();
-        if expr.contains('<') {
-            program = program.name_expression(expr.clone());
-        }
+        let (program, expr) = self.instance(&key.1)?;
+        let overloaded = self.overloaded;
         let k = py.detach(|| -> cai_runtime::Result<_> {
             let ctx = Context::new(device)?;
-            ctx.compile(&program)?.kernel(&expr)
+            let module = ctx.compile(&program)?;
+            if !overloaded {
+                return module.kernel(&expr);
+            }
+            let lowered = pick_overload(module.compiled().kernels_named(&expr), &key.1)?;
+            module.kernel(&lowered)
         })?;
         lock(&self.instances).insert(key, k.clone());
-        if !deduced {
+        if !by_types {
             let _ = self.first.set((device, k.clone()));
         }
         Ok(k)
@@ -114,6 +153,12 @@ impl Kernel {
     }
 
     fn not_a_deduced_template(&self) -> PyCaiResult<()> {
+        if self.overloaded {
+            return Err(PyCaiError::argument(format!(
+                "`{}` is overloaded: the launch's arguments pick one, or name one with an overload cast, e.g. \"(void(*)(float, int)){}\"",
+                self.name, self.name
+            )));
+        }
         if self.is_deduced_template() {
             return Err(PyCaiError::argument(format!(
                 "`{}` is a template: its attributes exist per instance; use .specialize(\"{}<...>\")",
@@ -126,23 +171,48 @@ impl Kernel {
     /// This kernel's program, with its name expression when it has one.
     fn program_for(&self, exprs: impl IntoIterator<Item = String>) -> Program {
         let mut program = self.program.clone();
-        if self.name.contains('<') {
+        let mut headers = Vec::new();
+        if self.needs_name_expression() {
+            headers.extend(headers_for(&self.name));
             program = program.name_expression(self.name.clone());
         }
         for e in exprs {
+            headers.extend(headers_for(&e));
             program = program.name_expression(e);
         }
-        program
+        headers.sort_unstable();
+        headers.dedup();
+        program.including(&headers)
     }
 
     /// Whether a kernel of the compiled program is this kernel (or, for a deduced
     /// template, one of its instances).
     fn is_mine(&self, k: &KernelInfo) -> bool {
-        if self.name.contains('<') {
+        if self.name.contains(['<', '(']) {
             k.name_expression.as_deref() == Some(self.name.as_str())
         } else {
-            k.base_name == self.name || k.lowered_name == self.name
+            let plain = self.name.strip_prefix("::").unwrap_or(&self.name);
+            k.qualified_name == plain || k.base_name == self.name || k.lowered_name == self.name
         }
+    }
+}
+
+/// The one overload whose parameters admit the launch's argument types.
+fn pick_overload(candidates: Vec<&KernelInfo>, types: &[ArgType]) -> cai_runtime::Result<String> {
+    let fits: Vec<&&KernelInfo> =
+        candidates.iter().filter(|k| k.params.len() == types.len() && k.params.iter().zip(types).all(|(p, t)| p.kind.admits(t))).collect();
+    let show =
+        |ks: &[&&KernelInfo]| ks.iter().map(|k| k.demangled.clone().unwrap_or(k.lowered_name.clone())).collect::<Vec<_>>().join(", ");
+    match fits.as_slice() {
+        [one] => Ok(one.lowered_name.clone()),
+        [] => Err(Error::argument(format!(
+            "no overload of this kernel takes these arguments ({types:?}); it has: {}",
+            show(&candidates.iter().collect::<Vec<_>>())
+        ))),
+        many => Err(Error::argument(format!(
+            "the arguments fit several overloads ({}); pass typed scalars (e.g. numpy.float32) or name one with an overload cast",
+            show(many)
+        ))),
     }
 }
 
@@ -369,7 +439,7 @@ impl Kernel {
         };
         let launched: Vec<String> = if self.is_deduced_template() {
             let keys: Vec<_> = lock(&self.instances).keys().map(|(_, types)| types.clone()).collect();
-            let mut exprs = keys.iter().map(|t| self.name_expression(t)).collect::<PyCaiResult<Vec<_>>>()?;
+            let mut exprs = keys.iter().map(|t| self.instance(t).map(|(_, e)| e)).collect::<PyCaiResult<Vec<_>>>()?;
             exprs.sort();
             exprs.dedup();
             exprs
@@ -440,7 +510,7 @@ fn kernel_infos_of<'py>(
     let out = PyList::empty(py);
     for k in c.kernels.iter().filter(|k| keep(k)) {
         let d = PyDict::new(py);
-        d.set_item("name", &k.base_name)?;
+        d.set_item("name", &k.qualified_name)?;
         d.set_item("name_expression", k.name_expression.clone())?;
         d.set_item("lowered_name", &k.lowered_name)?;
         d.set_item("demangled", k.demangled.clone())?;
@@ -492,8 +562,10 @@ pub fn make_kernel(
 }
 
 /// Compile a program without a GPU: `compile_program(source, arch, ...)` → kernel infos.
+/// Each name expression's types get their headers (`axpy<__half>`: `cuda_fp16.h`). With
+/// `notes`, what caijit could not learn (see `Compiled::notes`) is appended to it.
 #[pyfunction]
-#[pyo3(signature = (source, arch, filename = None, name_expressions = Vec::new(), options = Vec::new(), include_dirs = Vec::new(), defines = Vec::new()))]
+#[pyo3(signature = (source, arch, filename = None, name_expressions = Vec::new(), options = Vec::new(), include_dirs = Vec::new(), defines = Vec::new(), notes = None))]
 #[allow(clippy::too_many_arguments)] // the Python signature
 pub fn compile_program<'py>(
     py: Python<'py>,
@@ -504,33 +576,46 @@ pub fn compile_program<'py>(
     options: Vec<String>,
     include_dirs: Vec<std::path::PathBuf>,
     defines: Vec<(String, Option<String>)>,
+    notes: Option<&Bound<'py, PyList>>,
 ) -> PyCaiResult<Bound<'py, PyList>> {
     let mut p = program_from_py(source, filename, options, include_dirs, defines);
+    let mut headers = Vec::new();
     for e in name_expressions {
+        headers.extend(headers_for(&e));
         p = p.name_expression(e);
     }
+    headers.sort_unstable();
+    headers.dedup();
+    let p = p.including(&headers);
     let arch = Arch::parse(arch)?;
     let (c, source) = py.detach(|| compile_reporting(&p, arch, &CompileOptions::default()))?;
+    if let Some(list) = notes {
+        for n in &c.notes {
+            list.append(n)?;
+        }
+    }
     kernel_infos(py, &c, source)
 }
 
-/// Declarations of the source's `__global__` functions (for the CLI and tools).
+/// Declarations of the source's `__global__` functions (for the CLI and tools): the
+/// tokenizer's candidates, by qualified name.
 #[pyfunction]
 pub fn declarations(source: &str) -> PyCaiResult<Vec<DeclSummary>> {
-    let decls = cai_runtime::signature::parse_kernels(source).map_err(|e| Error::argument(e.0))?;
+    let decls = cai_runtime::signature::parse_kernels(source).kernels;
     Ok(decls
         .into_iter()
         .map(|d| {
             (
-                d.name,
+                d.qualified_name(),
                 d.extern_c,
-                d.template_params.iter().map(|t| t.name().to_string()).collect(),
+                d.template_params.iter().map(|t| t.name.clone()).collect(),
                 d.params.iter().map(|(_, t)| t.to_string()).collect(),
                 d.template_params
                     .iter()
-                    .map(|t| match t {
-                        TemplateParam::Type(_) => "float".to_string(),
-                        TemplateParam::Value(_) => "1".to_string(),
+                    .map(|t| match (&t.default, t.is_type) {
+                        (Some(v), true) => v.clone(),
+                        (None, true) => "float".to_string(),
+                        (_, false) => "1".to_string(),
                     })
                     .collect(),
             )

@@ -207,21 +207,23 @@ impl<S: StridesField> StridesField for Option<S> {
     }
 }
 
-/// A stream field: a raw handle (`u64`: 1, 2 or a `CUstream`), `Option<u64>`, or a caijit
-/// [`crate::runtime::Stream`] (export only).
+/// A stream field: a raw handle (`u64`: 1, 2 or a `CUstream`), `Option<u64>` (`None`: no
+/// stream), or a caijit [`crate::runtime::Stream`] (export only). A raw `0` is exported as
+/// it is, and so refused ([`InterfaceError::StreamZero`]): the CAI forbids it as ambiguous,
+/// and caijit does not guess which default stream it meant.
 pub trait StreamField {
     fn stream(&self) -> Option<u64>;
 }
 
 impl StreamField for u64 {
     fn stream(&self) -> Option<u64> {
-        (*self != 0).then_some(*self)
+        Some(*self)
     }
 }
 
 impl StreamField for Option<u64> {
     fn stream(&self) -> Option<u64> {
-        self.filter(|&s| s != 0)
+        *self
     }
 }
 

@@ -310,15 +310,18 @@ mod tests {
     }
 
     #[test]
-    fn stream_fields_read_zero_as_no_stream() {
-        assert_eq!(StreamField::stream(&0u64), None);
+    fn stream_fields_keep_a_raw_zero_for_export_to_refuse() {
+        // The CAI forbids 0: it is kept, and export refuses it (StreamZero), rather than
+        // read as "no stream"; `None` is the way to say none.
+        assert_eq!(StreamField::stream(&0u64), Some(0));
+        assert_eq!(super::derive::export_view(1 << 40, &[4], None, DType::F32, false, Some(0)).unwrap_err(), InterfaceError::StreamZero);
         assert_eq!(StreamField::stream(&2u64), Some(2));
         assert_eq!(StreamField::stream(&0xdead_beefu64), Some(0xdead_beef));
-        assert_eq!(StreamField::stream(&Some(0u64)), None);
+        assert_eq!(StreamField::stream(&Some(0u64)), Some(0));
         assert_eq!(StreamField::stream(&Some(7u64)), Some(7));
         assert_eq!(StreamField::stream(&None::<u64>), None);
         assert_eq!(StreamField::stream(&std::sync::Arc::new(7u64)), Some(7));
-        assert_eq!(StreamField::stream(&std::sync::Arc::new(0u64)), None);
+        assert_eq!(StreamField::stream(&std::sync::Arc::new(0u64)), Some(0));
         assert_eq!(<u64 as StreamFieldImport>::from_stream(Some(7)), Some(7));
         assert_eq!(<u64 as StreamFieldImport>::from_stream(None), Some(0));
         assert_eq!(<Option<u64> as StreamFieldImport>::from_stream(Some(7)), Some(Some(7)));

@@ -50,14 +50,14 @@ pub use headers::{HEADERS, OPS};
 pub use toolkit::{add_site_dirs, toolkit, Toolkit};
 
 use crate::error::CompileError;
-use crate::signature::{self, KernelDecl, ParamLayout};
+use crate::signature::{self, Declarations, KernelDecl, ParamLayout};
 use crate::stats::{bump, COUNTERS};
 use crate::sync::lock;
 use crate::sys::NvrtcError;
 use crate::{Error, Result};
 
 /// Bumped whenever the cache entry format or what a key covers changes.
-const SCHEMA_VERSION: u32 = 3;
+const SCHEMA_VERSION: u32 = 4;
 
 /// A CUDA C++ program: source plus everything that changes what NVRTC makes of it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -131,9 +131,27 @@ impl Program {
         self
     }
 
-    /// The `__global__` functions declared in the source.
-    pub fn declarations(&self) -> Result<Vec<KernelDecl>> {
-        signature::parse_kernels(&self.source).map_err(|e| Error::argument(e.0))
+    /// The `__global__` functions the tokenizer finds in the source (candidate names,
+    /// template parameters, parameter names), with notes on what it could not read.
+    pub fn declarations(&self) -> Declarations {
+        signature::parse_kernels(&self.source)
+    }
+
+    /// The program with `headers` included before its source (`#line 1` keeps the source's
+    /// line numbers in NVRTC's messages): what an instance caijit generates for a type
+    /// needs (`cuda_fp16.h` for `__half`), whatever the source includes itself.
+    pub fn including(mut self, headers: &[&str]) -> Self {
+        if headers.is_empty() {
+            return self;
+        }
+        let mut source = String::new();
+        for h in headers {
+            source.push_str(&format!("#include <{h}>\n"));
+        }
+        source.push_str("#line 1\n");
+        source.push_str(&self.source);
+        self.source = source;
+        self
     }
 }
 
@@ -202,6 +220,8 @@ pub struct KernelInfo {
     pub demangled: Option<String>,
     /// The name without template arguments or namespaces (`axpy`).
     pub base_name: String,
+    /// The name with its namespaces, without template arguments (`ns::axpy`).
+    pub qualified_name: String,
     pub params: Vec<ParamLayout>,
 }
 
@@ -224,25 +244,50 @@ pub struct Compiled {
     pub log: String,
     pub kernels: Vec<KernelInfo>,
     pub declarations: Vec<KernelDecl>,
+    /// What caijit could not learn (a declaration the tokenizer could not read, an
+    /// `extern "C"` kernel whose types the compiler was not asked for): kernels it concerns
+    /// are left out of `kernels`.
+    pub notes: Vec<String>,
     pub source: CacheSource,
 }
 
 impl Compiled {
-    /// Find a kernel by name expression, lowered name, or plain name.
+    /// Find a kernel by name expression, lowered name, qualified name or plain name.
     pub fn kernel(&self, name: &str) -> Result<&KernelInfo> {
-        let by = |f: &dyn Fn(&KernelInfo) -> bool| self.kernels.iter().filter(|k| f(k)).collect::<Vec<_>>();
-        for found in [by(&|k| k.name_expression.as_deref() == Some(name)), by(&|k| k.lowered_name == name), by(&|k| k.base_name == name)] {
-            match found.as_slice() {
-                [one] => return Ok(one),
-                [] => continue,
-                many => {
-                    let names: Vec<_> = many.iter().map(|k| k.demangled.clone().unwrap_or(k.lowered_name.clone())).collect();
-                    return Err(Error::argument(format!("kernel name {name:?} is ambiguous: {}", names.join(", "))));
+        match self.kernels_named(name).as_slice() {
+            [one] => Ok(one),
+            [] => {
+                let known: Vec<_> = self.kernels.iter().map(|k| k.name_expression.clone().unwrap_or(k.qualified_name.clone())).collect();
+                let mut message = format!("no kernel named {name:?} in the program (it has: {})", known.join(", "));
+                for n in &self.notes {
+                    message.push_str(&format!("\nnote: {n}"));
                 }
+                Err(Error::argument(message))
+            }
+            many => {
+                let names: Vec<_> = many.iter().map(|k| k.demangled.clone().unwrap_or(k.lowered_name.clone())).collect();
+                Err(Error::argument(format!("kernel name {name:?} is ambiguous: {}", names.join(", "))))
             }
         }
-        let known: Vec<_> = self.kernels.iter().map(|k| k.name_expression.clone().unwrap_or(k.base_name.clone())).collect();
-        Err(Error::argument(format!("no kernel named {name:?} in the program (it has: {})", known.join(", "))))
+    }
+
+    /// Every kernel `name` may mean, by the first rule that finds any: name expression,
+    /// lowered name, qualified name, plain name (several: an overload set).
+    pub fn kernels_named(&self, name: &str) -> Vec<&KernelInfo> {
+        let by = |f: &dyn Fn(&KernelInfo) -> bool| self.kernels.iter().filter(|k| f(k)).collect::<Vec<_>>();
+        let name = name.trim();
+        let plain = name.strip_prefix("::").unwrap_or(name);
+        for found in [
+            by(&|k| k.name_expression.as_deref() == Some(name)),
+            by(&|k| k.lowered_name == name),
+            by(&|k| k.qualified_name == plain),
+            by(&|k| k.base_name == name),
+        ] {
+            if !found.is_empty() {
+                return found;
+            }
+        }
+        Vec::new()
     }
 }
 
@@ -296,17 +341,35 @@ fn nvrtc_options(program: &Program, arch: Arch, tk: &Toolkit) -> Result<(Vec<Str
     Ok((opts, known))
 }
 
-/// Name expressions to add: the program's own, plus every non-template, non-overloaded
-/// C++ kernel so that its lowered name is known exactly.
-fn all_name_expressions(program: &Program, decls: &[KernelDecl]) -> Vec<String> {
+/// Name expressions to add: the program's own; every non-template, non-overloaded C++
+/// kernel by its qualified name, so that its lowered name is known exactly; and a probe
+/// ([`signature::probe_expression`]) for every `extern "C"` kernel found and every plain
+/// name the program asks for, whose lowered name encodes the kernel's parameter types.
+/// Returns `(name expressions, probes)`.
+fn all_name_expressions(program: &Program, decls: &[KernelDecl]) -> (Vec<String>, Vec<String>) {
     let mut exprs = program.name_expressions.clone();
+    let mut probes = Vec::new();
     for d in decls {
-        let overloaded = decls.iter().filter(|o| o.name == d.name).count() > 1;
-        if !d.is_template() && !d.extern_c && !overloaded && !exprs.contains(&d.name) {
-            exprs.push(d.name.clone());
+        let name = d.qualified_name();
+        let overloaded = decls.iter().filter(|o| o.qualified_name() == name && o.params.len() != d.params.len()).count() > 0
+            || decls.iter().filter(|o| o.qualified_name() == name && !o.extern_c).count() > 1;
+        if d.extern_c {
+            let probe = signature::probe_expression(&name);
+            if !probes.contains(&probe) {
+                probes.push(probe);
+            }
+        } else if !d.is_template() && !overloaded && !exprs.contains(&name) {
+            exprs.push(name);
         }
     }
-    exprs
+    for e in &program.name_expressions {
+        let known_cpp = decls.iter().any(|d| !d.extern_c && (d.qualified_name() == *e || d.name == *e));
+        let probe = signature::probe_expression(e);
+        if !e.contains('<') && !e.trim_start().starts_with('(') && !known_cpp && !probes.contains(&probe) {
+            probes.push(probe);
+        }
+    }
+    (exprs, probes)
 }
 
 /// A program's cache key, and the headers NVRTC is to read from memory (the ones hashed).
@@ -400,8 +463,8 @@ pub fn compile_reporting(program: &Program, arch: Arch, options: &CompileOptions
             return Ok((hit.clone(), CacheSource::Memory));
         }
     }
-    let decls = program.declarations()?;
-    let exprs = all_name_expressions(program, &decls);
+    let Declarations { kernels: decls, notes } = program.declarations();
+    let (exprs, probes) = all_name_expressions(program, &decls);
     // A cache given explicitly is held to the same trust as the environment's (silently).
     let disk = match options.disk_cache.clone() {
         Some(given) => given.filter(|c| c.trusted().is_ok()),
@@ -427,7 +490,23 @@ pub fn compile_reporting(program: &Program, arch: Arch, options: &CompileOptions
             (e, CacheSource::Disk)
         }
         None => {
-            let e = run_nvrtc(tk, program, &opts, &exprs, cubin, if trusted { &includes.headers } else { &[] })?;
+            let found = if trusted { &includes.headers[..] } else { &[] };
+            // A probe that does not compile (a kernel the tokenizer found in a branch the
+            // preprocessor removed) must not cost the program: compile again without the
+            // probes NVRTC's log names (without all of them if it names none).
+            let mut probes = probes.clone();
+            let e = loop {
+                match run_nvrtc(tk, program, &opts, &exprs, &probes, cubin, found) {
+                    Err(Error::Compile(CompileError { log, .. })) if !probes.is_empty() && log.contains(signature::PROBE_TEMPLATE) => {
+                        let before = probes.len();
+                        probes.retain(|p| !log.contains(p.as_str()));
+                        if probes.len() == before {
+                            probes.clear();
+                        }
+                    }
+                    r => break r?,
+                }
+            };
             bump(&COUNTERS.compiles);
             if let Some(d) = &disk {
                 if d.store(&key, &e).is_err() {
@@ -437,7 +516,7 @@ pub fn compile_reporting(program: &Program, arch: Arch, options: &CompileOptions
             (e, CacheSource::Compiled)
         }
     };
-    let kernels = describe_kernels(&entry, &decls)?;
+    let (kernels, notes) = describe_kernels(&entry, &decls, notes)?;
     let compiled = Arc::new(Compiled {
         key: key.clone(),
         arch,
@@ -446,6 +525,7 @@ pub fn compile_reporting(program: &Program, arch: Arch, options: &CompileOptions
         log: entry.log,
         kernels,
         declarations: decls,
+        notes,
         source,
     });
     lock(&mem.entries).insert(key.clone(), compiled.clone());
@@ -460,6 +540,7 @@ fn run_nvrtc(
     program: &Program,
     opts: &[String],
     exprs: &[String],
+    probes: &[String],
     want_cubin: bool,
     found: &[(String, Arc<str>)],
 ) -> Result<cache::Entry> {
@@ -469,8 +550,9 @@ fn run_nvrtc(
     let internal = |e: NvrtcError| {
         Error::Compile(CompileError { message: format!("NVRTC failed on {}: {e}", program.name), log: String::new(), nvrtc: Some(e) })
     };
-    let mut prog = nvrtc.create_program(&program.source, &program.name, &headers).map_err(internal)?;
-    for e in exprs {
+    let source = if probes.is_empty() { program.source.clone() } else { format!("{}{}", program.source, signature::PROBE_SOURCE) };
+    let mut prog = nvrtc.create_program(&source, &program.name, &headers).map_err(internal)?;
+    for e in exprs.iter().chain(probes) {
         prog.add_name_expression(e).map_err(internal)?;
     }
     let ok = match prog.compile(opts) {
@@ -491,7 +573,7 @@ fn run_nvrtc(
         Image::Ptx(ptx.clone())
     };
     let mut lowered = Vec::new();
-    for e in exprs {
+    for e in exprs.iter().chain(probes) {
         lowered.push((e.clone(), prog.lowered_name(e).map_err(internal)?));
     }
     Ok(cache::Entry { image, ptx, log, lowered })
@@ -517,40 +599,67 @@ fn rejected_options(tk: &Toolkit, program: &Program, arch_option: &str) -> Error
     Error::compile(message, "")
 }
 
-fn describe_kernels(entry: &cache::Entry, decls: &[KernelDecl]) -> Result<Vec<KernelInfo>> {
-    let entries = signature::ptx_entries(&entry.ptx).map_err(|e| Error::argument(e.0))?;
+/// Every kernel of the PTX with its parameters: types from the compiler (demangled lowered
+/// names, probes for `extern "C"` kernels), layouts from the PTX, names from the source.
+/// A kernel whose types caijit has no way to learn is left out, with a note.
+fn describe_kernels(entry: &cache::Entry, decls: &[KernelDecl], mut notes: Vec<String>) -> Result<(Vec<KernelInfo>, Vec<String>)> {
+    let entries = signature::ptx_entries(&entry.ptx)?;
+    let probe_prefix = format!("{}<", signature::PROBE_TEMPLATE);
+    // `extern "C"` kernel name → its parameter types, from its probe.
+    let mut probed: HashMap<String, Vec<signature::ParamType>> = HashMap::new();
+    let mut probe_symbols = Vec::new();
+    for (expr, lowered) in &entry.lowered {
+        let Some(target) = expr.strip_prefix(&probe_prefix) else { continue };
+        probe_symbols.push(lowered.as_str());
+        let target = target.trim_end_matches('>').trim_start_matches("decltype(").trim_end_matches(')').trim_start_matches('&');
+        if let Some(types) = signature::probe_types(lowered)? {
+            let name = target.rsplit("::").next().unwrap_or(target).to_string();
+            probed.insert(name, types);
+        }
+    }
     let mut out = Vec::with_capacity(entries.len());
     for (lowered, ptx_params) in entries {
-        let name_expression = entry.lowered.iter().find(|(_, l)| *l == lowered).map(|(e, _)| e.clone());
-        let bad = |e: String| Error::argument(format!("kernel {lowered}: {e}"));
-        let (demangled, base_name, declared) = match signature::demangled_params(&lowered).map_err(|e| bad(e.0))? {
-            Some((text, types)) => {
-                let base = base_name_of(&text);
-                // Names come from the source declaration when there is one with this arity.
-                let names = decls
-                    .iter()
-                    .find(|d| d.name == base && d.params.len() == types.len())
-                    .map(|d| d.params.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>())
-                    .unwrap_or_else(|| vec![None; types.len()]);
-                (Some(text), base, names.into_iter().zip(types).collect::<Vec<_>>())
-            }
-            None => {
-                let decl = decls.iter().find(|d| d.name == lowered).ok_or_else(|| {
-                    bad("an `extern \"C\"` kernel whose declaration caijit could not read in the source (is it generated by a macro?)"
-                        .into())
-                })?;
-                (None, lowered.clone(), decl.params.clone())
-            }
+        if probe_symbols.contains(&lowered.as_str()) || lowered.starts_with("_Z13caijit_probe_") {
+            continue;
+        }
+        let name_expression = entry.lowered.iter().find(|(e, l)| *l == lowered && !e.starts_with(&probe_prefix)).map(|(e, _)| e.clone());
+        let (demangled, qualified, types) = match signature::types_from_lowered(&lowered)? {
+            Some((text, types)) => (Some(text.clone()), qualified_name_of(&text), types),
+            None => match probed.get(&lowered) {
+                Some(types) => (None, lowered.clone(), types.clone()),
+                None => {
+                    notes.push(format!(
+                        "`extern \"C\"` kernel `{lowered}` is left out: caijit found no declaration of it to ask the compiler about \
+                         (is it made by a macro?); name it (caijit.kernel(source, \"{lowered}\")) to launch it"
+                    ));
+                    continue;
+                }
+            },
         };
-        let params = signature::layout(&lowered, &declared, &ptx_params).map_err(|e| bad(e.0))?;
-        out.push(KernelInfo { name_expression, lowered_name: lowered, demangled, base_name, params });
+        let base_name = qualified.rsplit("::").next().unwrap_or(&qualified).to_string();
+        // Parameter names from the declarations of this name and arity, when they agree.
+        let mut candidates = decls.iter().filter(|d| d.qualified_name() == qualified && d.params.len() == types.len());
+        let names: Vec<Option<String>> = match candidates.next() {
+            Some(first) => {
+                let names: Vec<_> = first.params.iter().map(|(n, _)| n.clone()).collect();
+                if candidates.all(|d| d.params.iter().map(|(n, _)| n).eq(names.iter())) {
+                    names
+                } else {
+                    vec![None; types.len()]
+                }
+            }
+            None => vec![None; types.len()],
+        };
+        let params = signature::layout_compiled(&lowered, &types, &names, &ptx_params)?;
+        out.push(KernelInfo { name_expression, lowered_name: lowered, demangled, base_name, qualified_name: qualified, params });
     }
-    Ok(out)
+    Ok((out, notes))
 }
 
-/// `void ns::axpy<float>(float, ...)` → `axpy`.
-fn base_name_of(demangled: &str) -> String {
-    let head = demangled.split('(').next().unwrap_or(demangled);
+/// `void ns::axpy<float>(float, ...)` → `ns::axpy`.
+fn qualified_name_of(demangled: &str) -> String {
+    let demangled = demangled.replace("(anonymous namespace)::", "");
+    let head = demangled.split('(').next().unwrap_or(&demangled);
     let mut depth = 0i32;
     let mut no_templates = String::new();
     for c in head.chars() {
@@ -561,8 +670,7 @@ fn base_name_of(demangled: &str) -> String {
             _ => {}
         }
     }
-    let last = no_templates.split_whitespace().last().unwrap_or("");
-    last.rsplit("::").next().unwrap_or(last).to_string()
+    no_templates.split_whitespace().last().unwrap_or("").to_string()
 }
 
 #[cfg(test)]
@@ -580,8 +688,9 @@ mod tests {
 
     #[test]
     fn base_names() {
-        assert_eq!(base_name_of("void axpy<float>(float, float const*)"), "axpy");
-        assert_eq!(base_name_of("void ns::inner::k<caijit::Array<float, 2> >(int)"), "k");
-        assert_eq!(base_name_of("void plain(int)"), "plain");
+        assert_eq!(qualified_name_of("void axpy<float>(float, float const*)"), "axpy");
+        assert_eq!(qualified_name_of("void ns::inner::k<caijit::Array<float, 2> >(int)"), "ns::inner::k");
+        assert_eq!(qualified_name_of("void (anonymous namespace)::k(int)"), "k");
+        assert_eq!(qualified_name_of("void plain(int)"), "plain");
     }
 }

@@ -3,7 +3,9 @@
 //! (an error is fine), and what the layout accepts must be consistent.
 
 use cai_runtime::cai::DType;
-use cai_runtime::signature::{deduce, demangled_params, layout, parse_kernels, ptx_entries, ArgType, KernelDecl, ParamType, PtxParam};
+use cai_runtime::signature::{
+    deduce, layout, parse_kernels, probe_types, ptx_entries, types_from_lowered, ArgType, KernelDecl, ParamType, PtxParam,
+};
 
 /// Launch argument types that fit `decl`'s parameters, so that deduction binds something.
 fn args_for(decl: &KernelDecl, dtype: DType) -> Vec<ArgType> {
@@ -18,7 +20,7 @@ fn args_for(decl: &KernelDecl, dtype: DType) -> Vec<ArgType> {
 }
 
 pub fn describe(source: &str, ptx: &str, lowered: &[(String, String)]) {
-    let decls = parse_kernels(source).unwrap_or_default();
+    let decls = parse_kernels(source).kernels;
     for d in &decls {
         let _ = deduce(d, &vec![ArgType::UntypedScalar; d.params.len()]);
         let _ = deduce(d, &args_for(d, DType::F32));
@@ -27,14 +29,15 @@ pub fn describe(source: &str, ptx: &str, lowered: &[(String, String)]) {
         }
     }
     for (_, l) in lowered {
-        let _ = demangled_params(l);
+        let _ = types_from_lowered(l);
+        let _ = probe_types(l);
     }
     let Ok(entries) = ptx_entries(ptx) else { return };
     for (name, params) in entries {
         // Whatever the declaration, the PTX sizes and alignments must lay out or fail cleanly.
         let opaque = vec![(None, ParamType::Value(cai_runtime::signature::CType::Named("S".into()))); params.len()];
         check(&name, &opaque, &params);
-        let declared = match demangled_params(&name) {
+        let declared = match types_from_lowered(&name) {
             Ok(Some((_, types))) => types.into_iter().map(|t| (None, t)).collect(),
             Ok(None) => match decls.iter().find(|d| d.name == name) {
                 Some(d) => d.params.clone(),

@@ -1,0 +1,656 @@
+//! Declarations read from the source: which `__global__` functions there are, in which
+//! namespace, with which template parameters and parameter *names*. The parameter
+//! *types* read here serve deduction only (which template argument an argument binds);
+//! the types a kernel is launched with come from the compiler ([`super::demangle`]).
+
+use super::tokens::{is_ident, join_type, matching, matching_angle_backwards, split_top_level, tokenize, Tok};
+use super::{CType, ParamType, Rank};
+use crate::cai::DType;
+
+/// A template parameter of a kernel template.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TemplateParam {
+    pub name: String,
+    /// `typename T` / `class T` (else a non-type parameter such as `int N`).
+    pub is_type: bool,
+    /// The default argument as written (`float`, `256`, `(N > 4)`).
+    pub default: Option<String>,
+}
+
+impl TemplateParam {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+/// A `__global__` function as declared in the source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelDecl {
+    pub name: String,
+    /// The enclosing named namespaces, outermost first (anonymous ones are left out: their
+    /// members are found from the enclosing scope).
+    pub scope: Vec<String>,
+    pub extern_c: bool,
+    /// Empty for a non-template kernel.
+    pub template_params: Vec<TemplateParam>,
+    pub params: Vec<(Option<String>, ParamType)>,
+}
+
+impl KernelDecl {
+    pub fn is_template(&self) -> bool {
+        !self.template_params.is_empty()
+    }
+
+    /// `ns::inner::name` (the name alone at global scope).
+    pub fn qualified_name(&self) -> String {
+        let mut s = String::new();
+        for n in &self.scope {
+            s.push_str(n);
+            s.push_str("::");
+        }
+        s.push_str(&self.name);
+        s
+    }
+}
+
+/// The kernels the tokenizer found, and what it could not read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Declarations {
+    pub kernels: Vec<KernelDecl>,
+    /// One line per thing skipped (a parameter or declaration it could not read): the
+    /// compiler still decides, so these are notes, not errors.
+    pub notes: Vec<String>,
+}
+
+const QUALIFIERS: &[&str] =
+    &["__restrict__", "__restrict", "restrict", "volatile", "struct", "class", "typename", "enum", "__grid_constant__", "register"];
+const BUILTIN_WORDS: &[&str] = &["unsigned", "signed", "int", "long", "short", "char", "bool", "float", "double", "void"];
+
+/// The dtype of a builtin integer type spelled in any word order (`long unsigned int`).
+fn integer_words(words: &[&str]) -> Option<DType> {
+    let (mut long, mut short, mut char_, mut unsigned, mut signed, mut int) = (0, 0, 0, 0, 0, 0);
+    for w in words {
+        match *w {
+            "long" => long += 1,
+            "short" => short += 1,
+            "char" => char_ += 1,
+            "unsigned" => unsigned += 1,
+            "signed" => signed += 1,
+            "int" => int += 1,
+            _ => return None,
+        }
+    }
+    if unsigned + signed > 1
+        || int > 1
+        || char_ > 1
+        || short > 1
+        || long > 2
+        || (char_ + short > 0 && long > 0)
+        || (char_ > 0 && (short + int) > 0)
+    {
+        return None;
+    }
+    Some(match (char_, short, long, unsigned == 1) {
+        (1, _, _, false) => DType::I8,
+        (1, _, _, true) => DType::U8,
+        (_, 1, _, false) => DType::I16,
+        (_, 1, _, true) => DType::U16,
+        (_, _, 0, false) => DType::I32,
+        (_, _, 0, true) => DType::U32,
+        (_, _, _, false) => DType::I64,
+        (_, _, _, true) => DType::U64,
+    })
+}
+
+/// The C++ scalar spelled by `name` (`std::`/`::` prefixes and `const` ignored).
+pub fn scalar_from_cpp(name: &str) -> Option<DType> {
+    let name = name.trim();
+    let name = name.strip_prefix("::").unwrap_or(name);
+    let name = name.strip_prefix("std::").unwrap_or(name);
+    let words: Vec<&str> = name.split_whitespace().filter(|w| *w != "const").collect();
+    if words.is_empty() {
+        return None;
+    }
+    if let Some(d) = integer_words(&words) {
+        return Some(d);
+    }
+    Some(match words.join(" ").as_str() {
+        "bool" => DType::Bool,
+        "int8_t" => DType::I8,
+        "uint8_t" => DType::U8,
+        "int16_t" => DType::I16,
+        "uint16_t" => DType::U16,
+        "int32_t" => DType::I32,
+        "uint32_t" => DType::U32,
+        "int64_t" | "ptrdiff_t" | "ssize_t" | "intptr_t" => DType::I64,
+        "uint64_t" | "size_t" | "uintptr_t" => DType::U64,
+        "__half" | "half" => DType::F16,
+        "__nv_bfloat16" | "nv_bfloat16" => DType::BF16,
+        "float" => DType::F32,
+        "double" => DType::F64,
+        "caijit::complex<float>" | "complex<float>" => DType::C64,
+        "caijit::complex<double>" | "complex<double>" => DType::C128,
+        _ => return None,
+    })
+}
+
+fn ctype_from(toks: &[Tok], tparams: &[TemplateParam]) -> CType {
+    let text = join_type(toks);
+    if let Some(d) = scalar_from_cpp(&text) {
+        return CType::Scalar(d);
+    }
+    if tparams.iter().any(|p| p.is_type && p.name == text) {
+        return CType::TemplateParam(text);
+    }
+    CType::Named(text)
+}
+
+/// Whether a parameter's text is read from the source (where `Array<T, N>` may be
+/// `caijit::Array` after a `using`) or from the compiler (which always qualifies it).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Spelling {
+    Source,
+    Compiler,
+}
+
+/// Parse one parameter (`const float* __restrict__ x`, `caijit::Array<T, 2> a`, `int`).
+/// The error is the reason it could not be read.
+pub(crate) fn parse_param(toks: &[Tok], tparams: &[TemplateParam], spelling: Spelling) -> Result<(Option<String>, ParamType), String> {
+    // Drop a default argument.
+    let toks = match toks.iter().position(|t| *t == Tok::Punct('=')) {
+        Some(eq) => &toks[..eq],
+        None => toks,
+    };
+    let mut t: Vec<Tok> = toks.iter().filter(|t| !matches!(t, Tok::Ident(x) if QUALIFIERS.contains(&x.as_str()))).cloned().collect();
+    // `T name[]` and `T name[N]` are pointers.
+    let mut array_suffix = false;
+    if t.last() == Some(&Tok::Punct(']')) {
+        if let Some(open) = t.iter().rposition(|x| *x == Tok::Punct('[')) {
+            t.truncate(open);
+            array_suffix = true;
+        }
+    }
+    // The name: a trailing identifier after something that is already a type.
+    let mut name = None;
+    if let Some(Tok::Ident(last)) = t.last() {
+        let before = &t[..t.len() - 1];
+        let has_type = before.iter().any(|x| match x {
+            Tok::Ident(w) => w != "const",
+            Tok::Punct('*' | '>' | '&') => true,
+            _ => false,
+        });
+        let after_scope = matches!(before.last(), Some(Tok::Scope));
+        if has_type && !after_scope && !BUILTIN_WORDS.contains(&last.as_str()) && last != "const" {
+            name = Some(last.clone());
+            t.pop();
+        }
+    }
+    if t.contains(&Tok::Punct('&')) {
+        return Err(format!("reference parameters are not supported: `{}`", join_type(toks)));
+    }
+    if t.contains(&Tok::Punct('(')) {
+        // A function pointer (`void (*)(int)`): opaque, passed as its bits.
+        return Ok((name, ParamType::Value(CType::Named(join_type(&t)))));
+    }
+    let stars: Vec<usize> = t.iter().enumerate().filter(|(_, x)| **x == Tok::Punct('*')).map(|(i, _)| i).collect();
+    let ptr_depth = stars.len() + usize::from(array_suffix);
+    let base_end = stars.first().copied().unwrap_or(t.len());
+    let base: Vec<Tok> = t[..base_end].to_vec();
+    // Only a top-level `const` qualifies the type; one inside `<...>` belongs to an argument.
+    let mut depth = 0isize;
+    let mut is_const = false;
+    let base: Vec<Tok> = base
+        .into_iter()
+        .filter(|x| {
+            match x {
+                Tok::Punct('<') => depth = depth.saturating_add(1),
+                Tok::Punct('>') => depth = depth.saturating_sub(1),
+                _ if depth == 0 && is_ident(Some(x), "const") => {
+                    is_const = true;
+                    return false;
+                }
+                _ => {}
+            }
+            true
+        })
+        .collect();
+    if base.is_empty() {
+        return Err(format!("cannot read the parameter `{}`", join_type(toks)));
+    }
+    if ptr_depth > 1 {
+        return Ok((name, ParamType::Value(CType::Named(join_type(&t)))));
+    }
+    if ptr_depth == 1 {
+        return Ok((name, ParamType::Pointer { elem: ctype_from(&base, tparams), is_const }));
+    }
+    let (head, args) = match base.iter().position(|x| *x == Tok::Punct('<')) {
+        Some(lt) => (&base[..lt], Some(lt)),
+        None => (&base[..], None),
+    };
+    let head_text = join_type(head);
+    let is_caijit_array = match spelling {
+        Spelling::Source => matches!(head_text.as_str(), "caijit::Array" | "Array" | "::caijit::Array"),
+        Spelling::Compiler => head_text == "caijit::Array",
+    };
+    if let (Some(lt), true) = (args, is_caijit_array) {
+        let close = base.iter().rposition(|x| *x == Tok::Punct('>')).filter(|c| *c > lt);
+        let close = close.ok_or_else(|| format!("unbalanced `<` in `{}`", join_type(toks)))?;
+        let inner = split_top_level(&base[lt + 1..close]);
+        if inner.len() != 2 {
+            return Err(format!("caijit::Array takes <T, N>: `{}`", join_type(toks)));
+        }
+        let elem_toks: Vec<Tok> = inner[0].to_vec();
+        let elem_const = elem_toks.iter().any(|x| is_ident(Some(x), "const"));
+        let elem_toks: Vec<Tok> = elem_toks.into_iter().filter(|x| !is_ident(Some(x), "const")).collect();
+        let elem = ctype_from(&elem_toks, tparams);
+        let rank_text = join_type(inner[1]);
+        let rank = match rank_text.trim_end_matches(['u', 'U', 'l', 'L']).parse::<usize>() {
+            Ok(n) => Rank::Fixed(n),
+            Err(_) => Rank::TemplateParam(rank_text),
+        };
+        return Ok((name, ParamType::Array { elem, is_const: elem_const, rank }));
+    }
+    Ok((name, ParamType::Value(ctype_from(&base, tparams))))
+}
+
+fn parse_template_params(toks: &[Tok]) -> Vec<TemplateParam> {
+    split_top_level(toks)
+        .into_iter()
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (p, default) = match p.iter().position(|t| *t == Tok::Punct('=')) {
+                Some(eq) => (&p[..eq], Some(join_type(&p[eq + 1..]))),
+                None => (p, None),
+            };
+            let name = p.iter().rev().find_map(|t| if let Tok::Ident(n) = t { Some(n.clone()) } else { None }).unwrap_or_default();
+            let is_type = is_ident(p.first(), "typename") || is_ident(p.first(), "class");
+            TemplateParam { name, is_type, default }
+        })
+        .collect()
+}
+
+/// Token ranges of `namespace a::b { … }` blocks with their names (empty: anonymous).
+fn namespaces(toks: &[Tok]) -> Vec<(std::ops::Range<usize>, Vec<String>)> {
+    let mut out = Vec::new();
+    for i in 0..toks.len() {
+        if !is_ident(toks.get(i), "namespace") {
+            continue;
+        }
+        let mut names = Vec::new();
+        let mut k = i + 1;
+        loop {
+            match toks.get(k) {
+                Some(Tok::Ident(n)) if n != "inline" => names.push(n.clone()),
+                Some(Tok::Ident(_)) | Some(Tok::Scope) => {}
+                _ => break,
+            }
+            k += 1;
+        }
+        if toks.get(k) == Some(&Tok::Punct('{')) {
+            if let Some(end) = matching(toks, k, '{', '}') {
+                out.push((k..end, names));
+            }
+        }
+    }
+    out
+}
+
+/// Every `__global__` function declared in `source`, with notes on what could not be read.
+pub fn parse_kernels(source: &str) -> Declarations {
+    let toks = tokenize(source);
+    let mut out = Declarations::default();
+    let mut extern_blocks = Vec::new();
+    for i in 0..toks.len() {
+        if is_ident(toks.get(i), "extern") && toks.get(i + 1) == Some(&Tok::Str("C".into())) && toks.get(i + 2) == Some(&Tok::Punct('{')) {
+            if let Some(end) = matching(&toks, i + 2, '{', '}') {
+                extern_blocks.push(i + 2..end);
+            }
+        }
+    }
+    let spaces = namespaces(&toks);
+    for i in 0..toks.len() {
+        if !is_ident(toks.get(i), "__global__") {
+            continue;
+        }
+        // Look back over specifiers for `extern "C"` and `template <...>`.
+        let mut j = i;
+        let mut extern_c = extern_blocks.iter().any(|r| r.contains(&i));
+        let mut template_params = Vec::new();
+        while j > 0 {
+            match &toks[j - 1] {
+                Tok::Ident(w) if matches!(w.as_str(), "static" | "inline" | "__forceinline__" | "__noinline__" | "extern") => j -= 1,
+                Tok::Str(s) if s == "C" && is_ident(toks.get(j.wrapping_sub(2)), "extern") => {
+                    extern_c = true;
+                    j -= 2;
+                }
+                Tok::Punct('>') => {
+                    if let Some(k) = matching_angle_backwards(&toks, j - 1) {
+                        if k > 0 && is_ident(toks.get(k - 1), "template") {
+                            template_params = parse_template_params(&toks[k + 1..j - 1]);
+                        }
+                    }
+                    break;
+                }
+                _ => break,
+            }
+        }
+        // Forward: [specifiers] void [__launch_bounds__(...)] name ( params )
+        let mut k = i + 1;
+        while k < toks.len() && !is_ident(toks.get(k), "void") {
+            k += 1;
+        }
+        k += 1;
+        loop {
+            match toks.get(k) {
+                Some(Tok::Ident(w)) if w == "__launch_bounds__" || w == "__attribute__" || w == "__cluster_dims__" => {
+                    k = matching(&toks, k + 1, '(', ')').map_or(toks.len(), |e| e + 1);
+                }
+                Some(Tok::Punct('[')) if toks.get(k + 1) == Some(&Tok::Punct('[')) => {
+                    k = matching(&toks, k, '[', ']').map_or(toks.len(), |e| e + 1);
+                }
+                _ => break,
+            }
+        }
+        let Some(Tok::Ident(name)) = toks.get(k) else { continue };
+        if toks.get(k + 1) != Some(&Tok::Punct('(')) {
+            continue;
+        }
+        let Some(close) = matching(&toks, k + 1, '(', ')') else {
+            out.notes.push(format!("the declaration of `{name}` has unbalanced parentheses"));
+            continue;
+        };
+        let inner = &toks[k + 2..close];
+        let mut params = Vec::new();
+        if !(inner.is_empty() || (inner.len() == 1 && is_ident(inner.first(), "void"))) {
+            for (index, p) in split_top_level(inner).into_iter().enumerate() {
+                match parse_param(p, &template_params, Spelling::Source) {
+                    Ok(param) => params.push(param),
+                    Err(reason) => {
+                        out.notes.push(format!("kernel `{name}` parameter {index}: {reason}"));
+                        params.push((None, ParamType::Value(CType::Named(join_type(p)))));
+                    }
+                }
+            }
+        }
+        let mut scope: Vec<(usize, &Vec<String>)> = spaces.iter().filter(|(r, _)| r.contains(&i)).map(|(r, n)| (r.start, n)).collect();
+        scope.sort_by_key(|(s, _)| *s);
+        let scope = scope.into_iter().flat_map(|(_, n)| n.iter().cloned()).collect();
+        let decl = KernelDecl { name: name.clone(), scope, extern_c, template_params, params };
+        // A forward declaration followed by the definition: keep one, with the names.
+        let same = |d: &KernelDecl| {
+            d.name == decl.name && d.scope == decl.scope && d.params.iter().map(|p| &p.1).eq(decl.params.iter().map(|p| &p.1))
+        };
+        match out.kernels.iter_mut().find(|d| same(d)) {
+            Some(d) if d.params.iter().all(|p| p.0.is_none()) => d.params = decl.params,
+            Some(_) => {}
+            None => out.kernels.push(decl),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(src: &str) -> KernelDecl {
+        let d = parse_kernels(src);
+        assert_eq!(d.kernels.len(), 1, "{d:?}");
+        d.kernels.into_iter().next().unwrap_or_else(|| unreachable!())
+    }
+    fn ptr(d: DType, is_const: bool) -> ParamType {
+        ParamType::Pointer { elem: CType::Scalar(d), is_const }
+    }
+    fn tp(name: &str, is_type: bool, default: Option<&str>) -> TemplateParam {
+        TemplateParam { name: name.into(), is_type, default: default.map(Into::into) }
+    }
+
+    #[test]
+    fn extern_c_kernel() {
+        let k = one(r#"extern "C" __global__ void scale(float* __restrict__ y, const float* x, float a, unsigned int n) {}"#);
+        assert!(k.extern_c && !k.is_template());
+        assert_eq!(k.name, "scale");
+        let types: Vec<_> = k.params.iter().map(|(_, t)| t.clone()).collect();
+        assert_eq!(
+            types,
+            [
+                ptr(DType::F32, false),
+                ptr(DType::F32, true),
+                ParamType::Value(CType::Scalar(DType::F32)),
+                ParamType::Value(CType::Scalar(DType::U32))
+            ]
+        );
+        let names: Vec<_> = k.params.iter().map(|(n, _)| n.clone().unwrap_or_default()).collect();
+        assert_eq!(names, ["y", "x", "a", "n"]);
+    }
+
+    #[test]
+    fn extern_c_blocks_launch_bounds_comments_and_preprocessor() {
+        let src = r#"
+            #include <cuda_fp16.h>
+            // __global__ void commented_out(int x) {}
+            extern "C" {
+            /* a block comment */ __global__ void __launch_bounds__(256, 2) k1(long long a, __half h, int8_t b) {}
+            }
+            __global__ void k2(void) {}
+            struct S { int a; }; extern "C" { __global__ void a(int n) {} __global__ void b(int n) {} } __global__ void c(int n) {}
+        "#;
+        let k = parse_kernels(src).kernels;
+        let flags: Vec<_> = k.iter().map(|k| (k.name.as_str(), k.extern_c)).collect();
+        assert_eq!(flags, [("k1", true), ("k2", false), ("a", true), ("b", true), ("c", false)]);
+        assert_eq!(k[0].params[0].1, ParamType::Value(CType::Scalar(DType::I64)));
+        assert_eq!(k[0].params[1].1, ParamType::Value(CType::Scalar(DType::F16)));
+        assert_eq!(k[0].params[2].1, ParamType::Value(CType::Scalar(DType::I8)));
+        assert!(k[1].params.is_empty());
+    }
+
+    #[test]
+    fn template_parameters_with_defaults_and_comparisons() {
+        let src = "template <typename T, int N, bool B = (N > 4), class U = Pair<int, float>, unsigned M = 2>\n\
+                   __global__ void copy(caijit::Array<const T, N> src, T* dst, int n = 3) {}";
+        let k = one(src);
+        assert_eq!(
+            k.template_params,
+            [
+                tp("T", true, None),
+                tp("N", false, None),
+                tp("B", false, Some("(N > 4)")),
+                tp("U", true, Some("Pair<int, float>")),
+                tp("M", false, Some("2"))
+            ]
+        );
+        assert_eq!(
+            k.params[0].1,
+            ParamType::Array { elem: CType::TemplateParam("T".into()), is_const: true, rank: Rank::TemplateParam("N".into()) }
+        );
+        assert_eq!(k.params[1].1, ParamType::Pointer { elem: CType::TemplateParam("T".into()), is_const: false });
+        assert_eq!(k.params[2].0.as_deref(), Some("n"));
+    }
+
+    #[test]
+    fn every_cpp_scalar_spelling_maps_to_its_dtype() {
+        use DType::*;
+        let table = [
+            ("bool", Bool),
+            ("char", I8),
+            ("signed char", I8),
+            ("char signed", I8),
+            ("int8_t", I8),
+            ("unsigned char", U8),
+            ("uint8_t", U8),
+            ("short", I16),
+            ("short int", I16),
+            ("int short", I16),
+            ("signed short", I16),
+            ("int16_t", I16),
+            ("unsigned short", U16),
+            ("short unsigned", U16),
+            ("unsigned short int", U16),
+            ("uint16_t", U16),
+            ("int", I32),
+            ("signed", I32),
+            ("signed int", I32),
+            ("int32_t", I32),
+            ("unsigned", U32),
+            ("unsigned int", U32),
+            ("uint32_t", U32),
+            ("long", I64),
+            ("long int", I64),
+            ("signed long", I64),
+            ("long long", I64),
+            ("long long int", I64),
+            ("signed long long", I64),
+            ("int64_t", I64),
+            ("ptrdiff_t", I64),
+            ("ssize_t", I64),
+            ("intptr_t", I64),
+            ("unsigned long", U64),
+            ("long unsigned int", U64),
+            ("long long unsigned", U64),
+            ("unsigned long long", U64),
+            ("unsigned long long int", U64),
+            ("uint64_t", U64),
+            ("std::size_t", U64),
+            ("size_t", U64),
+            ("uintptr_t", U64),
+            ("__half", F16),
+            ("half", F16),
+            ("__nv_bfloat16", BF16),
+            ("nv_bfloat16", BF16),
+            ("float", F32),
+            ("const float", F32),
+            ("double", F64),
+            ("caijit::complex<float>", C64),
+            ("complex<float>", C64),
+            ("caijit::complex<double>", C128),
+            ("complex<double>", C128),
+        ];
+        for (name, d) in table {
+            assert_eq!(scalar_from_cpp(name), Some(d), "{name}");
+        }
+        for other in ["void", "S", "long double", "int int", "", "long long long", "unsigned signed", "short char", "long char"] {
+            assert_eq!(scalar_from_cpp(other), None, "{other}");
+        }
+        for d in DType::ALL {
+            assert_eq!(scalar_from_cpp(d.cpp_name()), Some(d), "{d}");
+        }
+    }
+
+    #[test]
+    fn declarator_forms_name_pointers_and_values() {
+        let k = one("__global__ void f(const float v[], S, const S, float* const, std::size_t, float** pp, \
+             Pair<const int>* q, Pair<int> const* r, float const* x, caijit::Array<float, 2u> a, ::caijit::Array<const double, 1> b, int, \
+             float w[4], __grid_constant__ const int g, long unsigned int lu) {}");
+        let named = |n: &str, t: ParamType| (Some(n.to_string()), t);
+        let anon = |t: ParamType| (None, t);
+        assert_eq!(
+            k.params,
+            [
+                named("v", ptr(DType::F32, true)),
+                anon(ParamType::Value(CType::Named("S".into()))),
+                anon(ParamType::Value(CType::Named("S".into()))),
+                anon(ptr(DType::F32, false)),
+                anon(ParamType::Value(CType::Scalar(DType::U64))),
+                named("pp", ParamType::Value(CType::Named("float**".into()))),
+                named("q", ParamType::Pointer { elem: CType::Named("Pair<const int>".into()), is_const: false }),
+                named("r", ParamType::Pointer { elem: CType::Named("Pair<int>".into()), is_const: true }),
+                named("x", ptr(DType::F32, true)),
+                named("a", ParamType::Array { elem: CType::Scalar(DType::F32), is_const: false, rank: Rank::Fixed(2) }),
+                named("b", ParamType::Array { elem: CType::Scalar(DType::F64), is_const: true, rank: Rank::Fixed(1) }),
+                anon(ParamType::Value(CType::Scalar(DType::I32))),
+                named("w", ptr(DType::F32, false)),
+                named("g", ParamType::Value(CType::Scalar(DType::I32))),
+                named("lu", ParamType::Value(CType::Scalar(DType::U64))),
+            ]
+        );
+    }
+
+    #[test]
+    fn what_cannot_be_read_is_a_note_not_an_error() {
+        let d = parse_kernels(
+            "__global__ void g(caijit::Array<float> a, int n) {}\n__global__ void r(int& x) {}\n__global__ void ok(int n) {}",
+        );
+        assert_eq!(d.kernels.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(), ["g", "r", "ok"]);
+        assert_eq!(d.notes.len(), 2, "{:?}", d.notes);
+        assert!(d.notes[0].contains("kernel `g` parameter 0") && d.notes[0].contains("<T, N>"), "{:?}", d.notes);
+        assert!(d.notes[1].contains("reference"), "{:?}", d.notes);
+        let d = parse_kernels("__global__ void f(int x");
+        assert!(d.kernels.is_empty() && d.notes[0].contains("unbalanced"), "{d:?}");
+    }
+
+    #[test]
+    fn namespaces_qualify_names() {
+        let src = "namespace a { __global__ void k(float*, int) {} namespace b::c { template <class T> __global__ void t(T x) {} } }\n\
+                   namespace { __global__ void anon(int) {} } inline namespace v1 { __global__ void i(int) {} } __global__ void top() {}";
+        let k = parse_kernels(src).kernels;
+        let names: Vec<_> = k.iter().map(KernelDecl::qualified_name).collect();
+        assert_eq!(names, ["a::k", "a::b::c::t", "anon", "v1::i", "top"]);
+    }
+
+    #[test]
+    fn specifiers_attributes_and_linkage_around_global() {
+        let src = r#"
+            template <typename T, class U = Pair<int, float>, int N = 4, unsigned M>
+            static __forceinline__ __global__ void t(T* a, U b) {}
+            __global__ __launch_bounds__(128) void lb(int x) {}
+            __global__ void __launch_bounds__(256, 2) lb2(int x) {}
+            __global__ void __launch_bounds__(64) __attribute__((noinline)) at(int x) {}
+            __global__ void __cluster_dims__(2, 1, 1) cd(int x) {}
+            __global__ void [[deprecated]] sq(int x) {}
+            extern "C++" __global__ void cpp(int x) {}
+            extern __device__ int counter;
+            __global__ void void_ptr(void* p) {}
+        "#;
+        let k = parse_kernels(src).kernels;
+        let names: Vec<_> = k.iter().map(|k| (k.name.as_str(), k.extern_c, k.params.len())).collect();
+        assert_eq!(
+            names,
+            [
+                ("t", false, 2),
+                ("lb", false, 1),
+                ("lb2", false, 1),
+                ("at", false, 1),
+                ("cd", false, 1),
+                ("sq", false, 1),
+                ("cpp", false, 1),
+                ("void_ptr", false, 1)
+            ]
+        );
+        assert_eq!(k[0].template_params.len(), 4);
+        assert_eq!(k[7].params[0].1, ParamType::Pointer { elem: CType::Named("void".into()), is_const: false });
+    }
+
+    #[test]
+    fn forward_declarations_merge_and_overloads_stay_apart() {
+        let k = parse_kernels("__global__ void f(int);\n__global__ void f(int n) {}\n__global__ void f(float x) {}").kernels;
+        assert_eq!(k.len(), 2);
+        assert_eq!(k[0].params[0], (Some("n".into()), ParamType::Value(CType::Scalar(DType::I32))));
+        assert_eq!(k[1].params[0].1, ParamType::Value(CType::Scalar(DType::F32)));
+    }
+
+    #[test]
+    fn malformed_sources_do_not_panic() {
+        for src in [
+            "<> __global__ void f(int x) {}",
+            "> __global__",
+            "__global__",
+            "__global__ void",
+            "extern \"C\" {",
+            "__global__ void f(int x",
+            "__global__ void __launch_bounds__ ) f(int x) {}",
+            "namespace",
+            "namespace a::",
+            "template <int N, bool B = (N > 4)> __global__ void k(",
+        ] {
+            let _ = parse_kernels(src);
+        }
+    }
+
+    #[test]
+    fn a_raw_string_hides_no_declaration() {
+        let src = r#"const char* help = R"txt(needs a 5" screen; see extern "C" __global__ void scale(int* x, int a, int n) )txt";
+extern "C" __global__ void scale(float* x, float a, int n) {}"#;
+        let k = one(src);
+        assert_eq!(k.params[1].1, ParamType::Value(CType::Scalar(DType::F32)));
+    }
+}

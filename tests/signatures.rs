@@ -1,0 +1,264 @@
+//! Issue #20, case by case: parameter types come from what NVRTC compiled (demangled
+//! lowered names, probes for `extern "C"` kernels), cross-checked against the PTX; every
+//! program NVRTC compiles has launchable kernels. CPU only (sm_90, the pip NVRTC).
+
+use cai_runtime::cai::DType;
+use cai_runtime::compile::{compile_with, Arch, CompileOptions, Compiled, KernelInfo, Program};
+use cai_runtime::signature::{deduce, ArgType, ParamKind};
+
+fn fresh() -> CompileOptions {
+    let mut o = CompileOptions::default();
+    o.disk_cache = Some(None);
+    o.skip_memory_cache = true;
+    o
+}
+
+fn build(p: &Program) -> std::sync::Arc<Compiled> {
+    compile_with(p, Arch(90), &fresh()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// `(kind, size, offset)` of every parameter.
+fn shape(k: &KernelInfo) -> Vec<(ParamKind, usize, usize)> {
+    k.params.iter().map(|p| (p.kind.clone(), p.size, p.offset)).collect()
+}
+
+fn ptr(d: DType, is_const: bool) -> ParamKind {
+    ParamKind::Pointer { dtype: Some(d), is_const }
+}
+
+const IFDEF: &str = r#"
+#ifdef USE_INT
+extern "C" __global__ void scale(int* x, int a, int n) { int i = threadIdx.x; if (i < n) x[i] *= a; }
+#else
+extern "C" __global__ void scale(float* x, float a, int n) { int i = threadIdx.x; if (i < n) x[i] *= a; }
+#endif
+"#;
+
+#[test]
+fn ifdef_branches_give_the_types_the_preprocessor_chose() {
+    let k = build(&Program::new(IFDEF)).kernel("scale").unwrap().clone();
+    assert_eq!(shape(&k), [(ptr(DType::F32, false), 8, 0), (ParamKind::Scalar(DType::F32), 4, 8), (ParamKind::Scalar(DType::I32), 4, 12)]);
+    // The two declarations name their parameters alike: the names are kept.
+    assert_eq!(k.params.iter().map(|p| p.name.clone().unwrap_or_default()).collect::<Vec<_>>(), ["x", "a", "n"]);
+    let c = build(&Program::new(IFDEF).define("USE_INT", None));
+    assert_eq!(
+        shape(c.kernel("scale").unwrap()),
+        [(ptr(DType::I32, false), 8, 0), (ParamKind::Scalar(DType::I32), 4, 8), (ParamKind::Scalar(DType::I32), 4, 12)]
+    );
+}
+
+#[test]
+fn a_raw_string_with_a_fake_declaration_swallows_nothing() {
+    let src = r#"
+__device__ const char* help = R"txt(needs a 5" screen; see extern "C" __global__ void scale(int* x, int a, int n) )txt";
+extern "C" __global__ void scale(float* x, float a, int n) {}
+"#;
+    let c = build(&Program::new(src));
+    assert_eq!(c.kernel("scale").unwrap().params[1].kind, ParamKind::Scalar(DType::F32));
+    assert!(c.notes.is_empty(), "{:?}", c.notes);
+}
+
+#[test]
+fn namespaced_kernels_launch_by_plain_or_qualified_name() {
+    let src = "namespace a { __global__ void k(float* x, int n) {} namespace b { __global__ void k(double* x) {} } }\n\
+               namespace { __global__ void hidden(short s) {} }";
+    let c = build(&Program::new(src));
+    let k = c.kernel("a::k").unwrap();
+    assert_eq!((k.qualified_name.as_str(), k.lowered_name.as_str()), ("a::k", "_ZN1a1kEPfi"));
+    assert_eq!(shape(k), [(ptr(DType::F32, false), 8, 0), (ParamKind::Scalar(DType::I32), 4, 8)]);
+    assert_eq!(c.kernel("::a::k").unwrap().lowered_name, "_ZN1a1kEPfi");
+    assert_eq!(shape(c.kernel("a::b::k").unwrap()), [(ptr(DType::F64, false), 8, 0)]);
+    assert_eq!(c.kernel("hidden").unwrap().params[0].kind, ParamKind::Scalar(DType::I16));
+    assert!(c.kernel("k").unwrap_err().to_string().contains("ambiguous"));
+    // As a name expression (what `--instantiate a::k` and `caijit.kernel(src, "a::k")` do).
+    let c = build(&Program::new(src).name_expression("a::k"));
+    assert_eq!(c.kernel("a::k").unwrap().name_expression.as_deref(), Some("a::k"));
+}
+
+#[test]
+fn a_comparison_in_a_default_template_argument_keeps_the_template_parameters() {
+    let src = "template <int N, bool B = (N > 4)> __global__ void k(caijit::Array<float, N> a, int n) {}";
+    let p = Program::new(format!("#include <caijit/array.cuh>\n{src}"));
+    let d = &p.declarations().kernels[0];
+    assert_eq!(d.template_params.len(), 2);
+    let c = build(&p.name_expression("k<8>"));
+    let k = c.kernel("k<8>").unwrap();
+    assert_eq!(k.demangled.as_deref(), Some("void k<8, true>(caijit::Array<float, 8>, int)"));
+    assert_eq!(
+        shape(k),
+        [(ParamKind::Array { dtype: Some(DType::F32), is_const: false, rank: 8 }, 136, 0), (ParamKind::Scalar(DType::I32), 4, 136)]
+    );
+}
+
+#[test]
+fn a_macro_made_extern_c_kernel_costs_nothing_and_launches_when_named() {
+    let src = r#"
+#define MAKE(T) extern "C" __global__ void k_##T(T* x, T a) { x[threadIdx.x] += a; }
+MAKE(float)
+MAKE(double)
+extern "C" __global__ void plain(int* x) {}
+"#;
+    let c = build(&Program::new(src));
+    assert_eq!(shape(c.kernel("plain").unwrap()), [(ptr(DType::I32, false), 8, 0)]);
+    assert_eq!(c.notes.len(), 2, "{:?}", c.notes);
+    assert!(c.notes[0].contains("k_double") && c.notes[0].contains("macro"), "{:?}", c.notes);
+    let e = c.kernel("k_float").unwrap_err().to_string();
+    assert!(e.contains("no kernel named") && e.contains("note:") && e.contains("k_float"), "{e}");
+    // Named, its probe tells the compiler's types.
+    let c = build(&Program::new(src).name_expression("k_float"));
+    assert_eq!(shape(c.kernel("k_float").unwrap()), [(ptr(DType::F32, false), 8, 0), (ParamKind::Scalar(DType::F32), 4, 8)]);
+}
+
+#[test]
+fn a_macro_made_cpp_kernel_and_overloads_by_name_expression() {
+    let src = r#"
+#define MAKE(T) __global__ void k_##T(T* x, T a) { x[threadIdx.x] += a; }
+MAKE(float)
+__global__ void ov(double x, int n) {}
+__global__ void ov(float x, int n) {}
+"#;
+    let p = Program::new(src).name_expression("k_float").name_expression("(void(*)(double, int))ov");
+    let c = build(&p);
+    assert_eq!(shape(c.kernel("k_float").unwrap()), [(ptr(DType::F32, false), 8, 0), (ParamKind::Scalar(DType::F32), 4, 8)]);
+    let k = c.kernel("(void(*)(double, int))ov").unwrap();
+    assert_eq!(k.params[0].kind, ParamKind::Scalar(DType::F64));
+    // By plain name: both overloads, for the launch's arguments to pick.
+    let both = c.kernels_named("ov");
+    assert_eq!(both.len(), 2);
+    let f = ArgType::TypedScalar(DType::F32);
+    let fits: Vec<_> = both.iter().filter(|k| k.params.iter().zip([f, ArgType::UntypedScalar]).all(|(p, a)| p.kind.admits(&a))).collect();
+    assert_eq!(fits.len(), 1);
+    assert_eq!(fits[0].params[0].kind, ParamKind::Scalar(DType::F32));
+}
+
+#[test]
+fn a_probe_for_a_kernel_the_preprocessor_removed_is_dropped() {
+    let src = "#if 0\nextern \"C\" __global__ void gone(int x) {}\n#endif\nextern \"C\" __global__ void here(float* y) {}\n";
+    let c = build(&Program::new(src));
+    assert_eq!(shape(c.kernel("here").unwrap()), [(ptr(DType::F32, false), 8, 0)]);
+    assert!(c.kernel("gone").is_err());
+}
+
+#[test]
+fn default_template_arguments_are_deduced_around() {
+    let src = "template <typename T, typename Acc = float, int BLOCK = 256> __global__ void k(const T* x, Acc* y, int n) {}";
+    let p = Program::new(src);
+    let d = p.declarations().kernels[0].clone();
+    let f64a = ArgType::Array { dtype: DType::F64, rank: 1 };
+    let f32a = ArgType::Array { dtype: DType::F32, rank: 1 };
+    let i = deduce(&d, &[f64a, f32a, ArgType::UntypedScalar]).unwrap();
+    assert_eq!(i.expression, "k<double, float>");
+    let c = build(&p.clone().name_expression(&i.expression));
+    let k = c.kernel(&i.expression).unwrap();
+    assert_eq!(k.demangled.as_deref(), Some("void k<double, float, 256>(double const*, float*, int)"));
+    // Only the non-deduced, defaulted one: left to the compiler.
+    let i = deduce(&d, &[f64a, ArgType::Opaque, ArgType::UntypedScalar]).unwrap();
+    assert_eq!(i.expression, "k<double>");
+    assert!(build(&p.name_expression("k<double>")).kernel("k<double>").is_ok());
+}
+
+#[test]
+fn kinds_that_were_read_as_structs_are_scalars() {
+    let src = r#"
+extern "C" __global__ void k(__grid_constant__ const int n, long unsigned int a, long long unsigned b, short unsigned c, float v[4],
+                             unsigned char d, signed char e, long int f) {}
+template <class T, int N> struct Array { T v[N]; };
+__global__ void own(Array<float, 4> a, caijit::Array<const float, 1> b) {}
+"#;
+    let c = build(&Program::new(format!("#include <caijit/array.cuh>\n{src}")));
+    let kinds: Vec<_> = c.kernel("k").unwrap().params.iter().map(|p| p.kind.clone()).collect();
+    use ParamKind::Scalar;
+    assert_eq!(
+        kinds,
+        [
+            Scalar(DType::I32),
+            Scalar(DType::U64),
+            Scalar(DType::U64),
+            Scalar(DType::U16),
+            ptr(DType::F32, false),
+            Scalar(DType::U8),
+            Scalar(DType::I8),
+            Scalar(DType::I64)
+        ]
+    );
+    let own = c.kernel("own").unwrap();
+    assert_eq!(
+        shape(own),
+        [
+            (ParamKind::Struct { name: "Array<float, 4>".into() }, 16, 0),
+            (ParamKind::Array { dtype: Some(DType::F32), is_const: true, rank: 1 }, 24, 16),
+        ]
+    );
+}
+
+#[test]
+fn structs_keep_their_alignment_and_every_kind_matches_the_ptx() {
+    let src = r#"
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <caijit/caijit.cuh>
+struct __align__(16) S { float a; double b; };
+struct P { char c; };
+extern "C" __global__ void k(char c, S s, bool b, P p, __half h, __nv_bfloat16 g, caijit::complex<double> z, caijit::Array<double, 2> a) {}
+"#;
+    let c = build(&Program::new(src));
+    let k = c.kernel("k").unwrap();
+    let got: Vec<_> = k.params.iter().map(|p| (p.kind.clone(), p.size, p.align, p.offset)).collect();
+    assert_eq!(
+        got,
+        [
+            (ParamKind::Scalar(DType::I8), 1, 1, 0),
+            (ParamKind::Struct { name: "S".into() }, 16, 16, 16),
+            (ParamKind::Scalar(DType::Bool), 1, 1, 32),
+            (ParamKind::Struct { name: "P".into() }, 1, 1, 33),
+            (ParamKind::Scalar(DType::F16), 2, 2, 34),
+            (ParamKind::Scalar(DType::BF16), 2, 2, 36),
+            (ParamKind::Scalar(DType::C128), 16, 16, 48),
+            (ParamKind::Array { dtype: Some(DType::F64), is_const: false, rank: 2 }, 40, 8, 64),
+        ]
+    );
+}
+
+#[test]
+fn generated_instances_include_the_headers_their_types_need() {
+    // The README's axpy includes nothing; instances for float16, bfloat16 and complex compile.
+    let src = "template <typename T> __global__ void axpy(T a, const T* x, T* y, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = a * x[i] + y[i]; }";
+    let d = Program::new(src).declarations().kernels[0].clone();
+    for dtype in [DType::F16, DType::BF16, DType::C64] {
+        let arr = ArgType::Array { dtype, rank: 1 };
+        let i = deduce(&d, &[ArgType::UntypedScalar, arr, arr, ArgType::UntypedScalar]).unwrap();
+        assert_eq!(i.headers.len(), 1, "{i:?}");
+        let c = build(&Program::new(src).including(&i.headers).name_expression(&i.expression));
+        let k = c.kernel(&i.expression).unwrap();
+        assert_eq!(k.params[0].kind, ParamKind::Scalar(dtype));
+        assert_eq!(k.params[1].kind, ptr(dtype, true));
+    }
+    // Line numbers in NVRTC's messages stay the source's own.
+    let broken = Program::new("template <typename T> __global__ void k(T* x) {\n  x[0] = nope;\n}").name("b.cu");
+    let e = compile_with(&broken.including(&["cuda_fp16.h"]).name_expression("k<__half>"), Arch(90), &fresh()).unwrap_err();
+    assert!(matches!(&e, cai_runtime::Error::Compile(c) if c.log.contains("b.cu(2)")), "{e:?}");
+}
+
+#[test]
+fn an_unreadable_extern_c_declaration_leaves_the_others_usable() {
+    // A reference parameter the tokenizer refuses: a note, not an error; the compiler says
+    // what the kernel is (and caijit refuses to launch a reference).
+    let src = "extern \"C\" __global__ void ok(float* x) {}\n__global__ void weird(caijit::Array<float> a) {}";
+    let p = Program::new(src);
+    assert_eq!(p.declarations().notes.len(), 1);
+    let c = build(&Program::new("#include <caijit/array.cuh>\nextern \"C\" __global__ void ok(float* x) {}\n#define DECL(n) extern \"C\" __global__ void n(int* y)\nDECL(made) {}"));
+    assert_eq!(shape(c.kernel("ok").unwrap()), [(ptr(DType::F32, false), 8, 0)]);
+}
+
+#[test]
+fn an_extern_c_kernel_declared_in_a_header_launches_when_named() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("k.cuh"), "extern \"C\" __global__ void from_header(double* x, unsigned n) {}\n").unwrap();
+    let src = "#include \"k.cuh\"\nextern \"C\" __global__ void here(int* y) {}\n";
+    let p = Program::new(src).include_dir(dir.path());
+    let c = build(&p);
+    assert_eq!(shape(c.kernel("here").unwrap()), [(ptr(DType::I32, false), 8, 0)]);
+    assert!(c.notes.iter().any(|n| n.contains("from_header")), "{:?}", c.notes);
+    let c = build(&p.name_expression("from_header"));
+    assert_eq!(shape(c.kernel("from_header").unwrap()), [(ptr(DType::F64, false), 8, 0), (ParamKind::Scalar(DType::U32), 4, 8)]);
+}
