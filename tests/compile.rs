@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use cai_runtime::cai::DType;
 use cai_runtime::compile::{compile, compile_with, Arch, CacheSource, CompileOptions, DiskCache, Program};
-use cai_runtime::signature::{array_param_size, deduce, ArgType, ParamKind};
+use cai_runtime::signature::{array_param_size, deduce, ArgType, ArrayLayout, ParamKind};
 use cai_runtime::stats::stats;
 use cai_runtime::Error;
 use caijit_integration::kernel_sources;
@@ -623,4 +623,33 @@ fn a_huge_header_does_not_abort_the_process() {
     let err = compile_with(&program, Arch(90), &through_disk(cache.path())).map(|c| c.source).unwrap_err();
     assert!(err.to_string().contains("larger than 64 MiB"), "{err}");
     assert_eq!(std::fs::read_dir(cache.path()).map_or(0, |d| d.count()), 0, "an entry was written");
+}
+
+/// `caijit::Array<T, N>`'s layout as Rust writes it ([`ArrayLayout`]) is the header's: for
+/// each field of each rank a kernel reads only that field, and the PTX says at which offset
+/// of the parameter it loads it; the parameters have the Rust size and alignment.
+#[test]
+fn the_array_layout_of_rust_is_the_headers() {
+    let mut src = String::from("#include <caijit/array.cuh>\n");
+    let mut expected = Vec::new();
+    for n in 1..=8usize {
+        let mut fields = vec![("data".to_string(), "(long long)a.data".to_string(), ArrayLayout::DATA)];
+        for d in 0..n {
+            fields.push((format!("shape{d}"), format!("a.shape[{d}]"), ArrayLayout::extent(d)));
+            fields.push((format!("stride{d}"), format!("a.strides[{d}]"), ArrayLayout::stride(n, d)));
+        }
+        for (field, read, offset) in fields {
+            let name = format!("r{n}_{field}");
+            src += &format!("extern \"C\" __global__ void {name}(caijit::Array<double, {n}> a, long long* out) {{ *out = {read}; }}\n");
+            expected.push((name, n, offset));
+        }
+    }
+    let c = compile_with(&Program::new(src), Arch(90), &fresh()).unwrap();
+    for (name, rank, offset) in expected {
+        let p = &c.kernel(&name).unwrap().params[0];
+        assert_eq!((p.size, p.align), (array_param_size(rank), ArrayLayout::ALIGN), "{name}");
+        let at = |o: usize| if o == 0 { format!("[{name}_param_0]") } else { format!("[{name}_param_0+{o}]") };
+        let loads: Vec<&str> = c.ptx.lines().filter(|l| l.contains("ld.param") && l.contains(&format!("{name}_param_0"))).collect();
+        assert!(loads.iter().any(|l| l.contains(&at(offset))), "{name}: the header has it elsewhere than offset {offset}: {loads:?}");
+    }
 }

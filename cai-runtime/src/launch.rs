@@ -28,7 +28,7 @@ use smallvec::SmallVec;
 use crate::cai::{ArrayView, DType};
 use crate::kernel::Kernel;
 use crate::runtime::{Context, Events, Stream};
-use crate::signature::{ArgType, ParamKind, ParamLayout};
+use crate::signature::{ArgType, ArrayLayout, ParamKind, ParamLayout};
 use crate::stats::{bump, COUNTERS};
 use crate::sys::{Driver, RawStream};
 use crate::{Error, Result};
@@ -403,10 +403,10 @@ fn marshal(params: &[ParamLayout], args: &[Arg<'_>], buf: &mut ParamBuffer) -> R
                     return Err(err(p, format!("expected a {rank}-d array, got {}-d (shape {:?})", v.ndim(), v.shape())));
                 }
                 check_aligned(p, v)?;
-                buf.write(p.offset, &v.ptr().to_le_bytes());
+                buf.write(p.offset + ArrayLayout::DATA, &v.ptr().to_le_bytes());
                 for (d, (&n, &s)) in v.shape().iter().zip(v.strides()).enumerate() {
-                    buf.write(p.offset + 8 + 8 * d, &(n as i64).to_le_bytes());
-                    buf.write(p.offset + 8 + 8 * rank + 8 * d, &s.to_le_bytes());
+                    buf.write(p.offset + ArrayLayout::extent(d), &(n as i64).to_le_bytes());
+                    buf.write(p.offset + ArrayLayout::stride(*rank, d), &s.to_le_bytes());
                 }
             }
             (ParamKind::Scalar(d), Arg::Scalar { value, .. }) => {

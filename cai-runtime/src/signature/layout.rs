@@ -34,8 +34,31 @@ pub struct ParamLayout {
     pub offset: usize,
 }
 
-/// Size of `caijit::Array<T, N>`: a pointer plus `N` extents and `N` byte strides (int64).
-/// Saturates at `usize::MAX` for ranks no array can have (a rank read from a declaration).
+/// The byte layout of `caijit::Array<T, N>` (`kernels/include/caijit/array.cuh`): the data
+/// pointer, then `N` extents, then `N` byte strides, all 64-bit, aligned to 8. The one place
+/// Rust writes it down: parameter packing, `params::ArrayParam` and the size checks use it,
+/// and a test checks it against the header in the PTX of kernels reading each field.
+pub struct ArrayLayout;
+
+impl ArrayLayout {
+    /// Alignment of the struct.
+    pub const ALIGN: usize = 8;
+    /// Offset of the data pointer.
+    pub const DATA: usize = 0;
+
+    /// Offset of extent `d`.
+    pub const fn extent(d: usize) -> usize {
+        8 + 8 * d
+    }
+
+    /// Offset of byte stride `d` of a rank-`rank` array.
+    pub const fn stride(rank: usize, d: usize) -> usize {
+        8 + 8 * rank + 8 * d
+    }
+}
+
+/// Size of `caijit::Array<T, N>` ([`ArrayLayout`]). Saturates at `usize::MAX` for ranks no
+/// array can have (a rank read from a declaration).
 pub const fn array_param_size(rank: usize) -> usize {
     rank.saturating_mul(16).saturating_add(8)
 }

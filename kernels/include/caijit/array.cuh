@@ -1,6 +1,7 @@
 // caijit::Array<T, N>: a strided N-d view of device memory, passed by value to kernels.
 //
-// Layout (mirrored by cai_runtime::params::ArrayParam and asserted on both sides):
+// Layout (written in Rust once, as cai_runtime::signature::ArrayLayout; a test reads the
+// PTX of kernels that load each field, to check it against this header):
 //   T*      data;          // element (0, ..., 0); may be null for an empty array
 //   int64_t shape[N];      // extents
 //   int64_t strides[N];    // BYTE strides, as in the CUDA Array Interface; may be <= 0
