@@ -87,6 +87,7 @@ pub mod runtime;
 pub mod signature;
 pub mod stats;
 mod sys;
+pub mod xla;
 
 pub use cai::{CudaArrayInterface, FromCudaArrayInterface};
 #[cfg(feature = "derive")]
