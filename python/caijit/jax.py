@@ -48,7 +48,7 @@ ShapeFn = Callable[..., Any]
 _lock = threading.Lock()
 _registered = False
 # Prepared launches by everything that decides them (the kernel is kept alive with them).
-_prepared: dict[tuple, tuple[Kernel, int]] = {}
+_prepared: dict[tuple[Any, ...], tuple[Kernel, int]] = {}
 
 _VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims", "broadcast_all")
 
@@ -60,7 +60,7 @@ def register() -> None:
     with _lock:
         if _registered:
             return
-        capsule = jax.ffi.pycapsule(ctypes.c_void_p(_native.xla_handler_address()))
+        capsule = jax.ffi.pycapsule(ctypes.c_void_p(_native.xla_handler_address()))  # type: ignore[no-untyped-call]
         jax.ffi.register_ffi_target(TARGET, capsule, platform="CUDA", api_version=1)
         _registered = True
 
@@ -97,7 +97,7 @@ def _static_scalar(name: str, value: Any) -> Any:
     return value
 
 
-def _scalar_key(value: Any) -> tuple:
+def _scalar_key(value: Any) -> tuple[str, str, str]:
     dtype = getattr(value, "dtype", None)
     return (type(value).__name__, str(dtype), repr(value))
 
@@ -130,7 +130,7 @@ def _prepare(
     with _lock:
         hit = _prepared.get(key)
     if hit is not None:
-        return hit[1]
+        return int(hit[1])
     launch, _name = _native.xla_prepare(
         kernel,
         [(d, list(s)) for d, s in ins],
@@ -196,12 +196,12 @@ def kernel_call(
         return value(*avals) if callable(value) and not isinstance(value, jax.ShapeDtypeStruct) else value
 
     def launch(*args: Any, batch: Optional[int] = None) -> Any:
-        avals = [jax.ShapeDtypeStruct(numpy.shape(a), jax.numpy.result_type(a)) for a in args]
+        avals = [jax.ShapeDtypeStruct(numpy.shape(a), jax.numpy.result_type(a)) for a in args]  # type: ignore[no-untyped-call]
         shapes = evaluate(out_shapes, avals)
         single = isinstance(shapes, jax.ShapeDtypeStruct)
         outs = [shapes] if single else list(shapes)
         if batch is not None and not callable(out_shapes):
-            outs = [jax.ShapeDtypeStruct((batch, *o.shape), o.dtype) for o in outs]
+            outs = [jax.ShapeDtypeStruct((batch, *o.shape), o.dtype) for o in outs]  # type: ignore[no-untyped-call]
         for o in outs:
             if not hasattr(o, "shape") or not hasattr(o, "dtype"):
                 raise ArgumentError(f"out_shapes must give jax.ShapeDtypeStruct objects, got {o!r}")
