@@ -12,7 +12,8 @@ use crate::errors::{PyCaiError, PyCaiResult};
 use crate::kernel::Kernel;
 
 fn buffer_spec(what: &str, i: usize, (dtype, shape): &(String, Vec<usize>)) -> PyCaiResult<BufferSpec> {
-    let dtype = DType::from_name(dtype).ok_or_else(|| PyCaiError::argument(format!("{what} {i}: caijit kernels do not take {dtype} buffers")))?;
+    let dtype =
+        DType::from_name(dtype).ok_or_else(|| PyCaiError::argument(format!("{what} {i}: caijit kernels do not take {dtype} buffers")))?;
     Ok(BufferSpec { dtype, shape: shape.clone() })
 }
 
@@ -44,7 +45,10 @@ fn bindings(
     for (s, _) in scalars {
         if !names.iter().any(|n| n.as_deref() == Some(s.as_str())) {
             let all: Vec<_> = names.iter().map(|n| n.as_deref().unwrap_or("<unnamed>")).collect();
-            return Err(PyCaiError::argument(format!("kernel `{kernel}` has no parameter named `{s}` (its parameters: {})", all.join(", "))));
+            return Err(PyCaiError::argument(format!(
+                "kernel `{kernel}` has no parameter named `{s}` (its parameters: {})",
+                all.join(", ")
+            )));
         }
     }
     let scalar_of = |n: &Option<String>| n.as_deref().and_then(|n| scalars.iter().find(|(s, _)| s == n)).map(|(_, v)| *v);
@@ -114,7 +118,8 @@ pub fn xla_prepare(
             _ => return Err(PyCaiError::argument(format!("input_output_aliases: no input {i} or no output {o}"))),
         }
     }
-    let scalars: Vec<(String, (Num, Option<DType>))> = scalars.iter().map(|(n, v)| Ok((n.clone(), scalar(n, v)?))).collect::<PyCaiResult<_>>()?;
+    let scalars: Vec<(String, (Num, Option<DType>))> =
+        scalars.iter().map(|(n, v)| Ok((n.clone(), scalar(n, v)?))).collect::<PyCaiResult<_>>()?;
     let k = kernel.name().to_string();
     let names = kernel.declared_params().ok_or_else(|| {
         PyCaiError::argument(format!("caijit.jax needs the source to declare `{k}` (its parameter names bind the scalars)"))
