@@ -192,3 +192,30 @@ def test_the_example_lowers_with_its_backward_kernel() -> None:
     text = jax.jit(jax.grad(mod.loss)).trace(params, x, x).lower(lowering_platforms=("cuda",)).as_text()
     # Forward and backward kernels: two distinct prepared launches.
     assert len(set(launch_ids(text))) >= 2, text
+
+
+SHARD_MAP_SCRIPT = """
+import os
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+os.environ["JAX_PLATFORMS"] = "cpu"
+import numpy, jax, jax.numpy as jnp, caijit, caijit.jax
+from jax.sharding import Mesh, PartitionSpec as P
+k = caijit.kernel(SOURCE)
+f = caijit.jax.kernel_call(k, lambda x, y: x, grid=lambda x, y: (x.size + 255) // 256, block=256, a=2, n=lambda x, y: x.size)
+mesh = Mesh(numpy.array(jax.devices()[:2]), ("i",))
+sm = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=(P("i"), P("i")), out_specs=P("i")))
+x = jnp.ones(8192, jnp.float32)
+print(sm.trace(x, x).lower(lowering_platforms=("cuda",)).as_text())
+"""
+
+
+def test_shard_map_lowers_to_one_custom_call_per_shard() -> None:
+    import sys
+
+    script = f"SOURCE = {AXPY!r}\n" + SHARD_MAP_SCRIPT
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    text = r.stdout
+    # Inside the manual computation, the custom call sees the shard's shape (4096 of 8192).
+    assert "manual_computation" in text
+    assert "custom_call @caijit_launch" in text and "(tensor<4096xf32>, tensor<4096xf32>) -> tensor<4096xf32>" in text
