@@ -126,7 +126,12 @@ def test_a_second_call_compiles_nothing_and_never_syncs_the_host(jax: Any) -> No
     after = caijit.stats()
     assert after["compiles"] == before["compiles"]
     assert after["host_syncs"] == before["host_syncs"]
-    assert after["launches"] - before["launches"] == 11
+    # One handler call per execution, or fewer where XLA replays a captured command buffer.
+    assert 0 <= after["launches"] - before["launches"] <= 11
+    want = y
+    for _ in range(11):
+        want = 2 * x + want
+    close(out, want, "float32")
 
 
 def test_ordering_with_xla_ops_in_a_fori_loop(jax: Any) -> None:
@@ -211,8 +216,9 @@ def test_shard_map_over_two_gpus(jax: Any) -> None:
     sharded = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=(P("i"), P("i")), out_specs=P("i")))
     x, y = random(jax, (8192,), "float32", 13), random(jax, (8192,), "float32", 14)
     x, y = (jax.device_put(a, NamedSharding(mesh, P("i"))) for a in (x, y))
-    jax.block_until_ready(sharded(x, y))
     before = caijit.stats()["launches"]
+    # The first execution calls the handler once per shard (later ones may replay a
+    # captured command buffer without calling it).
     out = jax.block_until_ready(sharded(x, y))
     assert caijit.stats()["launches"] - before == 2  # one launch per shard
     assert {s.device for s in out.addressable_shards} == set(jax.devices("gpu")[:2])

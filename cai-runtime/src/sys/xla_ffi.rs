@@ -330,6 +330,25 @@ pub(crate) trait Serve {
     fn serve(call: &Call<'_>) -> Result<(), String>;
 }
 
+/// Why a call failed: a message to make an error of, or an error XLA's own API returned
+/// (handed back to XLA, which owns it).
+enum Failure {
+    Message(c_int, String),
+    Xla(*mut Error),
+}
+
+impl From<String> for Failure {
+    fn from(message: String) -> Self {
+        Failure::Message(ERROR_INVALID_ARGUMENT, message)
+    }
+}
+
+impl From<&str> for Failure {
+    fn from(message: &str) -> Self {
+        Failure::from(message.to_string())
+    }
+}
+
 /// The XLA FFI handler (`XLA_FFI_Handler`) for `S`. Answers XLA's metadata query at
 /// registration, and serves execute-stage calls; returns null on success.
 pub(crate) extern "C" fn handler<S: Serve>(frame: *mut CallFrame) -> *mut Error {
@@ -344,17 +363,14 @@ pub(crate) extern "C" fn handler<S: Serve>(frame: *mut CallFrame) -> *mut Error 
             // SAFETY: a non-null extension chain starts with an `XLA_FFI_Extension_Base`.
             let kind = unsafe { (*extension).kind };
             if kind == EXTENSION_METADATA {
-                return metadata::<S>(extension.cast()).map_err(|e| (ERROR_INVALID_ARGUMENT, e));
+                return metadata::<S>(extension.cast()).map_err(Failure::from);
             }
         }
         if size < CALL_FRAME_SIZE {
-            return Err((
-                ERROR_INVALID_ARGUMENT,
-                format!(
-                    "XLA's call frame has {size} bytes; caijit needs {CALL_FRAME_SIZE} (XLA FFI API {}.{}): check the installed jaxlib",
-                    API_VERSION.0, API_VERSION.1
-                ),
-            ));
+            return Err(Failure::from(format!(
+                "XLA's call frame has {size} bytes; caijit needs {CALL_FRAME_SIZE} (XLA FFI API {}.{}): check the installed jaxlib",
+                API_VERSION.0, API_VERSION.1
+            )));
         }
         // SAFETY: the frame has at least the fields of API 0.3 (size checked above).
         let f = unsafe { &*frame };
@@ -362,12 +378,13 @@ pub(crate) extern "C" fn handler<S: Serve>(frame: *mut CallFrame) -> *mut Error 
             // Only the execute stage is registered; nothing to do at the others.
             return Ok(());
         }
-        let call = decode::<S>(f).map_err(|e| (ERROR_INVALID_ARGUMENT, e))?;
-        S::serve(&call).map_err(|e| (ERROR_INVALID_ARGUMENT, e))
+        let call = decode::<S>(f)?;
+        S::serve(&call).map_err(Failure::from)
     });
     let (code, message) = match outcome {
         Ok(Ok(())) => return ptr::null_mut(),
-        Ok(Err(e)) => e,
+        Ok(Err(Failure::Xla(e))) => return e,
+        Ok(Err(Failure::Message(code, message))) => (code, message),
         Err(_) => (ERROR_INTERNAL, "caijit's XLA FFI handler panicked (a bug in caijit; please report it)".to_string()),
     };
     // SAFETY: as above: a valid frame whose `api` field exists in every version.
@@ -397,7 +414,7 @@ fn metadata<S: Serve>(extension: *mut MetadataExtension) -> Result<(), String> {
 }
 
 /// Read the buffers, the attribute, the stream and the device of an execute-stage call.
-fn decode<'f, S: Serve>(f: &'f CallFrame) -> Result<Call<'f>, String> {
+fn decode<'f, S: Serve>(f: &'f CallFrame) -> Result<Call<'f>, Failure> {
     if f.api.is_null() {
         return Err("XLA passed no API table".into());
     }
@@ -415,7 +432,8 @@ fn decode<'f, S: Serve>(f: &'f CallFrame) -> Result<Call<'f>, String> {
     // SAFETY: XLA's own function, called with this call's context and a valid args struct.
     let err = unsafe { stream_get(&mut sa) };
     if !err.is_null() {
-        return Err("XLA_FFI_Stream_Get failed: this handler runs on CUDA devices only (register it for platform \"CUDA\")".into());
+        // XLA's own error (no stream: a platform other than CUDA) goes back to XLA.
+        return Err(Failure::Xla(err));
     }
 
     let device = if api.struct_size >= API_SIZE {
@@ -430,14 +448,14 @@ fn decode<'f, S: Serve>(f: &'f CallFrame) -> Result<Call<'f>, String> {
                 // SAFETY: as above.
                 let err = unsafe { get(&mut da) };
                 if !err.is_null() {
-                    return Err("XLA_FFI_DeviceOrdinal_Get failed".into());
+                    return Err(Failure::Xla(err));
                 }
                 da.device_ordinal
             }
             None => return Err("XLA's API table has no XLA_FFI_DeviceOrdinal_Get".into()),
         }
     } else {
-        return Err("XLA's API table has no XLA_FFI_DeviceOrdinal_Get (jaxlib too old: caijit needs XLA FFI API 0.1 with it)".into());
+        return Err("XLA's API table has no XLA_FFI_DeviceOrdinal_Get (the installed jaxlib is too old for caijit.jax)".into());
     };
     Ok(Call { args, rets, attribute, stream: RawStream(sa.stream as _), device })
 }
@@ -601,6 +619,6 @@ mod tests {
         let mut frame = empty_frame(ptr::null_mut());
         // No API to make an error with: the handler returns null rather than crash.
         assert!(handler::<Echo>(&mut frame).is_null());
-        assert!(decode::<Echo>(&frame).unwrap_err().contains("no API table"));
+        assert!(matches!(decode::<Echo>(&frame), Err(Failure::Message(_, m)) if m.contains("no API table")));
     }
 }
