@@ -212,13 +212,13 @@ def kernel_call(
         call = jax.ffi.ffi_call(
             TARGET,
             outs,
-            vmap_method="sequential" if vmap_method in ("broadcast_all", "expand_dims") else vmap_method,
+            vmap_method=vmap_method if vmap_method in ("sequential", "sequential_unrolled") else "sequential",
             input_output_aliases=aliases or None,
         )
         results = call(*args, **{TARGET: numpy.int64(launch_id)})
         return results[0] if single else list(results)
 
-    if vmap_method not in ("broadcast_all", "expand_dims"):
+    if vmap_method in ("sequential", "sequential_unrolled"):
         return launch
 
     @jax.custom_batching.custom_vmap
@@ -227,6 +227,11 @@ def kernel_call(
 
     @batched.def_vmap
     def rule(axis_size: int, in_batched: Sequence[bool], *args: Any) -> Any:
+        if vmap_method is None:
+            raise NotImplementedError(
+                f"this kernel_call of `{kernel.name}` was made with vmap_method=None: pass vmap_method='sequential' "
+                "(one launch per batch element) or 'broadcast_all' (the kernel handles a leading batch dimension)"
+            )
         # Every input gets the batch dimension in front (custom_vmap puts it there), and the
         # kernel sees one launch over the whole batch.
         full = [

@@ -142,6 +142,14 @@ def test_vmap_sequential_launches_per_element_and_broadcast_all_once() -> None:
     assert "(tensor<8x1000xf32>, tensor<8x1000xf32>) -> tensor<8x1000xf32>" in mixed
 
 
+def test_vmap_method_none_refuses_vmap() -> None:
+    xs = jnp.ones((8, 1000), jnp.float32)
+    f = axpy_call(vmap_method=None)
+    assert "custom_call @caijit_launch" in lower_for_cuda(f, xs[0], xs[0])
+    with pytest.raises(NotImplementedError, match="vmap_method=None"):
+        lower_for_cuda(jax.vmap(f), xs, xs)
+
+
 def test_input_output_aliases_lower_to_operand_aliases() -> None:
     k = caijit.kernel(SCALE_IN_PLACE)
     f = cjax.kernel_call(
