@@ -621,4 +621,164 @@ mod tests {
         assert!(handler::<Echo>(&mut frame).is_null());
         assert!(matches!(decode::<Echo>(&frame), Err(Failure::Message(_, m)) if m.contains("no API table")));
     }
+
+    // A fake XLA: an API table whose functions answer with fixed values, and a server that
+    // records what it was given.
+    mod fake {
+        use super::*;
+        use std::cell::RefCell;
+
+        /// `(dtype, pointer, dims)` of a buffer.
+        pub type Seen = Vec<(i32, u64, Vec<i64>)>;
+
+        thread_local! {
+            /// Arguments, results, attribute, stream and device of the last call served.
+            pub static SEEN: RefCell<Option<(Seen, Seen, Option<i64>, u64, i32)>> = const { RefCell::new(None) };
+            pub static ERROR: RefCell<Option<(c_int, String)>> = const { RefCell::new(None) };
+        }
+
+        pub extern "C" fn error_create(args: *mut ErrorCreateArgs) -> *mut Error {
+            // SAFETY: the handler passes a valid args struct with a NUL-terminated message.
+            let (code, message) = unsafe { ((*args).errc, std::ffi::CStr::from_ptr((*args).message).to_string_lossy().into_owned()) };
+            ERROR.with_borrow_mut(|e| *e = Some((code, message)));
+            std::ptr::NonNull::<Error>::dangling().as_ptr()
+        }
+
+        pub extern "C" fn stream_get(args: *mut StreamGetArgs) -> *mut Error {
+            // SAFETY: the handler passes a valid args struct.
+            unsafe { (*args).stream = 0x5151 as *mut c_void };
+            ptr::null_mut()
+        }
+
+        pub extern "C" fn device_ordinal_get(args: *mut DeviceOrdinalGetArgs) -> *mut Error {
+            // SAFETY: the handler passes a valid args struct.
+            unsafe { (*args).device_ordinal = 1 };
+            ptr::null_mut()
+        }
+
+        pub fn api() -> Api {
+            Api {
+                struct_size: API_SIZE,
+                extension_start: ptr::null_mut(),
+                api_version: ApiVersion {
+                    struct_size: API_VERSION_SIZE,
+                    extension_start: ptr::null_mut(),
+                    major_version: 0,
+                    minor_version: 3,
+                },
+                internal_api: ptr::null(),
+                error_create: Some(error_create),
+                error_get_message: None,
+                error_destroy: None,
+                handler_register: None,
+                stream_get: Some(stream_get),
+                type_register: None,
+                execution_context_get: None,
+                state_set: None,
+                state_get: None,
+                device_memory_allocate: None,
+                device_memory_free: None,
+                thread_pool_schedule: None,
+                thread_pool_num_threads: None,
+                future_create: None,
+                future_set_available: None,
+                future_set_error: None,
+                run_id_get: None,
+                device_ordinal_get: Some(device_ordinal_get),
+            }
+        }
+
+        pub struct Record;
+        impl Serve for Record {
+            const ATTRIBUTE: &'static str = "caijit_launch";
+            const TRAITS: u32 = 0;
+            fn serve(call: &Call<'_>) -> Result<(), String> {
+                let list = |b: &[BufferRef<'_>]| b.iter().map(|b| (b.dtype, b.ptr, b.dims.to_vec())).collect::<Vec<_>>();
+                SEEN.with_borrow_mut(|s| {
+                    *s = Some((list(&call.args), list(&call.rets), call.attribute, call.stream.0 as u64, call.device))
+                });
+                match call.attribute {
+                    Some(13) => Err("unlucky".into()),
+                    Some(666) => panic!("a bug"),
+                    _ => Ok(()),
+                }
+            }
+        }
+    }
+
+    /// Run the handler on a frame with two argument buffers, one result and the attribute.
+    fn call_with_attribute(value: i64) -> *mut Error {
+        let api = fake::api();
+        let (mut d0, mut d1, mut d2) = ([4i64], [2i64, 3], [4i64]);
+        let b = |dtype, data: u64, dims: &mut [i64]| Buffer {
+            struct_size: BUFFER_SIZE,
+            extension_start: ptr::null_mut(),
+            dtype,
+            data: data as *mut c_void,
+            rank: dims.len() as i64,
+            dims: dims.as_mut_ptr(),
+        };
+        let (mut x, mut y, mut out) = (b(dtype::F32, 0x1000, &mut d0), b(dtype::S32, 0x2000, &mut d1), b(dtype::F32, 0x3000, &mut d2));
+        let mut arg_types = [ARG_BUFFER, ARG_BUFFER];
+        let mut args = [(&mut x as *mut Buffer).cast::<c_void>(), (&mut y as *mut Buffer).cast()];
+        let mut ret_types = [ARG_BUFFER];
+        let mut rets = [(&mut out as *mut Buffer).cast::<c_void>()];
+        let (other, name) = ("other", "caijit_launch");
+        let mut spans =
+            [ByteSpan { ptr: name.as_ptr().cast(), len: name.len() }, ByteSpan { ptr: other.as_ptr().cast(), len: other.len() }];
+        let (mut v, mut w) = (value, 5i32);
+        let mut scalars = [
+            Scalar { dtype: dtype::S64, value: (&mut v as *mut i64).cast() },
+            Scalar { dtype: dtype::S32, value: (&mut w as *mut i32).cast() },
+        ];
+        let mut attr_types = [ATTR_SCALAR, ATTR_SCALAR];
+        let (s0, s1) = spans.split_at_mut(1);
+        let mut names = [s0.as_mut_ptr(), s1.as_mut_ptr()];
+        let (c0, c1) = scalars.split_at_mut(1);
+        let mut attrs = [c0.as_mut_ptr().cast::<c_void>(), c1.as_mut_ptr().cast()];
+        let mut frame = empty_frame(ptr::null_mut());
+        frame.api = &api;
+        frame.args = Buffers {
+            struct_size: ARGS_SIZE,
+            extension_start: ptr::null_mut(),
+            size: 2,
+            types: arg_types.as_mut_ptr(),
+            values: args.as_mut_ptr(),
+        };
+        frame.rets = Buffers {
+            struct_size: ARGS_SIZE,
+            extension_start: ptr::null_mut(),
+            size: 1,
+            types: ret_types.as_mut_ptr(),
+            values: rets.as_mut_ptr(),
+        };
+        frame.attrs = Attrs {
+            struct_size: ATTRS_SIZE,
+            extension_start: ptr::null_mut(),
+            size: 2,
+            types: attr_types.as_mut_ptr(),
+            names: names.as_mut_ptr(),
+            attrs: attrs.as_mut_ptr(),
+        };
+        handler::<fake::Record>(&mut frame)
+    }
+
+    #[test]
+    fn decodes_buffers_the_attribute_the_stream_and_the_device() {
+        assert!(call_with_attribute(7).is_null());
+        let seen = fake::SEEN.with_borrow_mut(|s| s.take()).unwrap();
+        assert_eq!(seen.0, vec![(dtype::F32, 0x1000, vec![4]), (dtype::S32, 0x2000, vec![2, 3])]);
+        assert_eq!(seen.1, vec![(dtype::F32, 0x3000, vec![4])]);
+        assert_eq!((seen.2, seen.3, seen.4), (Some(7), 0x5151, 1));
+    }
+
+    #[test]
+    fn failures_and_panics_become_xla_errors() {
+        assert!(!call_with_attribute(13).is_null());
+        assert_eq!(fake::ERROR.with_borrow_mut(|e| e.take()), Some((ERROR_INVALID_ARGUMENT, "unlucky".to_string())));
+        assert!(!call_with_attribute(666).is_null());
+        let (code, message) = fake::ERROR.with_borrow_mut(|e| e.take()).unwrap();
+        assert_eq!(code, ERROR_INTERNAL);
+        assert!(message.contains("panicked"), "{message}");
+    }
 }
