@@ -630,10 +630,12 @@ mod tests {
 
         /// `(dtype, pointer, dims)` of a buffer.
         pub type Seen = Vec<(i32, u64, Vec<i64>)>;
+        /// Arguments, results, attribute, stream and device of a call.
+        pub type Served = (Seen, Seen, Option<i64>, u64, i32);
 
         thread_local! {
             /// Arguments, results, attribute, stream and device of the last call served.
-            pub static SEEN: RefCell<Option<(Seen, Seen, Option<i64>, u64, i32)>> = const { RefCell::new(None) };
+            pub static SEEN: RefCell<Option<Served>> = const { RefCell::new(None) };
             pub static ERROR: RefCell<Option<(c_int, String)>> = const { RefCell::new(None) };
         }
 
