@@ -88,13 +88,17 @@ def _gpu_ordinals() -> list[int]:
 
 def _static_scalar(name: str, value: Any) -> Any:
     """A scalar as the extension takes it: concrete JAX scalars become NumPy scalars."""
-    if isinstance(value, jax.core.Tracer):
+    if not isinstance(value, jax.Array):
+        return value
+    try:
+        concrete = numpy.asarray(value)
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
         raise ArgumentError(
             f"scalar `{name}` is a traced value; scalars are fixed when the function is traced (pass values computed inside jit as arrays)"
-        )
-    if isinstance(value, jax.Array) and value.shape == ():
-        return numpy.asarray(value)[()]
-    return value
+        ) from None
+    if concrete.shape != ():
+        raise ArgumentError(f"scalar `{name}` is an array of shape {concrete.shape}; pass a number")
+    return concrete[()]
 
 
 def _scalar_key(value: Any) -> tuple[str, str, str]:

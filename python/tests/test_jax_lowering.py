@@ -159,6 +159,27 @@ def test_input_output_aliases_lower_to_operand_aliases() -> None:
     assert "output_operand_aliases" in text and "custom_call @caijit_launch" in text
 
 
+ROW_SUM = """
+#include <caijit/array.cuh>
+extern "C" __global__ void row_sum(caijit::Array<const float, 2> x, float* out) {
+    long long r = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (r >= x.shape[0]) return;
+    float s = 0.f;
+    for (long long c = 0; c < x.shape[1]; ++c) s += x(r, c);
+    out[r] = s;
+}
+"""
+
+
+def test_array_parameters_take_the_buffer_with_its_shape() -> None:
+    k = caijit.kernel(ROW_SUM)
+    f = cjax.kernel_call(k, lambda x: jax.ShapeDtypeStruct(x.shape[:1], x.dtype), grid=1, block=128)  # type: ignore[no-untyped-call]
+    text = lower_for_cuda(f, jnp.ones((100, 7), jnp.float32))
+    assert "(tensor<100x7xf32>) -> tensor<100xf32>" in text
+    with pytest.raises(caijit.ArgumentError, match="expected a 2-d buffer"):
+        lower_for_cuda(f, jnp.ones((100,), jnp.float32))
+
+
 def test_kernel_call_errors_name_the_parameter() -> None:
     x = jnp.ones(16, jnp.float32)
     k = caijit.kernel(SCALE_IN_PLACE)

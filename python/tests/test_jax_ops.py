@@ -187,6 +187,31 @@ def test_grad_through_the_backward_kernel(jax: Any) -> None:
             close(a, b, "float64")
 
 
+ROW_SUM = r"""
+#include <caijit/array.cuh>
+extern "C" __global__ void row_sum(caijit::Array<const float, 2> x, float* out) {
+    long long r = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (r >= x.shape[0]) return;
+    float s = 0.f;
+    for (long long c = 0; c < x.shape[1]; ++c) s += x(r, c);
+    out[r] = s;
+}
+"""
+
+
+def test_array_parameters_see_the_shape(jax: Any) -> None:
+    import caijit.jax as cjax
+
+    f = cjax.kernel_call(
+        caijit.kernel(ROW_SUM),
+        lambda x: jax.ShapeDtypeStruct(x.shape[:1], x.dtype),
+        grid=lambda x: (x.shape[0] + 127) // 128,
+        block=128,
+    )
+    x = random(jax, (300, 17), "float32", 15)
+    numpy.testing.assert_allclose(numpy.asarray(jax.jit(f)(x)), numpy.asarray(x).sum(axis=1), rtol=1e-5, atol=1e-5)
+
+
 def test_input_output_aliases_and_donation(jax: Any) -> None:
     import caijit.jax as cjax
 
