@@ -26,7 +26,7 @@ const LAYERS: &[&[&str]] = &[
     &["kernel"],
     // Launches: argument checks, parameter packing, the stream protocol.
     &["launch"],
-    &["interop"],
+    &["interop", "xla"],
     // The kernel library.
     &["ops"],
 ];

@@ -64,7 +64,7 @@ impl LaunchConfig {
         self
     }
 
-    fn check(&self, k: &Kernel) -> Result<()> {
+    pub(crate) fn check(&self, k: &Kernel) -> Result<()> {
         let attrs = k.attributes();
         let limits = [("grid", self.grid, [i32::MAX as u32, 65535, 65535]), ("block", self.block, [1024, 1024, 64])];
         for (what, dims, max) in limits {

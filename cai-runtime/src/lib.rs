@@ -93,6 +93,7 @@ pub mod sync;
 /// The only module with `unsafe` code: FFI to the CUDA driver, NVRTC and C libraries.
 #[allow(unsafe_code)]
 mod sys;
+pub mod xla;
 
 pub use cai::{CudaArrayInterface, FromCudaArrayInterface};
 #[cfg(feature = "derive")]

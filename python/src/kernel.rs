@@ -117,6 +117,18 @@ impl Kernel {
         }
     }
 
+    /// The program to compile and the name to look up for the instance that arguments of
+    /// `types` select (what [`Kernel::resolve`] compiles). For `caijit.jax`.
+    pub fn instance_for(&self, types: &[ArgType]) -> PyCaiResult<(Program, String)> {
+        self.instance(types)
+    }
+
+    /// The declared parameters' names, in order (`None` for a kernel the source does not
+    /// declare by this name, or an unnamed parameter).
+    pub fn declared_params(&self) -> Option<Vec<Option<String>>> {
+        self.decl.as_ref().map(|d| d.params.iter().map(|(n, _)| n.clone()).collect())
+    }
+
     /// The compiled, loaded kernel for a device and, for a deduced template or an overload
     /// set, the types of the launch's arguments (read only then).
     pub fn resolve(&self, py: Python<'_>, device: usize, args: &[Arg<'_>]) -> PyCaiResult<Arc<RtKernel>> {
@@ -359,7 +371,7 @@ fn param_dicts<'py>(py: Python<'py>, k: &KernelInfo) -> PyResult<Bound<'py, PyLi
 #[pymethods]
 impl Kernel {
     #[getter]
-    fn name(&self) -> &str {
+    pub fn name(&self) -> &str {
         &self.name
     }
 

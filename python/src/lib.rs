@@ -7,6 +7,7 @@
 mod array;
 mod errors;
 mod interface;
+mod jax;
 mod kernel;
 mod ops;
 mod stream;
@@ -181,6 +182,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(f)?;
     }
     m.add_function(wrap_pyfunction!(kernel::declarations, m)?)?;
+    m.add_function(wrap_pyfunction!(jax::xla_prepare, m)?)?;
+    m.add_function(wrap_pyfunction!(jax::xla_handler_address, m)?)?;
+    m.add_function(wrap_pyfunction!(jax::xla_ffi_layout, m)?)?;
     m.add_function(wrap_pyfunction!(stats, m)?)?;
     m.add_function(wrap_pyfunction!(op_source, m)?)?;
     m.add_function(wrap_pyfunction!(order_streams, m)?)?;

@@ -31,7 +31,7 @@ def test_examples_type_check_strictly() -> None:
 def test_example_runs(path: str) -> None:
     if "distributed" in os.path.basename(path):
         pytest.skip("one process per GPU: test_multi_gpu.py runs it where two GPUs are present")
-    for lib in ("torch", "cupy"):
+    for lib in ("torch", "cupy", "jax"):
         if lib in os.path.basename(path) and importlib.util.find_spec(lib) is None:
             pytest.skip(f"{lib} is not installed")
     r = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=600, cwd="/tmp")

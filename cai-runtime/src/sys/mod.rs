@@ -16,6 +16,8 @@ use std::sync::OnceLock;
 use cudarc::driver::sys as cu;
 use cudarc::nvrtc::sys as nv;
 
+pub(crate) mod xla_ffi;
+
 // ---------------------------------------------------------------------------------------
 // Loading libraries
 

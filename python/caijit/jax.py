@@ -1,0 +1,248 @@
+"""caijit kernels as JAX operations: inside ``jax.jit``, ``vmap``, ``grad`` and ``shard_map``.
+
+>>> import caijit, caijit.jax, jax, jax.numpy as jnp                      # doctest: +SKIP
+>>> k = caijit.kernel('''
+... template <typename T>
+... __global__ void axpy(T a, const T* x, const T* y, T* out, int n) {
+...     int i = blockIdx.x * blockDim.x + threadIdx.x;
+...     if (i < n) out[i] = a * x[i] + y[i];
+... }''')
+>>> axpy = caijit.jax.kernel_call(
+...     k, lambda x, y: jax.ShapeDtypeStruct(x.shape, x.dtype),
+...     grid=lambda x, y: (x.size + 255) // 256, block=256,
+...     a=2.0, n=lambda x, y: x.size)
+>>> jax.jit(axpy)(jnp.ones(1000), jnp.ones(1000))                         # doctest: +SKIP
+
+``kernel_call`` is modelled on :func:`jax.ffi.ffi_call`: it returns a function of JAX
+arrays whose results XLA allocates. The kernel's parameters are bound in order: those
+named by a keyword are static scalars (fixed when the function is traced); the others
+take the input arrays, then the outputs. Template instances are deduced from the arrays'
+dtypes when the function is traced, and compiled then (through caijit's caches); each call
+of the compiled program is one ``cuLaunchKernel`` on XLA's stream, made by an XLA FFI
+handler in caijit's extension, with no Python on the way.
+
+JAX is imported by this module only: ``import caijit`` does not need it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
+
+import jax
+import numpy
+
+from . import _native
+from .errors import ArgumentError
+from ._native import Kernel
+
+__all__ = ["kernel_call", "TARGET"]
+
+#: The XLA custom call target caijit registers (for platform ``"CUDA"``).
+TARGET = "caijit_launch"
+
+Dims = Union[int, Sequence[int]]
+ShapeFn = Callable[..., Any]
+
+_lock = threading.Lock()
+_registered = False
+# Prepared launches by everything that decides them (the kernel is kept alive with them).
+_prepared: dict[tuple[Any, ...], tuple[Kernel, int]] = {}
+
+_VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims", "broadcast_all")
+
+
+def register() -> None:
+    """Register caijit's XLA FFI handler as the custom call target ``caijit_launch`` for
+    CUDA (once per process; :func:`kernel_call` does it)."""
+    global _registered
+    with _lock:
+        if _registered:
+            return
+        capsule = jax.ffi.pycapsule(ctypes.c_void_p(_native.xla_handler_address()))  # type: ignore[no-untyped-call]
+        jax.ffi.register_ffi_target(TARGET, capsule, platform="CUDA", api_version=1)
+        _registered = True
+
+
+def _dims(what: str, value: Any) -> tuple[int, int, int]:
+    if isinstance(value, (int, numpy.integer)):
+        dims = [int(value)]
+    elif isinstance(value, (tuple, list)) and 1 <= len(value) <= 3:
+        dims = [int(v) for v in value]
+    else:
+        raise ArgumentError(f"{what} must be an int or a tuple of 1 to 3 ints (or a function of the shapes giving one), got {value!r}")
+    if any(d < 1 for d in dims):
+        raise ArgumentError(f"{what} dimensions must be at least 1, got {tuple(dims)}")
+    return tuple(dims + [1] * (3 - len(dims)))  # type: ignore[return-value]
+
+
+def _gpu_ordinals() -> list[int]:
+    """The CUDA ordinals of the GPUs this process's JAX uses (none on a CPU-only JAX)."""
+    try:
+        devices = jax.local_devices()
+    except RuntimeError:
+        return []
+    return sorted({d.local_hardware_id for d in devices if d.platform == "gpu" and d.local_hardware_id is not None})
+
+
+def _static_scalar(name: str, value: Any) -> Any:
+    """A scalar as the extension takes it: concrete JAX scalars become NumPy scalars."""
+    if not isinstance(value, jax.Array):
+        return value
+    try:
+        concrete = numpy.asarray(value)
+    except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
+        raise ArgumentError(
+            f"scalar `{name}` is a traced value; scalars are fixed when the function is traced (pass values computed inside jit as arrays)"
+        ) from None
+    if concrete.shape != ():
+        raise ArgumentError(f"scalar `{name}` is an array of shape {concrete.shape}; pass a number")
+    return concrete[()]
+
+
+def _scalar_key(value: Any) -> tuple[str, str, str]:
+    dtype = getattr(value, "dtype", None)
+    return (type(value).__name__, str(dtype), repr(value))
+
+
+def _prepare(
+    kernel: Kernel,
+    inputs: Sequence[jax.ShapeDtypeStruct],
+    outputs: Sequence[jax.ShapeDtypeStruct],
+    aliases: Mapping[int, int],
+    scalars: Mapping[str, Any],
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    shared_mem: int,
+) -> int:
+    ins = [(numpy.dtype(a.dtype).name, tuple(int(d) for d in a.shape)) for a in inputs]
+    outs = [(numpy.dtype(a.dtype).name, tuple(int(d) for d in a.shape)) for a in outputs]
+    pairs = sorted(aliases.items())
+    devices = _gpu_ordinals()
+    key = (
+        id(kernel),
+        tuple(ins),
+        tuple(outs),
+        tuple(pairs),
+        tuple(sorted((n, _scalar_key(v)) for n, v in scalars.items())),
+        grid,
+        block,
+        shared_mem,
+        tuple(devices),
+    )
+    with _lock:
+        hit = _prepared.get(key)
+    if hit is not None:
+        return int(hit[1])
+    launch, _name = _native.xla_prepare(
+        kernel,
+        [(d, list(s)) for d, s in ins],
+        [(d, list(s)) for d, s in outs],
+        pairs,
+        list(scalars.items()),
+        list(grid),
+        list(block),
+        shared_mem,
+        devices,
+    )
+    with _lock:
+        _prepared.setdefault(key, (kernel, launch))
+    return launch
+
+
+def kernel_call(
+    kernel: Kernel,
+    out_shapes: Any,
+    *,
+    grid: Union[Dims, ShapeFn],
+    block: Union[Dims, ShapeFn],
+    shared_mem: int = 0,
+    input_output_aliases: Optional[Mapping[int, int]] = None,
+    vmap_method: Optional[str] = "sequential",
+    **scalars: Any,
+) -> Callable[..., Any]:
+    """A JAX function that launches ``kernel``: ``kernel_call(k, out_shapes, grid=...,
+    block=..., **scalars)(*arrays)``.
+
+    - ``out_shapes``: a :class:`jax.ShapeDtypeStruct` (the function returns one array) or a
+      sequence of them (it returns a list), or a function of the inputs' shapes (objects with
+      ``shape``, ``dtype``, ``size``) returning either.
+    - ``grid``, ``block``: an int or a tuple of 1 to 3 ints, or a function of the inputs'
+      shapes returning one. ``shared_mem``: bytes of dynamic shared memory.
+    - ``**scalars``: the kernel's scalar parameters by name, each a Python or NumPy number or
+      a function of the inputs' shapes returning one (``n=lambda x: x.size``). A NumPy
+      scalar's dtype takes part in template deduction; a Python number converts to the
+      parameter's type.
+    - ``input_output_aliases``: ``{input index: output index}``, as in
+      :func:`jax.ffi.ffi_call`: the output is written in the input's memory (donate the
+      input with ``jax.jit(..., donate_argnums=...)`` to avoid a copy). The input may then be
+      bound to a non-const parameter; when the kernel has one parameter fewer per alias, the
+      aliased outputs take no parameter of their own.
+    - ``vmap_method``: ``"sequential"`` (default: one launch per batch element, always
+      correct), ``"sequential_unrolled"``, or ``"broadcast_all"`` / ``"expand_dims"`` for
+      kernels that handle a leading batch dimension themselves (elementwise kernels): the
+      function is traced again with the batched shapes, so grid, scalars and callable
+      ``out_shapes`` given as functions of the shapes follow; fixed ``out_shapes`` get the
+      batch dimension in front. ``None`` refuses ``vmap``.
+
+    Inputs are never written unless aliased: a non-const pointer bound to an input that is
+    not aliased is an error when the function is traced.
+    """
+    if not isinstance(kernel, Kernel):
+        raise ArgumentError(f"kernel_call takes a caijit.Kernel (from caijit.kernel), got {type(kernel).__name__}")
+    if vmap_method is not None and vmap_method not in _VMAP_METHODS:
+        raise ArgumentError(f"vmap_method must be one of {_VMAP_METHODS} or None, got {vmap_method!r}")
+    aliases = dict(input_output_aliases or {})
+    register()
+
+    def evaluate(value: Any, avals: Sequence[Any]) -> Any:
+        return value(*avals) if callable(value) and not isinstance(value, jax.ShapeDtypeStruct) else value
+
+    def launch(*args: Any, batch: Optional[int] = None) -> Any:
+        avals = [jax.ShapeDtypeStruct(numpy.shape(a), jax.numpy.result_type(a)) for a in args]  # type: ignore[no-untyped-call]
+        shapes = evaluate(out_shapes, avals)
+        single = isinstance(shapes, jax.ShapeDtypeStruct)
+        outs = [shapes] if single else list(shapes)
+        if batch is not None and not callable(out_shapes):
+            outs = [jax.ShapeDtypeStruct((batch, *o.shape), o.dtype) for o in outs]  # type: ignore[no-untyped-call]
+        for o in outs:
+            if not hasattr(o, "shape") or not hasattr(o, "dtype"):
+                raise ArgumentError(f"out_shapes must give jax.ShapeDtypeStruct objects, got {o!r}")
+        values = {n: _static_scalar(n, evaluate(v, avals)) for n, v in scalars.items()}
+        g = _dims("grid", evaluate(grid, avals))
+        b = _dims("block", evaluate(block, avals))
+        launch_id = _prepare(kernel, avals, outs, aliases, values, g, b, int(shared_mem))
+        call = jax.ffi.ffi_call(
+            TARGET,
+            outs,
+            vmap_method=vmap_method if vmap_method in ("sequential", "sequential_unrolled") else "sequential",
+            input_output_aliases=aliases or None,
+        )
+        results = call(*args, **{TARGET: numpy.int64(launch_id)})
+        return results[0] if single else list(results)
+
+    if vmap_method in ("sequential", "sequential_unrolled"):
+        return launch
+
+    @jax.custom_batching.custom_vmap
+    def batched(*args: Any) -> Any:
+        return launch(*args)
+
+    @batched.def_vmap
+    def rule(axis_size: int, in_batched: Sequence[bool], *args: Any) -> Any:
+        if vmap_method is None:
+            raise NotImplementedError(
+                f"this kernel_call of `{kernel.name}` was made with vmap_method=None: pass vmap_method='sequential' "
+                "(one launch per batch element) or 'broadcast_all' (the kernel handles a leading batch dimension)"
+            )
+        # Every input gets the batch dimension in front (custom_vmap puts it there), and the
+        # kernel sees one launch over the whole batch.
+        full = [
+            a if bat else jax.numpy.broadcast_to(a, (axis_size, *numpy.shape(a)))
+            for a, bat in zip(args, in_batched)
+        ]
+        out = launch(*full, batch=axis_size)
+        return out, (True if not isinstance(out, list) else [True] * len(out))
+
+    return batched

@@ -1,0 +1,146 @@
+//! The native half of `caijit.jax`: launches prepared for XLA custom calls, and the address
+//! of the XLA FFI handler that serves them (`cai_runtime::xla`).
+
+use cai_runtime::cai::DType;
+use cai_runtime::launch::{LaunchConfig, Num};
+use cai_runtime::signature::ArgType;
+use cai_runtime::xla::{self, Binding, BufferSpec};
+use pyo3::prelude::*;
+
+use crate::array::{numpy_scalar, python_number};
+use crate::errors::{PyCaiError, PyCaiResult};
+use crate::kernel::Kernel;
+
+fn buffer_spec(what: &str, i: usize, (dtype, shape): &(String, Vec<usize>)) -> PyCaiResult<BufferSpec> {
+    let dtype =
+        DType::from_name(dtype).ok_or_else(|| PyCaiError::argument(format!("{what} {i}: caijit kernels do not take {dtype} buffers")))?;
+    Ok(BufferSpec { dtype, shape: shape.clone() })
+}
+
+/// A static scalar's value and, for a NumPy scalar, its dtype (which deduces templates).
+fn scalar(name: &str, obj: &Bound<'_, PyAny>) -> PyCaiResult<(Num, Option<DType>)> {
+    if let Some(v) = python_number(0, obj)? {
+        return Ok((v, None));
+    }
+    if let Some(v) = numpy_scalar(0, obj)? {
+        return Ok(v);
+    }
+    Err(PyCaiError::argument(format!(
+        "scalar `{name}`: expected a Python or NumPy number known when the function is traced, got a {}; pass values computed inside jit as arrays",
+        obj.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+    )))
+}
+
+/// Bind each kernel parameter to a buffer or a named scalar: parameters named by `scalars`
+/// take those values; the others take the inputs, then the outputs, in order, the outputs
+/// aliased to inputs left out when the kernel has one parameter fewer for each.
+fn bindings(
+    kernel: &str,
+    names: &[Option<String>],
+    inputs: &[BufferSpec],
+    outputs: &[BufferSpec],
+    aliases: &[(usize, usize)],
+    scalars: &[(String, (Num, Option<DType>))],
+) -> PyCaiResult<(Vec<Binding>, Vec<ArgType>)> {
+    for (s, _) in scalars {
+        if !names.iter().any(|n| n.as_deref() == Some(s.as_str())) {
+            let all: Vec<_> = names.iter().map(|n| n.as_deref().unwrap_or("<unnamed>")).collect();
+            return Err(PyCaiError::argument(format!(
+                "kernel `{kernel}` has no parameter named `{s}` (its parameters: {})",
+                all.join(", ")
+            )));
+        }
+    }
+    let scalar_of = |n: &Option<String>| n.as_deref().and_then(|n| scalars.iter().find(|(s, _)| s == n)).map(|(_, v)| *v);
+    let buffer_params = names.iter().filter(|n| scalar_of(n).is_none()).count();
+    let (n_in, n_out) = (inputs.len(), outputs.len());
+    let mut order: Vec<usize> = (0..n_in + n_out).collect();
+    if buffer_params != order.len() {
+        let aliased: Vec<usize> = aliases.iter().map(|&(_, o)| n_in + o).collect();
+        order.retain(|b| !aliased.contains(b));
+        if buffer_params != order.len() {
+            return Err(PyCaiError::argument(format!(
+                "kernel `{kernel}` has {buffer_params} buffer parameters (those not given as scalars), but the call has {n_in} inputs and {n_out} outputs{}",
+                if aliases.is_empty() { String::new() } else { format!(" ({} aliased)", aliases.len()) }
+            )));
+        }
+    }
+    let specs: Vec<&BufferSpec> = inputs.iter().chain(outputs).collect();
+    let mut next = order.into_iter();
+    let mut out = Vec::with_capacity(names.len());
+    let mut types = Vec::with_capacity(names.len());
+    for n in names {
+        match scalar_of(n) {
+            Some((value, dtype)) => {
+                out.push(Binding::Scalar(value));
+                types.push(dtype.map_or(ArgType::UntypedScalar, ArgType::TypedScalar));
+            }
+            None => {
+                let b = next.next().expect("counted above");
+                out.push(Binding::Buffer(b));
+                types.push(ArgType::Array { dtype: specs[b].dtype, rank: specs[b].shape.len() });
+            }
+        }
+    }
+    Ok((out, types))
+}
+
+/// Prepare a launch of `kernel` for XLA: deduce the template instance from the buffers'
+/// dtypes, compile it (caches as usual), load it on `devices`, bind its parameters, and
+/// return `(id, instance name)`; the custom call `caijit_launch` with attribute
+/// `caijit_launch=id` launches it.
+#[pyfunction]
+#[pyo3(signature = (kernel, inputs, outputs, aliases, scalars, grid, block, shared_mem, devices))]
+#[allow(clippy::too_many_arguments)] // the Python signature
+pub fn xla_prepare(
+    py: Python<'_>,
+    kernel: PyRef<'_, Kernel>,
+    inputs: Vec<(String, Vec<usize>)>,
+    outputs: Vec<(String, Vec<usize>)>,
+    aliases: Vec<(usize, usize)>,
+    scalars: Vec<(String, Bound<'_, PyAny>)>,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared_mem: u32,
+    devices: Vec<usize>,
+) -> PyCaiResult<(u64, String)> {
+    let inputs: Vec<BufferSpec> = inputs.iter().enumerate().map(|(i, s)| buffer_spec("input", i, s)).collect::<PyCaiResult<_>>()?;
+    let outputs: Vec<BufferSpec> = outputs.iter().enumerate().map(|(i, s)| buffer_spec("output", i, s)).collect::<PyCaiResult<_>>()?;
+    for &(i, o) in &aliases {
+        match (inputs.get(i), outputs.get(o)) {
+            (Some(a), Some(b)) if a == b => {}
+            (Some(a), Some(b)) => {
+                return Err(PyCaiError::argument(format!(
+                    "input_output_aliases: input {i} ({}{:?}) and output {o} ({}{:?}) differ",
+                    a.dtype, a.shape, b.dtype, b.shape
+                )))
+            }
+            _ => return Err(PyCaiError::argument(format!("input_output_aliases: no input {i} or no output {o}"))),
+        }
+    }
+    let scalars: Vec<(String, (Num, Option<DType>))> =
+        scalars.iter().map(|(n, v)| Ok((n.clone(), scalar(n, v)?))).collect::<PyCaiResult<_>>()?;
+    let k = kernel.name().to_string();
+    let names = kernel.declared_params().ok_or_else(|| {
+        PyCaiError::argument(format!("caijit.jax needs the source to declare `{k}` (its parameter names bind the scalars)"))
+    })?;
+    let (bindings, types) = bindings(&k, &names, &inputs, &outputs, &aliases, &scalars)?;
+    let (program, name) = kernel.instance_for(&types)?;
+    let config = LaunchConfig::new(grid, block).shared_mem(shared_mem);
+    let id = py.detach(|| xla::prepare(&program, &name, &inputs, &outputs, &aliases, &bindings, config, &devices))?;
+    Ok((id, name))
+}
+
+/// The address of caijit's XLA FFI handler (`XLA_FFI_Handler*`), to be wrapped with
+/// `jax.ffi.pycapsule` and registered with `jax.ffi.register_ffi_target`.
+#[pyfunction]
+pub fn xla_handler_address() -> usize {
+    xla::handler_address()
+}
+
+/// `{name: value}` of every struct size and field offset of caijit's binding of
+/// `xla/ffi/api/c_api.h`, and the API version it reports (for the header check).
+#[pyfunction]
+pub fn xla_ffi_layout() -> (Vec<(&'static str, usize)>, (i32, i32)) {
+    (xla::ffi_layout(), xla::ffi_api_version())
+}

@@ -1,0 +1,250 @@
+"""caijit.jax without a GPU: the XLA FFI binding against the header jaxlib ships, and the
+lowering of kernel_call to the custom call (for the "cuda" platform, from a CPU jaxlib)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+import pytest
+
+jax = pytest.importorskip("jax", reason="jax is not installed (python/requirements-dev.txt installs a CPU jaxlib)")
+jnp = pytest.importorskip("jax.numpy")
+
+import caijit  # noqa: E402
+import caijit.jax as cjax  # noqa: E402
+from caijit import _native  # noqa: E402
+
+AXPY = """
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+template <typename T>
+__global__ void axpy(T a, const T* x, const T* y, T* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a * x[i] + y[i];
+}
+"""
+
+SCALE_IN_PLACE = """
+extern "C" __global__ void scale(float* x, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= a;
+}
+"""
+
+
+def lower_for_cuda(f, *args):  # type: ignore[no-untyped-def]
+    return jax.jit(f).trace(*args).lower(lowering_platforms=("cuda",)).as_text()
+
+
+def axpy_call(**kw):  # type: ignore[no-untyped-def]
+    k = caijit.kernel(AXPY)
+    return cjax.kernel_call(
+        k,
+        lambda x, y: jax.ShapeDtypeStruct(x.shape, x.dtype),
+        grid=lambda x, y: (x.size + 255) // 256,
+        block=256,
+        a=2,
+        n=lambda x, y: x.size,
+        **kw,
+    )
+
+
+def launch_ids(text: str) -> list[int]:
+    return [int(m) for m in re.findall(r"caijit_launch = (\d+) : i64", text)]
+
+
+# --- the binding's layout, against the header -------------------------------------------
+
+
+def test_binding_layout_matches_the_header() -> None:
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        pytest.skip("no C compiler to compile xla/ffi/api/c_api.h with")
+    header_dir = jax.ffi.include_dir()
+    assert os.path.exists(os.path.join(header_dir, "xla", "ffi", "api", "c_api.h"))
+    layout, version = _native.xla_ffi_layout()
+    lines = []
+    for name, _ in layout:
+        if name.endswith("_STRUCT_SIZE"):
+            expr = f"(unsigned long)({name})"
+        else:
+            struct, field = name.split(".")
+            expr = f"(unsigned long)offsetof({struct}, {field})"
+        lines.append(f'    printf("%s %lu\\n", "{name}", {expr});')
+    source = "\n".join(
+        [
+            "#include <stddef.h>",
+            "#include <stdio.h>",
+            '#include "xla/ffi/api/c_api.h"',
+            "int main(void) {",
+            '    printf("VERSION %d.%d\\n", XLA_FFI_API_MAJOR, XLA_FFI_API_MINOR);',
+            *lines,
+            "    return 0;",
+            "}",
+        ]
+    )
+    with tempfile.TemporaryDirectory() as d:
+        src, exe = os.path.join(d, "check.c"), os.path.join(d, "check")
+        with open(src, "w") as f:
+            f.write(source)
+        r = subprocess.run([cc, "-I", header_dir, src, "-o", exe], capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        out = subprocess.run([exe], capture_output=True, text=True, check=True).stdout.split("\n")
+    header = dict(line.split(" ", 1) for line in out if line)
+    major, minor = (int(v) for v in header.pop("VERSION").split("."))
+    # The header may be newer than the bindings (a later minor version adds fields at the end).
+    assert major == version[0] and minor >= version[1], (header, version)
+    for name, value in layout:
+        if name == "XLA_FFI_Api_STRUCT_SIZE":
+            assert int(header[name]) >= value, name  # newer APIs append functions
+        else:
+            assert int(header[name]) == value, f"{name}: the header says {header[name]}, caijit's binding {value}"
+
+
+# --- lowering ----------------------------------------------------------------------------
+
+
+def test_kernel_call_lowers_to_the_caijit_custom_call() -> None:
+    x = jnp.ones(1000, jnp.float32)
+    text = lower_for_cuda(axpy_call(), x, x)
+    assert "stablehlo.custom_call @caijit_launch(%arg0, %arg1)" in text
+    assert len(launch_ids(text)) == 1
+    assert "-> tensor<1000xf32>" in text
+
+
+def test_each_dtype_deduces_its_own_instance_and_the_same_one_is_reused() -> None:
+    f = axpy_call()
+    ids = {}
+    for dtype in (jnp.float16, jnp.bfloat16, jnp.float32, jnp.int32):
+        x = jnp.ones(64, dtype)
+        ids[dtype] = launch_ids(lower_for_cuda(f, x, x))[0]
+    assert len(set(ids.values())) == 4
+    # The same shapes and dtypes again: the prepared launch is reused, nothing compiles.
+    before = caijit.stats()["compiles"]
+    x = jnp.ones(64, jnp.float32)
+    assert launch_ids(lower_for_cuda(axpy_call(), x, x)) != [] and launch_ids(lower_for_cuda(f, x, x))[0] == ids[jnp.float32]
+    assert caijit.stats()["compiles"] == before
+
+
+def test_vmap_sequential_launches_per_element_and_broadcast_all_once() -> None:
+    xs = jnp.ones((8, 1000), jnp.float32)
+    seq = lower_for_cuda(jax.vmap(axpy_call()), xs, xs)
+    assert "stablehlo.while" in seq and "custom_call @caijit_launch" in seq and "(tensor<1000xf32>, tensor<1000xf32>) -> tensor<1000xf32>" in seq
+    broad = lower_for_cuda(jax.vmap(axpy_call(vmap_method="broadcast_all")), xs, xs)
+    assert "stablehlo.while" not in broad
+    assert "(tensor<8x1000xf32>, tensor<8x1000xf32>) -> tensor<8x1000xf32>" in broad
+    # An unbatched argument is broadcast to the batch.
+    mixed = lower_for_cuda(jax.vmap(axpy_call(vmap_method="broadcast_all"), in_axes=(0, None)), xs, xs[0])
+    assert "(tensor<8x1000xf32>, tensor<8x1000xf32>) -> tensor<8x1000xf32>" in mixed
+
+
+def test_vmap_method_none_refuses_vmap() -> None:
+    xs = jnp.ones((8, 1000), jnp.float32)
+    f = axpy_call(vmap_method=None)
+    assert "custom_call @caijit_launch" in lower_for_cuda(f, xs[0], xs[0])
+    with pytest.raises(NotImplementedError, match="vmap_method=None"):
+        lower_for_cuda(jax.vmap(f), xs, xs)
+
+
+def test_input_output_aliases_lower_to_operand_aliases() -> None:
+    k = caijit.kernel(SCALE_IN_PLACE)
+    f = cjax.kernel_call(
+        k, lambda x: x, grid=lambda x: (x.size + 255) // 256, block=256, input_output_aliases={0: 0}, a=3.0, n=lambda x: x.size
+    )
+    text = lower_for_cuda(f, jnp.ones(512, jnp.float32))
+    assert "output_operand_aliases" in text and "custom_call @caijit_launch" in text
+
+
+ROW_SUM = """
+#include <caijit/array.cuh>
+extern "C" __global__ void row_sum(caijit::Array<const float, 2> x, float* out) {
+    long long r = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (r >= x.shape[0]) return;
+    float s = 0.f;
+    for (long long c = 0; c < x.shape[1]; ++c) s += x(r, c);
+    out[r] = s;
+}
+"""
+
+
+def test_array_parameters_take_the_buffer_with_its_shape() -> None:
+    k = caijit.kernel(ROW_SUM)
+    f = cjax.kernel_call(k, lambda x: jax.ShapeDtypeStruct(x.shape[:1], x.dtype), grid=1, block=128)  # type: ignore[no-untyped-call]
+    text = lower_for_cuda(f, jnp.ones((100, 7), jnp.float32))
+    assert "(tensor<100x7xf32>) -> tensor<100xf32>" in text
+    with pytest.raises(caijit.ArgumentError, match="expected a 2-d buffer"):
+        lower_for_cuda(f, jnp.ones((100,), jnp.float32))
+
+
+def test_kernel_call_errors_name_the_parameter() -> None:
+    x = jnp.ones(16, jnp.float32)
+    k = caijit.kernel(SCALE_IN_PLACE)
+    # An input written through a non-const pointer without an alias.
+    f = cjax.kernel_call(k, jax.ShapeDtypeStruct((16,), jnp.float32), grid=1, block=16, a=1.0, n=16)
+    with pytest.raises(caijit.ArgumentError, match="kernel `scale` has 1 buffer parameters"):
+        lower_for_cuda(f, x)
+    g = cjax.kernel_call(k, [], grid=1, block=16, a=1.0, n=16)
+    with pytest.raises(caijit.ArgumentError, match="input 0 is bound to a non-const parameter"):
+        lower_for_cuda(g, x)
+    h = cjax.kernel_call(k, lambda x: x, grid=1, block=16, input_output_aliases={0: 0}, alpha=1.0, n=16)
+    with pytest.raises(caijit.ArgumentError, match="no parameter named `alpha`"):
+        lower_for_cuda(h, x)
+    big = cjax.kernel_call(k, lambda x: x, grid=1, block=16, input_output_aliases={0: 0}, a=1.0, n=1 << 40)
+    with pytest.raises(caijit.ArgumentError, match="out of range"):
+        lower_for_cuda(big, x)
+    with pytest.raises(caijit.ArgumentError, match="grid"):
+        lower_for_cuda(cjax.kernel_call(k, lambda x: x, grid=0, block=16, input_output_aliases={0: 0}, a=1.0, n=16), x)
+
+    def traced(x):  # type: ignore[no-untyped-def]
+        return cjax.kernel_call(k, lambda x: x, grid=1, block=16, input_output_aliases={0: 0}, a=x[0], n=16)(x)
+
+    with pytest.raises(caijit.ArgumentError, match="traced value"):
+        lower_for_cuda(traced, x)
+    with pytest.raises(caijit.ArgumentError, match="caijit.Kernel"):
+        cjax.kernel_call("not a kernel", x, grid=1, block=1)  # type: ignore[arg-type]
+
+
+def test_the_example_lowers_with_its_backward_kernel() -> None:
+    import importlib.util
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    spec = importlib.util.spec_from_file_location("example05", os.path.join(root, "examples", "05_jax_custom_op.py"))
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    x = jnp.ones((4, 256), jnp.float32)
+    params = mod.init_params()
+    text = jax.jit(jax.grad(mod.loss)).trace(params, x, x).lower(lowering_platforms=("cuda",)).as_text()
+    # Forward and backward kernels: two distinct prepared launches.
+    assert len(set(launch_ids(text))) >= 2, text
+
+
+SHARD_MAP_SCRIPT = """
+import os
+os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+os.environ["JAX_PLATFORMS"] = "cpu"
+import numpy, jax, jax.numpy as jnp, caijit, caijit.jax
+from jax.sharding import Mesh, PartitionSpec as P
+k = caijit.kernel(SOURCE)
+f = caijit.jax.kernel_call(k, lambda x, y: x, grid=lambda x, y: (x.size + 255) // 256, block=256, a=2, n=lambda x, y: x.size)
+mesh = Mesh(numpy.array(jax.devices()[:2]), ("i",))
+sm = jax.jit(jax.shard_map(f, mesh=mesh, in_specs=(P("i"), P("i")), out_specs=P("i")))
+x = jnp.ones(8192, jnp.float32)
+print(sm.trace(x, x).lower(lowering_platforms=("cuda",)).as_text())
+"""
+
+
+def test_shard_map_lowers_to_one_custom_call_per_shard() -> None:
+    import sys
+
+    script = f"SOURCE = {AXPY!r}\n" + SHARD_MAP_SCRIPT
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    text = r.stdout
+    # Inside the manual computation, the custom call sees the shard's shape (4096 of 8192).
+    assert "manual_computation" in text
+    assert "custom_call @caijit_launch" in text and "(tensor<4096xf32>, tensor<4096xf32>) -> tensor<4096xf32>" in text
