@@ -2,6 +2,7 @@
 //!
 //! Python objects are converted here; every rule lives in `cai-runtime`.
 
+mod args;
 mod array;
 mod errors;
 mod interface;
@@ -160,7 +161,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<kernel::Launcher>()?;
     m.add_function(wrap_pyfunction!(interface::parse_interface, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::make_kernel, m)?)?;
-    m.add_function(wrap_pyfunction!(array::launch_view, m)?)?;
+    m.add_function(wrap_pyfunction!(args::launch_view, m)?)?;
+    m.add_function(wrap_pyfunction!(args::phase_times, m)?)?;
+    m.add_function(wrap_pyfunction!(args::_route, m)?)?;
+    m.add_function(wrap_pyfunction!(args::dlpack::_dlpack_read, m)?)?;
+    m.add_function(wrap_pyfunction!(args::dlpack::_dlpack_consume, m)?)?;
+    m.add_function(wrap_pyfunction!(args::dlpack::_dlpack_layouts, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::compile_program, m)?)?;
     for f in [
         wrap_pyfunction!(ops::axpy, m)?,
