@@ -122,7 +122,12 @@ pub fn layouts() -> Vec<(&'static str, usize, usize, Vec<usize>)> {
     vec![
         ("DLPackVersion", size_of::<DLPackVersion>(), align_of::<DLPackVersion>(), vec![0, offset_of!(DLPackVersion, minor)]),
         ("DLDevice", size_of::<DLDevice>(), align_of::<DLDevice>(), vec![0, offset_of!(DLDevice, device_id)]),
-        ("DLDataType", size_of::<DLDataType>(), align_of::<DLDataType>(), vec![0, offset_of!(DLDataType, bits), offset_of!(DLDataType, lanes)]),
+        (
+            "DLDataType",
+            size_of::<DLDataType>(),
+            align_of::<DLDataType>(),
+            vec![0, offset_of!(DLDataType, bits), offset_of!(DLDataType, lanes)],
+        ),
         (
             "DLTensor",
             size_of::<DLTensor>(),

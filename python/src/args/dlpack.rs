@@ -60,10 +60,14 @@ pub fn is_cuda(d: DLDevice) -> bool {
 /// The view of a DLPack tensor (strides in elements become bytes; an empty tensor's
 /// pointer is 0, as CAI writes it), with its producer stream. `Err` says why not.
 pub fn view_of(t: &TensorInfo, stream: Option<StreamRef>) -> Result<ArrayView, String> {
-    let dtype = dtype_of(t.dtype)
-        .ok_or_else(|| format!("DLPack dtype code {} with {} bits and {} lanes is not supported", t.dtype.code, t.dtype.bits, t.dtype.lanes))?;
-    let shape: smallvec::SmallVec<[usize; 4]> =
-        t.shape.iter().map(|&n| usize::try_from(n).map_err(|_| format!("DLPack shape {:?} has a negative extent", t.shape))).collect::<Result<_, _>>()?;
+    let dtype = dtype_of(t.dtype).ok_or_else(|| {
+        format!("DLPack dtype code {} with {} bits and {} lanes is not supported", t.dtype.code, t.dtype.bits, t.dtype.lanes)
+    })?;
+    let shape: smallvec::SmallVec<[usize; 4]> = t
+        .shape
+        .iter()
+        .map(|&n| usize::try_from(n).map_err(|_| format!("DLPack shape {:?} has a negative extent", t.shape)))
+        .collect::<Result<_, _>>()?;
     let item = dtype.itemsize() as i64;
     let strides = match &t.strides {
         None => None,

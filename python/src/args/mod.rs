@@ -47,7 +47,11 @@ pub enum PyArg {
     /// An array imported by DLPack, with its device when the capsule named one, and the
     /// capsule that keeps it alive (released by [`release_after`] once the work that reads
     /// it has finished).
-    Dlpack { view: ArrayView, device: Option<usize>, holder: Py<PyAny> },
+    Dlpack {
+        view: ArrayView,
+        device: Option<usize>,
+        holder: Py<PyAny>,
+    },
     /// An array whose device is known without asking the driver.
     ArrayOn(ArrayView, usize),
     Scalar(Num, Option<DType>),
@@ -103,7 +107,10 @@ pub fn type_name(obj: &Bound<'_, PyAny>) -> String {
 #[derive(Clone, Copy, Debug)]
 enum Route {
     /// Through the type's DLPack exchange API (`torch`: a PyTorch tensor type).
-    Exchange { api: ExchangeApi, torch: bool },
+    Exchange {
+        api: ExchangeApi,
+        torch: bool,
+    },
     Cupy,
     Torch,
     Other,
@@ -332,14 +339,14 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
         probe.stop(Phase::ArgScalar);
         return Ok(a);
     }
-    if let Ok(a) = obj.cast_exact::<DeviceArray>() {
+    let path = ctx.path;
+    if let Some(a) = obj.cast_exact::<DeviceArray>().ok().filter(|_| matches!(path, Path::Auto | Path::Known)) {
         let inner = &a.get().inner;
         inner.check_usable_here()?;
         let a = PyArg::ArrayOn(inner.view(), inner.context().ordinal());
         probe.stop(Phase::ArgCaijit);
         return Ok(a);
     }
-    let path = ctx.path;
     let fast = match route_of(&obj.get_type()) {
         Route::Exchange { api, torch } if matches!(path, Path::Auto | Path::Exchange) => {
             exchange::view(obj, &api, torch, ctx)?.map(|v| (v, Phase::ArgExchange))
@@ -452,7 +459,9 @@ fn is_numpy_scalar(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
 }
 
 fn is_cpu_dlpack(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
-    Ok(matches!(dlpack::dlpack_device(obj)?, Some((kind, _)) if kind == cai_runtime::python::dlpack::KDL_CPU || kind == cai_runtime::python::dlpack::KDL_CUDA_HOST))
+    Ok(
+        matches!(dlpack::dlpack_device(obj)?, Some((kind, _)) if kind == cai_runtime::python::dlpack::KDL_CPU || kind == cai_runtime::python::dlpack::KDL_CUDA_HOST),
+    )
 }
 
 /// The view a launch on `stream` takes of `obj` (fast paths included), with its device when
