@@ -184,7 +184,7 @@ impl DeviceArray {
     fn __dlpack__<'py>(
         slf: &Bound<'py, Self>,
         stream: Option<&Bound<'py, PyAny>>,
-        max_version: Option<(u32, u32)>,
+        max_version: Option<&Bound<'py, PyAny>>,
         dl_device: Option<&Bound<'py, PyAny>>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
@@ -192,7 +192,10 @@ impl DeviceArray {
         if copy == Some(true) {
             return Err(pyo3::exceptions::PyBufferError::new_err("caijit arrays export without copying"));
         }
-        let versioned = max_version.is_some_and(|(major, _)| major >= 1);
+        // A consumer that names DLPack 1.x gets a versioned capsule; anything else (no
+        // max_version, an older one, one that is not a pair of ints) the legacy capsule.
+        let major = max_version.and_then(|v| v.get_item(0).ok()?.extract::<u32>().ok());
+        let versioned = major.is_some_and(|m| m >= 1);
         Ok(crate::args::dlpack::export(slf, stream, versioned)?)
     }
 

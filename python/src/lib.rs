@@ -154,6 +154,7 @@ fn _inject_fault(point: &str) -> PyCaiResult<()> {
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    args::timing::init();
     m.add_class::<interface::Interface>()?;
     m.add_class::<array::DeviceArray>()?;
     m.add_class::<stream::Stream>()?;

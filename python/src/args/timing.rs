@@ -1,10 +1,9 @@
-//! Optional per-phase timing of the launch path (`CAIJIT_PHASE_TIMES=1`, read once):
+//! Optional per-phase timing of the launch path (`CAIJIT_PHASE_TIMES=1`, read at import):
 //! where a launch's host time goes, per argument route and per launch step. Off, each
 //! probe costs one relaxed load; on, two clock reads. `_native.phase_times()` reads (and
 //! optionally resets) the totals; `python/benchmarks/probe_launch.py --phases` prints them.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::OnceLock;
 use std::time::Instant;
 
 /// The phases timed. Argument conversion is split by the route the argument took.
@@ -55,20 +54,20 @@ static COUNTS: [AtomicU64; NAMES.len()] = [const { AtomicU64::new(0) }; NAMES.le
 static NANOS: [AtomicU64; NAMES.len()] = [const { AtomicU64::new(0) }; NAMES.len()];
 static ON: AtomicBool = AtomicBool::new(false);
 
-/// Whether timing is on (`CAIJIT_PHASE_TIMES=1` at first use, or `set_enabled`).
+/// Read `CAIJIT_PHASE_TIMES` (at module import).
+pub fn init() {
+    if std::env::var("CAIJIT_PHASE_TIMES").is_ok_and(|v| v == "1") {
+        ON.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Whether timing is on: one relaxed load on the launch path.
 #[inline]
 pub fn enabled() -> bool {
-    static READ: OnceLock<()> = OnceLock::new();
-    READ.get_or_init(|| {
-        if std::env::var("CAIJIT_PHASE_TIMES").is_ok_and(|v| v == "1") {
-            ON.store(true, Ordering::Relaxed);
-        }
-    });
     ON.load(Ordering::Relaxed)
 }
 
 pub fn set_enabled(on: bool) {
-    let _ = enabled();
     ON.store(on, Ordering::Relaxed);
 }
 
