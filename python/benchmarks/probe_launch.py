@@ -64,6 +64,7 @@ def main() -> None:
 
         x = cupy.zeros(1024, cupy.float32)
         csync = cupy.cuda.Device().synchronize
+        rows.append((f"route of a CuPy array: {_native._route(x)}  (cupy: the attribute-reading path)", float("nan")))
         rows.append(("launch, 3 CuPy arrays + 1 int", per_call(lambda: k3(x, x, x, 5), csync)))
         rows.append(("launch_view(CuPy array)", per_call(lambda: _native.launch_view(x))))
         rows.append(("CuPy a.data.ptr", per_call(lambda: x.data.ptr)))

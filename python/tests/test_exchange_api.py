@@ -190,3 +190,24 @@ def test_phase_times() -> None:
         _native.phase_times(enable=False)
     assert times["arg.exchange"][0] == 1 and times["producer_stream"][0] == 1
     assert all(isinstance(c, int) and isinstance(ns, int) for c, ns in times.values())
+
+
+def _typed(module: str, qualname: str, base: type = object) -> Any:
+    t = type(qualname, (base,), {"__module__": module})
+    t.__qualname__ = qualname
+    return t
+
+
+def test_routes_by_type() -> None:
+    """Known producers are recognised by their MRO's names, subclasses included, whatever
+    `cupy.*` module defines CuPy's ndarray (no CuPy needed: only the route is asked)."""
+    for module, name in [("cupy", "ndarray"), ("cupy._core.core", "ndarray"), ("cupy._core.core", "_ndarray_base"), ("cupy._future", "ndarray")]:
+        t = _typed(module, name)
+        assert _native._route(t()) == "cupy", (module, name)
+        assert _native._route(_typed("user", "Sub", t)()) == "cupy"
+    for module, name in [("numpy", "ndarray"), ("cupyx", "ndarray"), ("cupy", "Stream")]:
+        assert _native._route(_typed(module, name)()) == "other", (module, name)
+    torch_like = _typed("torch", "Tensor")
+    assert _native._route(torch_like()) == "torch"
+    assert _native._route(_typed("torch.nn.parameter", "Parameter", torch_like)()) == "torch"
+    assert _native._route(3) == "other" and _native._route(None) == "other"

@@ -8,9 +8,13 @@ use pyo3::prelude::*;
 use super::{cached_dtype, ints, object_device, ArgContext};
 use crate::errors::PyCaiResult;
 
-/// Whether a type (from its MRO) is CuPy's ndarray.
+/// Whether a type (from its MRO) is CuPy's ndarray: `cupy.ndarray` or its Cython base,
+/// under whichever `cupy.*` module a CuPy version defines it (`cupy._core.core` up to
+/// 14.x). A CuPy array that missed this rule would take the generic path, which builds
+/// and parses a CAI dict per array (several times the cost of these reads).
 pub fn is_type(qualified_name: &str) -> bool {
-    matches!(qualified_name, "cupy.ndarray" | "cupy._core.core.ndarray")
+    let Some((module, name)) = qualified_name.rsplit_once('.') else { return false };
+    (module == "cupy" || module.starts_with("cupy.")) && matches!(name, "ndarray" | "_ndarray_base")
 }
 
 pub fn view(obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option<(ArrayView, usize)>> {
