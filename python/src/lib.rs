@@ -168,6 +168,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(args::dlpack::_dlpack_read, m)?)?;
     m.add_function(wrap_pyfunction!(args::dlpack::_dlpack_consume, m)?)?;
     m.add_function(wrap_pyfunction!(args::dlpack::_dlpack_layouts, m)?)?;
+    m.add_function(wrap_pyfunction!(args::dlpack::_dlpack_export_host, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::compile_program, m)?)?;
     for f in [
         wrap_pyfunction!(ops::axpy, m)?,

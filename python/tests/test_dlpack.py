@@ -147,6 +147,68 @@ def test_struct_layouts_match_dlpack_h() -> None:
         assert ours[name] == (ctypes.sizeof(s), ctypes.alignment(s), offsets), name
 
 
+class Exported:
+    """Hands out one capsule made by caijit's export."""
+
+    def __init__(self, capsule: Any) -> None:
+        self.capsule = capsule
+
+    def __dlpack__(self, **kw: Any) -> Any:
+        return self.capsule
+
+    def __dlpack_device__(self) -> Any:
+        return (1, 0)
+
+
+@pytest.mark.parametrize("versioned", [False, True])
+def test_export_is_consumed_and_released_once(versioned: bool) -> None:
+    """caijit's export (the code behind DeviceArray.__dlpack__), over host memory so that
+    NumPy can consume it without a GPU: the consumer reads the same memory and layout, and
+    the tensor is released exactly once, when the consumer is done with it."""
+    import gc
+
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)[:, ::2]
+    released: list[bool] = []
+    cap = _native._dlpack_export_host(a, versioned, released)
+    assert type(cap).__name__ == "PyCapsule"
+    t = _native._dlpack_read(cap)
+    assert (tuple(t["shape"]), t["data"], t["device"], t["dtype"]) == (a.shape, a.__array_interface__["data"][0], (1, 0), (2, 32, 1))
+    assert tuple(s * 4 for s in t["strides"]) == a.strides
+    b = np.from_dlpack(Exported(cap))
+    np.testing.assert_array_equal(b, a)
+    assert b.__array_interface__["data"][0] == a.__array_interface__["data"][0]
+    del cap
+    gc.collect()
+    assert released == [], "the consumer holds the tensor"
+    del b
+    gc.collect()
+    assert released == [True]
+
+
+def test_an_unconsumed_export_is_freed_once() -> None:
+    import gc
+
+    released: list[bool] = []
+    for versioned in (False, True):
+        cap = _native._dlpack_export_host(np.ones(3, np.int16), versioned, released)
+        del cap
+        gc.collect()
+    assert released == [False, False]
+    # Consumed by caijit's own consumer helper: released as used.
+    cap = _native._dlpack_export_host(np.ones(3, np.int16), True, released)
+    assert _native._dlpack_consume(cap) is True
+    del cap
+    gc.collect()
+    assert released == [False, False, True]
+
+
+def test_a_readonly_export_says_so_when_versioned() -> None:
+    a = np.arange(4, dtype=np.int32)
+    a.flags.writeable = False
+    assert _native._dlpack_read(_native._dlpack_export_host(a, True, []))["readonly"] is True
+    assert _native._dlpack_read(_native._dlpack_export_host(a, False, []))["readonly"] is False  # legacy: no flag
+
+
 def test_host_dlpack_is_refused() -> None:
     k = caijit.kernel('extern "C" __global__ void k(const float* x) {}')
 

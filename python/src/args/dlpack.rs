@@ -215,3 +215,35 @@ pub fn _dlpack_consume(capsule: &Bound<'_, PyAny>) -> PyResult<bool> {
 pub fn _dlpack_layouts() -> Vec<(&'static str, usize, usize, Vec<usize>)> {
     dl::layouts()
 }
+
+/// Test support: export host memory (a NumPy array's, kept alive by the capsule) as a
+/// `kDLCPU` capsule through the same code as `DeviceArray.__dlpack__`, so that NumPy can
+/// consume it on a machine without a GPU. `released` gets one `True` (a consumer took the
+/// tensor and released it) or `False` (the capsule died unconsumed).
+#[pyfunction]
+pub fn _dlpack_export_host<'py>(
+    array: &Bound<'py, PyAny>,
+    versioned: bool,
+    released: &Bound<'py, pyo3::types::PyList>,
+) -> PyCaiResult<Bound<'py, PyAny>> {
+    let py = array.py();
+    // NumPy's __array_interface__ has the CAI's keys (and no stream).
+    let view = crate::interface::parse_interface(&array.getattr("__array_interface__")?, false)?.view;
+    let item = view.dtype().itemsize() as i64;
+    let t = ExportTensor {
+        data: view.ptr(),
+        device: DLDevice { device_type: dl::KDL_CPU, device_id: 0 },
+        dtype: dldtype(view.dtype()),
+        shape: view.shape().iter().map(|&n| n as i64).collect(),
+        strides: view.strides().iter().map(|&s| s / item).collect(),
+        readonly: view.readonly(),
+    };
+    let (keep, log) = (array.clone().unbind(), released.clone().unbind());
+    let on_release = Box::new(move |used: bool| {
+        Python::attach(|py| {
+            let _ = log.bind(py).append(used);
+            drop(keep);
+        })
+    });
+    Ok(dl::export_capsule(py, t, versioned, on_release)?)
+}
