@@ -207,7 +207,60 @@ def test_routes_by_type() -> None:
         assert _native._route(_typed("user", "Sub", t)()) == "cupy"
     for module, name in [("numpy", "ndarray"), ("cupyx", "ndarray"), ("cupy", "Stream")]:
         assert _native._route(_typed(module, name)()) == "other", (module, name)
+    for module in ("numba.cuda.cudadrv.devicearray", "numba_cuda.numba.cuda.cudadrv.devicearray"):
+        assert _native._route(_typed("user", "Sub", _typed(module, "DeviceNDArrayBase"))()) == "numba"
+    assert _native._route(_typed("mylib.cudadrv.devicearray", "DeviceNDArrayBase")()) == "other"
     torch_like = _typed("torch", "Tensor")
     assert _native._route(torch_like()) == "torch"
     assert _native._route(_typed("torch.nn.parameter", "Parameter", torch_like)()) == "torch"
     assert _native._route(3) == "other" and _native._route(None) == "other"
+
+
+class _NumbaLike:
+    """What numba-cuda's DeviceNDArrayBase holds, and its __cuda_array_interface__ as
+    numba-cuda 0.30 writes it (fake device memory: nothing is dereferenced)."""
+
+    def __init__(self, shape: tuple[int, ...], strides: tuple[int, ...], dtype: Any, ptr: int, stream: Any = 0) -> None:
+        import numpy as np
+
+        self.shape, self.strides, self.dtype, self.stream = shape, strides, np.dtype(dtype), stream
+        self.gpu_data = type("MemoryPointer", (), {"device_ctypes_pointer": ctypes.c_size_t(ptr)})()
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        size, contiguous = self.dtype.itemsize, True
+        for n, s in zip(reversed(self.shape), reversed(self.strides)):
+            if n > 1 and s != 0:
+                if size != s:
+                    contiguous = False
+                    break
+                size *= n
+        stream = self.stream
+        return {
+            "shape": self.shape,
+            "strides": None if contiguous else tuple(self.strides),
+            "data": (self.gpu_data.device_ctypes_pointer.value or 0, False),
+            "typestr": self.dtype.str,
+            "stream": int(stream) if stream != 0 else None,
+            "version": 3,
+        }
+
+
+def test_numba_fast_path_matches_numbas_interface() -> None:
+    Base = _typed("numba.cuda.cudadrv.devicearray", "DeviceNDArrayBase", _NumbaLike)
+    ptr = 0x7F0000000000
+    cases = [
+        ((3, 4), (16, 4), "float32", 0),
+        ((3, 4), (4, 12), "float32", 0),  # F order
+        ((3, 1), (4, 999), "float32", 0),  # an extent of 1 with any stride is still C order
+        ((3, 4), (0, 8), "float64", 0),  # a broadcast axis: Numba calls it contiguous
+        ((2, 3), (48, 8), "int64", 0x5EED),  # a stream, strided
+        ((0, 3), (12, 4), "float32", 0),
+        ((), (), "int16", 0),
+    ]
+    for shape, strides, dtype, stream in cases:
+        a = Base(shape, strides, dtype, ptr if 0 not in shape else 0, stream)
+        fast, generic = _native.launch_view(a, path="known"), _native.launch_view(a, path="generic")
+        facts = lambda v: (v.shape, v.strides, v.ptr, str(v.dtype), v.readonly, v.stream)  # noqa: E731
+        assert facts(fast) == facts(generic), (shape, strides)
+        assert _native.launch_view(a).stream == (stream or None)

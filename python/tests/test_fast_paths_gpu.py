@@ -133,10 +133,15 @@ def test_numba_paths_agree() -> None:
     from numba import cuda
 
     a = cuda.to_device(np.arange(12, dtype=np.float32).reshape(3, 4))
-    for v in (a, a[:, ::2], a.T):
+    assert _native._route(a) == "numba"
+    for v in (a, a[:, ::2], a.T, a[1:2], cuda.device_array((0, 3), np.float64), cuda.device_array((), np.int16)):
         auto = facts(v, "auto")
-        assert not isinstance(auto, str)
-        assert auto == facts(v, "generic")  # no fast path: Numba's CAI
+        assert not isinstance(auto, str) and auto["device"] == 0
+        assert facts(v, "known") == auto
+        assert same(auto, facts(v, "generic"), CORE + ("stream",)), (v.shape, v.strides)
+    s = cuda.stream()
+    b = cuda.device_array(4, np.float32, stream=s)
+    assert facts(b, "auto")["stream"] == facts(b, "generic")["stream"] == int(s)
 
 
 def test_caijit_arrays_paths_agree() -> None:

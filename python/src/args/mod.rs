@@ -5,7 +5,8 @@
 //!
 //! 1. `int`, `float` (exact types) and `caijit.DeviceArray` (its own view and device);
 //! 2. the DLPack C exchange API, for types with `__dlpack_c_exchange_api__` ([`exchange`]);
-//! 3. known types read through their attributes: CuPy ([`cupy`]), PyTorch ([`torch`]);
+//! 3. known types read through their attributes: CuPy ([`cupy`]), PyTorch ([`torch`]),
+//!    Numba ([`numba`]);
 //! 4. caijit's `Interface` views (a DLPack import keeps its capsule with it);
 //! 5. Python numbers and `bytes` (struct parameters);
 //! 6. any `__cuda_array_interface__` producer (the generic path);
@@ -19,6 +20,7 @@
 pub mod cupy;
 pub mod dlpack;
 pub mod exchange;
+pub mod numba;
 pub mod timing;
 pub mod torch;
 
@@ -113,6 +115,7 @@ enum Route {
     },
     Cupy,
     Torch,
+    Numba,
     Other,
 }
 
@@ -166,6 +169,10 @@ fn route_of(ty: &Bound<'_, PyType>) -> Route {
             if torch::is_type(&name) {
                 torch_type = true;
                 known = Route::Torch;
+                break;
+            }
+            if numba::is_type(&name) {
+                known = Route::Numba;
                 break;
             }
         }
@@ -347,7 +354,8 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
         probe.stop(Phase::ArgCaijit);
         return Ok(a);
     }
-    let fast = match route_of(&obj.get_type()) {
+    let route = route_of(&obj.get_type());
+    let fast = match route {
         Route::Exchange { api, torch } if matches!(path, Path::Auto | Path::Exchange) => {
             exchange::view(obj, &api, torch, ctx)?.map(|v| (v, Phase::ArgExchange))
         }
@@ -359,6 +367,12 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
     if let Some(((view, device), phase)) = fast {
         probe.stop(phase);
         return Ok(PyArg::ArrayOn(view, device));
+    }
+    if matches!(route, Route::Numba) && matches!(path, Path::Auto | Path::Known) {
+        if let Some(a) = numba::view(obj)? {
+            probe.stop(Phase::ArgNumba);
+            return Ok(a);
+        }
     }
     if path != Path::Dlpack {
         if let Ok(i) = obj.cast::<Interface>() {
@@ -486,7 +500,7 @@ pub fn launch_view(obj: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>, pa
 }
 
 /// The route a type's arguments take: `"exchange"` (with the table's version),
-/// `"cupy"`, `"torch"` or `"other"` (test and benchmark support).
+/// `"cupy"`, `"torch"`, `"numba"` or `"other"` (test and benchmark support).
 #[pyfunction]
 pub fn _route(obj: &Bound<'_, PyAny>) -> String {
     match route_of(&obj.get_type()) {
@@ -496,6 +510,7 @@ pub fn _route(obj: &Bound<'_, PyAny>) -> String {
         }
         Route::Cupy => "cupy".into(),
         Route::Torch => "torch".into(),
+        Route::Numba => "numba".into(),
         Route::Other => "other".into(),
     }
 }

@@ -16,6 +16,7 @@ pub enum Phase {
     ArgExchange,
     ArgCupy,
     ArgTorch,
+    ArgNumba,
     ArgInterface,
     ArgCai,
     ArgDlpack,
@@ -33,12 +34,13 @@ pub enum Phase {
     Total,
 }
 
-const NAMES: [&str; 14] = [
+const NAMES: [&str; 15] = [
     "arg.scalar",
     "arg.caijit",
     "arg.exchange",
     "arg.cupy",
     "arg.torch",
+    "arg.numba",
     "arg.interface",
     "arg.cai",
     "arg.dlpack",
