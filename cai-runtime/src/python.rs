@@ -9,6 +9,12 @@ use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyTuple};
 
 use crate::cai::{Data, Descriptor, InterfaceError};
 
+/// DLPack (dlpack.h 1.3): its C structs, reading and writing capsules, and the C exchange
+/// API of producer types (`__dlpack_c_exchange_api__`), as safe functions over owned values.
+pub mod dlpack {
+    pub use crate::sys::dlpack::*;
+}
+
 /// Why a Python object could not be read as a CUDA array.
 #[derive(Debug)]
 #[non_exhaustive]

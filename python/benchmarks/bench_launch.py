@@ -5,7 +5,11 @@ host µs      = median over 100 batches of 200 launches, timed without synchroni
 sustained µs = 20,000 launches, then one synchronisation, divided by 20,000
 Each figure is the median over rounds in which every path runs once (interleaved).
 
-Run on a GPU machine: python python/benchmarks/bench_launch.py
+Run on a GPU machine (the C floor needs nvcc):
+    nvcc -O2 -o /tmp/launch_floor python/benchmarks/launch_floor.cu -lcuda
+    CAIJIT_LAUNCH_FLOOR=/tmp/launch_floor python python/benchmarks/bench_launch.py
+CAIJIT_BENCH_QUICK=1 measures caijit's paths and the closest peers only (before/after
+comparisons of two builds); CAIJIT_BENCH_ROUNDS sets the number of rounds (default 3).
 """
 
 from __future__ import annotations
@@ -26,15 +30,31 @@ import caijit
 
 N = 1 << 10
 SRC = 'extern "C" __global__ void empty3(const float* a, const float* b, float* c, int n) {}'
+SRC8 = 'extern "C" __global__ void empty8(const float* a, const float* b, const float* c, const float* d, const float* e, const float* f, const float* g, float* h) {}'
 
 
 FLOOR = "C++ cuLaunchKernel loop (the floor)"
+FLOOR8 = "C++ cuLaunchKernel loop, 8 arrays"
 CAIJIT = "caijit, caijit arrays"
 CAIJIT_CUPY = "caijit, CuPy arrays"
 RAWKERNEL = "CuPy RawKernel, CuPy arrays"
 CAIJIT_TORCH = "caijit, PyTorch tensors"
+CAIJIT_TORCH8 = "caijit, 8 PyTorch tensors"
+CAIJIT_NUMBA = "caijit, Numba arrays"
 NUMBA_CUPY = "Numba @cuda.jit, CuPy arrays"
 NUMBA_TORCH = "Numba @cuda.jit, PyTorch tensors"
+
+#: (label, numerator row, denominator row, target): the issue's targets, as ratios of host
+#: µs per round.
+TARGETS = [
+    ("caijit with its own arrays / C floor", CAIJIT, FLOOR, "<= 1.15"),
+    ("caijit with PyTorch tensors / C floor", CAIJIT_TORCH, FLOOR, "<= 1.25"),
+    ("caijit with CuPy arrays / CuPy RawKernel", CAIJIT_CUPY, RAWKERNEL, "<= 1.0"),
+    ("caijit with Numba arrays / C floor", CAIJIT_NUMBA, FLOOR, "<= 1.6"),
+    ("caijit with 8 PyTorch tensors / 8-argument C loop", CAIJIT_TORCH8, FLOOR8, "<= 1.3"),
+    ("Numba @cuda.jit / caijit, CuPy arrays", NUMBA_CUPY, CAIJIT_CUPY, ">= 20"),
+    ("Numba @cuda.jit / caijit, PyTorch tensors", NUMBA_TORCH, CAIJIT_TORCH, ">= 20"),
+]
 
 
 def has(mod: str) -> bool:
@@ -60,7 +80,7 @@ def measure(launch: Callable[[], None], sync: Callable[[], None]) -> tuple[float
     return statistics.median(batches) * 1e6, sustained * 1e6
 
 
-ROUNDS = 3
+ROUNDS = int(os.environ.get("CAIJIT_BENCH_ROUNDS", "3"))
 
 
 def main() -> None:
@@ -71,6 +91,7 @@ def main() -> None:
     floor = os.environ.get("CAIJIT_LAUNCH_FLOOR")  # the nvcc-built C loop (gpu-run.sh builds it)
     k = caijit.kernel(SRC)
     launcher = k[1, 128]
+    launcher8 = caijit.kernel(SRC8)[1, 128]
     a, b, c = (caijit.zeros(N) for _ in range(3))
 
     def sync_all() -> None:
@@ -91,7 +112,9 @@ def main() -> None:
         import torch
 
         ta, tb, tc = (torch.zeros(N, device="cuda") for _ in range(3))
+        t8 = [torch.zeros(N, device="cuda") for _ in range(8)]
         paths.append((CAIJIT_TORCH, lambda: launcher(ta, tb, tc, N), torch.cuda.synchronize))
+        paths.append((CAIJIT_TORCH8, lambda: launcher8(*t8), torch.cuda.synchronize))
         paths.append(("PyTorch torch.add(a, b, out=c)", lambda: torch.add(ta, tb, out=tc), torch.cuda.synchronize))
 
     # CAIJIT_BENCH_QUICK=1: caijit's paths and the two closest peers only (for before/after
@@ -106,7 +129,7 @@ def main() -> None:
 
         na, nb, nc = (cuda.device_array(N, np.float32) for _ in range(3))
         empty3[1, 128](na, nb, nc, N)
-        paths.append(("caijit, Numba arrays", lambda: launcher(na, nb, nc, N), cuda.synchronize))
+        paths.append((CAIJIT_NUMBA, lambda: launcher(na, nb, nc, N), cuda.synchronize))
         paths.append(("Numba @cuda.jit, Numba arrays", lambda: empty3[1, 128](na, nb, nc, N), cuda.synchronize))
         if has("cupy"):
             paths.append((NUMBA_CUPY, lambda: empty3[1, 128](ca, cb, cc, N), cuda.synchronize))
@@ -132,8 +155,9 @@ def main() -> None:
     for _ in range(ROUNDS):
         r = {}
         if floor and os.path.exists(floor):
-            host, sus = map(float, subprocess.run([floor], capture_output=True, text=True, check=True).stdout.split())
-            r[FLOOR] = (host, sus)
+            for name, argv in ((FLOOR, [floor]), (FLOOR8, [floor, "8"])):
+                host, sus = map(float, subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split())
+                r[name] = (host, sus)
         for name, launch_fn, sync in paths:
             r[name] = measure(launch_fn, sync)
         rounds.append(r)
@@ -142,22 +166,26 @@ def main() -> None:
     s = caijit.stats()
     floor_host = rows[0][1] if rows[0][0] == FLOOR else float("nan")
     print(f"\n## Launch overhead (empty kernel, 3 arrays + 1 int), µs per launch, median of {ROUNDS} interleaved rounds")
-    print("| path | host µs | sustained µs | host vs C floor |")
-    print("|---|---|---|---|")
+    print("| path | host µs | sustained µs | host vs C floor | per-round host vs floor |")
+    print("|---|---|---|---|---|")
     for name, host, sus in rows:
-        print(f"| {name} | {host:.2f} | {sus:.2f} | {host / floor_host:.2f}x |")
+        print(f"| {name} | {host:.2f} | {sus:.2f} | {host / floor_host:.2f}x | {spread(rounds, name, FLOOR)} |")
     print("\nTargets, host µs ratios per round (median [min-max]):")
-    for label, num, den, target in [
-        ("caijit with CuPy arrays / CuPy RawKernel", CAIJIT_CUPY, RAWKERNEL, "<= 1.0"),
-        ("caijit with PyTorch tensors / C floor", CAIJIT_TORCH, FLOOR, "<= 1.5"),
-        ("Numba / caijit, CuPy arrays", NUMBA_CUPY, CAIJIT_CUPY, ">= 10"),
-        ("Numba / caijit, PyTorch tensors", NUMBA_TORCH, CAIJIT_TORCH, ">= 10"),
-    ]:
+    for label, num, den, target in TARGETS:
         if num in rounds[0] and den in rounds[0]:
-            q = sorted(r[num][0] / r[den][0] for r in rounds)
-            print(f"- {label}: {statistics.median(q):.2f}x [{q[0]:.2f}-{q[-1]:.2f}] (target {target})")
+            print(f"- {label}: {spread(rounds, num, den)} (target {target})")
+        else:
+            print(f"- {label}: not measured ({num if num not in rounds[0] else den} missing)")
     chart(rows, os.environ.get("CAIJIT_BENCH_CHART", "launch_overhead.png"))
     print(f"\ncaijit counters: launches={s['launches']} host_syncs={s['host_syncs']} waits={s['waits']} events_created={s['events_created']}")
+
+
+def spread(rounds: list[dict[str, tuple[float, float]]], num: str, den: str) -> str:
+    """The ratio of two rows' host µs, median over rounds with its range: `1.12x [1.08-1.19]`."""
+    if num not in rounds[0] or den not in rounds[0]:
+        return "-"
+    q = sorted(r[num][0] / r[den][0] for r in rounds)
+    return f"{statistics.median(q):.2f}x [{q[0]:.2f}-{q[-1]:.2f}]"
 
 
 def chart(rows: list[tuple[str, float, float]], path: str) -> None:

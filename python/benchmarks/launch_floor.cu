@@ -1,6 +1,9 @@
 // The floor of the launch-overhead table: a C++ loop of cuLaunchKernel for the same empty
-// kernel (3 pointers + 1 int), timed like bench_launch.py. Built on the GPU machine:
+// kernel (3 pointers + 1 int; with the argument 8, 8 pointers), timed like
+// bench_launch.py. Built on the GPU machine:
 //   nvcc -O2 -o /tmp/launch_floor python/benchmarks/launch_floor.cu -lcuda
+//   /tmp/launch_floor      # 3 arrays + 1 int
+//   /tmp/launch_floor 8    # 8 arrays
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -9,15 +12,20 @@
 #include <cuda_runtime.h>
 
 extern "C" __global__ void empty3(const float*, const float*, float*, int) {}
+extern "C" __global__ void empty8(const float*, const float*, const float*, const float*, const float*, const float*,
+                                  const float*, float*) {}
 
-int main() {
+int main(int argc, char** argv) {
     cudaFree(0);
+    bool eight = argc > 1 && argv[1][0] == '8';
     CUfunction f;
-    cudaGetFuncBySymbol(&f, (const void*)empty3);
-    float *a, *b, *c;
-    cudaMalloc(&a, 4096); cudaMalloc(&b, 4096); cudaMalloc(&c, 4096);
+    cudaGetFuncBySymbol(&f, eight ? (const void*)empty8 : (const void*)empty3);
+    float* p[8];
+    for (auto& x : p) cudaMalloc(&x, 4096);
     int n = 1024;
-    void* params[] = {&a, &b, &c, &n};
+    void* three[] = {&p[0], &p[1], &p[2], &n};
+    void* all[] = {&p[0], &p[1], &p[2], &p[3], &p[4], &p[5], &p[6], &p[7]};
+    void** params = eight ? all : three;
     auto launch = [&] { cuLaunchKernel(f, 1, 1, 1, 128, 1, 1, 0, 0, params, nullptr); };
     using clk = std::chrono::steady_clock;
     for (int i = 0; i < 2000; ++i) launch();

@@ -2,6 +2,11 @@
 argument kind's conversion alone (``caijit._native.launch_view``), beside the attribute
 reads it is made of. Differences between rows place the cost; absolute values drift.
 
+Then the per-phase split of a launch by producer (``CAIJIT_PHASE_TIMES``' counters, read
+through ``_native.phase_times``): argument conversion by route, the producers' current
+streams, device choice, kernel lookup, the Rust launch (checks, packing, stream ordering,
+``cuLaunchKernel``), DLPack releases. The timing itself adds two clock reads per phase.
+
 Run on a GPU machine: python python/benchmarks/probe_launch.py
 """
 
@@ -59,6 +64,7 @@ def main() -> None:
 
         x = cupy.zeros(1024, cupy.float32)
         csync = cupy.cuda.Device().synchronize
+        rows.append((f"route of a CuPy array: {_native._route(x)}  (cupy: the attribute-reading path)", float("nan")))
         rows.append(("launch, 3 CuPy arrays + 1 int", per_call(lambda: k3(x, x, x, 5), csync)))
         rows.append(("launch_view(CuPy array)", per_call(lambda: _native.launch_view(x))))
         rows.append(("CuPy a.data.ptr", per_call(lambda: x.data.ptr)))
@@ -66,6 +72,8 @@ def main() -> None:
         rows.append(("CuPy get_current_stream().ptr", per_call(lambda: cupy.cuda.get_current_stream().ptr)))
         rows.append(("CuPy a.flags.c_contiguous", per_call(lambda: x.flags.c_contiguous)))
         rows.append(("CuPy a.__cuda_array_interface__", per_call(lambda: x.__cuda_array_interface__)))
+        rows.append(("launch_view(CuPy array, path=generic)  [its CAI dict]", per_call(lambda: _native.launch_view(x, path="generic"))))
+        rows.append(("CuPy a.__dlpack__()", per_call(lambda: x.__dlpack__())))
         raw = cupy.RawKernel(SRC, "empty3")
         n32 = np.int32(5)
         rows.append(("CuPy RawKernel, 3 CuPy arrays + np.int32", per_call(lambda: raw((1,), (32,), (x, x, x, n32)), csync)))
@@ -93,10 +101,52 @@ def main() -> None:
         rows.append(("torch t.data_ptr()", per_call(lambda: t.data_ptr())))
         rows.append(("torch t.shape, t.stride(), t.dtype", per_call(lambda: (t.shape, t.stride(), t.dtype))))
         rows.append(("torch t.is_cuda, t.requires_grad", per_call(lambda: (t.is_cuda, t.requires_grad))))
+        rows.append((f"route of a torch tensor: {_native._route(t)}", float("nan")))
+        for path in ("exchange", "known", "generic", "dlpack"):
+            rows.append((f"launch_view(torch tensor, path={path})", per_call(lambda: _try(lambda: _native.launch_view(t, path=path)))))
+        t8 = [torch.zeros(1024, device="cuda") for _ in range(8)]
+        k8 = caijit.kernel('extern "C" __global__ void empty8(const float* a, const float* b, const float* c, const float* d, const float* e, const float* f, const float* g, float* h) {}')[1, 32]
+        rows.append(("launch, 8 torch tensors", per_call(lambda: k8(*t8), tsync)))
     print("\n## Launch probe, host µs per call (median of 100 batches of 200)")
     print("| what | µs |\n|---|---|")
     for name, us in rows:
         print(f"| {name} | {us:.3f} |")
+    phases(k3, a, b, c)
+
+
+def phases(k3: Any, a: Any, b: Any, c: Any) -> None:
+    """Per-phase µs per launch of `k3(x, y, z, 5)` for each producer."""
+    producers: list[tuple[str, Any, Callable[[], None]]] = [("caijit", (a, b, c), lambda: c.copy_to_host())]
+    if importlib.util.find_spec("cupy"):
+        import cupy
+
+        producers.append(("CuPy", tuple(cupy.zeros(1024, cupy.float32) for _ in range(3)), cupy.cuda.Device().synchronize))
+    if importlib.util.find_spec("torch"):
+        import torch
+
+        producers.append(("PyTorch", tuple(torch.zeros(1024, device="cuda") for _ in range(3)), torch.cuda.synchronize))
+    if importlib.util.find_spec("numba"):
+        from numba import cuda
+
+        producers.append(("Numba", tuple(cuda.device_array(1024, np.float32) for _ in range(3)), cuda.synchronize))
+    n = 20_000
+    table: dict[str, dict[str, float]] = {}
+    for name, (x, y, z), sync in producers:
+        for _ in range(2000):
+            k3(x, y, z, 5)
+        sync()
+        _native.phase_times(reset=True, enable=True)
+        for _ in range(n):
+            k3(x, y, z, 5)
+        times = _native.phase_times(reset=True, enable=False)
+        sync()
+        table[name] = {phase: ns / n / 1000 for phase, (count, ns) in times.items() if count}
+    names = sorted({p for t in table.values() for p in t}, key=lambda p: (p == "total", p))
+    print("\n## Launch phases, µs per launch of 3 arrays + 1 int (CAIJIT_PHASE_TIMES counters)")
+    print("| phase | " + " | ".join(table) + " |")
+    print("|---|" + "---|" * len(table))
+    for p in names:
+        print(f"| {p} | " + " | ".join(f"{t.get(p, 0.0):.3f}" for t in table.values()) + " |")
 
 
 def _try(f: Callable[[], object]) -> None:

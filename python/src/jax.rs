@@ -7,7 +7,7 @@ use cai_runtime::signature::ArgType;
 use cai_runtime::xla::{self, Binding, BufferSpec};
 use pyo3::prelude::*;
 
-use crate::array::{numpy_scalar, python_number};
+use crate::args::{numpy_scalar, python_number};
 use crate::errors::{PyCaiError, PyCaiResult};
 use crate::kernel::Kernel;
 

@@ -15,7 +15,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use smallvec::SmallVec;
 
-use crate::array::{arg_from_py, release_after, ArgContext, PyArg};
+use crate::args::timing::{self, Phase};
+use crate::args::{arg_from_py, release_after, ArgContext, PyArg};
 use crate::errors::{PyCaiError, PyCaiResult};
 use crate::stream::stream_from_py;
 
@@ -288,8 +289,8 @@ pub fn launch_device(args: &mut [PyArg], stream: Option<&RtStream>) -> PyCaiResu
     }
     for a in args {
         match a {
-            PyArg::ArrayOn(v, d) if !v.is_empty() => return Ok(*d),
-            PyArg::Array(v) | PyArg::Dlpack(v, _) if !v.is_empty() => {
+            PyArg::ArrayOn(v, d) | PyArg::Dlpack { view: v, device: Some(d), .. } if !v.is_empty() => return Ok(*d),
+            PyArg::Array(v) | PyArg::Dlpack { view: v, device: None, .. } if !v.is_empty() => {
                 if let Some(d) = rt::pointer_device(v.ptr())? {
                     if let PyArg::Array(v) = a {
                         *a = PyArg::ArrayOn(v.clone(), d);
@@ -315,20 +316,31 @@ fn launch_now(
     sync: bool,
     args: &Bound<'_, PyTuple>,
 ) -> PyCaiResult<()> {
+    let total = timing::start();
     let mut ctx = ArgContext::new(stream.map(RtStream::handle));
     let mut converted: SmallVec<[PyArg; 8]> =
         args.iter().enumerate().map(|(i, a)| arg_from_py(i, &a, &mut ctx)).collect::<Result<_, _>>()?;
+    let probe = timing::start();
     let device = launch_device(&mut converted, stream)?;
+    probe.stop(Phase::Device);
     let launch_args: SmallVec<[Arg<'_>; 8]> = converted.iter().map(PyArg::as_arg).collect();
+    let probe = timing::start();
     let k = kernel.resolve(py, device, &launch_args)?;
+    probe.stop(Phase::Resolve);
     // The GIL is released while the driver enqueues: other Python threads keep running.
+    let probe = timing::start();
     let on = py.detach(|| match (config, forall) {
         (Some(cfg), _) => k.launch(&cfg, &launch_args, stream, sync),
         (None, Some(n)) => k.forall(n, &launch_args, stream, sync),
         (None, None) => Err(Error::argument(SYNTAX)),
     })?;
+    probe.stop(Phase::Launch);
     drop(launch_args);
-    release_after(k.context(), on, converted)
+    let probe = timing::start();
+    let released = release_after(k.context(), on, converted);
+    probe.stop(Phase::Release);
+    total.stop(Phase::Total);
+    released
 }
 
 #[pymethods]

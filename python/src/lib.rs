@@ -4,6 +4,7 @@
 
 #![forbid(unsafe_code)]
 
+mod args;
 mod array;
 mod errors;
 mod interface;
@@ -156,6 +157,7 @@ fn _inject_fault(point: &str) -> PyCaiResult<()> {
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    args::timing::init();
     m.add_class::<interface::Interface>()?;
     m.add_class::<array::DeviceArray>()?;
     m.add_class::<stream::Stream>()?;
@@ -163,7 +165,13 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<kernel::Launcher>()?;
     m.add_function(wrap_pyfunction!(interface::parse_interface, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::make_kernel, m)?)?;
-    m.add_function(wrap_pyfunction!(array::launch_view, m)?)?;
+    m.add_function(wrap_pyfunction!(args::launch_view, m)?)?;
+    m.add_function(wrap_pyfunction!(args::phase_times, m)?)?;
+    m.add_function(wrap_pyfunction!(args::_route, m)?)?;
+    m.add_function(wrap_pyfunction!(args::dlpack::_dlpack_read, m)?)?;
+    m.add_function(wrap_pyfunction!(args::dlpack::_dlpack_consume, m)?)?;
+    m.add_function(wrap_pyfunction!(args::dlpack::_dlpack_layouts, m)?)?;
+    m.add_function(wrap_pyfunction!(args::dlpack::_dlpack_export_host, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::compile_program, m)?)?;
     for f in [
         wrap_pyfunction!(ops::axpy, m)?,

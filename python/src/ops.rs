@@ -14,7 +14,7 @@ use cai_runtime::runtime::{Context, Stream as RtStream};
 use pyo3::prelude::*;
 use smallvec::SmallVec;
 
-use crate::array::{arg_from_py, numpy_scalar, python_number, release_after, ArgContext, PyArg};
+use crate::args::{arg_from_py, numpy_scalar, python_number, release_after, ArgContext, PyArg};
 use crate::errors::{PyCaiError, PyCaiResult};
 use crate::kernel::launch_device;
 use crate::stream::stream_from_py;

@@ -1,0 +1,39 @@
+//! CuPy arrays, read through their attributes instead of building a CAI dict: the same
+//! facts CuPy's `__cuda_array_interface__` would hold, with CuPy's current stream.
+
+use cai_runtime::cai::{ArrayView, DType, StreamRef};
+use pyo3::intern;
+use pyo3::prelude::*;
+
+use super::{cached_dtype, ints, object_device, ArgContext};
+use crate::errors::PyCaiResult;
+
+/// Whether a type (from its MRO) is CuPy's ndarray: `cupy.ndarray` or its Cython base,
+/// under whichever `cupy.*` module a CuPy version defines it (`cupy._core.core` up to
+/// 14.x). A CuPy array that missed this rule would take the generic path, which builds
+/// and parses a CAI dict per array (several times the cost of these reads).
+pub fn is_type(qualified_name: &str) -> bool {
+    let Some((module, name)) = qualified_name.rsplit_once('.') else { return false };
+    (module == "cupy" || module.starts_with("cupy.")) && matches!(name, "ndarray" | "_ndarray_base")
+}
+
+pub fn view(obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option<(ArrayView, usize)>> {
+    let py = obj.py();
+    let dtype_obj = obj.getattr(intern!(py, "dtype"))?;
+    let dtype = cached_dtype(&dtype_obj, || {
+        let typestr: String = dtype_obj.getattr(intern!(py, "str"))?.extract()?;
+        Ok(DType::from_typestr(&typestr).ok())
+    })?;
+    let Some(dtype) = dtype else { return Ok(None) };
+    let ptr: u64 = obj.getattr(intern!(py, "data"))?.getattr(intern!(py, "ptr"))?.extract()?;
+    let shape = ints::<usize>(&obj.getattr(intern!(py, "shape"))?)?;
+    // A C-contiguous array's strides follow from its shape (CuPy's own CAI exports
+    // `strides: None` then); its flag is a C field, cheaper than the strides tuple.
+    // A CuPy without the (private) flag gives its strides.
+    let c_contiguous = obj.getattr(intern!(py, "_c_contiguous")).and_then(|f| f.extract::<bool>()).unwrap_or(false);
+    let strides = if c_contiguous { None } else { Some(ints::<i64>(&obj.getattr(intern!(py, "strides"))?)?) };
+    let stream = ctx.cupy_stream(py)?.map(StreamRef::from_cai).transpose()?;
+    let view = ArrayView::new(ptr, &shape, strides.as_deref(), dtype, false, stream)?;
+    let device = object_device(obj, || Ok(obj.getattr(intern!(py, "device"))?.getattr(intern!(py, "id"))?.extract()?))?;
+    Ok(Some((view, device)))
+}

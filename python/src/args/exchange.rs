@@ -1,0 +1,49 @@
+//! The DLPack C exchange API path: any type whose `__dlpack_c_exchange_api__` capsule
+//! holds a `DLPackExchangeAPI` table (PyTorch 2.10+ today) is read through the table's C
+//! functions, without Python attribute reads: pointer, shape, strides, dtype and device by
+//! `dltensor_from_py_object_no_sync` (or the owning `managed_tensor_from_py_object_no_sync`),
+//! and the producer's current work stream by `current_work_stream`, which the view carries
+//! as its producer stream (the same stream the PyTorch fast path reads, so the stream
+//! protocol orders and reverse-orders exactly as before).
+//!
+//! Whatever the table cannot give as caijit would read it through the producer's other
+//! interfaces (a host tensor, an unsupported dtype, a producer error) takes the next path,
+//! so errors stay the generic paths' own.
+
+use cai_runtime::cai::{ArrayView, DType, StreamRef};
+use cai_runtime::python::dlpack::ExchangeApi;
+use pyo3::intern;
+use pyo3::prelude::*;
+
+use super::dlpack::{is_cuda, view_of};
+use super::ArgContext;
+use crate::errors::PyCaiResult;
+
+/// The view and device of `obj` through `api`; `None` to take the next path. `torch`:
+/// the type is a PyTorch tensor type, whose rules the table does not apply itself (its
+/// `__dlpack__` and CAI refuse tensors that require grad, and conjugated views).
+pub fn view(obj: &Bound<'_, PyAny>, api: &ExchangeApi, torch: bool, ctx: &mut ArgContext) -> PyCaiResult<Option<(ArrayView, usize)>> {
+    let py = obj.py();
+    if torch && obj.getattr(intern!(py, "requires_grad"))?.is_truthy()? {
+        return Ok(None);
+    }
+    let info = match api.tensor(obj) {
+        Ok(Ok(info)) => info,
+        Ok(Err(_)) | Err(_) => return Ok(None),
+    };
+    if !is_cuda(info.device) || info.device.device_id < 0 {
+        return Ok(None);
+    }
+    if torch
+        && matches!(super::dlpack::dtype_of(info.dtype), Some(DType::C64 | DType::C128))
+        && obj.call_method0(intern!(py, "is_conj"))?.is_truthy()?
+    {
+        return Ok(None);
+    }
+    let device = info.device.device_id as usize;
+    let stream = ctx.exchange_stream(py, api, info.device.device_type, device)?;
+    match view_of(&info, Some(StreamRef::from_cai(stream)?)) {
+        Ok(v) => Ok(Some((v, device))),
+        Err(_) => Ok(None),
+    }
+}

@@ -1,0 +1,110 @@
+//! Optional per-phase timing of the launch path (`CAIJIT_PHASE_TIMES=1`, read at import):
+//! where a launch's host time goes, per argument route and per launch step. Off, each
+//! probe costs one relaxed load; on, two clock reads. `_native.phase_times()` reads (and
+//! optionally resets) the totals; `python/benchmarks/probe_launch.py --phases` prints them.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+/// The phases timed. Argument conversion is split by the route the argument took.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum Phase {
+    /// Type lookup and conversion of one argument, by route.
+    ArgScalar,
+    ArgCaijit,
+    ArgExchange,
+    ArgCupy,
+    ArgTorch,
+    ArgNumba,
+    ArgInterface,
+    ArgCai,
+    ArgDlpack,
+    /// The producers' current streams (exchange API, CuPy, PyTorch), once per launch.
+    ProducerStream,
+    /// Which device the launch runs on.
+    Device,
+    /// The compiled kernel for the device (and deduced template types).
+    Resolve,
+    /// `cai_runtime` launch: checks, parameter packing, stream ordering, `cuLaunchKernel`.
+    Launch,
+    /// Handing DLPack capsules to the context until the launch's work is done.
+    Release,
+    /// The whole `kernel[...](*args)` call from Rust's entry to its return.
+    Total,
+}
+
+const NAMES: [&str; 15] = [
+    "arg.scalar",
+    "arg.caijit",
+    "arg.exchange",
+    "arg.cupy",
+    "arg.torch",
+    "arg.numba",
+    "arg.interface",
+    "arg.cai",
+    "arg.dlpack",
+    "producer_stream",
+    "device",
+    "resolve",
+    "launch",
+    "release",
+    "total",
+];
+
+static COUNTS: [AtomicU64; NAMES.len()] = [const { AtomicU64::new(0) }; NAMES.len()];
+static NANOS: [AtomicU64; NAMES.len()] = [const { AtomicU64::new(0) }; NAMES.len()];
+static ON: AtomicBool = AtomicBool::new(false);
+
+/// Read `CAIJIT_PHASE_TIMES` (at module import).
+pub fn init() {
+    if std::env::var("CAIJIT_PHASE_TIMES").is_ok_and(|v| v == "1") {
+        ON.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Whether timing is on: one relaxed load on the launch path.
+#[inline]
+pub fn enabled() -> bool {
+    ON.load(Ordering::Relaxed)
+}
+
+pub fn set_enabled(on: bool) {
+    ON.store(on, Ordering::Relaxed);
+}
+
+/// A running measurement: `start` when timing is on, recorded by `stop`.
+#[must_use]
+pub struct Probe(Option<Instant>);
+
+#[inline]
+pub fn start() -> Probe {
+    Probe(enabled().then(Instant::now))
+}
+
+impl Probe {
+    #[inline]
+    pub fn stop(self, phase: Phase) {
+        if let Some(t) = self.0 {
+            let ns = t.elapsed().as_nanos() as u64;
+            COUNTS[phase as usize].fetch_add(1, Ordering::Relaxed);
+            NANOS[phase as usize].fetch_add(ns, Ordering::Relaxed);
+        }
+    }
+}
+
+/// `(name, count, total nanoseconds)` of every phase; `reset` zeroes them after reading.
+pub fn totals(reset: bool) -> Vec<(&'static str, u64, u64)> {
+    NAMES
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            let (c, n) = if reset {
+                (COUNTS[i].swap(0, Ordering::Relaxed), NANOS[i].swap(0, Ordering::Relaxed))
+            } else {
+                (COUNTS[i].load(Ordering::Relaxed), NANOS[i].load(Ordering::Relaxed))
+            };
+            (*name, c, n)
+        })
+        .collect()
+}

@@ -1,0 +1,266 @@
+"""The DLPack C exchange API path, without a GPU: a producer type whose
+``__dlpack_c_exchange_api__`` is a ``DLPackExchangeAPI`` table made with ctypes, describing
+(fake) CUDA device memory. Its view is built without touching the device, so the table's
+contract (versions, the borrowing and the owning reads, the deleter called once, the
+producer's current stream, failures falling back) is checked on any machine."""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any, Optional
+
+import pytest
+
+import caijit
+from caijit import _native
+
+from conftest import gpu_unavailable_reason
+from test_dlpack import _ExchangeAPI, _ManagedVersioned, _Tensor
+
+_DLTENSOR_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(_Tensor))
+_MANAGED_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.POINTER(_ManagedVersioned)))
+_STREAM_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))
+_DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_ManagedVersioned))
+
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_NAME = b"dlpack_exchange_api"
+
+#: Everything a table points to, alive for the process (as the specification requires).
+_KEEP: list[Any] = []
+
+STREAM = 0x5EED
+
+
+class Fake:
+    """What a fake tensor says through the table."""
+
+    def __init__(self, shape: tuple[int, ...], strides: Optional[tuple[int, ...]], *, ptr: int = 0x7F0000000000,
+                 device: tuple[int, int] = (2, 0), dtype: tuple[int, int, int] = (2, 32, 1), offset: int = 0,
+                 readonly: bool = False) -> None:
+        self.shape, self.strides, self.ptr, self.device, self.dtype = shape, strides, ptr, device, dtype
+        self.offset, self.readonly = offset, readonly
+
+
+def _fill(obj: Fake, t: Any) -> None:
+    n = len(obj.shape)
+    shape = (ctypes.c_int64 * max(n, 1))(*obj.shape)
+    strides = (ctypes.c_int64 * max(n, 1))(*(obj.strides or ()))
+    _KEEP.append((shape, strides))
+    t.data = obj.ptr
+    t.device.device_type, t.device.device_id = obj.device
+    t.ndim = n
+    t.dtype.code, t.dtype.bits, t.dtype.lanes = obj.dtype
+    t.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
+    t.strides = ctypes.cast(strides, ctypes.POINTER(ctypes.c_int64)) if obj.strides is not None else None
+    t.byte_offset = obj.offset
+
+
+class Producer:
+    """A table and the calls made through it."""
+
+    def __init__(self, *, borrowing: bool = True, version: tuple[int, int] = (1, 3), fail: bool = False) -> None:
+        self.calls: dict[str, int] = {"dltensor": 0, "managed": 0, "stream": 0, "deleted": 0}
+        self.stream_devices: list[tuple[int, int]] = []
+
+        def dltensor(obj: Fake, out: Any) -> int:
+            self.calls["dltensor"] += 1
+            if fail:
+                return -1
+            _fill(obj, out.contents)
+            return 0
+
+        def deleter(m: Any) -> None:
+            self.calls["deleted"] += 1
+
+        def managed(obj: Fake, out: Any) -> int:
+            self.calls["managed"] += 1
+            if fail:
+                return -1
+            m = _ManagedVersioned()
+            m.version.major, m.version.minor = 1, 3
+            m.flags = 1 if obj.readonly else 0
+            m.deleter = ctypes.cast(self._deleter, ctypes.c_void_p)
+            _fill(obj, m.dl_tensor)
+            _KEEP.append(m)
+            out[0] = ctypes.pointer(m)
+            return 0
+
+        def stream(device_type: int, device_id: int, out: Any) -> int:
+            self.calls["stream"] += 1
+            self.stream_devices.append((device_type, device_id))
+            out[0] = STREAM
+            return 0
+
+        self._deleter = _DELETER(deleter)
+        fns = (_DLTENSOR_FN(dltensor), _MANAGED_FN(managed), _STREAM_FN(stream))
+        api = _ExchangeAPI()
+        api.header.version.major, api.header.version.minor = version
+        api.managed_tensor_allocator = 1  # never called by a consumer
+        api.managed_tensor_from_py_object_no_sync = ctypes.cast(fns[1], ctypes.c_void_p)
+        api.managed_tensor_to_py_object_no_sync = 1
+        api.dltensor_from_py_object_no_sync = ctypes.cast(fns[0], ctypes.c_void_p) if borrowing else None
+        api.current_work_stream = ctypes.cast(fns[2], ctypes.c_void_p)
+        _KEEP.extend((fns, api, self._deleter))
+        self.capsule = _capsule_new(ctypes.addressof(api), _NAME, None)
+
+        class Tensor(Fake):
+            __dlpack_c_exchange_api__ = self.capsule
+
+        self.Tensor = Tensor
+
+
+@pytest.mark.parametrize("borrowing", [True, False])
+def test_exchange_views(borrowing: bool) -> None:
+    p = Producer(borrowing=borrowing)
+    t = p.Tensor((3, 4), (1, 3), offset=16)
+    assert _native._route(t) == "exchange 1.3" + ("" if borrowing else " (owning)")
+    v = _native.launch_view(t)
+    assert (v.shape, v.strides, v.ptr, v.device, v.stream) == ((3, 4), (4, 12), 0x7F0000000000 + 16, 0, STREAM)
+    assert v.dtype == "float32" and v.readonly is False
+    assert p.stream_devices == [(2, 0)]
+    if borrowing:
+        assert p.calls["dltensor"] == 1 and p.calls["managed"] == 0
+    else:  # the owning read: released (deleter called) once, right after the read
+        assert p.calls["managed"] == 1 and p.calls["deleted"] == 1
+        assert _native.launch_view(p.Tensor((2,), None, readonly=True)).readonly is True
+        assert p.calls["deleted"] == 2
+    # C-ordered (strides NULL), 0-d, empty.
+    assert _native.launch_view(p.Tensor((2, 3), None)).strides == (12, 4)
+    assert _native.launch_view(p.Tensor((), None)).shape == ()
+    assert _native.launch_view(p.Tensor((0, 3), None)).ptr == 0
+
+
+@pytest.mark.skipif(gpu_unavailable_reason() is None, reason="launches with fake pointers and a fake stream need a machine without a GPU")
+def test_the_stream_is_asked_once_per_launch_and_device() -> None:
+    p = Producer()
+    k = caijit.kernel('extern "C" __global__ void k(const float* a, const float* b) {}')
+    a, b = p.Tensor((4,), None), p.Tensor((4,), None, ptr=0x7F0000100000)
+    with pytest.raises(caijit.CudaNotAvailable):
+        k[1, 1](a, b)  # the arguments are converted before the device is needed
+    assert p.calls["dltensor"] == 2 and p.calls["stream"] == 1
+
+
+def test_host_tensors_and_failures_take_the_next_path() -> None:
+    p = Producer()
+    with pytest.raises(caijit.ArgumentError, match="cannot pass"):
+        _native.launch_view(p.Tensor((3,), None, device=(1, 0)))
+    with pytest.raises(caijit.ArgumentError, match="cannot pass"):
+        _native.launch_view(p.Tensor((3,), None, dtype=(2, 32, 4)))  # 4 lanes
+    failing = Producer(fail=True)
+    with pytest.raises(caijit.ArgumentError, match="cannot pass"):
+        _native.launch_view(failing.Tensor((3,), None))
+    assert failing.calls["dltensor"] == 1
+
+
+@pytest.mark.parametrize("version", [(1, 2), (2, 0), (0, 9)])
+def test_tables_of_other_versions_are_not_used(version: tuple[int, int]) -> None:
+    p = Producer(version=version)
+    assert _native._route(p.Tensor((3,), None)) == "other"
+    with pytest.raises(caijit.ArgumentError, match="cannot pass"):
+        _native.launch_view(p.Tensor((3,), None))
+    assert p.calls["dltensor"] == 0
+
+
+def test_a_capsule_of_another_name_is_not_used() -> None:
+    class Odd(Fake):
+        __dlpack_c_exchange_api__ = _capsule_new(ctypes.addressof(_ExchangeAPI()), b"something_else", None)
+
+    assert _native._route(Odd((3,), None)) == "other"
+
+
+def test_forced_paths() -> None:
+    p = Producer()
+    t = p.Tensor((3,), None)
+    assert _native.launch_view(t, path="exchange").stream == STREAM
+    with pytest.raises(caijit.ArgumentError, match="cannot pass"):
+        _native.launch_view(t, path="generic")
+    with pytest.raises(caijit.ArgumentError, match="no conversion path"):
+        _native.launch_view(t, path="nonsense")
+
+
+def test_phase_times() -> None:
+    p = Producer()
+    _native.phase_times(reset=True, enable=True)
+    try:
+        _native.launch_view(p.Tensor((3,), None))
+        times = _native.phase_times(reset=True)
+    finally:
+        _native.phase_times(enable=False)
+    assert times["arg.exchange"][0] == 1 and times["producer_stream"][0] == 1
+    assert all(isinstance(c, int) and isinstance(ns, int) for c, ns in times.values())
+
+
+def _typed(module: str, qualname: str, base: type = object) -> Any:
+    t = type(qualname, (base,), {"__module__": module})
+    t.__qualname__ = qualname
+    return t
+
+
+def test_routes_by_type() -> None:
+    """Known producers are recognised by their MRO's names, subclasses included, whatever
+    `cupy.*` module defines CuPy's ndarray (no CuPy needed: only the route is asked)."""
+    for module, name in [("cupy", "ndarray"), ("cupy._core.core", "ndarray"), ("cupy._core.core", "_ndarray_base"), ("cupy._future", "ndarray")]:
+        t = _typed(module, name)
+        assert _native._route(t()) == "cupy", (module, name)
+        assert _native._route(_typed("user", "Sub", t)()) == "cupy"
+    for module, name in [("numpy", "ndarray"), ("cupyx", "ndarray"), ("cupy", "Stream")]:
+        assert _native._route(_typed(module, name)()) == "other", (module, name)
+    for module in ("numba.cuda.cudadrv.devicearray", "numba_cuda.numba.cuda.cudadrv.devicearray"):
+        assert _native._route(_typed("user", "Sub", _typed(module, "DeviceNDArrayBase"))()) == "numba"
+    assert _native._route(_typed("mylib.cudadrv.devicearray", "DeviceNDArrayBase")()) == "other"
+    torch_like = _typed("torch", "Tensor")
+    assert _native._route(torch_like()) == "torch"
+    assert _native._route(_typed("torch.nn.parameter", "Parameter", torch_like)()) == "torch"
+    assert _native._route(3) == "other" and _native._route(None) == "other"
+
+
+class _NumbaLike:
+    """What numba-cuda's DeviceNDArrayBase holds, and its __cuda_array_interface__ as
+    numba-cuda 0.30 writes it (fake device memory: nothing is dereferenced)."""
+
+    def __init__(self, shape: tuple[int, ...], strides: tuple[int, ...], dtype: Any, ptr: int, stream: Any = 0) -> None:
+        import numpy as np
+
+        self.shape, self.strides, self.dtype, self.stream = shape, strides, np.dtype(dtype), stream
+        self.gpu_data = type("MemoryPointer", (), {"device_ctypes_pointer": ctypes.c_size_t(ptr)})()
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        size, contiguous = self.dtype.itemsize, True
+        for n, s in zip(reversed(self.shape), reversed(self.strides)):
+            if n > 1 and s != 0:
+                if size != s:
+                    contiguous = False
+                    break
+                size *= n
+        stream = self.stream
+        return {
+            "shape": self.shape,
+            "strides": None if contiguous else tuple(self.strides),
+            "data": (self.gpu_data.device_ctypes_pointer.value or 0, False),
+            "typestr": self.dtype.str,
+            "stream": int(stream) if stream != 0 else None,
+            "version": 3,
+        }
+
+
+def test_numba_fast_path_matches_numbas_interface() -> None:
+    Base = _typed("numba.cuda.cudadrv.devicearray", "DeviceNDArrayBase", _NumbaLike)
+    ptr = 0x7F0000000000
+    cases = [
+        ((3, 4), (16, 4), "float32", 0),
+        ((3, 4), (4, 12), "float32", 0),  # F order
+        ((3, 1), (4, 999), "float32", 0),  # an extent of 1 with any stride is still C order
+        ((3, 4), (0, 8), "float64", 0),  # a broadcast axis: Numba calls it contiguous
+        ((2, 3), (48, 8), "int64", 0x5EED),  # a stream, strided
+        ((0, 3), (12, 4), "float32", 0),
+        ((), (), "int16", 0),
+    ]
+    for shape, strides, dtype, stream in cases:
+        a = Base(shape, strides, dtype, ptr if 0 not in shape else 0, stream)
+        fast, generic = _native.launch_view(a, path="known"), _native.launch_view(a, path="generic")
+        facts = lambda v: (v.shape, v.strides, v.ptr, str(v.dtype), v.readonly, v.stream)  # noqa: E731
+        assert facts(fast) == facts(generic), (shape, strides)
+        assert _native.launch_view(a).stream == (stream or None)
