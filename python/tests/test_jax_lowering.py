@@ -67,12 +67,19 @@ def test_binding_layout_matches_the_header() -> None:
     header_dir = jax.ffi.include_dir()
     assert os.path.exists(os.path.join(header_dir, "xla", "ffi", "api", "c_api.h"))
     layout, version = _native.xla_ffi_layout()
+    with open(os.path.join(header_dir, "xla", "ffi", "api", "c_api.h")) as f:
+        text = f.read()
+    # XLA's FFI 0.4 (jaxlib 0.11) renamed the extension header struct; its layout is the same.
+    renamed = {"XLA_FFI_Extension_Base": "XLA_FFI_InternalExtension"} if "XLA_FFI_InternalExtension" in text else {}
     lines = []
     for name, _ in layout:
-        if name.endswith("_STRUCT_SIZE"):
-            expr = f"(unsigned long)({name})"
+        c_name = name
+        for old, new in renamed.items():
+            c_name = c_name.replace(old + "_STRUCT_SIZE", new + "_STRUCT_SIZE").replace(old + ".", new + ".")
+        if c_name.endswith("_STRUCT_SIZE"):
+            expr = f"(unsigned long)({c_name})"
         else:
-            struct, field = name.split(".")
+            struct, field = c_name.split(".")
             expr = f"(unsigned long)offsetof({struct}, {field})"
         lines.append(f'    printf("%s %lu\\n", "{name}", {expr});')
     source = "\n".join(

@@ -104,7 +104,7 @@ def test_defaulted_template_arguments() -> None:
         k[GRID, BLOCK](caijit.to_device(x_h), caijit.to_device(x_h), N)  # warm-up
         k[GRID, BLOCK](caijit.to_device(x_h), y, N)
         want = (x_h.astype(np.float64) * 128).astype(dtype)
-        np.testing.assert_allclose(y.copy_to_host(), want, rtol=1e-6)
+        np.testing.assert_allclose(y.copy_to_host(), want, rtol=1e-6, atol=1e-6)
 
 
 def test_macro_made_kernels() -> None:
@@ -115,7 +115,7 @@ def test_macro_made_kernels() -> None:
         y = caijit.to_device(y_h)
         k[GRID, BLOCK](2.0, caijit.to_device(x_h), caijit.to_device(y_h), N)  # warm-up
         k[GRID, BLOCK](3.0, caijit.to_device(x_h), y, N)
-        np.testing.assert_allclose(y.copy_to_host(), 3 * x_h + y_h, rtol=1e-6)
+        np.testing.assert_allclose(y.copy_to_host(), 3 * x_h + y_h, rtol=1e-6, atol=1e-6)
     k = caijit.kernel(MACROS, "scale_int")
     x_h = rng.integers(-1000, 1000, N).astype(np.int32)
     x = caijit.to_device(x_h)
