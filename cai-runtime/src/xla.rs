@@ -341,20 +341,27 @@ fn execute(call: &Call<'_>) -> Result<()> {
     Ok(())
 }
 
-/// The handler's [`Serve`] implementation.
-struct XlaLaunch;
+/// The handler's [`Serve`] implementation: `CAPTURABLE` says whether it declares itself
+/// compatible with XLA's command buffers (CUDA graphs), which lets XLA record the launch
+/// into a graph (and, in recent XLA, makes it do so).
+struct XlaLaunch<const CAPTURABLE: bool>;
 
-impl Serve for XlaLaunch {
+impl<const CAPTURABLE: bool> Serve for XlaLaunch<CAPTURABLE> {
     const ATTRIBUTE: &'static str = TARGET;
-    const TRAITS: u32 = xla_ffi::TRAIT_COMMAND_BUFFER_COMPATIBLE;
+    const TRAITS: u32 = if CAPTURABLE { xla_ffi::TRAIT_COMMAND_BUFFER_COMPATIBLE } else { 0 };
     fn serve(call: &Call<'_>) -> std::result::Result<(), String> {
         execute(call).map_err(|e| format!("caijit: {e}"))
     }
 }
 
-/// The address of the `XLA_FFI_Handler` serving prepared launches (for a PyCapsule).
-pub fn handler_address() -> usize {
-    xla_ffi::handler_address::<XlaLaunch>() as usize
+/// The address of the `XLA_FFI_Handler` serving prepared launches (for a PyCapsule):
+/// declared compatible with XLA's command buffers, or not (`command_buffer`).
+pub fn handler_address(command_buffer: bool) -> usize {
+    if command_buffer {
+        xla_ffi::handler_address::<XlaLaunch<true>>() as usize
+    } else {
+        xla_ffi::handler_address::<XlaLaunch<false>>() as usize
+    }
 }
 
 /// `(name, value)` of every struct size and field offset of the XLA FFI binding, named as

@@ -37,10 +37,13 @@ from . import _native
 from .errors import ArgumentError
 from ._native import Kernel
 
-__all__ = ["kernel_call", "TARGET"]
+__all__ = ["kernel_call", "TARGET", "TARGET_DIRECT"]
 
 #: The XLA custom call target caijit registers (for platform ``"CUDA"``).
 TARGET = "caijit_launch"
+#: The same handler, not declared compatible with XLA's command buffers: XLA calls it on
+#: its stream every time instead of recording the launch into a CUDA graph.
+TARGET_DIRECT = "caijit_launch_direct"
 
 Dims = Union[int, Sequence[int]]
 ShapeFn = Callable[..., Any]
@@ -54,14 +57,17 @@ _VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims", "broadcast_
 
 
 def register() -> None:
-    """Register caijit's XLA FFI handler as the custom call target ``caijit_launch`` for
-    CUDA (once per process; :func:`kernel_call` does it)."""
+    """Register caijit's XLA FFI handler as the custom call targets ``caijit_launch``
+    (command-buffer compatible) and ``caijit_launch_direct`` for CUDA (once per process;
+    :func:`kernel_call` does it)."""
     global _registered
     with _lock:
         if _registered:
             return
-        capsule = jax.ffi.pycapsule(ctypes.c_void_p(_native.xla_handler_address()))  # type: ignore[no-untyped-call]
-        jax.ffi.register_ffi_target(TARGET, capsule, platform="CUDA", api_version=1)
+        for target, command_buffer in ((TARGET, True), (TARGET_DIRECT, False)):
+            address = _native.xla_handler_address(command_buffer)
+            capsule = jax.ffi.pycapsule(ctypes.c_void_p(address))  # type: ignore[no-untyped-call]
+            jax.ffi.register_ffi_target(target, capsule, platform="CUDA", api_version=1)
         _registered = True
 
 
@@ -160,6 +166,7 @@ def kernel_call(
     shared_mem: int = 0,
     input_output_aliases: Optional[Mapping[int, int]] = None,
     vmap_method: Optional[str] = "sequential",
+    command_buffer: bool = True,
     **scalars: Any,
 ) -> Callable[..., Any]:
     """A JAX function that launches ``kernel``: ``kernel_call(k, out_shapes, grid=...,
@@ -185,6 +192,10 @@ def kernel_call(
       function is traced again with the batched shapes, so grid, scalars and callable
       ``out_shapes`` given as functions of the shapes follow; fixed ``out_shapes`` get the
       batch dimension in front. ``None`` refuses ``vmap``.
+    - ``command_buffer``: whether XLA may record the launch into its command buffers (CUDA
+      graphs) — the custom call ``caijit_launch`` — or calls the handler every time
+      (``caijit_launch_direct``). Both launch on XLA's stream; which is faster depends on
+      the program (see docs/jax.md).
 
     Inputs are never written unless aliased: a non-const pointer bound to an input that is
     not aliased is an error when the function is traced.
@@ -214,7 +225,7 @@ def kernel_call(
         b = _dims("block", evaluate(block, avals))
         launch_id = _prepare(kernel, avals, outs, aliases, values, g, b, int(shared_mem))
         call = jax.ffi.ffi_call(
-            TARGET,
+            TARGET if command_buffer else TARGET_DIRECT,
             outs,
             vmap_method=vmap_method if vmap_method in ("sequential", "sequential_unrolled") else "sequential",
             input_output_aliases=aliases or None,

@@ -132,10 +132,12 @@ pub fn xla_prepare(
 }
 
 /// The address of caijit's XLA FFI handler (`XLA_FFI_Handler*`), to be wrapped with
-/// `jax.ffi.pycapsule` and registered with `jax.ffi.register_ffi_target`.
+/// `jax.ffi.pycapsule` and registered with `jax.ffi.register_ffi_target`; declared
+/// compatible with XLA's command buffers or not.
 #[pyfunction]
-pub fn xla_handler_address() -> usize {
-    xla::handler_address()
+#[pyo3(signature = (command_buffer = true))]
+pub fn xla_handler_address(command_buffer: bool) -> usize {
+    xla::handler_address(command_buffer)
 }
 
 /// `{name: value}` of every struct size and field offset of caijit's binding of

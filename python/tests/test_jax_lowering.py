@@ -123,6 +123,13 @@ def test_kernel_call_lowers_to_the_caijit_custom_call() -> None:
     assert "-> tensor<1000xf32>" in text
 
 
+def test_without_command_buffers_the_call_goes_to_the_direct_target() -> None:
+    x = jnp.ones(1000, jnp.float32)
+    text = lower_for_cuda(axpy_call(command_buffer=False), x, x)
+    assert "stablehlo.custom_call @caijit_launch_direct(%arg0, %arg1)" in text
+    assert len(launch_ids(text)) == 1
+
+
 def test_each_dtype_deduces_its_own_instance_and_the_same_one_is_reused() -> None:
     f = axpy_call()
     ids = {}
