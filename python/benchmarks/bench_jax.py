@@ -11,7 +11,7 @@ Both caijit kernels update y in place (`input_output_aliases={1: 0}`), as XLA's 
 does with the loop-carried y: without the alias XLA copies the result back into the loop
 carry each iteration, which halves the bandwidth.
 
-Each number is the median over 20 runs of one call of the jitted loop, timed on the host
+Each number is the median over 30 runs of one call of the jitted loop, timed on the host
 around `block_until_ready` (the loop's own time dominates: 1,000 iterations, or 20 of
 ~0.2 ms each).
 
@@ -52,7 +52,7 @@ __global__ void axpy4(float a, const float4* x, const float4* y, float4* out, in
 """
 
 A = 0.5
-RUNS = 20
+RUNS = 30
 BLOCK = 256
 
 
