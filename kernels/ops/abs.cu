@@ -1,5 +1,6 @@
-// out = |x|, elementwise (NumPy's absolute over real types: unsigned values unchanged;
-// the most negative integer stays itself, as in NumPy).
+// out = |x|, elementwise, as NumPy's absolute over real types: floating values lose their
+// sign bit (-0.0 and -NaN included), unsigned values are unchanged, and the most negative
+// integer stays itself.
 #include <caijit/caijit.cuh>
 #include <caijit/map.cuh>
 
@@ -12,6 +13,10 @@ struct abs_op {
     __device__ unsigned short operator()(unsigned short x) const { return x; }
     __device__ unsigned int operator()(unsigned int x) const { return x; }
     __device__ unsigned long long operator()(unsigned long long x) const { return x; }
+    __device__ float operator()(float x) const { return fabsf(x); }
+    __device__ double operator()(double x) const { return fabs(x); }
+    __device__ __half operator()(__half x) const { return __habs(x); }
+    __device__ __nv_bfloat16 operator()(__nv_bfloat16 x) const { return __habs(x); }
 };
 
 template <typename T>

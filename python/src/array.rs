@@ -188,7 +188,14 @@ impl DeviceArray {
         dl_device: Option<&Bound<'py, PyAny>>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let _ = dl_device;
+        if let Some(requested) = dl_device.filter(|d| !d.is_none()) {
+            let here = (2, slf.get().inner.context().ordinal());
+            if requested.extract::<(i32, usize)>().ok() != Some(here) {
+                return Err(pyo3::exceptions::PyBufferError::new_err(format!(
+                    "caijit arrays export on their own device {here:?} (kDLCUDA, ordinal) without copying; dl_device={requested} asks for another"
+                )));
+            }
+        }
         if copy == Some(true) {
             return Err(pyo3::exceptions::PyBufferError::new_err("caijit arrays export without copying"));
         }

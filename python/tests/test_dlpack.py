@@ -341,3 +341,24 @@ def test_caijit_arrays_export_dlpack() -> None:
     except Exception as e:  # noqa: BLE001 - JAX without a GPU backend
         pytest.skip(f"jax cannot take a CUDA DLPack tensor here: {e}")
     np.testing.assert_array_equal(np.asarray(j), np.arange(5))
+
+
+@pytest.mark.gpu
+def test_export_refuses_streams_that_are_not_streams() -> None:
+    """Only -1 (no ordering), 1, 2 and handles are CUDA stream values: a negative other than
+    -1 is refused before the driver sees it, and the process stays usable."""
+    a = caijit.zeros(16, "float32", stream=caijit.Stream())
+    for bad in (-2, -(2**40)):
+        with pytest.raises(caijit.ArgumentError, match=f"stream={bad}"):
+            a.__dlpack__(stream=bad)
+    a.__dlpack__(stream=-1)
+    caijit.zeros(4).copy_to_host()
+
+
+@pytest.mark.gpu
+def test_export_refuses_another_dl_device() -> None:
+    """``dl_device`` asking for another device (the CPU) would need a copy: refused."""
+    a = caijit.zeros(4, "float32")
+    with pytest.raises(BufferError, match="dl_device"):
+        a.__dlpack__(dl_device=(1, 0), max_version=(1, 0))
+    a.__dlpack__(dl_device=a.__dlpack_device__(), max_version=(1, 0))

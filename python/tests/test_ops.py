@@ -357,6 +357,16 @@ def test_abs_matches_numpy(dtype: str) -> None:
 
 
 @gpu
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_abs_clears_the_sign_bit_as_numpy_does(dtype: str) -> None:
+    x_h = np.array([-0.0, 0.0, -np.nan, np.nan, -np.inf, -1.5, 2.0], dtype)
+    got = host(ops.abs(caijit.to_device(x_h)))
+    want = np.abs(x_h)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+
+
+@gpu
 def test_abs_refuses_complex_and_bool() -> None:
     for dtype in ("complex64", "bool"):
         with pytest.raises(caijit.ArgumentError, match=f"abs: {dtype} is not supported"):

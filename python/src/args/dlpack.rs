@@ -156,6 +156,11 @@ pub fn export<'py>(slf: &Bound<'py, DeviceArray>, stream: Option<&Bound<'py, PyA
     if consumer == 0 {
         return Err(PyCaiError::argument("__dlpack__(stream=0) is ambiguous; pass 1 (legacy) or 2 (per-thread)"));
     }
+    if consumer < -1 {
+        return Err(PyCaiError::argument(format!(
+            "__dlpack__(stream={consumer}): a CUDA stream is a handle, 1 (legacy), 2 (per-thread) or -1 (no ordering)"
+        )));
+    }
     let own = inner.stream().handle();
     let ordered = consumer != -1 && consumer as u64 != own;
     if ordered {
