@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Optional
 
+import numpy as np
 import pytest
 
 import caijit
+from caijit import _native
 
 SRC = r"""
 template <typename T> __global__ void axpy(T a, const T* x, T* y, int n) { int i = threadIdx.x; if (i < n) y[i] += a * x[i]; }
@@ -126,3 +128,21 @@ def test_an_option_nvrtc_refuses_is_named() -> None:
     with pytest.raises(caijit.CompileError, match='does not accept the option "--bogus-flag"') as e:
         k.compile(arch="sm_90")
     assert "-lineinfo" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "value, instance",
+    [(np.float32(2.0), "k<float>"), (np.int32(2), "k<int>"), (np.float64(2.0), "k<double>"), (2.0, None)],
+)
+def test_numpy_scalars_deduce_their_own_type(value: Any, instance: Optional[str]) -> None:
+    """numpy.float64 subclasses float: it is still a NumPy scalar, whose dtype decides the
+    instance (a plain Python float decides nothing). Deduced without a GPU through the JAX
+    binding's preparation, which reads scalars as a launch does."""
+    k = caijit.kernel("template <typename S>\n__global__ void k(float* y, S a) { y[threadIdx.x] = (float)a; }\n")
+    args = (k, [], [("float32", [4])], [], [("a", value)], [1, 1, 1], [32, 1, 1], 0, [])
+    if instance is None:
+        with pytest.raises(caijit.ArgumentError, match="typed scalar"):
+            _native.xla_prepare(*args)
+        return
+    _, name = _native.xla_prepare(*args)
+    assert name.replace(" ", "") == instance

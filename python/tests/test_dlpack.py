@@ -362,3 +362,55 @@ def test_export_refuses_another_dl_device() -> None:
     with pytest.raises(BufferError, match="dl_device"):
         a.__dlpack__(dl_device=(1, 0), max_version=(1, 0))
     a.__dlpack__(dl_device=a.__dlpack_device__(), max_version=(1, 0))
+
+
+# A CUDA producer that can only export a copy (DLPack 1.x's IS_COPIED flag).
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_COPIES: list[Any] = []
+IS_COPIED = 1 << 1
+
+
+class CopyingProducer:
+    """A CUDA DLPack producer that copies (flags IS_COPIED), as DLPack 1.x allows when the
+    consumer does not pass copy=False. Records the keyword arguments it was called with."""
+
+    def __init__(self) -> None:
+        self.kwargs: list[dict[str, Any]] = []
+
+    def __dlpack__(self, **kw: Any) -> Any:
+        self.kwargs.append(kw)
+        if kw.get("copy") is False:
+            raise BufferError("this producer can only export a copy")
+        shape = (ctypes.c_int64 * 1)(4)
+        m = _ManagedVersioned()
+        m.version.major, m.version.minor = 1, 3
+        m.flags = IS_COPIED
+        m.dl_tensor.data = 0x7F0000001000
+        m.dl_tensor.device.device_type, m.dl_tensor.device.device_id = 2, 0
+        m.dl_tensor.ndim = 1
+        m.dl_tensor.dtype.code, m.dl_tensor.dtype.bits, m.dl_tensor.dtype.lanes = 2, 32, 1
+        m.dl_tensor.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
+        _COPIES.append((shape, m))
+        return _capsule_new(ctypes.addressof(m), b"dltensor_versioned", None)
+
+    def __dlpack_device__(self) -> Any:
+        return (2, 0)
+
+
+
+def test_an_import_asks_for_no_copy_and_refuses_a_copy() -> None:
+    """A kernel's writes into a producer's copy would be lost: caijit asks ``copy=False``,
+    and a capsule flagged IS_COPIED is refused all the same."""
+    p = CopyingProducer()
+    with pytest.raises(BufferError, match="only export a copy"):
+        _native.launch_view(p, path="dlpack")
+    assert p.kwargs[0].get("copy") is False
+
+    class Insistent(CopyingProducer):
+        def __dlpack__(self, **kw: Any) -> Any:
+            return super().__dlpack__(**{k: v for k, v in kw.items() if k != "copy"})
+
+    with pytest.raises(caijit.ArgumentError, match="IS_COPIED"):
+        _native.launch_view(Insistent(), path="dlpack")

@@ -253,7 +253,6 @@ def test_numba_fast_path_matches_numbas_interface() -> None:
         ((3, 4), (16, 4), "float32", 0),
         ((3, 4), (4, 12), "float32", 0),  # F order
         ((3, 1), (4, 999), "float32", 0),  # an extent of 1 with any stride is still C order
-        ((3, 4), (0, 8), "float64", 0),  # a broadcast axis: Numba calls it contiguous
         ((2, 3), (48, 8), "int64", 0x5EED),  # a stream, strided
         ((0, 3), (12, 4), "float32", 0),
         ((), (), "int16", 0),
@@ -264,3 +263,14 @@ def test_numba_fast_path_matches_numbas_interface() -> None:
         facts = lambda v: (v.shape, v.strides, v.ptr, str(v.dtype), v.readonly, v.stream)  # noqa: E731
         assert facts(fast) == facts(generic), (shape, strides)
         assert _native.launch_view(a).stream == (stream or None)
+
+
+def test_numba_broadcast_axes_keep_their_zero_strides() -> None:
+    """Numba's own interface calls an array with a broadcast axis (stride 0) contiguous,
+    which would have a kernel read 12 elements of a 4-element allocation: the fast path
+    keeps the real strides."""
+    Base = _typed("numba.cuda.cudadrv.devicearray", "DeviceNDArrayBase", _NumbaLike)
+    v = _native.launch_view(Base((3, 4), (0, 8), "float64", 0x7F0000000000, 0), path="known")
+    assert tuple(v.strides) == (0, 8) and not v.is_c_contiguous
+    lo, hi = v.byte_extent
+    assert hi - lo == 4 * 8

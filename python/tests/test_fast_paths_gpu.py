@@ -254,3 +254,31 @@ def test_phase_times_cover_a_launch() -> None:
         _native.phase_times(enable=False)
     assert times["total"][0] == 10 and times["launch"][0] == 10 and times["arg.scalar"][0] == 10
     assert times["arg.exchange"][0] + times["arg.torch"][0] == 30
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", ["auto", "known", "exchange", "generic"])
+def test_torch_views_whose_values_are_not_their_memory_are_refused_on_every_path(path: str) -> None:
+    """A conjugate view (complex) and a tensor with the negative bit set (``z.conj().imag``)
+    hold values PyTorch resolves lazily: their memory is not their values. torch's own
+    ``__cuda_array_interface__`` exports the memory as it is, so every path refuses them,
+    naming the fix; the resolved tensors are accepted."""
+    torch = pytest.importorskip("torch")
+    if path == "exchange" and not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+        pytest.skip("this PyTorch has no DLPack C exchange API")
+    z = torch.complex(torch.arange(4.0, device="cuda"), torch.ones(4, device="cuda"))
+    neg = z.conj().imag
+    assert neg.is_neg() and z.conj().is_conj()
+    with pytest.raises(caijit.ArgumentError, match="resolve_conj"):
+        _native.launch_view(z.conj(), path=path)
+    with pytest.raises(caijit.ArgumentError, match="resolve_neg"):
+        _native.launch_view(neg, path=path)
+    _native.launch_view(z.conj().resolve_conj(), path=path)
+    _native.launch_view(neg.resolve_neg(), path=path)
+    if path == "auto":
+        k = caijit.kernel('extern "C" __global__ void copy(const float* x, float* y, int n) { int i = threadIdx.x; if (i < n) y[i] = x[i]; }')
+        out = torch.zeros(4, device="cuda")
+        with pytest.raises(caijit.ArgumentError, match="argument 0.*resolve_neg"):
+            k[1, 32](neg, out, 4)
+        k[1, 32](neg.resolve_neg(), out, 4)
+        torch.testing.assert_close(out, -torch.ones(4, device="cuda"))

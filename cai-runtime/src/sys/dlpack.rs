@@ -20,6 +20,8 @@ pub const KDL_CUDA_HOST: i32 = 3;
 pub const KDL_CUDA_MANAGED: i32 = 13;
 /// `DLPACK_FLAG_BITMASK_READ_ONLY`.
 pub const FLAG_READ_ONLY: u64 = 1;
+/// `DLPACK_FLAG_BITMASK_IS_COPIED`: the tensor is a copy the producer made for this export.
+pub const FLAG_IS_COPIED: u64 = 1 << 1;
 /// The DLPack version caijit's exports declare, and the exchange API version it reads.
 pub const VERSION: DLPackVersion = DLPackVersion { major: 1, minor: 3 };
 
@@ -242,6 +244,11 @@ pub fn read_capsule(obj: &Bound<'_, PyAny>) -> Result<TensorInfo, String> {
         let (version, flags) = unsafe { ((*m.as_ptr()).version, (*m.as_ptr()).flags) };
         if version.major != 1 {
             return Err(format!("DLPack version {}.{} is not supported (caijit reads 1.x)", version.major, version.minor));
+        }
+        if flags & FLAG_IS_COPIED != 0 {
+            return Err("the producer exported a copy (DLPack's IS_COPIED flag): a kernel's writes would be lost, and caijit never \
+                        works on implicit copies"
+                .into());
         }
         // SAFETY: as above; a 1.x producer filled dl_tensor by the 1.x layout.
         return unsafe { read_tensor(&(*m.as_ptr()).dl_tensor, flags & FLAG_READ_ONLY != 0) };

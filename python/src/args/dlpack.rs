@@ -91,17 +91,24 @@ pub fn dlpack_device(obj: &Bound<'_, PyAny>) -> PyResult<Option<(i32, i32)>> {
     Ok(Some((dev.get_item(0)?.extract()?, dev.get_item(1)?.extract()?)))
 }
 
-/// `obj.__dlpack__(stream=stream, max_version=(1, 3))`; a producer predating DLPack 1.0
-/// (its `TypeError` names `max_version`) is asked again without it. Any other exception,
-/// a `TypeError` of the producer's own included, passes unchanged after one call.
+/// `obj.__dlpack__(stream=stream, max_version=(1, 3), copy=False)` (caijit works on the
+/// producer's memory, never on a copy); a producer predating DLPack 1.0 (its `TypeError`
+/// names `max_version` or `copy`) is asked again with the stream alone. Any other
+/// exception, a `TypeError` of the producer's own included, passes unchanged after one call.
 fn call_dlpack<'py>(obj: &Bound<'py, PyAny>, stream: u64) -> PyResult<Bound<'py, PyAny>> {
     let py = obj.py();
     let kwargs = PyDict::new(py);
     kwargs.set_item(intern!(py, "stream"), stream)?;
     kwargs.set_item(intern!(py, "max_version"), (dl::VERSION.major, dl::VERSION.minor))?;
+    kwargs.set_item(intern!(py, "copy"), false)?;
     match obj.call_method(intern!(py, "__dlpack__"), (), Some(&kwargs)) {
         Ok(c) => Ok(c),
-        Err(e) if e.is_instance_of::<PyTypeError>(py) && e.value(py).to_string().contains("max_version") => {
+        Err(e)
+            if e.is_instance_of::<PyTypeError>(py) && {
+                let text = e.value(py).to_string();
+                text.contains("max_version") || text.contains("copy")
+            } =>
+        {
             let kwargs = PyDict::new(py);
             kwargs.set_item(intern!(py, "stream"), stream)?;
             obj.call_method(intern!(py, "__dlpack__"), (), Some(&kwargs))

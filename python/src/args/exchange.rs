@@ -22,7 +22,13 @@ use crate::errors::PyCaiResult;
 /// The view and device of `obj` through `api`; `None` to take the next path. `torch`:
 /// the type is a PyTorch tensor type, whose rules the table does not apply itself (its
 /// `__dlpack__` and CAI refuse tensors that require grad, and conjugated views).
-pub fn view(obj: &Bound<'_, PyAny>, api: &ExchangeApi, torch: bool, ctx: &mut ArgContext) -> PyCaiResult<Option<(ArrayView, usize)>> {
+pub fn view(
+    index: usize,
+    obj: &Bound<'_, PyAny>,
+    api: &ExchangeApi,
+    torch: bool,
+    ctx: &mut ArgContext,
+) -> PyCaiResult<Option<(ArrayView, usize)>> {
     let py = obj.py();
     if torch && obj.getattr(intern!(py, "requires_grad"))?.is_truthy()? {
         return Ok(None);
@@ -34,11 +40,9 @@ pub fn view(obj: &Bound<'_, PyAny>, api: &ExchangeApi, torch: bool, ctx: &mut Ar
     if !is_cuda(info.device) || info.device.device_id < 0 {
         return Ok(None);
     }
-    if torch
-        && matches!(super::dlpack::dtype_of(info.dtype), Some(DType::C64 | DType::C128))
-        && obj.call_method0(intern!(py, "is_conj"))?.is_truthy()?
-    {
-        return Ok(None);
+    if torch {
+        let complex = matches!(super::dlpack::dtype_of(info.dtype), Some(DType::C64 | DType::C128));
+        super::torch::refuse_lazy_views(index, obj, Some(complex))?;
     }
     let device = info.device.device_id as usize;
     let stream = ctx.exchange_stream(py, api, info.device.device_type, device)?;

@@ -357,16 +357,22 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
     let route = route_of(&obj.get_type());
     let fast = match route {
         Route::Exchange { api, torch } if matches!(path, Path::Auto | Path::Exchange) => {
-            exchange::view(obj, &api, torch, ctx)?.map(|v| (v, Phase::ArgExchange))
+            exchange::view(index, obj, &api, torch, ctx)?.map(|v| (v, Phase::ArgExchange))
         }
-        Route::Exchange { torch: true, .. } | Route::Torch if path == Path::Known => torch::view(obj, ctx)?.map(|v| (v, Phase::ArgTorch)),
-        Route::Torch if path == Path::Auto => torch::view(obj, ctx)?.map(|v| (v, Phase::ArgTorch)),
+        Route::Exchange { torch: true, .. } | Route::Torch if path == Path::Known => {
+            torch::view(index, obj, ctx)?.map(|v| (v, Phase::ArgTorch))
+        }
+        Route::Torch if path == Path::Auto => torch::view(index, obj, ctx)?.map(|v| (v, Phase::ArgTorch)),
         Route::Cupy if matches!(path, Path::Auto | Path::Known) => cupy::view(obj, ctx)?.map(|v| (v, Phase::ArgCupy)),
         _ => None,
     };
     if let Some(((view, device), phase)) = fast {
         probe.stop(phase);
         return Ok(PyArg::ArrayOn(view, device));
+    }
+    if matches!(route, Route::Torch | Route::Exchange { torch: true, .. }) {
+        // The generic paths read torch's own interfaces, which export lazy views as memory.
+        torch::refuse_lazy_views(index, obj, None)?;
     }
     if matches!(route, Route::Numba) && matches!(path, Path::Auto | Path::Known) {
         if let Some(a) = numba::view(obj)? {
@@ -429,6 +435,12 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
 /// A Python number (bool, int, float or complex, subclasses included) as a scalar's value;
 /// `None` for anything else.
 pub fn python_number(index: usize, obj: &Bound<'_, PyAny>) -> PyCaiResult<Option<Num>> {
+    // NumPy's float64 and complex128 subclass float and complex: they are NumPy scalars,
+    // whose dtype takes part in deduction (`numpy_scalar`).
+    let exact = obj.is_exact_instance_of::<PyInt>() || obj.is_exact_instance_of::<PyFloat>() || obj.is_exact_instance_of::<PyBool>();
+    if !exact && is_numpy_scalar(obj)? {
+        return Ok(None);
+    }
     Ok(Some(if obj.is_instance_of::<PyBool>() {
         Num::Bool(obj.extract()?)
     } else if obj.is_instance_of::<PyInt>() {

@@ -1,7 +1,8 @@
 //! Numba device arrays (numba-cuda's `DeviceNDArrayBase`), read through the attributes
 //! their `__cuda_array_interface__` property reads, without building and parsing the dict
 //! (Numba's property alone costs ~1.8 µs per array): `gpu_data.device_ctypes_pointer`,
-//! `shape`, `strides` (`None`, C order, where Numba's own `is_contiguous` says so),
+//! `shape`, `strides` (`None`, C order, where Numba's own `is_contiguous` says so, except
+//! for broadcast axes, whose zero strides are kept),
 //! `dtype`, and `stream` (`0`: none). Readonly never; the device from the pointer, as for
 //! the generic path, except on a single-GPU machine.
 
@@ -49,7 +50,10 @@ pub fn view(obj: &Bound<'_, PyAny>) -> PyCaiResult<Option<PyArg>> {
     let ptr: u64 = pointer.getattr(intern!(py, "value"))?.extract::<Option<u64>>()?.unwrap_or(0);
     let shape = ints::<usize>(&obj.getattr(intern!(py, "shape"))?)?;
     let strides = ints::<i64>(&obj.getattr(intern!(py, "strides"))?)?;
-    let strides = if numba_contiguous(&shape, &strides, dtype.itemsize()) { None } else { Some(strides) };
+    // A broadcast axis (stride 0, extent > 1) keeps its strides: Numba's own dict calls such
+    // an array contiguous, which would make a kernel read past its memory.
+    let broadcast = shape.iter().zip(&strides).any(|(&n, &s)| n > 1 && s == 0);
+    let strides = if !broadcast && numba_contiguous(&shape, &strides, dtype.itemsize()) { None } else { Some(strides) };
     let stream = obj.getattr(intern!(py, "stream"))?;
     let stream = match stream.cast::<PyInt>() {
         Ok(i) if i.extract::<u64>().is_ok_and(|v| v == 0) => None,

@@ -14,7 +14,27 @@ pub fn is_type(qualified_name: &str) -> bool {
     qualified_name == "torch.Tensor"
 }
 
-pub fn view(obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option<(ArrayView, usize)>> {
+/// Refuse a tensor whose values are not what its memory holds: a conjugate view (complex
+/// dtypes: `complex` is `None` when the dtype is not known yet) or a tensor with the
+/// negative bit set (`z.conj().imag`, say). PyTorch resolves those lazily; its
+/// `__cuda_array_interface__` exports the memory as it is, which a kernel would misread.
+pub fn refuse_lazy_views(index: usize, obj: &Bound<'_, PyAny>, complex: Option<bool>) -> PyCaiResult<()> {
+    let py = obj.py();
+    if obj.call_method0(intern!(py, "is_neg"))?.is_truthy()? {
+        return Err(PyCaiError::argument(format!(
+            "argument {index}: a PyTorch tensor with its negative bit set (a view such as z.conj().imag) holds the negated values; \
+             pass x.resolve_neg()"
+        )));
+    }
+    if complex != Some(false) && obj.call_method0(intern!(py, "is_conj"))?.is_truthy()? {
+        return Err(PyCaiError::argument(format!(
+            "argument {index}: a conjugate view of a PyTorch tensor holds the unconjugated values; pass x.resolve_conj()"
+        )));
+    }
+    Ok(())
+}
+
+pub fn view(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option<(ArrayView, usize)>> {
     let py = obj.py();
     // Exactly when torch's own __cuda_array_interface__ would refuse or differ, take the
     // generic path (it raises torch's own error).
@@ -27,9 +47,7 @@ pub fn view(obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option<
         Ok(DType::from_name(name.trim_start_matches("torch.")))
     })?;
     let Some(dtype) = dtype else { return Ok(None) };
-    if matches!(dtype, DType::C64 | DType::C128) && obj.call_method0(intern!(py, "is_conj"))?.extract::<bool>()? {
-        return Ok(None);
-    }
+    refuse_lazy_views(index, obj, Some(matches!(dtype, DType::C64 | DType::C128)))?;
     let ptr: u64 = obj.call_method0(intern!(py, "data_ptr"))?.extract()?;
     let shape = ints::<usize>(&obj.getattr(intern!(py, "shape"))?)?;
     let item = dtype.itemsize() as i64;
