@@ -29,6 +29,7 @@ use crate::cai::{ArrayView, DType};
 use crate::kernel::Kernel;
 use crate::runtime::{Context, Events, Stream};
 use crate::signature::{ArgType, ArrayLayout, ParamKind, ParamLayout};
+use crate::stats::timing::{self, Phase};
 use crate::stats::{bump, COUNTERS};
 use crate::sys::{Driver, RawStream};
 use crate::{Error, Result};
@@ -438,6 +439,7 @@ impl Kernel {
     /// stream the protocol picks), ordered against every producer stream unless `sync` is
     /// false. Returns the stream the kernel was launched on (its CAI value).
     pub fn launch(&self, cfg: &LaunchConfig, args: &[Arg<'_>], stream: Option<&Stream>, sync: bool) -> Result<u64> {
+        let probe = timing::start();
         let params = &self.info.params;
         if params.len() != args.len() {
             return Err(Error::argument(format!("kernel `{}` takes {} arguments, got {}", self.info.base_name, params.len(), args.len())));
@@ -445,6 +447,7 @@ impl Kernel {
         cfg.check(self)?;
         let mut buf = ParamBuffer::new(self.info.param_buffer_size());
         marshal(params, args, &mut buf)?;
+        probe.stop(Phase::LaunchCheck);
 
         let arrays = args.iter().enumerate().filter_map(|(i, a)| match a {
             Arg::Array(v) => Some((i, *v, None)),
@@ -456,7 +459,10 @@ impl Kernel {
             // The arguments were checked against the compiled parameter list above: each
             // pointer refers to a value of exactly the parameter's size; device pointers come
             // from validated CAI descriptors whose owners keep them alive (CAI contract).
-            buf.with_pointers(params, |ptrs| d.launch_checked(self.raw, cfg, launch_stream, ptrs))?;
+            let probe = timing::start();
+            let launched = buf.with_pointers(params, |ptrs| d.launch_checked(self.raw, cfg, launch_stream, ptrs));
+            probe.stop(Phase::LaunchDriver);
+            launched?;
             bump(&COUNTERS.launches);
             Ok(())
         })
@@ -484,8 +490,11 @@ pub(crate) fn enqueue_ordered<'v>(
     named: impl Fn(usize, String) -> Error,
     work: impl FnOnce(&Driver, RawStream) -> Result<()>,
 ) -> Result<u64> {
+    let probe = timing::start();
     ctx.collect_released();
     let d = ctx.bind()?;
+    probe.stop(Phase::LaunchBind);
+    let probe = timing::start();
     // Producer streams (with the first array naming each, and whether caijit's own memory
     // is among its arrays), and each array's device (from its pointer, never a null one).
     // Inline for up to four producer streams: no allocation on the launch path.
@@ -520,7 +529,9 @@ pub(crate) fn enqueue_ordered<'v>(
     if !producers.is_empty() {
         keep_capture_legal(&d, launch_stream, &mut producers, &named)?;
     }
+    probe.stop(Phase::LaunchScan);
     // Forward edges: one event per producer stream, all waited on by the launch stream.
+    let probe = timing::start();
     let mut events = Events::new();
     if !producers.is_empty() {
         ctx.take_events(producers.len() + 1, &mut events)?;
@@ -531,6 +542,7 @@ pub(crate) fn enqueue_ordered<'v>(
             d.stream_wait_event(launch_stream, e)?;
             bump(&COUNTERS.waits);
         }
+        probe.stop(Phase::LaunchEvents);
         work(&d, launch_stream)
     })();
     if let Err(e) = before {
@@ -542,6 +554,7 @@ pub(crate) fn enqueue_ordered<'v>(
         return Err(e);
     }
     // Reverse edges: one event after the work, waited on by every producer stream.
+    let probe = timing::start();
     let after = (|| -> Result<()> {
         fault::check(fault::Point::ReverseEdge)?;
         if let Some(&after) = events.last() {
@@ -554,6 +567,7 @@ pub(crate) fn enqueue_ordered<'v>(
         Ok(())
     })();
     ctx.return_events(&mut events);
+    probe.stop(Phase::LaunchEvents);
     if let Err(e) = after {
         // The work is enqueued but its producers may not wait for it, so their memory could
         // be released or overwritten under it: hold the caller until it has finished.

@@ -329,10 +329,15 @@ fn launch_now(
     probe.stop(Phase::Resolve);
     // The GIL is released while the driver enqueues: other Python threads keep running.
     let probe = timing::start();
-    let on = py.detach(|| match (config, forall) {
-        (Some(cfg), _) => k.launch(&cfg, &launch_args, stream, sync),
-        (None, Some(n)) => k.forall(n, &launch_args, stream, sync),
-        (None, None) => Err(Error::argument(SYNTAX)),
+    let on = py.detach(|| {
+        let probe = timing::start();
+        let on = match (config, forall) {
+            (Some(cfg), _) => k.launch(&cfg, &launch_args, stream, sync),
+            (None, Some(n)) => k.forall(n, &launch_args, stream, sync),
+            (None, None) => Err(Error::argument(SYNTAX)),
+        };
+        probe.stop(Phase::LaunchRuntime);
+        on
     })?;
     probe.stop(Phase::Launch);
     drop(launch_args);
