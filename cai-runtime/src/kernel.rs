@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::ffi::CString;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
 use crate::compile::{self, Arch, Compiled, KernelInfo, Program};
@@ -100,7 +101,17 @@ impl Module {
             }
         }
         let attributes = d.func_attributes(raw)?;
-        let k = Arc::new(Kernel { module: self.clone(), info, raw, attributes: Mutex::new(attributes), forall_block: OnceLock::new() });
+        let max_dynamic_shared = AtomicI32::new(attributes.max_dynamic_shared_size_bytes);
+        let pointee_alignment = info.params.iter().map(crate::launch::pointee_alignment).collect();
+        let k = Arc::new(Kernel {
+            module: self.clone(),
+            info,
+            raw,
+            attributes,
+            max_dynamic_shared,
+            pointee_alignment,
+            forall_block: OnceLock::new(),
+        });
         Ok(lock(&self.kernels).entry(name.to_string()).or_insert(k).clone())
     }
 }
@@ -111,7 +122,15 @@ pub struct Kernel {
     pub(crate) module: Arc<Module>,
     pub(crate) info: KernelInfo,
     pub(crate) raw: RawFunction,
-    attributes: Mutex<KernelAttributes>,
+    /// The driver's attributes at load; `max_dynamic_shared_size_bytes` is the one a
+    /// caller can change, kept in `max_dynamic_shared`.
+    attributes: KernelAttributes,
+    /// The current limit of dynamic shared memory: read by every launch's check without a
+    /// lock (it is one value, written after the driver accepted it).
+    max_dynamic_shared: AtomicI32,
+    /// Per parameter, the alignment its pointee needs beyond its elements' size (a vector
+    /// type's: `float4*` → 16), parsed from its C++ type once instead of on every launch.
+    pub(crate) pointee_alignment: Box<[usize]>,
     /// The occupancy-maximising block size without dynamic shared memory (`forall`),
     /// asked of the driver once.
     forall_block: OnceLock<u32>,
@@ -125,14 +144,24 @@ impl Kernel {
         &self.module.ctx
     }
     pub fn attributes(&self) -> KernelAttributes {
-        *lock(&self.attributes)
+        KernelAttributes { max_dynamic_shared_size_bytes: self.max_dynamic_shared_size_bytes(), ..self.attributes }
+    }
+
+    /// The limit of threads per block (fixed at load).
+    pub(crate) fn max_threads_per_block(&self) -> i32 {
+        self.attributes.max_threads_per_block
+    }
+
+    /// The current limit of dynamic shared memory per block.
+    pub(crate) fn max_dynamic_shared_size_bytes(&self) -> i32 {
+        self.max_dynamic_shared.load(Ordering::Relaxed)
     }
 
     /// Allow up to `bytes` of dynamic shared memory (above the 48 KiB default).
     pub fn set_max_dynamic_shared_size_bytes(&self, bytes: i32) -> Result<()> {
         let d = self.context().bind()?;
         d.set_max_dynamic_shared(self.raw, bytes)?;
-        lock(&self.attributes).max_dynamic_shared_size_bytes = bytes;
+        self.max_dynamic_shared.store(bytes, Ordering::Relaxed);
         Ok(())
     }
 

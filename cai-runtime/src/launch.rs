@@ -66,7 +66,8 @@ impl LaunchConfig {
     }
 
     pub(crate) fn check(&self, k: &Kernel) -> Result<()> {
-        let attrs = k.attributes();
+        // The kernel's limits, kept in the kernel since its load (no lock, no driver call).
+        let (max_threads, max_dynamic_shared) = (k.max_threads_per_block(), k.max_dynamic_shared_size_bytes());
         let limits = [("grid", self.grid, [i32::MAX as u32, 65535, 65535]), ("block", self.block, [1024, 1024, 64])];
         for (what, dims, max) in limits {
             for (axis, (&d, &m)) in dims.iter().zip(&max).enumerate() {
@@ -79,10 +80,9 @@ impl LaunchConfig {
             }
         }
         let threads = self.block.iter().map(|&b| u64::from(b)).product::<u64>();
-        if threads > attrs.max_threads_per_block as u64 {
+        if threads > max_threads as u64 {
             return Err(Error::argument(format!(
-                "block of {threads} threads exceeds this kernel's limit of {} threads per block",
-                attrs.max_threads_per_block
+                "block of {threads} threads exceeds this kernel's limit of {max_threads} threads per block"
             )));
         }
         if let Some(cluster) = self.cluster {
@@ -106,10 +106,10 @@ impl LaunchConfig {
                 return Err(Error::argument(format!("a cluster of {size} blocks exceeds the portable limit of 8")));
             }
         }
-        if self.shared_mem as i64 > attrs.max_dynamic_shared_size_bytes as i64 {
+        if self.shared_mem as i64 > max_dynamic_shared as i64 {
             return Err(Error::argument(format!(
-                "{} bytes of dynamic shared memory exceed this kernel's limit of {} (raise it with max_dynamic_shared_size_bytes)",
-                self.shared_mem, attrs.max_dynamic_shared_size_bytes
+                "{} bytes of dynamic shared memory exceed this kernel's limit of {max_dynamic_shared} (raise it with max_dynamic_shared_size_bytes)",
+                self.shared_mem
             )));
         }
         Ok(())
@@ -169,43 +169,25 @@ fn sync_enabled_by_env() -> bool {
     *S.get_or_init(|| std::env::var("CAIJIT_CAI_SYNC").map_or(true, |v| v != "0"))
 }
 
-/// A parameter buffer, 16-byte aligned; on the stack for the usual sizes (≤ 512 bytes).
-struct ParamBuffer {
-    inline: [u128; 32],
-    heap: Vec<u128>,
-}
+/// A parameter buffer, 16-byte aligned and zeroed; on the stack for the usual sizes
+/// (≤ 512 bytes), where only the words the kernel's parameters span are written (not the
+/// whole inline capacity).
+struct ParamBuffer(SmallVec<[u128; 32]>);
 
 impl ParamBuffer {
     fn new(size: usize) -> Self {
-        let words = size.div_ceil(16).max(1);
-        let heap = if words > 32 { vec![0; words] } else { Vec::new() };
-        ParamBuffer { inline: [0; 32], heap }
-    }
-    fn words(&mut self) -> &mut [u128] {
-        if self.heap.is_empty() {
-            &mut self.inline[..]
-        } else {
-            &mut self.heap[..]
-        }
+        ParamBuffer(smallvec::smallvec![0; size.div_ceil(16).max(1)])
     }
     fn write(&mut self, offset: usize, data: &[u8]) {
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(self.words());
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut self.0[..]);
         bytes[offset..offset + data.len()].copy_from_slice(data);
     }
     /// Call `f` with one pointer per parameter into this buffer (on the stack for up to 32
     /// parameters).
     fn with_pointers<R>(&mut self, params: &[ParamLayout], f: impl FnOnce(&mut [*mut c_void]) -> R) -> R {
-        let start = self.words().as_mut_ptr() as *mut u8;
-        let at = |p: &ParamLayout| start.wrapping_add(p.offset) as *mut c_void;
-        if params.len() <= 32 {
-            let mut inline = [std::ptr::null_mut(); 32];
-            for (slot, p) in inline.iter_mut().zip(params) {
-                *slot = at(p);
-            }
-            f(&mut inline[..params.len()])
-        } else {
-            f(&mut params.iter().map(at).collect::<Vec<_>>())
-        }
+        let start = self.0.as_mut_ptr() as *mut u8;
+        let mut pointers: SmallVec<[*mut c_void; 32]> = params.iter().map(|p| start.wrapping_add(p.offset) as *mut c_void).collect();
+        f(&mut pointers)
     }
 }
 
@@ -231,11 +213,8 @@ fn check_array(p: &ParamLayout, v: &ArrayView, dtype: Option<DType>, is_const: b
 /// Elements must sit at multiples of their size: a misaligned access faults the kernel,
 /// and a fault kills the context for every library in the process. A pointer to a CUDA
 /// vector type (`float4*`, say) needs that type's alignment too.
-fn check_aligned(p: &ParamLayout, v: &ArrayView) -> Result<()> {
-    let vector = match p.kind {
-        ParamKind::Pointer { dtype: None, .. } => vector_alignment(&p.cpp_type).unwrap_or(1),
-        _ => 1,
-    };
+/// `vector` is [`pointee_alignment`] of `p` (computed once, at the kernel's load).
+fn check_aligned(p: &ParamLayout, v: &ArrayView, vector: usize) -> Result<()> {
     if !v.is_itemsize_aligned() || !v.ptr().is_multiple_of(vector as u64) {
         if vector > 1 {
             return Err(err(p, format!("the pointer {:#x} is not aligned to the {vector} bytes of the parameter's vector type", v.ptr())));
@@ -251,6 +230,16 @@ fn check_aligned(p: &ParamLayout, v: &ArrayView) -> Result<()> {
         ));
     }
     Ok(())
+}
+
+/// The alignment a pointer parameter's pointee needs beyond its elements' size: its CUDA
+/// vector type's for an untyped pointer to one, else 1. Parsed from the C++ type once per
+/// kernel (at load: [`crate::kernel::Kernel`] keeps it), not on every launch.
+pub(crate) fn pointee_alignment(p: &ParamLayout) -> usize {
+    match p.kind {
+        ParamKind::Pointer { dtype: None, .. } => vector_alignment(&p.cpp_type).unwrap_or(1),
+        _ => 1,
+    }
 }
 
 /// The alignment of the CUDA vector type a pointer parameter points to (`const float4*` →
@@ -374,8 +363,9 @@ pub fn encode_scalar(value: Num, dtype: DType) -> std::result::Result<ScalarByte
 }
 
 /// Lay out `args` for `params`: every check that names a parameter happens here.
-fn marshal(params: &[ParamLayout], args: &[Arg<'_>], buf: &mut ParamBuffer) -> Result<()> {
-    for (p, a) in params.iter().zip(args) {
+/// `vector[i]` is [`pointee_alignment`] of `params[i]`.
+fn marshal(params: &[ParamLayout], vector: &[usize], args: &[Arg<'_>], buf: &mut ParamBuffer) -> Result<()> {
+    for ((p, a), &vector) in params.iter().zip(args).zip(vector) {
         let a = match a {
             Arg::ArrayOn(v, _) => &Arg::Array(v),
             other => other,
@@ -389,7 +379,7 @@ fn marshal(params: &[ParamLayout], args: &[Arg<'_>], buf: &mut ParamBuffer) -> R
                         v.shape(), v.strides(), v.ndim()
                     )));
                 }
-                check_aligned(p, v)?;
+                check_aligned(p, v, vector)?;
                 buf.write(p.offset, &v.ptr().to_le_bytes());
             }
             (ParamKind::Pointer { .. }, Arg::Pointer(ptr)) => buf.write(p.offset, &ptr.to_le_bytes()),
@@ -403,7 +393,7 @@ fn marshal(params: &[ParamLayout], args: &[Arg<'_>], buf: &mut ParamBuffer) -> R
                 if v.ndim() != *rank {
                     return Err(err(p, format!("expected a {rank}-d array, got {}-d (shape {:?})", v.ndim(), v.shape())));
                 }
-                check_aligned(p, v)?;
+                check_aligned(p, v, vector)?;
                 buf.write(p.offset + ArrayLayout::DATA, &v.ptr().to_le_bytes());
                 for (d, (&n, &s)) in v.shape().iter().zip(v.strides()).enumerate() {
                     buf.write(p.offset + ArrayLayout::extent(d), &(n as i64).to_le_bytes());
@@ -446,7 +436,7 @@ impl Kernel {
         }
         cfg.check(self)?;
         let mut buf = ParamBuffer::new(self.info.param_buffer_size());
-        marshal(params, args, &mut buf)?;
+        marshal(params, &self.pointee_alignment, args, &mut buf)?;
         probe.stop(Phase::LaunchCheck);
 
         let arrays = args.iter().enumerate().filter_map(|(i, a)| match a {
