@@ -760,6 +760,20 @@ mod tests {
     }
 
     #[test]
+    fn parameter_buffers_are_zeroed_aligned_and_sized_to_their_parameters() {
+        let mut b = ParamBuffer::new(20);
+        assert_eq!(b.0.len(), 2);
+        assert!(!b.0.spilled());
+        assert_eq!(b.0.as_ptr() as usize % 16, 0);
+        assert!(b.0.iter().all(|&w| w == 0));
+        b.write(16, &[1, 2, 3, 4]);
+        let bytes: &[u8] = bytemuck::cast_slice(&b.0[..]);
+        assert_eq!(&bytes[16..20], &[1, 2, 3, 4]);
+        assert_eq!(ParamBuffer::new(0).0.len(), 1);
+        assert!(ParamBuffer::new(513).0.spilled());
+    }
+
+    #[test]
     fn configs() {
         assert_eq!(LaunchConfig::for_elements(0, 256).grid, [1, 1, 1]);
         assert_eq!(LaunchConfig::for_elements(257, 256).grid, [2, 1, 1]);

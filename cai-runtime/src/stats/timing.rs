@@ -134,3 +134,19 @@ pub fn totals(reset: bool) -> Vec<(&'static str, u64, u64)> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phases_have_distinct_names_and_the_launch_steps_nest_under_launch() {
+        let mut names = NAMES.to_vec();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), NAMES.len());
+        assert_eq!(NAMES[Phase::Launch as usize], "launch");
+        assert_eq!(NAMES[Phase::LaunchDriver as usize], "launch.driver");
+        assert_eq!(NAMES[Phase::Total as usize], "total");
+    }
+}
