@@ -13,6 +13,7 @@ use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
 use crate::compile::{self, Arch, Compiled, KernelInfo, Program};
 use crate::runtime::Context;
+use crate::signature::{ParamKind, ParamLayout};
 use crate::stats::{bump, COUNTERS};
 use crate::sync::lock;
 pub use crate::sys::KernelAttributes;
@@ -102,7 +103,7 @@ impl Module {
         }
         let attributes = d.func_attributes(raw)?;
         let max_dynamic_shared = AtomicI32::new(attributes.max_dynamic_shared_size_bytes);
-        let pointee_alignment = info.params.iter().map(crate::launch::pointee_alignment).collect();
+        let pointee_alignment = info.params.iter().map(pointee_alignment).collect();
         let k = Arc::new(Kernel {
             module: self.clone(),
             info,
@@ -178,5 +179,53 @@ impl Kernel {
             let _ = self.forall_block.set(block);
         }
         Ok(block)
+    }
+}
+
+/// The alignment a pointer parameter's pointee needs beyond its elements' size: its CUDA
+/// vector type's for an untyped pointer to one, else 1. Parsed from the C++ type once per
+/// kernel (at load: [`Kernel`] keeps it), not on every launch.
+pub(crate) fn pointee_alignment(p: &ParamLayout) -> usize {
+    match p.kind {
+        ParamKind::Pointer { dtype: None, .. } => vector_alignment(&p.cpp_type).unwrap_or(1),
+        _ => 1,
+    }
+}
+
+/// The alignment of the CUDA vector type a pointer parameter points to (`const float4*` →
+/// 16), `None` for other pointees.
+fn vector_alignment(cpp_type: &str) -> Option<usize> {
+    let name = cpp_type.replace("__restrict__", "").replace("const", "").replace(['*', ' '], "");
+    let lanes = name.chars().last()?.to_digit(10)? as usize;
+    let base = &name[..name.len() - 1];
+    let size = match base.trim_start_matches("__") {
+        "half" | "nv_bfloat16" if lanes == 2 => return Some(4),
+        "char" | "uchar" => 1,
+        "short" | "ushort" => 2,
+        "int" | "uint" | "float" => 4,
+        "long" | "ulong" | "longlong" | "ulonglong" | "double" => 8,
+        _ => return None,
+    };
+    match lanes {
+        1 | 3 => Some(size),
+        2 | 4 => Some((size * lanes).min(16)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vector_pointees_have_their_alignment() {
+        assert_eq!(vector_alignment("const float4*"), Some(16));
+        assert_eq!(vector_alignment("float2*"), Some(8));
+        assert_eq!(vector_alignment("double2 * __restrict__"), Some(16));
+        assert_eq!(vector_alignment("uchar4*"), Some(4));
+        assert_eq!(vector_alignment("float3*"), Some(4));
+        assert_eq!(vector_alignment("__half2*"), Some(4));
+        assert_eq!(vector_alignment("MyStruct*"), None);
+        assert_eq!(vector_alignment("S2*"), None);
     }
 }

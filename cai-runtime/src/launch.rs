@@ -213,7 +213,7 @@ fn check_array(p: &ParamLayout, v: &ArrayView, dtype: Option<DType>, is_const: b
 /// Elements must sit at multiples of their size: a misaligned access faults the kernel,
 /// and a fault kills the context for every library in the process. A pointer to a CUDA
 /// vector type (`float4*`, say) needs that type's alignment too.
-/// `vector` is [`pointee_alignment`] of `p` (computed once, at the kernel's load).
+/// `vector` is [`crate::kernel::pointee_alignment`] of `p` (computed once, at the kernel's load).
 fn check_aligned(p: &ParamLayout, v: &ArrayView, vector: usize) -> Result<()> {
     if !v.is_itemsize_aligned() || !v.ptr().is_multiple_of(vector as u64) {
         if vector > 1 {
@@ -230,37 +230,6 @@ fn check_aligned(p: &ParamLayout, v: &ArrayView, vector: usize) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-/// The alignment a pointer parameter's pointee needs beyond its elements' size: its CUDA
-/// vector type's for an untyped pointer to one, else 1. Parsed from the C++ type once per
-/// kernel (at load: [`crate::kernel::Kernel`] keeps it), not on every launch.
-pub(crate) fn pointee_alignment(p: &ParamLayout) -> usize {
-    match p.kind {
-        ParamKind::Pointer { dtype: None, .. } => vector_alignment(&p.cpp_type).unwrap_or(1),
-        _ => 1,
-    }
-}
-
-/// The alignment of the CUDA vector type a pointer parameter points to (`const float4*` →
-/// 16), `None` for other pointees.
-fn vector_alignment(cpp_type: &str) -> Option<usize> {
-    let name = cpp_type.replace("__restrict__", "").replace("const", "").replace(['*', ' '], "");
-    let lanes = name.chars().last()?.to_digit(10)? as usize;
-    let base = &name[..name.len() - 1];
-    let size = match base.trim_start_matches("__") {
-        "half" | "nv_bfloat16" if lanes == 2 => return Some(4),
-        "char" | "uchar" => 1,
-        "short" | "ushort" => 2,
-        "int" | "uint" | "float" => 4,
-        "long" | "ulong" | "longlong" | "ulonglong" | "double" => 8,
-        _ => return None,
-    };
-    match lanes {
-        1 | 3 => Some(size),
-        2 | 4 => Some((size * lanes).min(16)),
-        _ => None,
-    }
 }
 
 /// A scalar parameter's bytes (at most 16, for complex128), kept on the stack: encoding
@@ -363,7 +332,7 @@ pub fn encode_scalar(value: Num, dtype: DType) -> std::result::Result<ScalarByte
 }
 
 /// Lay out `args` for `params`: every check that names a parameter happens here.
-/// `vector[i]` is [`pointee_alignment`] of `params[i]`.
+/// `vector[i]` is [`crate::kernel::pointee_alignment`] of `params[i]`.
 fn marshal(params: &[ParamLayout], vector: &[usize], args: &[Arg<'_>], buf: &mut ParamBuffer) -> Result<()> {
     for ((p, a), &vector) in params.iter().zip(args).zip(vector) {
         let a = match a {
@@ -745,18 +714,6 @@ mod tests {
         assert!(encode_scalar(Num::Int(2), DType::Bool).is_err());
         assert_eq!(encode_scalar(Num::Complex(1.0, -2.0), DType::C128).unwrap().len(), 16);
         assert_eq!(encode_scalar(Num::Int(u64::MAX as i128), DType::U64).unwrap(), u64::MAX.to_le_bytes());
-    }
-
-    #[test]
-    fn vector_pointees_have_their_alignment() {
-        assert_eq!(vector_alignment("const float4*"), Some(16));
-        assert_eq!(vector_alignment("float2*"), Some(8));
-        assert_eq!(vector_alignment("double2 * __restrict__"), Some(16));
-        assert_eq!(vector_alignment("uchar4*"), Some(4));
-        assert_eq!(vector_alignment("float3*"), Some(4));
-        assert_eq!(vector_alignment("__half2*"), Some(4));
-        assert_eq!(vector_alignment("MyStruct*"), None);
-        assert_eq!(vector_alignment("S2*"), None);
     }
 
     #[test]
