@@ -501,7 +501,7 @@ pub(crate) fn enqueue_ordered<'v>(
             d.stream_wait_event(launch_stream, e)?;
             bump(&COUNTERS.waits);
         }
-        probe.stop(Phase::LaunchEvents);
+        probe.stop_uncounted(Phase::LaunchEvents);
         work(&d, launch_stream)
     })();
     if let Err(e) = before {

@@ -117,6 +117,15 @@ impl Probe {
             NANOS[phase as usize].fetch_add(ns, Ordering::Relaxed);
         }
     }
+
+    /// Add the time to `phase` without counting a pass: for a phase timed in several
+    /// pieces (the last piece's [`Probe::stop`] counts it once).
+    #[inline]
+    pub fn stop_uncounted(self, phase: Phase) {
+        if let Some(t) = self.0 {
+            NANOS[phase as usize].fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        }
+    }
 }
 
 /// `(name, count, total nanoseconds)` of every phase; `reset` zeroes them after reading.
