@@ -8,10 +8,12 @@
 
 use std::collections::HashMap;
 use std::ffi::CString;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 
 use crate::compile::{self, Arch, Compiled, KernelInfo, Program};
 use crate::runtime::Context;
+use crate::signature::{ParamKind, ParamLayout};
 use crate::stats::{bump, COUNTERS};
 use crate::sync::lock;
 pub use crate::sys::KernelAttributes;
@@ -100,7 +102,17 @@ impl Module {
             }
         }
         let attributes = d.func_attributes(raw)?;
-        let k = Arc::new(Kernel { module: self.clone(), info, raw, attributes: Mutex::new(attributes), forall_block: OnceLock::new() });
+        let max_dynamic_shared = AtomicI32::new(attributes.max_dynamic_shared_size_bytes);
+        let pointee_alignment = info.params.iter().map(pointee_alignment).collect();
+        let k = Arc::new(Kernel {
+            module: self.clone(),
+            info,
+            raw,
+            attributes,
+            max_dynamic_shared,
+            pointee_alignment,
+            forall_block: OnceLock::new(),
+        });
         Ok(lock(&self.kernels).entry(name.to_string()).or_insert(k).clone())
     }
 }
@@ -111,7 +123,15 @@ pub struct Kernel {
     pub(crate) module: Arc<Module>,
     pub(crate) info: KernelInfo,
     pub(crate) raw: RawFunction,
-    attributes: Mutex<KernelAttributes>,
+    /// The driver's attributes at load; `max_dynamic_shared_size_bytes` is the one a
+    /// caller can change, kept in `max_dynamic_shared`.
+    attributes: KernelAttributes,
+    /// The current limit of dynamic shared memory: read by every launch's check without a
+    /// lock (it is one value, written after the driver accepted it).
+    max_dynamic_shared: AtomicI32,
+    /// Per parameter, the alignment its pointee needs beyond its elements' size (a vector
+    /// type's: `float4*` → 16), parsed from its C++ type once instead of on every launch.
+    pub(crate) pointee_alignment: Box<[usize]>,
     /// The occupancy-maximising block size without dynamic shared memory (`forall`),
     /// asked of the driver once.
     forall_block: OnceLock<u32>,
@@ -125,14 +145,24 @@ impl Kernel {
         &self.module.ctx
     }
     pub fn attributes(&self) -> KernelAttributes {
-        *lock(&self.attributes)
+        KernelAttributes { max_dynamic_shared_size_bytes: self.max_dynamic_shared_size_bytes(), ..self.attributes }
+    }
+
+    /// The limit of threads per block (fixed at load).
+    pub(crate) fn max_threads_per_block(&self) -> i32 {
+        self.attributes.max_threads_per_block
+    }
+
+    /// The current limit of dynamic shared memory per block.
+    pub(crate) fn max_dynamic_shared_size_bytes(&self) -> i32 {
+        self.max_dynamic_shared.load(Ordering::Relaxed)
     }
 
     /// Allow up to `bytes` of dynamic shared memory (above the 48 KiB default).
     pub fn set_max_dynamic_shared_size_bytes(&self, bytes: i32) -> Result<()> {
         let d = self.context().bind()?;
         d.set_max_dynamic_shared(self.raw, bytes)?;
-        lock(&self.attributes).max_dynamic_shared_size_bytes = bytes;
+        self.max_dynamic_shared.store(bytes, Ordering::Relaxed);
         Ok(())
     }
 
@@ -149,5 +179,53 @@ impl Kernel {
             let _ = self.forall_block.set(block);
         }
         Ok(block)
+    }
+}
+
+/// The alignment a pointer parameter's pointee needs beyond its elements' size: its CUDA
+/// vector type's for an untyped pointer to one, else 1. Parsed from the C++ type once per
+/// kernel (at load: [`Kernel`] keeps it), not on every launch.
+pub(crate) fn pointee_alignment(p: &ParamLayout) -> usize {
+    match p.kind {
+        ParamKind::Pointer { dtype: None, .. } => vector_alignment(&p.cpp_type).unwrap_or(1),
+        _ => 1,
+    }
+}
+
+/// The alignment of the CUDA vector type a pointer parameter points to (`const float4*` →
+/// 16), `None` for other pointees.
+fn vector_alignment(cpp_type: &str) -> Option<usize> {
+    let name = cpp_type.replace("__restrict__", "").replace("const", "").replace(['*', ' '], "");
+    let lanes = name.chars().last()?.to_digit(10)? as usize;
+    let base = &name[..name.len() - 1];
+    let size = match base.trim_start_matches("__") {
+        "half" | "nv_bfloat16" if lanes == 2 => return Some(4),
+        "char" | "uchar" => 1,
+        "short" | "ushort" => 2,
+        "int" | "uint" | "float" => 4,
+        "long" | "ulong" | "longlong" | "ulonglong" | "double" => 8,
+        _ => return None,
+    };
+    match lanes {
+        1 | 3 => Some(size),
+        2 | 4 => Some((size * lanes).min(16)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vector_pointees_have_their_alignment() {
+        assert_eq!(vector_alignment("const float4*"), Some(16));
+        assert_eq!(vector_alignment("float2*"), Some(8));
+        assert_eq!(vector_alignment("double2 * __restrict__"), Some(16));
+        assert_eq!(vector_alignment("uchar4*"), Some(4));
+        assert_eq!(vector_alignment("float3*"), Some(4));
+        assert_eq!(vector_alignment("__half2*"), Some(4));
+        assert_eq!(vector_alignment("MyStruct*"), None);
+        assert_eq!(vector_alignment("S2*"), None);
     }
 }

@@ -29,6 +29,7 @@ use crate::cai::{ArrayView, DType};
 use crate::kernel::Kernel;
 use crate::runtime::{Context, Events, Stream};
 use crate::signature::{ArgType, ArrayLayout, ParamKind, ParamLayout};
+use crate::stats::timing::{self, Phase};
 use crate::stats::{bump, COUNTERS};
 use crate::sys::{Driver, RawStream};
 use crate::{Error, Result};
@@ -65,7 +66,8 @@ impl LaunchConfig {
     }
 
     pub(crate) fn check(&self, k: &Kernel) -> Result<()> {
-        let attrs = k.attributes();
+        // The kernel's limits, kept in the kernel since its load (no lock, no driver call).
+        let (max_threads, max_dynamic_shared) = (k.max_threads_per_block(), k.max_dynamic_shared_size_bytes());
         let limits = [("grid", self.grid, [i32::MAX as u32, 65535, 65535]), ("block", self.block, [1024, 1024, 64])];
         for (what, dims, max) in limits {
             for (axis, (&d, &m)) in dims.iter().zip(&max).enumerate() {
@@ -78,10 +80,9 @@ impl LaunchConfig {
             }
         }
         let threads = self.block.iter().map(|&b| u64::from(b)).product::<u64>();
-        if threads > attrs.max_threads_per_block as u64 {
+        if threads > max_threads as u64 {
             return Err(Error::argument(format!(
-                "block of {threads} threads exceeds this kernel's limit of {} threads per block",
-                attrs.max_threads_per_block
+                "block of {threads} threads exceeds this kernel's limit of {max_threads} threads per block"
             )));
         }
         if let Some(cluster) = self.cluster {
@@ -105,10 +106,10 @@ impl LaunchConfig {
                 return Err(Error::argument(format!("a cluster of {size} blocks exceeds the portable limit of 8")));
             }
         }
-        if self.shared_mem as i64 > attrs.max_dynamic_shared_size_bytes as i64 {
+        if self.shared_mem as i64 > max_dynamic_shared as i64 {
             return Err(Error::argument(format!(
-                "{} bytes of dynamic shared memory exceed this kernel's limit of {} (raise it with max_dynamic_shared_size_bytes)",
-                self.shared_mem, attrs.max_dynamic_shared_size_bytes
+                "{} bytes of dynamic shared memory exceed this kernel's limit of {max_dynamic_shared} (raise it with max_dynamic_shared_size_bytes)",
+                self.shared_mem
             )));
         }
         Ok(())
@@ -168,43 +169,25 @@ fn sync_enabled_by_env() -> bool {
     *S.get_or_init(|| std::env::var("CAIJIT_CAI_SYNC").map_or(true, |v| v != "0"))
 }
 
-/// A parameter buffer, 16-byte aligned; on the stack for the usual sizes (≤ 512 bytes).
-struct ParamBuffer {
-    inline: [u128; 32],
-    heap: Vec<u128>,
-}
+/// A parameter buffer, 16-byte aligned and zeroed; on the stack for the usual sizes
+/// (≤ 512 bytes), where only the words the kernel's parameters span are written (not the
+/// whole inline capacity).
+struct ParamBuffer(SmallVec<[u128; 32]>);
 
 impl ParamBuffer {
     fn new(size: usize) -> Self {
-        let words = size.div_ceil(16).max(1);
-        let heap = if words > 32 { vec![0; words] } else { Vec::new() };
-        ParamBuffer { inline: [0; 32], heap }
-    }
-    fn words(&mut self) -> &mut [u128] {
-        if self.heap.is_empty() {
-            &mut self.inline[..]
-        } else {
-            &mut self.heap[..]
-        }
+        ParamBuffer(smallvec::smallvec![0; size.div_ceil(16).max(1)])
     }
     fn write(&mut self, offset: usize, data: &[u8]) {
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(self.words());
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut self.0[..]);
         bytes[offset..offset + data.len()].copy_from_slice(data);
     }
     /// Call `f` with one pointer per parameter into this buffer (on the stack for up to 32
     /// parameters).
     fn with_pointers<R>(&mut self, params: &[ParamLayout], f: impl FnOnce(&mut [*mut c_void]) -> R) -> R {
-        let start = self.words().as_mut_ptr() as *mut u8;
-        let at = |p: &ParamLayout| start.wrapping_add(p.offset) as *mut c_void;
-        if params.len() <= 32 {
-            let mut inline = [std::ptr::null_mut(); 32];
-            for (slot, p) in inline.iter_mut().zip(params) {
-                *slot = at(p);
-            }
-            f(&mut inline[..params.len()])
-        } else {
-            f(&mut params.iter().map(at).collect::<Vec<_>>())
-        }
+        let start = self.0.as_mut_ptr() as *mut u8;
+        let mut pointers: SmallVec<[*mut c_void; 32]> = params.iter().map(|p| start.wrapping_add(p.offset) as *mut c_void).collect();
+        f(&mut pointers)
     }
 }
 
@@ -230,11 +213,8 @@ fn check_array(p: &ParamLayout, v: &ArrayView, dtype: Option<DType>, is_const: b
 /// Elements must sit at multiples of their size: a misaligned access faults the kernel,
 /// and a fault kills the context for every library in the process. A pointer to a CUDA
 /// vector type (`float4*`, say) needs that type's alignment too.
-fn check_aligned(p: &ParamLayout, v: &ArrayView) -> Result<()> {
-    let vector = match p.kind {
-        ParamKind::Pointer { dtype: None, .. } => vector_alignment(&p.cpp_type).unwrap_or(1),
-        _ => 1,
-    };
+/// `vector` is [`crate::kernel::pointee_alignment`] of `p` (computed once, at the kernel's load).
+fn check_aligned(p: &ParamLayout, v: &ArrayView, vector: usize) -> Result<()> {
     if !v.is_itemsize_aligned() || !v.ptr().is_multiple_of(vector as u64) {
         if vector > 1 {
             return Err(err(p, format!("the pointer {:#x} is not aligned to the {vector} bytes of the parameter's vector type", v.ptr())));
@@ -250,27 +230,6 @@ fn check_aligned(p: &ParamLayout, v: &ArrayView) -> Result<()> {
         ));
     }
     Ok(())
-}
-
-/// The alignment of the CUDA vector type a pointer parameter points to (`const float4*` →
-/// 16), `None` for other pointees.
-fn vector_alignment(cpp_type: &str) -> Option<usize> {
-    let name = cpp_type.replace("__restrict__", "").replace("const", "").replace(['*', ' '], "");
-    let lanes = name.chars().last()?.to_digit(10)? as usize;
-    let base = &name[..name.len() - 1];
-    let size = match base.trim_start_matches("__") {
-        "half" | "nv_bfloat16" if lanes == 2 => return Some(4),
-        "char" | "uchar" => 1,
-        "short" | "ushort" => 2,
-        "int" | "uint" | "float" => 4,
-        "long" | "ulong" | "longlong" | "ulonglong" | "double" => 8,
-        _ => return None,
-    };
-    match lanes {
-        1 | 3 => Some(size),
-        2 | 4 => Some((size * lanes).min(16)),
-        _ => None,
-    }
 }
 
 /// A scalar parameter's bytes (at most 16, for complex128), kept on the stack: encoding
@@ -373,8 +332,9 @@ pub fn encode_scalar(value: Num, dtype: DType) -> std::result::Result<ScalarByte
 }
 
 /// Lay out `args` for `params`: every check that names a parameter happens here.
-fn marshal(params: &[ParamLayout], args: &[Arg<'_>], buf: &mut ParamBuffer) -> Result<()> {
-    for (p, a) in params.iter().zip(args) {
+/// `vector[i]` is [`crate::kernel::pointee_alignment`] of `params[i]`.
+fn marshal(params: &[ParamLayout], vector: &[usize], args: &[Arg<'_>], buf: &mut ParamBuffer) -> Result<()> {
+    for ((p, a), &vector) in params.iter().zip(args).zip(vector) {
         let a = match a {
             Arg::ArrayOn(v, _) => &Arg::Array(v),
             other => other,
@@ -388,7 +348,7 @@ fn marshal(params: &[ParamLayout], args: &[Arg<'_>], buf: &mut ParamBuffer) -> R
                         v.shape(), v.strides(), v.ndim()
                     )));
                 }
-                check_aligned(p, v)?;
+                check_aligned(p, v, vector)?;
                 buf.write(p.offset, &v.ptr().to_le_bytes());
             }
             (ParamKind::Pointer { .. }, Arg::Pointer(ptr)) => buf.write(p.offset, &ptr.to_le_bytes()),
@@ -402,7 +362,7 @@ fn marshal(params: &[ParamLayout], args: &[Arg<'_>], buf: &mut ParamBuffer) -> R
                 if v.ndim() != *rank {
                     return Err(err(p, format!("expected a {rank}-d array, got {}-d (shape {:?})", v.ndim(), v.shape())));
                 }
-                check_aligned(p, v)?;
+                check_aligned(p, v, vector)?;
                 buf.write(p.offset + ArrayLayout::DATA, &v.ptr().to_le_bytes());
                 for (d, (&n, &s)) in v.shape().iter().zip(v.strides()).enumerate() {
                     buf.write(p.offset + ArrayLayout::extent(d), &(n as i64).to_le_bytes());
@@ -438,13 +398,15 @@ impl Kernel {
     /// stream the protocol picks), ordered against every producer stream unless `sync` is
     /// false. Returns the stream the kernel was launched on (its CAI value).
     pub fn launch(&self, cfg: &LaunchConfig, args: &[Arg<'_>], stream: Option<&Stream>, sync: bool) -> Result<u64> {
+        let probe = timing::start();
         let params = &self.info.params;
         if params.len() != args.len() {
             return Err(Error::argument(format!("kernel `{}` takes {} arguments, got {}", self.info.base_name, params.len(), args.len())));
         }
         cfg.check(self)?;
         let mut buf = ParamBuffer::new(self.info.param_buffer_size());
-        marshal(params, args, &mut buf)?;
+        marshal(params, &self.pointee_alignment, args, &mut buf)?;
+        probe.stop(Phase::LaunchCheck);
 
         let arrays = args.iter().enumerate().filter_map(|(i, a)| match a {
             Arg::Array(v) => Some((i, *v, None)),
@@ -456,7 +418,10 @@ impl Kernel {
             // The arguments were checked against the compiled parameter list above: each
             // pointer refers to a value of exactly the parameter's size; device pointers come
             // from validated CAI descriptors whose owners keep them alive (CAI contract).
-            buf.with_pointers(params, |ptrs| d.launch_checked(self.raw, cfg, launch_stream, ptrs))?;
+            let probe = timing::start();
+            let launched = buf.with_pointers(params, |ptrs| d.launch_checked(self.raw, cfg, launch_stream, ptrs));
+            probe.stop(Phase::LaunchDriver);
+            launched?;
             bump(&COUNTERS.launches);
             Ok(())
         })
@@ -484,8 +449,11 @@ pub(crate) fn enqueue_ordered<'v>(
     named: impl Fn(usize, String) -> Error,
     work: impl FnOnce(&Driver, RawStream) -> Result<()>,
 ) -> Result<u64> {
+    let probe = timing::start();
     ctx.collect_released();
     let d = ctx.bind()?;
+    probe.stop(Phase::LaunchBind);
+    let probe = timing::start();
     // Producer streams (with the first array naming each, and whether caijit's own memory
     // is among its arrays), and each array's device (from its pointer, never a null one).
     // Inline for up to four producer streams: no allocation on the launch path.
@@ -520,7 +488,9 @@ pub(crate) fn enqueue_ordered<'v>(
     if !producers.is_empty() {
         keep_capture_legal(&d, launch_stream, &mut producers, &named)?;
     }
+    probe.stop(Phase::LaunchScan);
     // Forward edges: one event per producer stream, all waited on by the launch stream.
+    let probe = timing::start();
     let mut events = Events::new();
     if !producers.is_empty() {
         ctx.take_events(producers.len() + 1, &mut events)?;
@@ -531,6 +501,7 @@ pub(crate) fn enqueue_ordered<'v>(
             d.stream_wait_event(launch_stream, e)?;
             bump(&COUNTERS.waits);
         }
+        probe.stop_uncounted(Phase::LaunchEvents);
         work(&d, launch_stream)
     })();
     if let Err(e) = before {
@@ -542,6 +513,7 @@ pub(crate) fn enqueue_ordered<'v>(
         return Err(e);
     }
     // Reverse edges: one event after the work, waited on by every producer stream.
+    let probe = timing::start();
     let after = (|| -> Result<()> {
         fault::check(fault::Point::ReverseEdge)?;
         if let Some(&after) = events.last() {
@@ -554,6 +526,7 @@ pub(crate) fn enqueue_ordered<'v>(
         Ok(())
     })();
     ctx.return_events(&mut events);
+    probe.stop(Phase::LaunchEvents);
     if let Err(e) = after {
         // The work is enqueued but its producers may not wait for it, so their memory could
         // be released or overwritten under it: hold the caller until it has finished.
@@ -744,15 +717,17 @@ mod tests {
     }
 
     #[test]
-    fn vector_pointees_have_their_alignment() {
-        assert_eq!(vector_alignment("const float4*"), Some(16));
-        assert_eq!(vector_alignment("float2*"), Some(8));
-        assert_eq!(vector_alignment("double2 * __restrict__"), Some(16));
-        assert_eq!(vector_alignment("uchar4*"), Some(4));
-        assert_eq!(vector_alignment("float3*"), Some(4));
-        assert_eq!(vector_alignment("__half2*"), Some(4));
-        assert_eq!(vector_alignment("MyStruct*"), None);
-        assert_eq!(vector_alignment("S2*"), None);
+    fn parameter_buffers_are_zeroed_aligned_and_sized_to_their_parameters() {
+        let mut b = ParamBuffer::new(20);
+        assert_eq!(b.0.len(), 2);
+        assert!(!b.0.spilled());
+        assert_eq!(b.0.as_ptr() as usize % 16, 0);
+        assert!(b.0.iter().all(|&w| w == 0));
+        b.write(16, &[1, 2, 3, 4]);
+        let bytes: &[u8] = bytemuck::cast_slice(&b.0[..]);
+        assert_eq!(&bytes[16..20], &[1, 2, 3, 4]);
+        assert_eq!(ParamBuffer::new(0).0.len(), 1);
+        assert!(ParamBuffer::new(513).0.spilled());
     }
 
     #[test]

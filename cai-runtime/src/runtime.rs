@@ -300,7 +300,11 @@ impl Context {
 
     /// Give events back to the pool. A stream's wait captures an event's state when it is
     /// enqueued, so an event can be reused as soon as the waits on it are enqueued.
+    /// Nothing to give back (a launch without producer edges, the usual case) takes no lock.
     pub(crate) fn return_events(&self, events: &mut Events) {
+        if events.is_empty() {
+            return;
+        }
         lock(&self.events).extend(events.drain(..));
     }
 }

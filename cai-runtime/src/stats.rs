@@ -1,5 +1,7 @@
 //! Process-wide counters that tests and users read (`caijit.stats()`).
 
+pub mod timing;
+
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 macro_rules! counters {

@@ -5,7 +5,9 @@ reads it is made of. Differences between rows place the cost; absolute values dr
 Then the per-phase split of a launch by producer (``CAIJIT_PHASE_TIMES``' counters, read
 through ``_native.phase_times``): argument conversion by route, the producers' current
 streams, device choice, kernel lookup, the Rust launch (checks, packing, stream ordering,
-``cuLaunchKernel``), DLPack releases. The timing itself adds two clock reads per phase.
+``cuLaunchKernel``, split into its ``launch.*`` steps: check+marshal, bind, producer scan,
+events, the driver call, the GIL's release and the rest), DLPack releases. The timing
+itself adds two clock reads per phase.
 
 Run on a GPU machine: python python/benchmarks/probe_launch.py
 """
@@ -140,7 +142,14 @@ def phases(k3: Any, a: Any, b: Any, c: Any) -> None:
             k3(x, y, z, 5)
         times = _native.phase_times(reset=True, enable=False)
         sync()
-        table[name] = {phase: ns / n / 1000 for phase, (count, ns) in times.items() if count}
+        row = {phase: ns / n / 1000 for phase, (count, ns) in times.items() if count}
+        # What the runtime's sub-phases leave out: the GIL's release and retaking around the
+        # launch, and the rest of Kernel::launch (counters, the context guard, ...).
+        if "launch" in row and "launch.runtime" in row:
+            row["launch.gil"] = row["launch"] - row["launch.runtime"]
+            steps = ("launch.check", "launch.bind", "launch.scan", "launch.events", "launch.driver")
+            row["launch.rest"] = row["launch.runtime"] - sum(row.get(p, 0.0) for p in steps)
+        table[name] = row
     names = sorted({p for t in table.values() for p in t}, key=lambda p: (p == "total", p))
     print("\n## Launch phases, µs per launch of 3 arrays + 1 int (CAIJIT_PHASE_TIMES counters)")
     print("| phase | " + " | ".join(table) + " |")

@@ -35,6 +35,9 @@ pub struct Kernel {
     /// The first instance resolved, read without a lock: a kernel that is not a deduced
     /// template has one instance per device, and most programs use one device.
     first: OnceLock<(usize, Arc<RtKernel>)>,
+    /// [`Kernel::by_argument_types`], fixed at construction (name and declaration never
+    /// change): read by every launch.
+    by_types: bool,
 }
 
 /// (device, argument types; empty unless the kernel is a deduced template), inline so that
@@ -85,7 +88,10 @@ impl Kernel {
         let overloaded =
             !name.contains('<') && !name.starts_with('(') && mine.len() > 1 && mine.iter().all(|d| !d.is_template() && !d.extern_c);
         let decl = mine.first().map(|d| (*d).clone());
-        Ok(Kernel { program, name, decl, overloaded, instances: Mutex::new(HashMap::new()), first: OnceLock::new() })
+        let mut k =
+            Kernel { program, name, decl, overloaded, instances: Mutex::new(HashMap::new()), first: OnceLock::new(), by_types: false };
+        k.by_types = k.is_deduced_template() || k.overloaded;
+        Ok(k)
     }
 
     fn is_deduced_template(&self) -> bool {
@@ -95,7 +101,7 @@ impl Kernel {
     /// Whether the launch's argument types choose the instance (a deduced template, or one
     /// of several overloads).
     fn by_argument_types(&self) -> bool {
-        self.is_deduced_template() || self.overloaded
+        self.by_types
     }
 
     /// Whether NVRTC must be given the name as a name expression: anything but the plain
@@ -329,10 +335,15 @@ fn launch_now(
     probe.stop(Phase::Resolve);
     // The GIL is released while the driver enqueues: other Python threads keep running.
     let probe = timing::start();
-    let on = py.detach(|| match (config, forall) {
-        (Some(cfg), _) => k.launch(&cfg, &launch_args, stream, sync),
-        (None, Some(n)) => k.forall(n, &launch_args, stream, sync),
-        (None, None) => Err(Error::argument(SYNTAX)),
+    let on = py.detach(|| {
+        let probe = timing::start();
+        let on = match (config, forall) {
+            (Some(cfg), _) => k.launch(&cfg, &launch_args, stream, sync),
+            (None, Some(n)) => k.forall(n, &launch_args, stream, sync),
+            (None, None) => Err(Error::argument(SYNTAX)),
+        };
+        probe.stop(Phase::LaunchRuntime);
+        on
     })?;
     probe.stop(Phase::Launch);
     drop(launch_args);

@@ -254,6 +254,10 @@ def test_phase_times_cover_a_launch() -> None:
         _native.phase_times(enable=False)
     assert times["total"][0] == 10 and times["launch"][0] == 10 and times["arg.scalar"][0] == 10
     assert times["arg.exchange"][0] + times["arg.torch"][0] == 30
+    # The steps inside the runtime's launch, once per launch each.
+    for step in ("runtime", "check", "bind", "scan", "events", "driver"):
+        assert times[f"launch.{step}"][0] == 10, step
+    assert times["launch.driver"][1] <= times["launch.runtime"][1] <= times["launch"][1]
 
 
 @pytest.mark.gpu
