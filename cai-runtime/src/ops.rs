@@ -37,20 +37,48 @@ const SOFTMAX_VPT: usize = 8;
 /// Grid cap of the kernels that loop over rows or tiles.
 const MAX_BLOCKS: usize = 65535 * 32;
 
-/// Loaded library kernels by (device, name expression).
-type KernelCache = Mutex<HashMap<(usize, String), Arc<Kernel>>>;
+/// A template argument of a library kernel: a dtype (its C++ type) or a number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum TArg {
+    T(DType),
+    N(usize),
+}
 
-/// The loaded kernel `expr` of library file `file`, cached per device.
-fn kernel(ctx: &Arc<Context>, file: &str, expr: String) -> Result<Arc<Kernel>> {
+impl std::fmt::Display for TArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TArg::T(d) => f.write_str(d.cpp_name()),
+            TArg::N(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+/// The key of a loaded library kernel: (device, file, kernel, template arguments).
+type KernelKey = (usize, &'static str, &'static str, [Option<TArg>; 3]);
+
+/// Loaded library kernels, by key.
+type KernelCache = Mutex<HashMap<KernelKey, Arc<Kernel>>>;
+
+/// The loaded kernel `name<targs>` of library file `file` (`file` + `name` when `name`
+/// starts with `_`: the registry's `<op>_kernel`), cached per device: a call looks it up
+/// without writing its name expression, which is written once, when it is loaded.
+fn kernel(ctx: &Arc<Context>, file: &'static str, name: &'static str, targs: &[TArg]) -> Result<Arc<Kernel>> {
     static CACHE: OnceLock<KernelCache> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
-    let key = (ctx.ordinal(), expr);
+    let mut args = [None; 3];
+    for (slot, a) in args.iter_mut().zip(targs) {
+        *slot = Some(*a);
+    }
+    debug_assert!(targs.len() <= args.len());
+    let key = (ctx.ordinal(), file, name, args);
     if let Some(k) = lock(cache).get(&key) {
         return Ok(k.clone());
     }
+    let list: Vec<String> = targs.iter().map(TArg::to_string).collect();
+    let expr = format!("{}{name}<{}>", if name.starts_with('_') { file } else { "" }, list.join(", "));
     let source = OPS.iter().find(|(n, _)| *n == file).map(|(_, s)| *s).expect("a library file");
-    let program = Program::new(source).name(format!("{file}.cu")).name_expression(key.1.clone());
-    let k = ctx.compile(&program)?.kernel(&key.1)?;
+    let program = Program::new(source).name(format!("{file}.cu")).name_expression(expr.clone());
+    let k = ctx.compile(&program)?.kernel(&expr)?;
     lock(cache).insert(key, k.clone());
     Ok(k)
 }
@@ -171,7 +199,7 @@ pub fn unary(ctx: &Arc<Context>, op: &str, x: &ArrayView, out: &ArrayView, strea
     if x.size() == 0 {
         return Ok(());
     }
-    let k = kernel(ctx, spec.name, format!("{}_kernel<{}>", spec.name, x.dtype().cpp_name()))?;
+    let k = kernel(ctx, spec.name, "_kernel", &[TArg::T(x.dtype())])?;
     k.launch(&elementwise_grid(x), &[Arg::Array(x), Arg::Array(out), int(x.size())], stream, true).map(drop)
 }
 
@@ -185,7 +213,7 @@ pub fn axpy(ctx: &Arc<Context>, a: impl Into<Num>, x: &ArrayView, y: &ArrayView,
     if x.is_empty() {
         return Ok(());
     }
-    let k = kernel(ctx, "elementwise", format!("axpy<{}>", x.dtype().cpp_name()))?;
+    let k = kernel(ctx, "elementwise", "axpy", &[TArg::T(x.dtype())])?;
     let args = [scalar(a), Arg::Array(x), Arg::Array(y), Arg::Array(out), int(x.size())];
     k.launch(&elementwise_grid(x), &args, stream, true).map(drop)
 }
@@ -197,7 +225,7 @@ pub fn scale(ctx: &Arc<Context>, x: &ArrayView, a: impl Into<Num>, out: &ArrayVi
     if x.is_empty() {
         return Ok(());
     }
-    let k = kernel(ctx, "elementwise", format!("scale<{}>", x.dtype().cpp_name()))?;
+    let k = kernel(ctx, "elementwise", "scale", &[TArg::T(x.dtype())])?;
     let args = [scalar(a), Arg::Array(x), Arg::Array(out), int(x.size())];
     k.launch(&elementwise_grid(x), &args, stream, true).map(drop)
 }
@@ -208,7 +236,7 @@ pub fn fill(ctx: &Arc<Context>, out: &ArrayView, value: impl Into<Num>, stream: 
     if out.is_empty() {
         return Ok(());
     }
-    let k = kernel(ctx, "elementwise", format!("fill<{}>", out.dtype().cpp_name()))?;
+    let k = kernel(ctx, "elementwise", "fill", &[TArg::T(out.dtype())])?;
     k.launch(&elementwise_grid(out), &[Arg::Array(out), scalar(value), int(out.size())], stream, true).map(drop)
 }
 
@@ -222,7 +250,7 @@ pub fn cast(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, stream: Option<&
     if x.is_empty() {
         return Ok(());
     }
-    let k = kernel(ctx, "elementwise", format!("cast<{}, {}>", x.dtype().cpp_name(), out.dtype().cpp_name()))?;
+    let k = kernel(ctx, "elementwise", "cast", &[TArg::T(x.dtype()), TArg::T(out.dtype())])?;
     let blocks = x.size().div_ceil(8 * CAST_BLOCK as usize).clamp(1, i32::MAX as usize);
     let cfg = LaunchConfig::new([blocks as u32, 1, 1], [CAST_BLOCK, 1, 1]);
     k.launch(&cfg, &[Arg::Array(x), Arg::Array(out), int(x.size())], stream, true).map(drop)
@@ -301,10 +329,10 @@ pub fn binary(ctx: &Arc<Context>, op: BinaryOp, a: &ArrayView, b: &ArrayView, ou
     if out.is_empty() {
         return Ok(());
     }
-    let t = a.dtype().cpp_name();
+    let t = TArg::T(a.dtype());
     let code = scalar(op as i32);
     if a.shape() == shape.as_slice() && b.shape() == shape.as_slice() && a.is_c_contiguous() && b.is_c_contiguous() {
-        let k = kernel(ctx, "elementwise", format!("binary_contiguous<{t}>"))?;
+        let k = kernel(ctx, "elementwise", "binary_contiguous", &[t])?;
         let args = [Arg::Array(a), Arg::Array(b), Arg::Array(out), int(out.size()), code];
         return k.launch(&elementwise_grid(out), &args, stream, true).map(drop);
     }
@@ -315,7 +343,7 @@ pub fn binary(ctx: &Arc<Context>, op: BinaryOp, a: &ArrayView, b: &ArrayView, ou
     let (ab, bb) = (broadcast_to(a, &shape)?, broadcast_to(b, &shape)?);
     let cols = *shape.last().expect("rank >= 1");
     let tiles = (out.size() / cols) * cols.div_ceil(1024); // the kernel's (row, 1024-column chunk) tiles
-    let k = kernel(ctx, "elementwise", format!("binary_broadcast<{t}, {}>", shape.len()))?;
+    let k = kernel(ctx, "elementwise", "binary_broadcast", &[t, TArg::N(shape.len())])?;
     let cfg = LaunchConfig::new([tiles.clamp(1, ctx.sm_count() * 64) as u32, 1, 1], [BLOCK, 1, 1]);
     k.launch(&cfg, &[Arg::Array(&ab), Arg::Array(&bb), Arg::Array(out), code], stream, true).map(drop)
 }
@@ -334,7 +362,7 @@ pub fn ascontiguous(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, stream: 
     }
     let cols = *x.shape().last().expect("rank >= 1");
     let tiles = (x.size() / cols) * cols.div_ceil(4096);
-    let k = kernel(ctx, "strided_copy", format!("strided_copy<{}, {}>", x.dtype().cpp_name(), x.ndim()))?;
+    let k = kernel(ctx, "strided_copy", "strided_copy", &[TArg::T(x.dtype()), TArg::N(x.ndim())])?;
     let cfg = LaunchConfig::new([tiles.clamp(1, ctx.sm_count() * 64) as u32, 1, 1], [BLOCK, 1, 1]);
     k.launch(&cfg, &[Arg::Array(x), Arg::Array(out)], stream, true).map(drop)
 }
@@ -348,7 +376,7 @@ pub fn transpose(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, stream: Opt
     check_out("transpose", out, &[cols, rows], x.dtype())?;
     let tile = if x.dtype().itemsize() <= 8 { 64 } else { 32 }; // the kernel's tile width; its block is (tile, 2)
     let tiles = rows.div_ceil(tile) * cols.div_ceil(tile);
-    let k = kernel(ctx, "transpose", format!("transpose<{}>", x.dtype().cpp_name()))?;
+    let k = kernel(ctx, "transpose", "transpose", &[TArg::T(x.dtype())])?;
     let cfg = LaunchConfig::new([tiles.clamp(1, MAX_BLOCKS) as u32, 1, 1], [tile as u32, 2, 1]);
     k.launch(&cfg, &[Arg::Array(x), Arg::Array(out), int(rows), int(cols)], stream, true).map(drop)
 }
@@ -363,7 +391,12 @@ fn accumulator(d: DType, sum: bool) -> DType {
     }
 }
 
-/// Reduce a C-contiguous `x` into the one-element `out` (any real dtype), in two kernels:
+/// Whole-array reductions of at most this many bytes take one kernel of one block (16
+/// 16-byte loads per thread at most), sparing the second launch and the scratch memory.
+const ONE_BLOCK_BYTES: usize = 64 << 10;
+
+/// Reduce a C-contiguous `x` into the one-element `out` (any real dtype). Small arrays: one
+/// block over the whole array (the last-axis kernel, one row). Others in two kernels:
 /// per-block partials into scratch memory that the reduction allocates, stream-ordered, on
 /// the stream it runs on (caijit's pool keeps it for reuse), then one block over them.
 fn reduce(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, sum: bool, stream: Option<&Stream>) -> Result<()> {
@@ -374,17 +407,24 @@ fn reduce(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, sum: bool, stream:
         return Err(Error::argument(format!("{what}: out must have one element, got shape {:?}", out.shape())));
     }
     let acc = accumulator(x.dtype(), sum);
+    if x.nbytes() <= ONE_BLOCK_BYTES {
+        // One kernel: the whole array as one row, reduced by one block into `out`.
+        let k = kernel(ctx, "reduce", "reduce_rows", &[TArg::T(x.dtype()), TArg::T(acc), TArg::T(out.dtype())])?;
+        let block = (x.size().div_ceil(32) * 32).clamp(32, BLOCK as usize) as u32;
+        let args = [Arg::Array(x), Arg::Array(out), int(1), int(x.size()), scalar(i32::from(!sum))];
+        return k.launch(&LaunchConfig::new([1, 1, 1], [block, 1, 1]), &args, stream, true).map(drop);
+    }
     let cfg = grid(ctx, x.size());
     let blocks = cfg.grid[0] as usize;
     let s = Arc::new(Stream::borrowed(crate::launch::launch_stream([x, out], stream))?);
     let partial = DeviceArray::empty(ctx, &[blocks], acc, &s)?;
     let op = scalar(i32::from(!sum));
-    let (t, a, o) = (x.dtype().cpp_name(), acc.cpp_name(), out.dtype().cpp_name());
+    let (t, a, o) = (TArg::T(x.dtype()), TArg::T(acc), TArg::T(out.dtype()));
     let scratch = partial.view();
     let scratch = Arg::ArrayOn(&scratch, ctx.ordinal());
-    let first = kernel(ctx, "reduce", format!("reduce_partial<{t}, {a}>"))?;
+    let first = kernel(ctx, "reduce", "reduce_partial", &[t, a])?;
     first.launch(&cfg, &[Arg::Array(x), scratch, int(x.size()), op], Some(&s), true)?;
-    let second = kernel(ctx, "reduce", format!("reduce_final<{a}, {o}>"))?;
+    let second = kernel(ctx, "reduce", "reduce_final", &[a, o])?;
     let one = LaunchConfig::new([1, 1, 1], [1024, 1, 1]);
     second.launch(&one, &[scratch, Arg::Array(out), int(blocks), op], Some(&s), true).map(drop)
     // `partial` is freed here, on `s`, after both kernels.
@@ -424,8 +464,8 @@ fn reduce_rows(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, sum: bool, st
     real(what, out.dtype())?;
     check_out(what, out, lead, out.dtype())?;
     let rows = x.size() / cols;
-    let (t, a, r) = (x.dtype().cpp_name(), accumulator(x.dtype(), sum).cpp_name(), out.dtype().cpp_name());
-    let k = kernel(ctx, "reduce", format!("reduce_rows<{t}, {a}, {r}>"))?;
+    let (t, a, r) = (TArg::T(x.dtype()), TArg::T(accumulator(x.dtype(), sum)), TArg::T(out.dtype()));
+    let k = kernel(ctx, "reduce", "reduce_rows", &[t, a, r])?;
     let block = (cols.div_ceil(32) * 32).clamp(32, BLOCK as usize) as u32;
     let cfg = LaunchConfig::new([rows.min(65535 * 16) as u32, 1, 1], [block, 1, 1]);
     k.launch(&cfg, &[Arg::Array(x), Arg::Array(out), int(rows), int(cols), scalar(i32::from(!sum))], stream, true).map(drop)
@@ -457,19 +497,19 @@ pub fn softmax(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, stream: Optio
     }
     let cols = x.shape().last().copied().unwrap_or(1);
     let rows = x.size() / cols;
-    let t = x.dtype().cpp_name();
+    let t = TArg::T(x.dtype());
     let args = [Arg::Array(x), Arg::Array(out), int(rows), int(cols)];
     let grid = [rows.min(MAX_BLOCKS) as u32, 1, 1];
     let per_vec = 16 / x.dtype().itemsize();
     if cols.is_multiple_of(per_vec) && x.ptr().is_multiple_of(16) && out.ptr().is_multiple_of(16) {
-        let k = kernel(ctx, "softmax", format!("softmax_rows_reg<{t}, {SOFTMAX_VPT}>"))?;
+        let k = kernel(ctx, "softmax", "softmax_rows_reg", &[t, TArg::N(SOFTMAX_VPT)])?;
         let block = ((cols / per_vec).div_ceil(SOFTMAX_VPT).div_ceil(32) * 32).max(32);
         if block <= k.attributes().max_threads_per_block as usize {
             return k.launch(&LaunchConfig::new(grid, [block as u32, 1, 1]), &args, stream, true).map(drop);
         }
     }
     let block = (cols.div_ceil(4).div_ceil(32) * 32).clamp(32, 1024) as u32;
-    let k = kernel(ctx, "softmax", format!("softmax_rows<{t}>"))?;
+    let k = kernel(ctx, "softmax", "softmax_rows", &[t])?;
     k.launch(&LaunchConfig::new(grid, [block, 1, 1]), &args, stream, true).map(drop)
 }
 

@@ -8,7 +8,8 @@ the events time the kernels and not the host's first launch, which differs betwe
 (15-30 µs of Python per op) and PyTorch (5-14 µs) and moved the ratios by up to 1 %; host
 cost per launch is bench_launch.py's subject.
 
-Run on a GPU machine: python python/benchmarks/bench_ops.py
+Run on a GPU machine: python python/benchmarks/bench_ops.py (CAIJIT_BENCH_QUICK=1: only
+the host cost per call of small ops beside PyTorch's, in under a minute).
 """
 
 from __future__ import annotations
@@ -115,44 +116,86 @@ def main() -> None:
         print(f"| {op} | {mine / 1e9:.0f} | {100 * mine / copy_bw:.0f}% | {peer / 1e9:.0f} | {mine / peer:.2f}x |")
 
 
-def host_costs() -> None:
-    """Host µs per call on small arrays (the GPU keeps up), beside PyTorch's op: what an op
-    costs a program that issues many small ones."""
+def host_costs(quick: bool = False) -> None:
+    """Host µs per call on small arrays (the GPU keeps up), beside PyTorch's op of the same
+    kind: caijit.ops on the same PyTorch tensors and on caijit arrays. Medians of rounds
+    that interleave the three (each round: N calls of each), with the rounds' range."""
     import time
 
-    x, y = torch.randn(4096, device="cuda"), torch.randn(4096, device="cuda")
-    half = torch.empty(4096, device="cuda", dtype=torch.float16)
-    out, s0 = torch.empty(4096, device="cuda"), torch.empty((), device="cuda")
-    m, row = x.view(64, 64), y[:64].view(1, 64)
-    cases = [
-        ("axpy", lambda: ops.axpy(2.0, x, y, out=out), lambda: torch.add(y, x, alpha=2.0, out=out)),
-        ("cast float32→float16", lambda: ops.cast(x, "float16", out=half), lambda: half.copy_(x)),
-        ("add, broadcast row", lambda: ops.add(m, row, out=out.view(64, 64)), lambda: torch.add(m, row, out=out.view(64, 64))),
-        ("sum, whole array", lambda: ops.sum(x, out=s0), lambda: torch.sum(x, dim=0, out=s0)),
-        ("softmax", lambda: ops.softmax(m, out=out.view(64, 64)), lambda: torch.softmax(m, dim=-1)),
-        ("cast, new result", lambda: ops.cast(x, "float16"), lambda: x.half()),
+    import caijit
+
+    n = 4096
+    x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    half = torch.empty(n, device="cuda", dtype=torch.float16)
+    out, s0 = torch.empty(n, device="cuda"), torch.empty((), device="cuda")
+    m, row, o2 = x.view(64, 64), y[:64].view(1, 64), out.view(64, 64)
+    # The same data as caijit arrays.
+    cx, cy = caijit.to_device(x.cpu().numpy()), caijit.to_device(y.cpu().numpy())
+    chalf, cout, cs0 = caijit.empty(n, "float16"), caijit.empty(n), caijit.empty(())
+    cm, crow, co2 = caijit.to_device(x.cpu().numpy().reshape(64, 64)), caijit.to_device(y[:64].cpu().numpy().reshape(1, 64)), caijit.empty((64, 64))
+    try:
+        torch.softmax(m, -1, out=o2)
+        torch_softmax: Callable[[], object] = lambda: torch.softmax(m, -1, out=o2)
+        softmax_label = "torch.softmax(out=)"
+    except TypeError:
+        torch_softmax, softmax_label = (lambda: torch.softmax(m, -1)), "torch.softmax"
+    cases: list[tuple[str, str, Callable[[], object], Callable[[], object], Callable[[], object]]] = [
+        ("axpy", "torch.add(alpha=, out=)", lambda: torch.add(y, x, alpha=2.0, out=out),
+         lambda: ops.axpy(2.0, x, y, out=out), lambda: ops.axpy(2.0, cx, cy, out=cout)),
+        ("cast float32→float16", "out.copy_(x)", lambda: half.copy_(x),
+         lambda: ops.cast(x, "float16", out=half), lambda: ops.cast(cx, "float16", out=chalf)),
+        ("add, broadcast row", "torch.add(out=)", lambda: torch.add(m, row, out=o2),
+         lambda: ops.add(m, row, out=o2), lambda: ops.add(cm, crow, out=co2)),
+        ("sum, whole array", "torch.sum(dim=0, out=)", lambda: torch.sum(x, dim=0, out=s0),
+         lambda: ops.sum(x, out=s0), lambda: ops.sum(cx, out=cs0)),
+        ("softmax, 64 rows of 64", softmax_label, torch_softmax,
+         lambda: ops.softmax(m, out=o2), lambda: ops.softmax(cm, out=co2)),
+        ("axpy, new result", "torch.add(alpha=)", lambda: torch.add(y, x, alpha=2.0),
+         lambda: ops.axpy(2.0, x, y), lambda: ops.axpy(2.0, cx, cy)),
+        ("cast, new result", "x.to(float16)", lambda: x.to(torch.float16),
+         lambda: ops.cast(x, "float16"), lambda: ops.cast(cx, "float16")),
+        ("add, new result", "torch.add", lambda: torch.add(m, row),
+         lambda: ops.add(m, row), lambda: ops.add(cm, crow)),
+        ("sum, new result", "torch.sum", lambda: torch.sum(x),
+         lambda: ops.sum(x), lambda: ops.sum(cx)),
+        ("softmax, new result", "torch.softmax", lambda: torch.softmax(m, -1),
+         lambda: ops.softmax(m), lambda: ops.softmax(cm)),
     ]
+    rounds, calls = (11, 500) if quick else (31, 2000)
 
-    def per_call(fn: Callable[[], object], n: int = 2000) -> float:
-        fn()
+    def batch(fn: Callable[[], object]) -> float:
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        dt = (time.perf_counter() - t0) / calls
         torch.cuda.synchronize()
-        best = float("inf")
-        for _ in range(5):
-            t0 = time.perf_counter()
-            for _ in range(n):
-                fn()
-            best = min(best, (time.perf_counter() - t0) / n)
-            torch.cuda.synchronize()
-        return best * 1e6
+        return dt * 1e6
 
-    print("\n## Host cost per op call (4096 float32 elements; best of 5 × 2000 calls)\n")
-    print("| op | caijit µs | PyTorch µs | caijit / PyTorch |")
-    print("|---|---|---|---|")
-    for name, mine, peer in cases:
-        a, b = per_call(mine), per_call(peer)
-        print(f"| {name} | {a:.1f} | {b:.1f} | {a / b:.2f}x |")
+    print(f"\n## Host cost per op call ({n} float32 elements; median of {rounds} interleaved rounds of {calls} calls, [range])\n")
+    print("| op | PyTorch op | PyTorch µs | caijit (PyTorch tensors) µs | ratio | caijit (caijit arrays) µs | ratio |")
+    print("|---|---|---|---|---|---|---|")
+    for name, label, peer, mine_t, mine_c in cases:
+        fns = (peer, mine_t, mine_c)
+        for f in fns:
+            f()
+        torch.cuda.synchronize()
+        times: list[list[float]] = [[], [], []]
+        for _ in range(rounds):
+            for k, f in enumerate(fns):
+                times[k].append(batch(f))
+        med = [statistics.median(t) for t in times]
+
+        def cell(k: int) -> str:
+            return f"{med[k]:.2f} [{min(times[k]):.2f}–{max(times[k]):.2f}]"
+
+        print(f"| {name} | `{label}` | {cell(0)} | {cell(1)} | {med[1] / med[0]:.2f}x | {cell(2)} | {med[2] / med[0]:.2f}x |")
 
 
 if __name__ == "__main__":
-    main()
-    host_costs()
+    import os
+
+    # CAIJIT_BENCH_QUICK=1: the host-cost table alone, in well under a minute.
+    quick = os.environ.get("CAIJIT_BENCH_QUICK") == "1"
+    if not quick:
+        main()
+    host_costs(quick)

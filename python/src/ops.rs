@@ -1,20 +1,28 @@
 //! `caijit._native` entry points of the kernel library: `cai_runtime::ops` over Python arrays.
 //!
-//! Arrays and streams are converted as a launch converts them (any CAI or DLPack object,
-//! caijit's own arrays with their device known); checks, grids and launches are
-//! `cai_runtime::ops`'. `caijit.ops` adds NumPy's conveniences: result allocation, dtype
-//! promotion, copies of strided inputs.
+//! Each op is one native call that does what `caijit.ops` promises: each argument
+//! converted once, as a launch converts it (any CAI or DLPack object, caijit's own arrays
+//! with their device known), strided inputs of pointer kernels copied to C order, the
+//! result allocated (a `caijit.DeviceArray` on the first input's device, on the given
+//! stream or the legacy default stream) when no `out` is given, with NumPy's result dtype;
+//! checks, grids and launches are `cai_runtime::ops`'. The GPU work of a call (copies,
+//! allocation, the op) runs with the GIL released once. `caijit.ops`' functions only pass
+//! their arguments on.
 
 use std::sync::Arc;
 
-use cai_runtime::cai::ArrayView;
+use cai_runtime::array::DeviceArray as RtArray;
+use cai_runtime::cai::{ArrayView, DType};
 use cai_runtime::launch::{launch_stream, Num};
 use cai_runtime::ops::{self, BinaryOp};
-use cai_runtime::runtime::{Context, Stream as RtStream};
+use cai_runtime::runtime::{self as rt, Context, Stream as RtStream};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyString, PyTuple};
 use smallvec::SmallVec;
 
 use crate::args::{arg_from_py, numpy_scalar, python_number, release_after, ArgContext, PyArg};
+use crate::array::{dtype_from_py, DeviceArray};
 use crate::errors::{PyCaiError, PyCaiResult};
 use crate::kernel::launch_device;
 use crate::stream::stream_from_py;
@@ -70,33 +78,195 @@ fn number(what: &str, obj: &Bound<'_, PyAny>) -> PyCaiResult<Num> {
     }
 }
 
-/// `out = a * x + y`.
-#[pyfunction]
-#[pyo3(signature = (a, x, y, out, stream = None))]
-pub fn axpy(
-    py: Python<'_>,
-    a: &Bound<'_, PyAny>,
-    x: &Bound<'_, PyAny>,
-    y: &Bound<'_, PyAny>,
-    out: &Bound<'_, PyAny>,
-    stream: Option<&Bound<'_, PyAny>>,
-) -> PyCaiResult<()> {
-    let a = number("axpy", a)?;
-    call(py, "axpy", [("x", x), ("y", y), ("out", out)], stream, |c| ops::axpy(c.ctx, a, c.arrays[0], c.arrays[1], c.arrays[2], c.stream))
+/// A shape on the stack (ranks up to 8 are the kernels' limit).
+type Shape = SmallVec<[usize; 8]>;
+
+/// One op call from Python: its stream, converted once, and its input arrays, each
+/// converted once (their conversions keep DLPack capsules alive until the op's work is done).
+struct OpCall<'py> {
+    py: Python<'py>,
+    what: &'static str,
+    stream: Option<Arc<RtStream>>,
+    cx: ArgContext,
+    args: SmallVec<[PyArg; 4]>,
 }
 
-/// `out = a * x`.
-#[pyfunction]
-#[pyo3(signature = (x, a, out, stream = None))]
-pub fn scale(
-    py: Python<'_>,
-    x: &Bound<'_, PyAny>,
-    a: &Bound<'_, PyAny>,
-    out: &Bound<'_, PyAny>,
-    stream: Option<&Bound<'_, PyAny>>,
+/// The device of an array argument's memory: the one its conversion learnt, else the
+/// pointer's (asked only with several devices), else 0 (`caijit.ops` allocates results there).
+fn device_of(a: &PyArg) -> PyCaiResult<usize> {
+    Ok(match a {
+        PyArg::ArrayOn(_, d) | PyArg::Dlpack { device: Some(d), .. } => *d,
+        PyArg::Array(v) | PyArg::Dlpack { view: v, device: None, .. } if v.ptr() != 0 && rt::device_count()? > 1 => {
+            rt::pointer_device(v.ptr())?.unwrap_or(0)
+        }
+        _ => 0,
+    })
+}
+
+/// What the GPU part of a call leaves to be released or dropped once the GIL is held again.
+#[derive(Default)]
+struct Enqueued {
+    /// Contiguous copies of strided inputs (freed, stream-ordered, once the op is enqueued).
+    temps: SmallVec<[RtArray; 2]>,
+    /// Conversions replaced by their copies, with the context and stream of the copy that read them.
+    replaced: SmallVec<[(Arc<Context>, u64, PyArg); 2]>,
+    /// The op's context and stream, once it was launched (also when it failed: an op of
+    /// several kernels may have enqueued some of them).
+    launched: Option<(Arc<Context>, u64)>,
+    /// The result, when the call allocated it.
+    result: Option<RtArray>,
+}
+
+impl<'py> OpCall<'py> {
+    fn new(py: Python<'py>, what: &'static str, stream: Option<&Bound<'py, PyAny>>) -> PyCaiResult<Self> {
+        let stream = stream.map(stream_from_py).transpose()?.flatten();
+        let cx = ArgContext::new(stream.as_deref().map(RtStream::handle));
+        Ok(OpCall { py, what, stream, cx, args: SmallVec::new() })
+    }
+
+    /// Convert an input array (as `caijit.launch_view` does: argument 0 in messages).
+    fn input(&mut self, obj: &Bound<'py, PyAny>) -> PyCaiResult<()> {
+        let a = arg_from_py(0, obj, &mut self.cx)?;
+        if a.view().is_none() {
+            return Err(PyCaiError::argument("not an array"));
+        }
+        self.args.push(a);
+        Ok(())
+    }
+
+    /// Input `i`'s view.
+    fn view(&self, i: usize) -> &ArrayView {
+        self.args[i].view().expect("inputs are arrays")
+    }
+
+    /// Run `op` on the inputs (C-contiguous copies of the strided ones first, when
+    /// `contiguous`) and `out`: the given array (argument `out_index` of the native call), or
+    /// a new one of shape and dtype `new` (needed when `out` is None). Returns the result.
+    fn run(
+        self,
+        out: Option<&Bound<'py, PyAny>>,
+        out_index: usize,
+        contiguous: bool,
+        new: Option<(Shape, DType)>,
+        op: impl for<'a> FnOnce(&Arc<Context>, &[&'a ArrayView], &'a ArrayView, Option<&RtStream>) -> cai_runtime::Result<()> + Send,
+    ) -> PyCaiResult<Py<PyAny>> {
+        let OpCall { py, what, stream, mut cx, mut args } = self;
+        let n = args.len();
+        if let Some(o) = out {
+            let a = arg_from_py(out_index, o, &mut cx)?;
+            if a.view().is_none() {
+                let ty = o.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+                return Err(PyCaiError::argument(format!("{what}: out must be a CUDA array, got {ty}")));
+            }
+            args.push(a);
+        }
+        let mut done = Enqueued::default();
+        let result = py.detach(|| enqueue(&mut args, n, contiguous, new, stream.as_ref(), &mut done, op));
+        // With the GIL: DLPack capsules are handed over to be released after the work that reads them.
+        let mut released = Ok(());
+        for (ctx, on, a) in done.replaced.drain(..) {
+            released = released.and(release_after(&ctx, on, [a]));
+        }
+        match done.launched.take() {
+            Some((ctx, on)) => released = released.and(release_after(&ctx, on, args)),
+            None => drop(args),
+        }
+        drop(done.temps);
+        result?;
+        released?;
+        match (done.result, out) {
+            (Some(inner), _) => Ok(Py::new(py, DeviceArray { inner })?.into_any()),
+            (None, Some(o)) => Ok(o.clone().unbind()),
+            (None, None) => unreachable!("a result is allocated when no out is given"),
+        }
+    }
+}
+
+/// The GPU part of an op call (the GIL released): copies of strided inputs, the result's
+/// allocation, the op. `args` are the inputs (`n`), then `out` when it was given.
+fn enqueue(
+    args: &mut SmallVec<[PyArg; 4]>,
+    n: usize,
+    contiguous: bool,
+    new: Option<(Shape, DType)>,
+    stream: Option<&Arc<RtStream>>,
+    done: &mut Enqueued,
+    op: impl for<'a> FnOnce(&Arc<Context>, &[&'a ArrayView], &'a ArrayView, Option<&RtStream>) -> cai_runtime::Result<()>,
 ) -> PyCaiResult<()> {
+    // Allocations are stream-ordered on the call's stream, else the legacy default stream.
+    let alloc_stream = || stream.cloned().unwrap_or_else(|| Arc::new(RtStream::legacy()));
+    let stream = stream.map(|s| &**s);
+    for i in 0..n {
+        let v = args[i].view().expect("inputs are arrays");
+        if !contiguous || v.is_c_contiguous() {
+            continue;
+        }
+        let device = device_of(&args[i])?;
+        let ctx = Context::new(device)?;
+        let copy = RtArray::empty(&ctx, v.shape(), v.dtype(), &alloc_stream())?;
+        let cv = copy.view();
+        let on = launch_stream([v, &cv], stream);
+        let copied = ops::ascontiguous(&ctx, v, &cv, stream);
+        let original = std::mem::replace(&mut args[i], PyArg::ArrayOn(cv, device));
+        done.replaced.push((ctx, on, original));
+        done.temps.push(copy);
+        copied?;
+    }
+    if args.len() == n {
+        let (shape, dtype) = new.expect("the result's shape and dtype");
+        let device = args.first().map_or(Ok(0), device_of)?;
+        let ctx = Context::new(device)?;
+        let result = RtArray::empty(&ctx, &shape, dtype, &alloc_stream())?;
+        args.push(PyArg::ArrayOn(result.view(), device));
+        done.result = Some(result);
+    }
+    let device = launch_device(args, stream)?;
+    let ctx = Context::new(device)?;
+    let views: SmallVec<[&ArrayView; 4]> = args.iter().map(|a| a.view().expect("arrays")).collect();
+    let on = launch_stream(views.iter().copied(), stream);
+    done.launched = Some((ctx.clone(), on));
+    Ok(op(&ctx, &views[..n], views[n], stream)?)
+}
+
+/// `new`'s shape and dtype: those of `like` (when `out` is None).
+fn like(out: Option<&Bound<'_, PyAny>>, v: &ArrayView) -> Option<(Shape, DType)> {
+    out.is_none().then(|| (v.shape().into(), v.dtype()))
+}
+
+/// `out = a * x + y` (`out` None: a new array); returns the result.
+#[pyfunction]
+#[pyo3(signature = (a, x, y, out = None, stream = None))]
+pub fn axpy<'py>(
+    py: Python<'py>,
+    a: &Bound<'py, PyAny>,
+    x: &Bound<'py, PyAny>,
+    y: &Bound<'py, PyAny>,
+    out: Option<&Bound<'py, PyAny>>,
+    stream: Option<&Bound<'py, PyAny>>,
+) -> PyCaiResult<Py<PyAny>> {
+    let mut c = OpCall::new(py, "axpy", stream)?;
+    c.input(x)?;
+    c.input(y)?;
+    let a = number("axpy", a)?;
+    let new = like(out, c.view(0));
+    c.run(out, 2, true, new, move |ctx, v, o, s| ops::axpy(ctx, a, v[0], v[1], o, s))
+}
+
+/// `out = a * x`; returns the result.
+#[pyfunction]
+#[pyo3(signature = (x, a, out = None, stream = None))]
+pub fn scale<'py>(
+    py: Python<'py>,
+    x: &Bound<'py, PyAny>,
+    a: &Bound<'py, PyAny>,
+    out: Option<&Bound<'py, PyAny>>,
+    stream: Option<&Bound<'py, PyAny>>,
+) -> PyCaiResult<Py<PyAny>> {
+    let mut c = OpCall::new(py, "scale", stream)?;
+    c.input(x)?;
     let a = number("scale", a)?;
-    call(py, "scale", [("x", x), ("out", out)], stream, |c| ops::scale(c.ctx, c.arrays[0], a, c.arrays[1], c.stream))
+    let new = like(out, c.view(0));
+    c.run(out, 1, true, new, move |ctx, v, o, s| ops::scale(ctx, v[0], a, o, s))
 }
 
 /// Every element of `out` set to `value`.
@@ -107,36 +277,95 @@ pub fn fill(py: Python<'_>, out: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>, st
     call(py, "fill", [("out", out)], stream, |c| ops::fill(c.ctx, c.arrays[0], value, c.stream))
 }
 
-/// `out = x` converted to `out`'s dtype.
-#[pyfunction]
-#[pyo3(signature = (x, out, stream = None))]
-pub fn cast(py: Python<'_>, x: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>) -> PyCaiResult<()> {
-    call(py, "cast", [("x", x), ("out", out)], stream, |c| ops::cast(c.ctx, c.arrays[0], c.arrays[1], c.stream))
+/// `cast`'s target dtype as `caijit.ops` reads it: a dtype's own name directly, anything
+/// else through `caijit.ops._dtype_name` (NumPy's name, and NumPy's errors), made a caijit
+/// dtype only when a result is allocated (`allocate`), as `caijit.empty(shape, name)` makes it.
+fn cast_dtype(dtype: &Bound<'_, PyAny>, allocate: bool) -> PyCaiResult<Option<DType>> {
+    if let Some(d) = dtype.cast::<PyString>().ok().and_then(|s| DType::from_name(&s.to_cow().ok()?)) {
+        return Ok(Some(d));
+    }
+    static NAME: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let py = dtype.py();
+    let f = NAME.get_or_try_init(py, || -> PyResult<_> { Ok(py.import("caijit.ops")?.getattr("_dtype_name")?.unbind()) })?;
+    let name = f.bind(py).call1((dtype,))?;
+    Ok(if allocate { Some(dtype_from_py(&name)?) } else { None })
 }
 
-/// `out = a (op) b` with NumPy broadcasting; `op` names a `BinaryOp` ("add", "maximum", ...).
+/// `out = x` converted to `dtype` (`out` None: a new array of `dtype`; else `out`'s dtype);
+/// returns the result.
 #[pyfunction]
-#[pyo3(signature = (op, a, b, out, stream = None))]
-pub fn binary(
-    py: Python<'_>,
+#[pyo3(signature = (x, dtype, out = None, stream = None))]
+pub fn cast<'py>(
+    py: Python<'py>,
+    x: &Bound<'py, PyAny>,
+    dtype: &Bound<'py, PyAny>,
+    out: Option<&Bound<'py, PyAny>>,
+    stream: Option<&Bound<'py, PyAny>>,
+) -> PyCaiResult<Py<PyAny>> {
+    let mut c = OpCall::new(py, "cast", stream)?;
+    c.input(x)?;
+    let to = cast_dtype(dtype, out.is_none())?;
+    let new = to.map(|d| (c.view(0).shape().into(), d));
+    c.run(out, 1, true, new, |ctx, v, o, s| ops::cast(ctx, v[0], o, s))
+}
+
+/// `out = a (op) b` with NumPy broadcasting; `op` names a `BinaryOp` ("add", "maximum",
+/// ...). `out` None: a new array of the broadcast shape and `a`'s dtype. Returns the result.
+#[pyfunction]
+#[pyo3(signature = (op, a, b, out = None, stream = None))]
+pub fn binary<'py>(
+    py: Python<'py>,
     op: &str,
-    a: &Bound<'_, PyAny>,
-    b: &Bound<'_, PyAny>,
-    out: &Bound<'_, PyAny>,
-    stream: Option<&Bound<'_, PyAny>>,
-) -> PyCaiResult<()> {
+    a: &Bound<'py, PyAny>,
+    b: &Bound<'py, PyAny>,
+    out: Option<&Bound<'py, PyAny>>,
+    stream: Option<&Bound<'py, PyAny>>,
+) -> PyCaiResult<Py<PyAny>> {
     let op = BinaryOp::from_name(op).ok_or_else(|| PyCaiError::argument(format!("no binary operation named {op:?}")))?;
-    call(py, op.name(), [("a", a), ("b", b), ("out", out)], stream, |c| {
-        ops::binary(c.ctx, op, c.arrays[0], c.arrays[1], c.arrays[2], c.stream)
-    })
+    let mut c = OpCall::new(py, op.name(), stream)?;
+    c.input(a)?;
+    c.input(b)?;
+    // (a given out is checked against the broadcast shape by the op)
+    let new = match out {
+        Some(_) => None,
+        None => {
+            let (av, bv) = (c.view(0), c.view(1));
+            let shape = match ops::broadcast_shape(av.shape(), bv.shape()) {
+                Some(shape) => shape,
+                None => return Err(broadcast_error(py, op.name(), av.shape(), bv.shape())),
+            };
+            Some((shape.into(), av.dtype()))
+        }
+    };
+    c.run(out, 2, false, new, move |ctx, v, o, s| ops::binary(ctx, op, v[0], v[1], o, s))
+}
+
+/// NumPy's message for shapes that do not broadcast (`numpy.broadcast_shapes`' own), after `what`.
+fn broadcast_error(py: Python<'_>, what: &str, a: &[usize], b: &[usize]) -> PyCaiError {
+    let numpy = || -> PyResult<Bound<'_, PyAny>> {
+        py.import("numpy")?.getattr("broadcast_shapes")?.call1((PyTuple::new(py, a)?, PyTuple::new(py, b)?))
+    };
+    match numpy() {
+        Err(e) if e.is_instance_of::<pyo3::exceptions::PyValueError>(py) => PyCaiError::argument(format!("{what}: {}", e.value(py))),
+        Err(e) => PyCaiError::Py(e),
+        Ok(_) => PyCaiError::argument(format!("{what}: shapes {a:?} and {b:?} do not broadcast")),
+    }
 }
 
 /// A C-contiguous copy of any strided view into `out` (the driver's copy when `x` is
-/// C-contiguous).
+/// C-contiguous; `out` None: a new array); returns the result.
 #[pyfunction]
-#[pyo3(signature = (x, out, stream = None))]
-pub fn ascontiguous(py: Python<'_>, x: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>) -> PyCaiResult<()> {
-    call(py, "ascontiguous", [("x", x), ("out", out)], stream, |c| ops::ascontiguous(c.ctx, c.arrays[0], c.arrays[1], c.stream))
+#[pyo3(signature = (x, out = None, stream = None))]
+pub fn ascontiguous<'py>(
+    py: Python<'py>,
+    x: &Bound<'py, PyAny>,
+    out: Option<&Bound<'py, PyAny>>,
+    stream: Option<&Bound<'py, PyAny>>,
+) -> PyCaiResult<Py<PyAny>> {
+    let mut c = OpCall::new(py, "ascontiguous", stream)?;
+    c.input(x)?;
+    let new = like(out, c.view(0));
+    c.run(out, 1, false, new, |ctx, v, o, s| ops::ascontiguous(ctx, v[0], o, s))
 }
 
 /// Copy the C-contiguous array `src` into the C-contiguous array `dst` (same dtype and
@@ -156,48 +385,101 @@ pub fn copy_contiguous(
     })
 }
 
-/// The 2-D transpose of `x` into `out`.
+/// The 2-D transpose of `x` into `out` (`out` None: a new array); returns the result.
 #[pyfunction]
-#[pyo3(signature = (x, out, stream = None))]
-pub fn transpose(py: Python<'_>, x: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>) -> PyCaiResult<()> {
-    call(py, "transpose", [("x", x), ("out", out)], stream, |c| ops::transpose(c.ctx, c.arrays[0], c.arrays[1], c.stream))
-}
-
-/// Sum (`op == "sum"`) or maximum (`"max"`) of `x`: over the whole array into the
-/// one-element `out` (`axis` None), or over the last axis (`axis` -1).
-#[pyfunction]
-#[pyo3(signature = (op, x, out, axis = None, stream = None))]
-pub fn reduce(
-    py: Python<'_>,
-    op: &str,
-    x: &Bound<'_, PyAny>,
-    out: &Bound<'_, PyAny>,
-    axis: Option<i64>,
-    stream: Option<&Bound<'_, PyAny>>,
-) -> PyCaiResult<()> {
-    let f = match (op, axis) {
-        ("sum", None) => ops::sum,
-        ("max", None) => ops::max,
-        ("sum", Some(-1)) => ops::sum_last_axis,
-        ("max", Some(-1)) => ops::max_last_axis,
-        _ => return Err(PyCaiError::argument(format!("no reduction {op:?} over axis {axis:?} (sum or max; None or -1)"))),
+#[pyo3(signature = (x, out = None, stream = None))]
+pub fn transpose<'py>(
+    py: Python<'py>,
+    x: &Bound<'py, PyAny>,
+    out: Option<&Bound<'py, PyAny>>,
+    stream: Option<&Bound<'py, PyAny>>,
+) -> PyCaiResult<Py<PyAny>> {
+    let mut c = OpCall::new(py, "transpose", stream)?;
+    c.input(x)?;
+    let [rows, cols] = *c.view(0).shape() else {
+        return Err(PyCaiError::argument(format!("transpose: expected a 2-D array, got {}-d", c.view(0).ndim())));
     };
-    call(py, op, [("x", x), ("out", out)], stream, |c| f(c.ctx, c.arrays[0], c.arrays[1], c.stream))
+    let new = out.is_none().then(|| (Shape::from_slice(&[cols, rows]), c.view(0).dtype()));
+    c.run(out, 1, true, new, |ctx, v, o, s| ops::transpose(ctx, v[0], o, s))
 }
 
-/// Softmax over the last axis of `x` into `out`.
+/// Sum (`op == "sum"`) or maximum (`"max"`) of `x`: over the whole array into a one-element
+/// `out` (`axis` None), or over the last axis (`axis` -1 or the last axis's index). `out`
+/// None: a new array, NumPy's result dtype (integer sums in 64 bits). Returns the result.
 #[pyfunction]
-#[pyo3(signature = (x, out, stream = None))]
-pub fn softmax(py: Python<'_>, x: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>) -> PyCaiResult<()> {
-    call(py, "softmax", [("x", x), ("out", out)], stream, |c| ops::softmax(c.ctx, c.arrays[0], c.arrays[1], c.stream))
+#[pyo3(signature = (op, x, out = None, axis = None, stream = None))]
+pub fn reduce<'py>(
+    py: Python<'py>,
+    op: &str,
+    x: &Bound<'py, PyAny>,
+    out: Option<&Bound<'py, PyAny>>,
+    axis: Option<&Bound<'py, PyAny>>,
+    stream: Option<&Bound<'py, PyAny>>,
+) -> PyCaiResult<Py<PyAny>> {
+    let (what, sum): (&'static str, bool) = match op {
+        "sum" => ("sum", true),
+        "max" => ("max", false),
+        _ => return Err(PyCaiError::argument(format!("no reduction {op:?} (sum or max)"))),
+    };
+    let mut c = OpCall::new(py, what, stream)?;
+    c.input(x)?;
+    let v = c.view(0);
+    // `axis in (-1, x.ndim - 1)`, as Python compares.
+    let last = match axis {
+        None => false,
+        Some(a) if a.eq(-1)? || a.eq(v.ndim() as i64 - 1)? => true,
+        Some(_) => return Err(PyCaiError::argument(format!("{what}: axis must be None or the last axis"))),
+    };
+    let new = out.is_none().then(|| {
+        // NumPy's result dtypes: integer sums in 64 bits.
+        let dtype = match v.dtype() {
+            DType::I8 | DType::I16 | DType::I32 | DType::I64 if sum => DType::I64,
+            DType::U8 | DType::U16 | DType::U32 | DType::U64 if sum => DType::U64,
+            d => d,
+        };
+        let shape: Shape = if last { v.shape()[..v.ndim().saturating_sub(1)].into() } else { Shape::new() };
+        (shape, dtype)
+    });
+    let f = match (sum, last) {
+        (true, false) => ops::sum,
+        (false, false) => ops::max,
+        (true, true) => ops::sum_last_axis,
+        (false, true) => ops::max_last_axis,
+    };
+    c.run(out, 1, true, new, move |ctx, v, o, s| f(ctx, v[0], o, s))
 }
 
-/// `out = op(x)` for an elementwise op of the library's registry (`cai_runtime::ops::UNARY_OPS`).
+/// Softmax over the last axis of `x` into `out` (`out` None: a new array); returns the result.
 #[pyfunction]
-#[pyo3(signature = (op, x, out, stream = None))]
-pub fn unary(py: Python<'_>, op: &str, x: &Bound<'_, PyAny>, out: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>) -> PyCaiResult<()> {
+#[pyo3(signature = (x, out = None, stream = None))]
+pub fn softmax<'py>(
+    py: Python<'py>,
+    x: &Bound<'py, PyAny>,
+    out: Option<&Bound<'py, PyAny>>,
+    stream: Option<&Bound<'py, PyAny>>,
+) -> PyCaiResult<Py<PyAny>> {
+    let mut c = OpCall::new(py, "softmax", stream)?;
+    c.input(x)?;
+    let new = like(out, c.view(0));
+    c.run(out, 1, true, new, |ctx, v, o, s| ops::softmax(ctx, v[0], o, s))
+}
+
+/// `out = op(x)` for an elementwise op of the library's registry
+/// (`cai_runtime::ops::UNARY_OPS`; `out` None: a new array); returns the result.
+#[pyfunction]
+#[pyo3(signature = (op, x, out = None, stream = None))]
+pub fn unary<'py>(
+    py: Python<'py>,
+    op: &str,
+    x: &Bound<'py, PyAny>,
+    out: Option<&Bound<'py, PyAny>>,
+    stream: Option<&Bound<'py, PyAny>>,
+) -> PyCaiResult<Py<PyAny>> {
     let op = ops::unary_op(op)?.name;
-    call(py, op, [("x", x), ("out", out)], stream, |c| ops::unary(c.ctx, op, c.arrays[0], c.arrays[1], c.stream))
+    let mut c = OpCall::new(py, op, stream)?;
+    c.input(x)?;
+    let new = like(out, c.view(0));
+    c.run(out, 1, true, new, move |ctx, v, o, s| ops::unary(ctx, op, v[0], o, s))
 }
 
 /// The registry of elementwise unary ops: `(name, doc, dtype names)` of each.

@@ -249,6 +249,26 @@ def test_reductions(dtype: str) -> None:
 
 
 @gpu
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int32", "uint8", "int64"])
+def test_small_whole_array_reductions(dtype: str) -> None:
+    """Whole arrays of at most 64 KiB are reduced by one block in one kernel, larger ones in
+    two passes: both match NumPy on each side of the edge, from 16-byte aligned and
+    unaligned starts alike."""
+    item = np.dtype(dtype).itemsize
+    edge = (64 << 10) // item
+    for n in (1, 7, 33, 4096, edge - 1, edge, edge + 1):
+        h = rand(n + 1, dtype)
+        d = caijit.to_device(h)
+        cai = d.__cuda_array_interface__
+        for start in (0, 1):
+            v = caijit.parse_interface({**cai, "shape": (n,), "data": (cai["data"][0] + start * item, False)})
+            want = h[start:start + n]
+            close(host(ops.sum(v)), np.sum(want.astype(np.float64)), dtype, 100)
+            close(host(ops.max(v)), np.max(want.astype(np.float64)), dtype)
+            assert host(ops.sum(v)).dtype == np.sum(want).dtype
+
+
+@gpu
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int16", "float16"])
 def test_transpose(dtype: str) -> None:
     for shape in [(1, 1), (33, 65), (1000, 3), (512, 512)]:
