@@ -485,5 +485,5 @@ pub fn unary<'py>(
 /// The registry of elementwise unary ops: `(name, doc, dtype names)` of each.
 #[pyfunction]
 pub fn unary_ops() -> Vec<(&'static str, &'static str, Vec<&'static str>)> {
-    ops::UNARY_OPS.iter().map(|o| (o.name, o.doc, o.dtypes.iter().map(|d| d.name()).collect())).collect()
+    ops::UNARY_OPS.iter().map(|o| (o.name, o.doc, o.dtypes().map(|d| d.name()).collect())).collect()
 }
