@@ -13,8 +13,11 @@ struct abs_op {
     __device__ unsigned short operator()(unsigned short x) const { return x; }
     __device__ unsigned int operator()(unsigned int x) const { return x; }
     __device__ unsigned long long operator()(unsigned long long x) const { return x; }
-    __device__ float operator()(float x) const { return fabsf(x); }
-    __device__ double operator()(double x) const { return fabs(x); }
+    // The sign bit cleared (PTX's abs.f64 leaves a NaN's sign unspecified).
+    __device__ float operator()(float x) const { return __int_as_float(__float_as_int(x) & 0x7fffffff); }
+    __device__ double operator()(double x) const {
+        return __longlong_as_double(__double_as_longlong(x) & 0x7fffffffffffffffLL);
+    }
     __device__ __half operator()(__half x) const { return __habs(x); }
     __device__ __nv_bfloat16 operator()(__nv_bfloat16 x) const { return __habs(x); }
 };
