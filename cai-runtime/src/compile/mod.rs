@@ -254,7 +254,7 @@ pub struct Compiled {
 impl Compiled {
     /// Find a kernel by name expression, lowered name, qualified name or plain name.
     pub fn kernel(&self, name: &str) -> Result<&KernelInfo> {
-        match self.kernels_named(name).as_slice() {
+        match self.kernels_named(name)?.as_slice() {
             [one] => Ok(one),
             [] => {
                 let known: Vec<_> = self.kernels.iter().map(|k| k.name_expression.clone().unwrap_or(k.qualified_name.clone())).collect();
@@ -272,8 +272,10 @@ impl Compiled {
     }
 
     /// Every kernel `name` may mean, by the first rule that finds any: name expression,
-    /// lowered name, qualified name, plain name (several: an overload set).
-    pub fn kernels_named(&self, name: &str) -> Vec<&KernelInfo> {
+    /// lowered name, qualified name, plain name. Several kernels of one qualified name are
+    /// an overload set; a plain name that finds kernels of several qualified names
+    /// (`a::k`, `b::k`) is an error naming them.
+    pub fn kernels_named(&self, name: &str) -> Result<Vec<&KernelInfo>> {
         let by = |f: &dyn Fn(&KernelInfo) -> bool| self.kernels.iter().filter(|k| f(k)).collect::<Vec<_>>();
         let name = name.trim();
         let plain = name.strip_prefix("::").unwrap_or(name);
@@ -283,12 +285,24 @@ impl Compiled {
             by(&|k| k.qualified_name == plain),
             by(&|k| k.base_name == name),
         ] {
+            let mut qualified: Vec<&str> = found.iter().map(|k| k.qualified_name.as_str()).collect();
+            qualified.sort_unstable();
+            qualified.dedup();
+            if qualified.len() > 1 && found.iter().all(|k| k.name_expression.as_deref() != Some(name) && k.lowered_name != name) {
+                return Err(ambiguous(name, &qualified));
+            }
             if !found.is_empty() {
-                return found;
+                return Ok(found);
             }
         }
-        Vec::new()
+        Ok(Vec::new())
     }
+}
+
+/// The error for a plain name that means kernels of several namespaces.
+pub fn ambiguous(name: &str, qualified: &[impl AsRef<str>]) -> Error {
+    let all: Vec<&str> = qualified.iter().map(AsRef::as_ref).collect();
+    Error::argument(format!("kernel name `{name}` is ambiguous: {}; name one of them", all.join(", ")))
 }
 
 fn sha256_hex(parts: &[&[u8]]) -> String {
@@ -612,8 +626,10 @@ fn describe_kernels(entry: &cache::Entry, decls: &[KernelDecl], mut notes: Vec<S
         let Some(target) = expr.strip_prefix(&probe_prefix) else { continue };
         probe_symbols.push(lowered.as_str());
         let target = target.trim_end_matches('>').trim_start_matches("decltype(").trim_end_matches(')').trim_start_matches('&');
-        if let Some(types) = signature::probe_types(lowered)? {
-            let name = target.rsplit("::").next().unwrap_or(target).to_string();
+        let name = target.rsplit("::").next().unwrap_or(target).to_string();
+        // An error names the kernel, not its probe.
+        let types = signature::probe_types(lowered).map_err(|e| e.for_kernel(&name, &agreed_names(decls, target, None)))?;
+        if let Some(types) = types {
             probed.insert(name, types);
         }
     }
@@ -623,7 +639,12 @@ fn describe_kernels(entry: &cache::Entry, decls: &[KernelDecl], mut notes: Vec<S
             continue;
         }
         let name_expression = entry.lowered.iter().find(|(e, l)| *l == lowered && !e.starts_with(&probe_prefix)).map(|(e, _)| e.clone());
-        let (demangled, qualified, types) = match signature::types_from_lowered(&lowered)? {
+        // An error names the kernel (its qualified name), not its lowered name.
+        let named = |e: signature::SignatureError| {
+            let shown = signature::demangled(&lowered).map_or(lowered.clone(), |t| qualified_name_of(&t));
+            e.for_kernel(&shown, &agreed_names(decls, &shown, None))
+        };
+        let (demangled, qualified, types) = match signature::types_from_lowered(&lowered).map_err(named)? {
             Some((text, types)) => (Some(text.clone()), qualified_name_of(&text), types),
             None => match probed.get(&lowered) {
                 Some(types) => (None, lowered.clone(), types.clone()),
@@ -637,23 +658,30 @@ fn describe_kernels(entry: &cache::Entry, decls: &[KernelDecl], mut notes: Vec<S
             },
         };
         let base_name = qualified.rsplit("::").next().unwrap_or(&qualified).to_string();
-        // Parameter names from the declarations of this name and arity, when they agree.
-        let mut candidates = decls.iter().filter(|d| d.qualified_name() == qualified && d.params.len() == types.len());
-        let names: Vec<Option<String>> = match candidates.next() {
-            Some(first) => {
-                let names: Vec<_> = first.params.iter().map(|(n, _)| n.clone()).collect();
-                if candidates.all(|d| d.params.iter().map(|(n, _)| n).eq(names.iter())) {
-                    names
-                } else {
-                    vec![None; types.len()]
-                }
-            }
-            None => vec![None; types.len()],
-        };
+        let names = agreed_names(decls, &qualified, Some(types.len()));
         let params = signature::layout_compiled(&lowered, &types, &names, &ptx_params)?;
         out.push(KernelInfo { name_expression, lowered_name: lowered, demangled, base_name, qualified_name: qualified, params });
     }
     Ok((out, notes))
+}
+
+/// Parameter names from the declarations of `qualified` (of `arity` parameters, when
+/// given), where they agree: a position any two name differently is unnamed.
+fn agreed_names(decls: &[KernelDecl], qualified: &str, arity: Option<usize>) -> Vec<Option<String>> {
+    let mut candidates = decls.iter().filter(|d| d.qualified_name() == qualified && arity.is_none_or(|n| d.params.len() == n));
+    let Some(first) = candidates.next() else { return vec![None; arity.unwrap_or(0)] };
+    let mut names: Vec<Option<String>> = first.params.iter().map(|(n, _)| n.clone()).collect();
+    for d in candidates {
+        if d.params.len() != names.len() {
+            return vec![None; arity.unwrap_or(0)];
+        }
+        for (mine, (theirs, _)) in names.iter_mut().zip(&d.params) {
+            if mine != theirs {
+                *mine = None;
+            }
+        }
+    }
+    names
 }
 
 /// `void ns::axpy<float>(float, ...)` → `ns::axpy`.
