@@ -281,6 +281,33 @@ __global__ void fwd(float* y, int n) {}
         let names: Vec<_> = c.kernel("fwd").unwrap().params.iter().map(|p| p.name.clone()).collect();
         assert_eq!(names, [Some("y".into()), Some("n".into())]);
     }
+    // Branches of different types: the compiled types tell which branch names them.
+    let src = r#"
+#ifdef USE_INT
+extern "C" __global__ void s(int* xs, int factor, int n) {}
+__global__ void t(int* xs, int factor) {}
+#else
+extern "C" __global__ void s(float* x, float a, int n) {}
+__global__ void t(float* x, float a) {}
+#endif
+"#;
+    for (p, want) in [(Program::new(src), ["x", "a"]), (Program::new(src).define("USE_INT", None), ["xs", "factor"])] {
+        let c = build(&p);
+        for k in ["s", "t"] {
+            let names: Vec<_> = c.kernel(k).unwrap().params.iter().map(|p| p.name.clone().unwrap_or_default()).take(2).collect();
+            assert_eq!(names, want, "{k}");
+        }
+    }
+}
+
+#[test]
+fn a_cpp_kernel_the_preprocessor_removed_costs_nothing() {
+    let src = "#ifdef B\nnamespace b { __global__ void k(double* x) {} }\n#else\nnamespace a { __global__ void k(float* x) {} }\n#endif\n";
+    let c = build(&Program::new(src));
+    assert_eq!(shape(c.kernel("k").unwrap()), [(ptr(DType::F32, false), 8, 0)]);
+    assert_eq!(shape(c.kernel("a::k").unwrap()), [(ptr(DType::F32, false), 8, 0)]);
+    let c = build(&Program::new(src).define("B", None));
+    assert_eq!(shape(c.kernel("k").unwrap()), [(ptr(DType::F64, false), 8, 0)]);
 }
 
 #[test]

@@ -96,6 +96,10 @@ def test_parameter_names_are_those_every_declaration_agrees_on(defines: dict[str
     assert [p["name"] for p in k.params] == ["x", "out", None, None, "n"]
     with pytest.raises(caijit.ArgumentError, match=r"no parameter named `a`.*give it one name in every declaration"):
         _native.xla_prepare(k, [("float32", [8])], [("float32", [8])], [], [("a", 2.0), ("b", 10.0), ("n", 8)], [1, 1, 1], [32, 1, 1], 0, [])
+    # Branches of different types: the compiled types tell which branch names them.
+    typed = IFDEF_SWAP.replace("float b, float a", "double b, double a")
+    assert [p["name"] for p in caijit.kernel(typed, "affine").params] == ["x", "out", "a", "b", "n"]
+    assert [p["name"] for p in caijit.kernel(typed, "affine", defines={"SWAP": None}).params] == ["x", "out", "b", "a", "n"]
     # A forward declaration without names, then the definition: the definition names them.
     fwd = 'extern "C" __global__ void f(float*, int);\nextern "C" __global__ void f(float* y, int n) {}'
     assert [p["name"] for p in caijit.kernel(fwd, "f").params] == ["y", "n"]
@@ -113,6 +117,10 @@ def test_same_name_in_two_namespaces_is_ambiguous_not_an_overload_set() -> None:
     with pytest.raises(caijit.ArgumentError, match=r"`k` is ambiguous: a::k, b::k"):
         caijit.kernel(NAMESPACES, "k").compile(arch="sm_90")
     assert [p["type"] for p in caijit.kernel(NAMESPACES, "b::k").params] == ["double*"]
+    # When the preprocessor keeps one of them, the plain name finds it.
+    one = "#ifdef B\nnamespace b { __global__ void k(double* x) {} }\n#else\nnamespace a { __global__ void k(float* x) {} }\n#endif\n"
+    assert [p["type"] for p in caijit.kernel(one, "k").params] == ["float*"]
+    assert [p["type"] for p in caijit.kernel(one, "k", defines={"B": None}).params] == ["double*"]
 
 
 def test_the_overload_casts_suggested_compile() -> None:

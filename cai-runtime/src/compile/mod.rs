@@ -386,6 +386,16 @@ fn all_name_expressions(program: &Program, decls: &[KernelDecl]) -> (Vec<String>
     (exprs, probes)
 }
 
+/// The name expressions caijit added (not the program's own) that NVRTC's log says it
+/// could not look up (`Input name expression was: " b :: k"`).
+fn failed_expressions<'a>(log: &str, exprs: &'a [String], program: &'a Program) -> impl Iterator<Item = &'a String> {
+    let compact = |s: &str| s.chars().filter(|c| !c.is_whitespace()).collect::<String>();
+    let log = compact(log);
+    exprs
+        .iter()
+        .filter(move |e| !program.name_expressions.contains(e) && log.contains(&format!("Inputnameexpressionwas:\"{}\"", compact(e))))
+}
+
 /// A program's cache key, and the headers NVRTC is to read from memory (the ones hashed).
 struct Key {
     key: String,
@@ -505,10 +515,12 @@ pub fn compile_reporting(program: &Program, arch: Arch, options: &CompileOptions
         }
         None => {
             let found = if trusted { &includes.headers[..] } else { &[] };
-            // A probe that does not compile (a kernel the tokenizer found in a branch the
-            // preprocessor removed) must not cost the program: compile again without the
-            // probes NVRTC's log names (without all of them if it names none).
+            // A probe, or a name expression caijit added, that does not compile (a kernel
+            // the tokenizer found in a branch the preprocessor removed) must not cost the
+            // program: compile again without the probes NVRTC's log names (without all of
+            // them if it names none), and without the added expressions it names.
             let mut probes = probes.clone();
+            let mut exprs = exprs.clone();
             let e = loop {
                 match run_nvrtc(tk, program, &opts, &exprs, &probes, cubin, found) {
                     Err(Error::Compile(CompileError { log, .. })) if !probes.is_empty() && log.contains(signature::PROBE_TEMPLATE) => {
@@ -517,6 +529,10 @@ pub fn compile_reporting(program: &Program, arch: Arch, options: &CompileOptions
                         if probes.len() == before {
                             probes.clear();
                         }
+                    }
+                    Err(Error::Compile(CompileError { log, .. })) if failed_expressions(&log, &exprs, program).next().is_some() => {
+                        let failed: Vec<String> = failed_expressions(&log, &exprs, program).cloned().collect();
+                        exprs.retain(|e| !failed.contains(e));
                     }
                     r => break r?,
                 }
@@ -658,17 +674,29 @@ fn describe_kernels(entry: &cache::Entry, decls: &[KernelDecl], mut notes: Vec<S
             },
         };
         let base_name = qualified.rsplit("::").next().unwrap_or(&qualified).to_string();
-        let names = agreed_names(decls, &qualified, Some(types.len()));
+        let names = agreed_names(decls, &qualified, Some(&types));
         let params = signature::layout_compiled(&lowered, &types, &names, &ptx_params)?;
         out.push(KernelInfo { name_expression, lowered_name: lowered, demangled, base_name, qualified_name: qualified, params });
     }
     Ok((out, notes))
 }
 
-/// Parameter names from the declarations of `qualified` (of `arity` parameters, when
-/// given), where they agree: a position any two name differently is unnamed.
-fn agreed_names(decls: &[KernelDecl], qualified: &str, arity: Option<usize>) -> Vec<Option<String>> {
-    let mut candidates = decls.iter().filter(|d| d.qualified_name() == qualified && arity.is_none_or(|n| d.params.len() == n));
+/// Parameter names from the declarations of `qualified` (of the compiled `types`' arity,
+/// when given), where they agree: a position any two name differently is unnamed. A
+/// declaration whose types the tokenizer read exactly (builtin scalars, pointers and
+/// arrays of them) and that differ from the compiled ones is another `#if` branch's, and
+/// has no say.
+fn agreed_names(decls: &[KernelDecl], qualified: &str, types: Option<&[signature::ParamType]>) -> Vec<Option<String>> {
+    use signature::{CType, ParamType, Rank};
+    let exact = |t: &ParamType| match t {
+        ParamType::Pointer { elem, .. } | ParamType::Value(elem) => matches!(elem, CType::Scalar(_)),
+        ParamType::Array { elem, rank, .. } => matches!(elem, CType::Scalar(_)) && matches!(rank, Rank::Fixed(_)),
+    };
+    let arity = types.map(<[_]>::len);
+    let other_branch =
+        |d: &KernelDecl| types.is_some_and(|ts| d.params.iter().all(|(_, t)| exact(t)) && !d.params.iter().map(|(_, t)| t).eq(ts.iter()));
+    let mut candidates =
+        decls.iter().filter(|d| d.qualified_name() == qualified && arity.is_none_or(|n| d.params.len() == n) && !other_branch(d));
     let Some(first) = candidates.next() else { return vec![None; arity.unwrap_or(0)] };
     let mut names: Vec<Option<String>> = first.params.iter().map(|(n, _)| n.clone()).collect();
     for d in candidates {
