@@ -114,10 +114,11 @@ impl Kernel {
     fn needs_name_expression(&self) -> bool {
         // Overloads (one name expression cannot name several) and a plain name declared in
         // several namespaces are found among the compiled kernels.
-        if self.overloaded || !self.namespaces.is_empty() {
+        let plain = !self.name.contains(['<', ':', '(']);
+        if self.overloaded || (plain && !self.namespaces.is_empty()) {
             return false;
         }
-        self.decl.is_none() || self.name.contains(['<', ':', '('])
+        self.decl.is_none() || !plain
     }
 
     /// Whether several non-template kernels share this kernel's qualified name.

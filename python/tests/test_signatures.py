@@ -117,6 +117,9 @@ def test_same_name_in_two_namespaces_is_ambiguous_not_an_overload_set() -> None:
     with pytest.raises(caijit.ArgumentError, match=r"`k` is ambiguous: a::k, b::k"):
         caijit.kernel(NAMESPACES, "k").compile(arch="sm_90")
     assert [p["type"] for p in caijit.kernel(NAMESPACES, "b::k").params] == ["double*"]
+    # A name expression is NVRTC's to look up.
+    templates = "namespace a { template <typename T> __global__ void t(T* x) {} }\nnamespace b { __global__ void t(double* x) {} }\n"
+    assert [p["type"] for p in caijit.kernel(templates, "a::t<float>").params] == ["float*"]
     # When the preprocessor keeps one of them, the plain name finds it.
     one = "#ifdef B\nnamespace b { __global__ void k(double* x) {} }\n#else\nnamespace a { __global__ void k(float* x) {} }\n#endif\n"
     assert [p["type"] for p in caijit.kernel(one, "k").params] == ["float*"]
