@@ -123,7 +123,7 @@ __global__ void ov(float x, int n) {}
     let k = c.kernel("(void(*)(double, int))ov").unwrap();
     assert_eq!(k.params[0].kind, ParamKind::Scalar(DType::F64));
     // By plain name: both overloads, for the launch's arguments to pick.
-    let both = c.kernels_named("ov");
+    let both = c.kernels_named("ov").unwrap();
     assert_eq!(both.len(), 2);
     let f = ArgType::TypedScalar(DType::F32);
     let fits: Vec<_> = both.iter().filter(|k| k.params.iter().zip([f, ArgType::UntypedScalar]).all(|(p, a)| p.kind.admits(&a))).collect();
@@ -261,4 +261,72 @@ fn an_extern_c_kernel_declared_in_a_header_launches_when_named() {
     assert!(c.notes.iter().any(|n| n.contains("from_header")), "{:?}", c.notes);
     let c = build(&p.name_expression("from_header"));
     assert_eq!(shape(c.kernel("from_header").unwrap()), [(ptr(DType::F64, false), 8, 0), (ParamKind::Scalar(DType::U32), 4, 8)]);
+}
+
+#[test]
+fn parameter_names_are_those_every_declaration_agrees_on() {
+    let src = r#"
+#ifdef SWAP
+extern "C" __global__ void affine(const float* x, float* out, float b, float a, int n) {}
+#else
+extern "C" __global__ void affine(const float* x, float* out, float a, float b, int n) {}
+#endif
+__global__ void fwd(float*, int);
+__global__ void fwd(float* y, int n) {}
+"#;
+    for p in [Program::new(src), Program::new(src).define("SWAP", None)] {
+        let c = build(&p);
+        let names: Vec<_> = c.kernel("affine").unwrap().params.iter().map(|p| p.name.clone()).collect();
+        assert_eq!(names, [Some("x".into()), Some("out".into()), None, None, Some("n".into())]);
+        let names: Vec<_> = c.kernel("fwd").unwrap().params.iter().map(|p| p.name.clone()).collect();
+        assert_eq!(names, [Some("y".into()), Some("n".into())]);
+    }
+    // Branches of different types: the compiled types tell which branch names them.
+    let src = r#"
+#ifdef USE_INT
+extern "C" __global__ void s(int* xs, int factor, int n) {}
+__global__ void t(int* xs, int factor) {}
+#else
+extern "C" __global__ void s(float* x, float a, int n) {}
+__global__ void t(float* x, float a) {}
+#endif
+"#;
+    for (p, want) in [(Program::new(src), ["x", "a"]), (Program::new(src).define("USE_INT", None), ["xs", "factor"])] {
+        let c = build(&p);
+        for k in ["s", "t"] {
+            let names: Vec<_> = c.kernel(k).unwrap().params.iter().map(|p| p.name.clone().unwrap_or_default()).take(2).collect();
+            assert_eq!(names, want, "{k}");
+        }
+    }
+}
+
+#[test]
+fn a_cpp_kernel_the_preprocessor_removed_costs_nothing() {
+    let src = "#ifdef B\nnamespace b { __global__ void k(double* x) {} }\n#else\nnamespace a { __global__ void k(float* x) {} }\n#endif\n";
+    let c = build(&Program::new(src));
+    assert_eq!(shape(c.kernel("k").unwrap()), [(ptr(DType::F32, false), 8, 0)]);
+    assert_eq!(shape(c.kernel("a::k").unwrap()), [(ptr(DType::F32, false), 8, 0)]);
+    let c = build(&Program::new(src).define("B", None));
+    assert_eq!(shape(c.kernel("k").unwrap()), [(ptr(DType::F64, false), 8, 0)]);
+}
+
+#[test]
+fn a_plain_name_in_two_namespaces_is_ambiguous_not_an_overload_set() {
+    let src = "namespace a { __global__ void k(float* x) {} }\nnamespace b { __global__ void k(double* x) {} }\n__global__ void ov(int) {}\n__global__ void ov(float) {}\n";
+    let c = build(&Program::new(src));
+    let e = c.kernels_named("k").unwrap_err().to_string();
+    assert!(e.contains("`k` is ambiguous: a::k, b::k"), "{e}");
+    assert!(c.kernel("k").is_err());
+    assert_eq!(shape(c.kernel("b::k").unwrap()), [(ptr(DType::F64, false), 8, 0)]);
+    assert_eq!(c.kernels_named("ov").unwrap().len(), 2);
+}
+
+#[test]
+fn signature_errors_name_the_kernel_and_carry_the_parameter() {
+    for src in [r#"extern "C" __global__ void k(const float& a, float* y) {}"#, "__global__ void k(const float& a, float* y) {}"] {
+        let e = compile_with(&Program::new(src), Arch(90), &fresh()).unwrap_err();
+        assert!(e.to_string().contains("`k`") && !e.to_string().contains("caijit_probe"), "{e}");
+        let cai_runtime::Error::Argument(a) = e else { panic!("{e}") };
+        assert_eq!((a.index, a.name.as_deref(), a.ctype.as_deref()), (Some(0), Some("a"), Some("float const &")));
+    }
 }

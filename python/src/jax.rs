@@ -2,6 +2,7 @@
 //! of the XLA FFI handler that serves them (`cai_runtime::xla`).
 
 use cai_runtime::cai::DType;
+use cai_runtime::compile::{compile, KernelInfo};
 use cai_runtime::launch::{LaunchConfig, Num};
 use cai_runtime::signature::ArgType;
 use cai_runtime::xla::{self, Binding, BufferSpec};
@@ -9,7 +10,7 @@ use pyo3::prelude::*;
 
 use crate::args::{numpy_scalar, python_number};
 use crate::errors::{PyCaiError, PyCaiResult};
-use crate::kernel::Kernel;
+use crate::kernel::{inspection_arch, Kernel};
 
 fn buffer_spec(what: &str, i: usize, (dtype, shape): &(String, Vec<usize>)) -> PyCaiResult<BufferSpec> {
     let dtype =
@@ -45,8 +46,14 @@ fn bindings(
     for (s, _) in scalars {
         if !names.iter().any(|n| n.as_deref() == Some(s.as_str())) {
             let all: Vec<_> = names.iter().map(|n| n.as_deref().unwrap_or("<unnamed>")).collect();
+            let why = if names.iter().any(Option::is_none) {
+                "; a parameter is unnamed when a declaration leaves it unnamed or two declarations \
+                 (`#if` branches, a forward declaration) name it differently: give it one name in every declaration"
+            } else {
+                ""
+            };
             return Err(PyCaiError::argument(format!(
-                "kernel `{kernel}` has no parameter named `{s}` (its parameters: {})",
+                "kernel `{kernel}` has no parameter named `{s}` (its parameters: {}){why}",
                 all.join(", ")
             )));
         }
@@ -121,11 +128,64 @@ pub fn xla_prepare(
     let scalars: Vec<(String, (Num, Option<DType>))> =
         scalars.iter().map(|(n, v)| Ok((n.clone(), scalar(n, v)?))).collect::<PyCaiResult<_>>()?;
     let k = kernel.name().to_string();
-    let names = kernel.declared_params().ok_or_else(|| {
-        PyCaiError::argument(format!("caijit.jax needs the source to declare `{k}` (its parameter names bind the scalars)"))
-    })?;
-    let (bindings, types) = bindings(&k, &names, &inputs, &outputs, &aliases, &scalars)?;
-    let (program, name) = kernel.instance_for(&types)?;
+    let bind = |names: &[Option<String>]| bindings(&k, names, &inputs, &outputs, &aliases, &scalars);
+    let names_of = |info: &KernelInfo| info.params.iter().map(|p| p.name.clone()).collect::<Vec<_>>();
+    let arch = inspection_arch(py)?;
+    // Scalars bind by the compiled kernel's parameter names (taken from its declarations
+    // where they agree). A template is deduced from the bindings its declaration's names
+    // make, and those must be the compiled instance's.
+    let (program, name, bindings) = if kernel.is_deduced_template() {
+        let declared = kernel.declared_params().unwrap_or_default();
+        let (_, guess) = bind(&declared)?;
+        let (program, name) = kernel.instance_for(&guess)?;
+        let compiled = py.detach(|| compile(&program, arch))?;
+        let (bindings, types) = bind(&names_of(compiled.kernel(&name)?))?;
+        if types != guess && kernel.instance_for(&types)?.1 != name {
+            return Err(PyCaiError::argument(format!(
+                "the declarations of `{k}` name its parameters differently: caijit cannot tell which instance to deduce; give each parameter one name in every declaration"
+            )));
+        }
+        (program, name, bindings)
+    } else {
+        let (program, name) = kernel.instance_for(&[])?;
+        let compiled = py.detach(|| compile(&program, arch))?;
+        if kernel.is_overloaded() {
+            // As a launch does: the overload whose parameters admit the buffers and scalars.
+            let candidates = compiled.kernels_named(&name)?;
+            let mut fits: Vec<(&KernelInfo, Vec<Binding>)> = Vec::new();
+            for c in &candidates {
+                if let Ok((b, types)) = bind(&names_of(c)) {
+                    if c.params.len() == types.len() && c.params.iter().zip(&types).all(|(p, t)| p.kind.admits(t)) {
+                        fits.push((c, b));
+                    }
+                }
+            }
+            let show = |ks: &mut dyn Iterator<Item = &KernelInfo>| {
+                ks.map(|k| k.demangled.clone().unwrap_or(k.lowered_name.clone())).collect::<Vec<_>>().join(", ")
+            };
+            if fits.len() != 1 {
+                let buffers: Vec<String> = inputs.iter().chain(&outputs).map(|b| format!("{}{:?}", b.dtype.name(), b.shape)).collect();
+                return Err(PyCaiError::argument(if fits.is_empty() {
+                    format!(
+                        "no overload of `{k}` takes these buffers ({}) and scalars; it has: {}",
+                        buffers.join(", "),
+                        show(&mut candidates.iter().copied())
+                    )
+                } else {
+                    format!(
+                        "the buffers ({}) and scalars fit several overloads of `{k}` ({}); pass typed scalars (e.g. numpy.float32) or name one with an overload cast",
+                        buffers.join(", "),
+                        show(&mut fits.iter().map(|(k, _)| *k))
+                    )
+                }));
+            }
+            let (chosen, bindings) = fits.remove(0);
+            (program, chosen.lowered_name.clone(), bindings)
+        } else {
+            let (bindings, _) = bind(&names_of(compiled.kernel(&name)?))?;
+            (program, name, bindings)
+        }
+    };
     let config = LaunchConfig::new(grid, block).shared_mem(shared_mem);
     let id = py.detach(|| xla::prepare(&program, &name, &inputs, &outputs, &aliases, &bindings, config, &devices))?;
     Ok((id, name))

@@ -29,8 +29,13 @@ pub struct Kernel {
     /// (`axpy<float>`, `ns::k`, `(void(*)(double, int))k`).
     name: String,
     decl: Option<KernelDecl>,
-    /// Several non-template kernels have this name: the launch's arguments pick one.
+    /// Several non-template kernels have this qualified name: the launch's arguments pick
+    /// one.
     overloaded: bool,
+    /// A plain name the source declares in several namespaces (`a::k`, `b::k`): not an
+    /// overload set. The compiled program decides (an error unless one of them is
+    /// compiled).
+    namespaces: Vec<String>,
     instances: Mutex<HashMap<InstanceKey, Arc<RtKernel>>>,
     /// The first instance resolved, read without a lock: a kernel that is not a deduced
     /// template has one instance per device, and most programs use one device.
@@ -85,16 +90,30 @@ impl Kernel {
             v if v.is_empty() && !base.contains("::") => decls.iter().filter(|d| d.name == base).collect(),
             v => v,
         };
+        // Overloads share a qualified name; a plain name found in several namespaces names
+        // none of them (unless the preprocessor keeps only one).
+        let mut namespaces: Vec<String> = mine.iter().map(|d| d.qualified_name()).collect();
+        namespaces.sort_unstable();
+        namespaces.dedup();
+        let (mine, namespaces) = if namespaces.len() > 1 { (Vec::new(), namespaces) } else { (mine, Vec::new()) };
         let overloaded =
             !name.contains('<') && !name.starts_with('(') && mine.len() > 1 && mine.iter().all(|d| !d.is_template() && !d.extern_c);
         let decl = mine.first().map(|d| (*d).clone());
-        let mut k =
-            Kernel { program, name, decl, overloaded, instances: Mutex::new(HashMap::new()), first: OnceLock::new(), by_types: false };
+        let mut k = Kernel {
+            program,
+            name,
+            decl,
+            overloaded,
+            namespaces,
+            instances: Mutex::new(HashMap::new()),
+            first: OnceLock::new(),
+            by_types: false,
+        };
         k.by_types = k.is_deduced_template() || k.overloaded;
         Ok(k)
     }
 
-    fn is_deduced_template(&self) -> bool {
+    pub fn is_deduced_template(&self) -> bool {
         self.decl.as_ref().is_some_and(|d| d.is_template()) && !self.name.contains('<')
     }
 
@@ -107,7 +126,18 @@ impl Kernel {
     /// Whether NVRTC must be given the name as a name expression: anything but the plain
     /// name of a kernel the tokenizer found (those caijit asks about itself).
     fn needs_name_expression(&self) -> bool {
-        self.decl.is_none() || self.name.contains(['<', ':', '('])
+        // Overloads (one name expression cannot name several) and a plain name declared in
+        // several namespaces are found among the compiled kernels.
+        let plain = !self.name.contains(['<', ':', '(']);
+        if self.overloaded || (plain && !self.namespaces.is_empty()) {
+            return false;
+        }
+        self.decl.is_none() || !plain
+    }
+
+    /// Whether several non-template kernels share this kernel's qualified name.
+    pub fn is_overloaded(&self) -> bool {
+        self.overloaded
     }
 
     /// The program to compile and the name to look up for these argument types.
@@ -156,7 +186,7 @@ impl Kernel {
             if !overloaded {
                 return module.kernel(&expr);
             }
-            let lowered = pick_overload(module.compiled().kernels_named(&expr), &key.1)?;
+            let lowered = pick_overload(module.compiled().kernels_named(&expr)?, &key.1)?;
             module.kernel(&lowered)
         })?;
         lock(&self.instances).insert(key, k.clone());
@@ -167,15 +197,20 @@ impl Kernel {
     }
 
     fn resolved_for_attributes(&self, py: Python<'_>) -> PyCaiResult<Arc<RtKernel>> {
-        self.not_a_deduced_template()?;
+        self.not_a_deduced_template(py)?;
         self.resolve(py, 0, &[])
     }
 
-    fn not_a_deduced_template(&self) -> PyCaiResult<()> {
+    fn not_a_deduced_template(&self, py: Python<'_>) -> PyCaiResult<()> {
         if self.overloaded {
+            let arch = inspection_arch(py)?;
+            let program = self.program_for([]);
+            let compiled = py.detach(|| compile(&program, arch))?;
+            let casts: Vec<String> = compiled.kernels_named(&self.name)?.into_iter().map(|k| format!("\"{}\"", overload_cast(k))).collect();
             return Err(PyCaiError::argument(format!(
-                "`{}` is overloaded: the launch's arguments pick one, or name one with an overload cast, e.g. \"(void(*)(float, int)){}\"",
-                self.name, self.name
+                "`{}` is overloaded: the launch's arguments pick one, or name one with an overload cast: {}",
+                self.name,
+                casts.join(", ")
             )));
         }
         if self.is_deduced_template() {
@@ -216,6 +251,12 @@ impl Kernel {
     }
 }
 
+/// The overload cast that names this overload: `(void(*)(float*, int))ns::k`.
+fn overload_cast(k: &KernelInfo) -> String {
+    let types: Vec<&str> = k.params.iter().map(|p| p.cpp_type.as_str()).collect();
+    format!("(void(*)({})){}", types.join(", "), k.qualified_name)
+}
+
 /// The one overload whose parameters admit the launch's argument types.
 fn pick_overload(candidates: Vec<&KernelInfo>, types: &[ArgType]) -> cai_runtime::Result<String> {
     let fits: Vec<&&KernelInfo> =
@@ -239,7 +280,7 @@ fn pick_overload(candidates: Vec<&KernelInfo>, types: &[ArgType]) -> cai_runtime
 /// device 0's; without a usable device (no driver, or none reported), `CAIJIT_ARCH`, else
 /// [`DEFAULT_INSPECT_ARCH`], so that layouts and compile errors can be read on machines
 /// without a GPU.
-fn inspection_arch(py: Python<'_>) -> PyCaiResult<Arch> {
+pub fn inspection_arch(py: Python<'_>) -> PyCaiResult<Arch> {
     match rt::device_count() {
         Ok(n) if n > 0 => return Ok(py.detach(|| Context::new(0))?.arch()),
         Ok(_) | Err(Error::CudaNotAvailable(_)) => {}
@@ -483,6 +524,10 @@ impl Kernel {
         };
         let program = self.program_for(launched);
         let (compiled, source) = py.detach(|| compile_reporting(&program, arch, &CompileOptions::default()))?;
+        if !self.namespaces.is_empty() {
+            // A plain name declared in several namespaces: an error unless one is compiled.
+            compiled.kernels_named(&self.name)?;
+        }
         kernel_infos_of(py, &compiled, source, |k| self.is_mine(k))
     }
 
@@ -490,7 +535,7 @@ impl Kernel {
     /// (for device 0, or without a GPU for `CAIJIT_ARCH` or sm_90).
     #[getter]
     fn params<'py>(&self, py: Python<'py>) -> PyCaiResult<Bound<'py, PyList>> {
-        self.not_a_deduced_template()?;
+        self.not_a_deduced_template(py)?;
         match rt::device_count() {
             Ok(n) if n > 0 => {
                 let k = self.resolved_for_attributes(py)?;

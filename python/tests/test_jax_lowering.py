@@ -262,3 +262,49 @@ def test_shard_map_lowers_to_one_custom_call_per_shard() -> None:
     # Inside the manual computation, the custom call sees the shard's shape (4096 of 8192).
     assert "manual_computation" in text
     assert "custom_call @caijit_launch" in text and "(tensor<4096xf32>, tensor<4096xf32>) -> tensor<4096xf32>" in text
+
+
+OVERLOADED = """
+__global__ void ov(const float* x, float* y, float a, int n) {}
+__global__ void ov(const double* x, double* y, double a, int n) {}
+__global__ void ov(const int* x, int* y, int a, int n) {}
+"""
+
+
+def test_overloads_are_picked_by_the_buffers_and_scalars() -> None:
+    """As a launch does: each dtype lowers to its own overload (not "ambiguous")."""
+    k = caijit.kernel(OVERLOADED, "ov")
+    f = cjax.kernel_call(k, lambda x: x, grid=1, block=32, a=2, n=lambda x: x.size)
+    ids = {dt: launch_ids(lower_for_cuda(f, jnp.ones(8, dt)))[0] for dt in (jnp.float32, jnp.int32)}
+    assert len(set(ids.values())) == 2
+    names = {
+        dt: _native.xla_prepare(k, [(dt, [8])], [(dt, [8])], [], [("a", 2), ("n", 8)], [1, 1, 1], [32, 1, 1], 0, [])[1]
+        for dt in ("float32", "float64", "int32")
+    }
+    assert names == {"float32": "_Z2ovPKfPffi", "float64": "_Z2ovPKdPddi", "int32": "_Z2ovPKiPiii"}
+    with pytest.raises(caijit.ArgumentError, match="no overload of `ov` takes these buffers"):
+        lower_for_cuda(f, jnp.ones(8, jnp.int16))
+
+
+def test_scalars_bind_only_to_names_every_declaration_gives() -> None:
+    """Two `#if` branches name `a` and `b` in opposite orders: caijit cannot tell which is
+    compiled, so it refuses to bind them by name rather than maybe swap them."""
+    src = """
+#ifdef SWAP
+extern "C" __global__ void affine(const float* x, float* out, float b, float a, int n) {}
+#else
+extern "C" __global__ void affine(const float* x, float* out, float a, float b, int n) {}
+#endif
+"""
+    f = cjax.kernel_call(caijit.kernel(src, "affine"), lambda x: x, grid=1, block=32, a=2.0, b=10.0, n=lambda x: x.size)
+    with pytest.raises(caijit.ArgumentError, match="no parameter named `a`"):
+        lower_for_cuda(f, jnp.ones(8, jnp.float32))
+
+
+def test_a_plain_name_in_two_namespaces_is_ambiguous() -> None:
+    src = "namespace a { __global__ void k(float* x) {} }\nnamespace b { __global__ void k(double* x) {} }\n"
+    g = cjax.kernel_call(caijit.kernel(src, "k"), lambda x: x, grid=1, block=1, input_output_aliases={0: 0})
+    with pytest.raises(caijit.ArgumentError, match="`k` is ambiguous: a::k, b::k"):
+        lower_for_cuda(g, jnp.ones(1, jnp.float32))
+    h = cjax.kernel_call(caijit.kernel(src, "a::k"), lambda x: x, grid=1, block=1, input_output_aliases={0: 0})
+    assert len(launch_ids(lower_for_cuda(h, jnp.ones(1, jnp.float32)))) == 1

@@ -287,3 +287,41 @@ def test_inside_xla_command_buffers(jax: Any) -> None:
     launches = int(r.stdout.split("launches", 1)[1])
     # Captured once and replayed: fewer handler calls than the 30 kernel runs.
     assert 6 <= launches <= 30, r.stdout
+
+
+OVERLOADED = r"""
+__global__ void affine(const float* x, float* out, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = a * x[i] + 1.0f; }
+__global__ void affine(const int* x, int* out, int a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = a * x[i] + 2; }
+"""
+
+IFDEF_SWAP = r"""
+#ifdef SWAP
+extern "C" __global__ void affine(const float* x, float* out, float b, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = a * x[i] + b; }
+#else
+extern "C" __global__ void affine(const float* x, float* out, float a, float b, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) out[i] = a * x[i] + b; }
+#endif
+"""
+
+
+def test_overloads_are_picked_by_dtype_inside_jit(jax: Any) -> None:
+    import caijit.jax as cjax
+
+    f = jax.jit(cjax.kernel_call(caijit.kernel(OVERLOADED, "affine"), lambda x: x, grid=1, block=32, a=3, n=lambda x: x.size))
+    x = numpy.arange(8)
+    numpy.testing.assert_array_equal(numpy.asarray(f(jax.numpy.asarray(x, "float32"))), 3 * x.astype(numpy.float32) + 1)
+    numpy.testing.assert_array_equal(numpy.asarray(f(jax.numpy.asarray(x, "int32"))), 3 * x.astype(numpy.int32) + 2)
+
+
+def test_scalars_never_bind_to_a_name_the_compiled_branch_may_not_give(jax: Any) -> None:
+    """The `#if` branches name a and b in opposite orders: binding a=2, b=10 by the first
+    branch's names would swap them in the compiled one; caijit refuses instead."""
+    import caijit.jax as cjax
+
+    k = caijit.kernel(IFDEF_SWAP, "affine")
+    f = cjax.kernel_call(k, lambda x: x, grid=1, block=32, a=2.0, b=10.0, n=lambda x: x.size)
+    with pytest.raises(caijit.ArgumentError, match="no parameter named `a`"):
+        jax.jit(f)(jax.numpy.arange(8, dtype=jax.numpy.float32))

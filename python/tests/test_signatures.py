@@ -4,6 +4,7 @@ are anything NVRTC accepts, and every program it compiles has launchable kernels
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 import caijit
+from caijit import _native
 
 IFDEF = r"""
 #ifdef USE_INT
@@ -72,6 +74,73 @@ def test_overloads_by_cast_and_macro_made_kernels_by_name() -> None:
         caijit.kernel(OVERLOADS, "ov").params
     assert params(caijit.kernel(MACROS, "k_float").compile(arch="sm_90")) == [("float*", "pointer", 8, 0), ("float", "scalar", 4, 8)]
     assert params(caijit.kernel(MACROS, "c_double").compile(arch="sm_90")) == [("double*", "pointer", 8, 0), ("double", "scalar", 8, 8)]
+
+
+IFDEF_SWAP = r"""
+#ifdef SWAP
+extern "C" __global__ void affine(const float* x, float* out, float b, float a, int n) {
+    int i = threadIdx.x; if (i < n) out[i] = a * x[i] + b; }
+#else
+extern "C" __global__ void affine(const float* x, float* out, float a, float b, int n) {
+    int i = threadIdx.x; if (i < n) out[i] = a * x[i] + b; }
+#endif
+"""
+
+
+@pytest.mark.parametrize("defines", [{}, {"SWAP": None}])
+def test_parameter_names_are_those_every_declaration_agrees_on(defines: dict[str, Any]) -> None:
+    """The tokenizer reads both `#if` branches and cannot tell which one is compiled: the
+    names they disagree on are no names (not the first branch's, which would bind scalars
+    to the wrong parameters); caijit.jax then refuses to bind them by name."""
+    k = caijit.kernel(IFDEF_SWAP, "affine", defines=defines)
+    assert [p["name"] for p in k.params] == ["x", "out", None, None, "n"]
+    with pytest.raises(caijit.ArgumentError, match=r"no parameter named `a`.*give it one name in every declaration"):
+        _native.xla_prepare(k, [("float32", [8])], [("float32", [8])], [], [("a", 2.0), ("b", 10.0), ("n", 8)], [1, 1, 1], [32, 1, 1], 0, [])
+    # Branches of different types: the compiled types tell which branch names them.
+    typed = IFDEF_SWAP.replace("float b, float a", "double b, double a")
+    assert [p["name"] for p in caijit.kernel(typed, "affine").params] == ["x", "out", "a", "b", "n"]
+    assert [p["name"] for p in caijit.kernel(typed, "affine", defines={"SWAP": None}).params] == ["x", "out", "b", "a", "n"]
+    # A forward declaration without names, then the definition: the definition names them.
+    fwd = 'extern "C" __global__ void f(float*, int);\nextern "C" __global__ void f(float* y, int n) {}'
+    assert [p["name"] for p in caijit.kernel(fwd, "f").params] == ["y", "n"]
+
+
+NAMESPACES = r"""
+namespace a { __global__ void k(float* x) { x[0] = 1; } }
+namespace b { __global__ void k(double* x) { x[0] = 2; } }
+"""
+
+
+def test_same_name_in_two_namespaces_is_ambiguous_not_an_overload_set() -> None:
+    with pytest.raises(caijit.ArgumentError, match=r"`k` is ambiguous: a::k, b::k"):
+        caijit.kernel(NAMESPACES, "k").params
+    with pytest.raises(caijit.ArgumentError, match=r"`k` is ambiguous: a::k, b::k"):
+        caijit.kernel(NAMESPACES, "k").compile(arch="sm_90")
+    assert [p["type"] for p in caijit.kernel(NAMESPACES, "b::k").params] == ["double*"]
+    # A name expression is NVRTC's to look up.
+    templates = "namespace a { template <typename T> __global__ void t(T* x) {} }\nnamespace b { __global__ void t(double* x) {} }\n"
+    assert [p["type"] for p in caijit.kernel(templates, "a::t<float>").params] == ["float*"]
+    # When the preprocessor keeps one of them, the plain name finds it.
+    one = "#ifdef B\nnamespace b { __global__ void k(double* x) {} }\n#else\nnamespace a { __global__ void k(float* x) {} }\n#endif\n"
+    assert [p["type"] for p in caijit.kernel(one, "k").params] == ["float*"]
+    assert [p["type"] for p in caijit.kernel(one, "k", defines={"B": None}).params] == ["double*"]
+
+
+def test_the_overload_casts_suggested_compile() -> None:
+    src = "namespace ns { struct S { int v; }; __global__ void ov(double* x, ns::S s) {} __global__ void ov(const float* x, int n) {} }"
+    with pytest.raises(caijit.ArgumentError, match="overloaded") as e:
+        caijit.kernel(src, "ns::ov").params
+    casts = re.findall(r'"([^"]+)"', str(e.value))
+    assert len(casts) == 2, str(e.value)
+    assert sorted(tuple(p["type"] for p in caijit.kernel(src, c).params) for c in casts) == [("const float*", "int"), ("double*", "ns::S")]
+
+
+def test_signature_error_names_the_kernel_and_carries_its_parameter() -> None:
+    for src in ['extern "C" __global__ void k(const float& a, float* y) {}', '__global__ void k(const float& a, float* y) {}']:
+        with pytest.raises(caijit.ArgumentError) as e:
+            caijit.kernel(src, "k").params
+        assert "caijit_probe" not in str(e.value) and "`k`" in str(e.value), str(e.value)
+        assert (e.value.index, e.value.argument, e.value.ctype) == (0, "a", "float const &"), str(e.value)
 
 
 def test_default_template_arguments() -> None:

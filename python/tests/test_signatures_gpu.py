@@ -136,6 +136,20 @@ def test_overloads_picked_by_the_arguments() -> None:
         k[GRID, BLOCK](caijit.to_device(np.ones(N, np.int32)), N)
 
 
+def test_a_plain_name_does_not_pick_between_namespaces() -> None:
+    """`k` names neither a::k nor b::k: not an overload set picked by dtype."""
+    src = r"""
+namespace a { __global__ void k(float* x) { x[0] = 1; } }
+namespace b { __global__ void k(double* x) { x[0] = 2; } }
+"""
+    for dtype in ("float32", "float64"):
+        with pytest.raises(caijit.ArgumentError, match=r"`k` is ambiguous: a::k, b::k"):
+            caijit.kernel(src, "k")[1, 1](caijit.zeros(1, dtype))
+    x = caijit.zeros(1, "float64")
+    caijit.kernel(src, "b::k")[1, 1](x)
+    assert x.copy_to_host()[0] == 2
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "complex64"])
 def test_readme_axpy_on_types_that_need_headers(dtype: str) -> None:
     src = r"""

@@ -254,7 +254,7 @@ pub struct Compiled {
 impl Compiled {
     /// Find a kernel by name expression, lowered name, qualified name or plain name.
     pub fn kernel(&self, name: &str) -> Result<&KernelInfo> {
-        match self.kernels_named(name).as_slice() {
+        match self.kernels_named(name)?.as_slice() {
             [one] => Ok(one),
             [] => {
                 let known: Vec<_> = self.kernels.iter().map(|k| k.name_expression.clone().unwrap_or(k.qualified_name.clone())).collect();
@@ -272,8 +272,10 @@ impl Compiled {
     }
 
     /// Every kernel `name` may mean, by the first rule that finds any: name expression,
-    /// lowered name, qualified name, plain name (several: an overload set).
-    pub fn kernels_named(&self, name: &str) -> Vec<&KernelInfo> {
+    /// lowered name, qualified name, plain name. Several kernels of one qualified name are
+    /// an overload set; a plain name that finds kernels of several qualified names
+    /// (`a::k`, `b::k`) is an error naming them.
+    pub fn kernels_named(&self, name: &str) -> Result<Vec<&KernelInfo>> {
         let by = |f: &dyn Fn(&KernelInfo) -> bool| self.kernels.iter().filter(|k| f(k)).collect::<Vec<_>>();
         let name = name.trim();
         let plain = name.strip_prefix("::").unwrap_or(name);
@@ -283,12 +285,24 @@ impl Compiled {
             by(&|k| k.qualified_name == plain),
             by(&|k| k.base_name == name),
         ] {
+            let mut qualified: Vec<&str> = found.iter().map(|k| k.qualified_name.as_str()).collect();
+            qualified.sort_unstable();
+            qualified.dedup();
+            if qualified.len() > 1 && found.iter().all(|k| k.name_expression.as_deref() != Some(name) && k.lowered_name != name) {
+                return Err(ambiguous(name, &qualified));
+            }
             if !found.is_empty() {
-                return found;
+                return Ok(found);
             }
         }
-        Vec::new()
+        Ok(Vec::new())
     }
+}
+
+/// The error for a plain name that means kernels of several namespaces.
+pub fn ambiguous(name: &str, qualified: &[impl AsRef<str>]) -> Error {
+    let all: Vec<&str> = qualified.iter().map(AsRef::as_ref).collect();
+    Error::argument(format!("kernel name `{name}` is ambiguous: {}; name one of them", all.join(", ")))
 }
 
 fn sha256_hex(parts: &[&[u8]]) -> String {
@@ -370,6 +384,16 @@ fn all_name_expressions(program: &Program, decls: &[KernelDecl]) -> (Vec<String>
         }
     }
     (exprs, probes)
+}
+
+/// The name expressions caijit added (not the program's own) that NVRTC's log says it
+/// could not look up (`Input name expression was: " b :: k"`).
+fn failed_expressions<'a>(log: &str, exprs: &'a [String], program: &'a Program) -> impl Iterator<Item = &'a String> {
+    let compact = |s: &str| s.chars().filter(|c| !c.is_whitespace()).collect::<String>();
+    let log = compact(log);
+    exprs
+        .iter()
+        .filter(move |e| !program.name_expressions.contains(e) && log.contains(&format!("Inputnameexpressionwas:\"{}\"", compact(e))))
 }
 
 /// A program's cache key, and the headers NVRTC is to read from memory (the ones hashed).
@@ -491,10 +515,12 @@ pub fn compile_reporting(program: &Program, arch: Arch, options: &CompileOptions
         }
         None => {
             let found = if trusted { &includes.headers[..] } else { &[] };
-            // A probe that does not compile (a kernel the tokenizer found in a branch the
-            // preprocessor removed) must not cost the program: compile again without the
-            // probes NVRTC's log names (without all of them if it names none).
+            // A probe, or a name expression caijit added, that does not compile (a kernel
+            // the tokenizer found in a branch the preprocessor removed) must not cost the
+            // program: compile again without the probes NVRTC's log names (without all of
+            // them if it names none), and without the added expressions it names.
             let mut probes = probes.clone();
+            let mut exprs = exprs.clone();
             let e = loop {
                 match run_nvrtc(tk, program, &opts, &exprs, &probes, cubin, found) {
                     Err(Error::Compile(CompileError { log, .. })) if !probes.is_empty() && log.contains(signature::PROBE_TEMPLATE) => {
@@ -503,6 +529,10 @@ pub fn compile_reporting(program: &Program, arch: Arch, options: &CompileOptions
                         if probes.len() == before {
                             probes.clear();
                         }
+                    }
+                    Err(Error::Compile(CompileError { log, .. })) if failed_expressions(&log, &exprs, program).next().is_some() => {
+                        let failed: Vec<String> = failed_expressions(&log, &exprs, program).cloned().collect();
+                        exprs.retain(|e| !failed.contains(e));
                     }
                     r => break r?,
                 }
@@ -612,8 +642,10 @@ fn describe_kernels(entry: &cache::Entry, decls: &[KernelDecl], mut notes: Vec<S
         let Some(target) = expr.strip_prefix(&probe_prefix) else { continue };
         probe_symbols.push(lowered.as_str());
         let target = target.trim_end_matches('>').trim_start_matches("decltype(").trim_end_matches(')').trim_start_matches('&');
-        if let Some(types) = signature::probe_types(lowered)? {
-            let name = target.rsplit("::").next().unwrap_or(target).to_string();
+        let name = target.rsplit("::").next().unwrap_or(target).to_string();
+        // An error names the kernel, not its probe.
+        let types = signature::probe_types(lowered).map_err(|e| e.for_kernel(&name, &agreed_names(decls, target, None)))?;
+        if let Some(types) = types {
             probed.insert(name, types);
         }
     }
@@ -623,7 +655,12 @@ fn describe_kernels(entry: &cache::Entry, decls: &[KernelDecl], mut notes: Vec<S
             continue;
         }
         let name_expression = entry.lowered.iter().find(|(e, l)| *l == lowered && !e.starts_with(&probe_prefix)).map(|(e, _)| e.clone());
-        let (demangled, qualified, types) = match signature::types_from_lowered(&lowered)? {
+        // An error names the kernel (its qualified name), not its lowered name.
+        let named = |e: signature::SignatureError| {
+            let shown = signature::demangled(&lowered).map_or(lowered.clone(), |t| qualified_name_of(&t));
+            e.for_kernel(&shown, &agreed_names(decls, &shown, None))
+        };
+        let (demangled, qualified, types) = match signature::types_from_lowered(&lowered).map_err(named)? {
             Some((text, types)) => (Some(text.clone()), qualified_name_of(&text), types),
             None => match probed.get(&lowered) {
                 Some(types) => (None, lowered.clone(), types.clone()),
@@ -637,23 +674,42 @@ fn describe_kernels(entry: &cache::Entry, decls: &[KernelDecl], mut notes: Vec<S
             },
         };
         let base_name = qualified.rsplit("::").next().unwrap_or(&qualified).to_string();
-        // Parameter names from the declarations of this name and arity, when they agree.
-        let mut candidates = decls.iter().filter(|d| d.qualified_name() == qualified && d.params.len() == types.len());
-        let names: Vec<Option<String>> = match candidates.next() {
-            Some(first) => {
-                let names: Vec<_> = first.params.iter().map(|(n, _)| n.clone()).collect();
-                if candidates.all(|d| d.params.iter().map(|(n, _)| n).eq(names.iter())) {
-                    names
-                } else {
-                    vec![None; types.len()]
-                }
-            }
-            None => vec![None; types.len()],
-        };
+        let names = agreed_names(decls, &qualified, Some(&types));
         let params = signature::layout_compiled(&lowered, &types, &names, &ptx_params)?;
         out.push(KernelInfo { name_expression, lowered_name: lowered, demangled, base_name, qualified_name: qualified, params });
     }
     Ok((out, notes))
+}
+
+/// Parameter names from the declarations of `qualified` (of the compiled `types`' arity,
+/// when given), where they agree: a position any two name differently is unnamed. A
+/// declaration whose types the tokenizer read exactly (builtin scalars, pointers and
+/// arrays of them) and that differ from the compiled ones is another `#if` branch's, and
+/// has no say.
+fn agreed_names(decls: &[KernelDecl], qualified: &str, types: Option<&[signature::ParamType]>) -> Vec<Option<String>> {
+    use signature::{CType, ParamType, Rank};
+    let exact = |t: &ParamType| match t {
+        ParamType::Pointer { elem, .. } | ParamType::Value(elem) => matches!(elem, CType::Scalar(_)),
+        ParamType::Array { elem, rank, .. } => matches!(elem, CType::Scalar(_)) && matches!(rank, Rank::Fixed(_)),
+    };
+    let arity = types.map(<[_]>::len);
+    let other_branch =
+        |d: &KernelDecl| types.is_some_and(|ts| d.params.iter().all(|(_, t)| exact(t)) && !d.params.iter().map(|(_, t)| t).eq(ts.iter()));
+    let mut candidates =
+        decls.iter().filter(|d| d.qualified_name() == qualified && arity.is_none_or(|n| d.params.len() == n) && !other_branch(d));
+    let Some(first) = candidates.next() else { return vec![None; arity.unwrap_or(0)] };
+    let mut names: Vec<Option<String>> = first.params.iter().map(|(n, _)| n.clone()).collect();
+    for d in candidates {
+        if d.params.len() != names.len() {
+            return vec![None; arity.unwrap_or(0)];
+        }
+        for (mine, (theirs, _)) in names.iter_mut().zip(&d.params) {
+            if mine != theirs {
+                *mine = None;
+            }
+        }
+    }
+    names
 }
 
 /// `void ns::axpy<float>(float, ...)` → `ns::axpy`.

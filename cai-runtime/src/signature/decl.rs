@@ -155,6 +155,37 @@ pub(crate) enum Spelling {
 
 /// Parse one parameter (`const float* __restrict__ x`, `caijit::Array<T, 2> a`, `int`).
 /// The error is the reason it could not be read.
+/// The parameter's name, taken off the end of its tokens: a trailing identifier after
+/// something that is already a type.
+fn split_name(t: &mut Vec<Tok>) -> Option<String> {
+    let Some(Tok::Ident(last)) = t.last() else { return None };
+    let before = &t[..t.len() - 1];
+    let has_type = before.iter().any(|x| match x {
+        Tok::Ident(w) => w != "const",
+        Tok::Punct('*' | '>' | '&') => true,
+        _ => false,
+    });
+    let after_scope = matches!(before.last(), Some(Tok::Scope));
+    if has_type && !after_scope && !BUILTIN_WORDS.contains(&last.as_str()) && last != "const" {
+        let name = last.clone();
+        t.pop();
+        return Some(name);
+    }
+    None
+}
+
+/// The name of a parameter [`parse_param`] cannot read (a reference), for messages.
+fn name_of_unreadable(toks: &[Tok]) -> Option<String> {
+    let toks = toks.iter().position(|t| *t == Tok::Punct('=')).map_or(toks, |eq| &toks[..eq]);
+    let mut t: Vec<Tok> = toks.iter().filter(|t| !matches!(t, Tok::Ident(x) if QUALIFIERS.contains(&x.as_str()))).cloned().collect();
+    if t.last() == Some(&Tok::Punct(']')) {
+        if let Some(open) = t.iter().rposition(|x| *x == Tok::Punct('[')) {
+            t.truncate(open);
+        }
+    }
+    split_name(&mut t)
+}
+
 pub(crate) fn parse_param(toks: &[Tok], tparams: &[TemplateParam], spelling: Spelling) -> Result<(Option<String>, ParamType), String> {
     // Drop a default argument.
     let toks = match toks.iter().position(|t| *t == Tok::Punct('=')) {
@@ -170,21 +201,7 @@ pub(crate) fn parse_param(toks: &[Tok], tparams: &[TemplateParam], spelling: Spe
             array_suffix = true;
         }
     }
-    // The name: a trailing identifier after something that is already a type.
-    let mut name = None;
-    if let Some(Tok::Ident(last)) = t.last() {
-        let before = &t[..t.len() - 1];
-        let has_type = before.iter().any(|x| match x {
-            Tok::Ident(w) => w != "const",
-            Tok::Punct('*' | '>' | '&') => true,
-            _ => false,
-        });
-        let after_scope = matches!(before.last(), Some(Tok::Scope));
-        if has_type && !after_scope && !BUILTIN_WORDS.contains(&last.as_str()) && last != "const" {
-            name = Some(last.clone());
-            t.pop();
-        }
-    }
+    let name = split_name(&mut t);
     if t.contains(&Tok::Punct('&')) {
         return Err(format!("reference parameters are not supported: `{}`", join_type(toks)));
     }
@@ -299,6 +316,8 @@ fn namespaces(toks: &[Tok]) -> Vec<(std::ops::Range<usize>, Vec<String>)> {
 pub fn parse_kernels(source: &str) -> Declarations {
     let toks = tokenize(source);
     let mut out = Declarations::default();
+    // Per kernel kept, per parameter: whether two declarations named it differently.
+    let mut renamed: Vec<Vec<bool>> = Vec::new();
     let mut extern_blocks = Vec::new();
     for i in 0..toks.len() {
         if is_ident(toks.get(i), "extern") && toks.get(i + 1) == Some(&Tok::Str("C".into())) && toks.get(i + 2) == Some(&Tok::Punct('{')) {
@@ -367,7 +386,7 @@ pub fn parse_kernels(source: &str) -> Declarations {
                     Ok(param) => params.push(param),
                     Err(reason) => {
                         out.notes.push(format!("kernel `{name}` parameter {index}: {reason}"));
-                        params.push((None, ParamType::Value(CType::Named(join_type(p)))));
+                        params.push((name_of_unreadable(p), ParamType::Value(CType::Named(join_type(p)))));
                     }
                 }
             }
@@ -376,14 +395,30 @@ pub fn parse_kernels(source: &str) -> Declarations {
         scope.sort_by_key(|(s, _)| *s);
         let scope = scope.into_iter().flat_map(|(_, n)| n.iter().cloned()).collect();
         let decl = KernelDecl { name: name.clone(), scope, extern_c, template_params, params };
-        // A forward declaration followed by the definition: keep one, with the names.
+        // A forward declaration followed by the definition (or one kernel in two `#if`
+        // branches): keep one. A parameter keeps its name only where every declaration
+        // that names it agrees: the tokenizer cannot tell which branch is compiled.
         let same = |d: &KernelDecl| {
             d.name == decl.name && d.scope == decl.scope && d.params.iter().map(|p| &p.1).eq(decl.params.iter().map(|p| &p.1))
         };
-        match out.kernels.iter_mut().find(|d| same(d)) {
-            Some(d) if d.params.iter().all(|p| p.0.is_none()) => d.params = decl.params,
-            Some(_) => {}
-            None => out.kernels.push(decl),
+        match out.kernels.iter().position(same) {
+            Some(at) => {
+                for ((mine, theirs), renamed) in out.kernels[at].params.iter_mut().zip(decl.params).zip(&mut renamed[at]) {
+                    match (&mine.0, theirs.0) {
+                        (_, None) => {}
+                        (None, Some(n)) if !*renamed => mine.0 = Some(n),
+                        (Some(m), Some(n)) if *m != n => {
+                            *renamed = true;
+                            mine.0 = None;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            None => {
+                renamed.push(vec![false; decl.params.len()]);
+                out.kernels.push(decl);
+            }
         }
     }
     out

@@ -32,6 +32,11 @@ fn demangle(lowered: &str) -> Result<String, SignatureError> {
     sym.demangle().map_err(|e| bad(&e))
 }
 
+/// The demangled text of a lowered name (`None` when it cannot be demangled).
+pub fn demangled(lowered: &str) -> Option<String> {
+    demangle(lowered).ok()
+}
+
 /// The parameter list of the group closed by the last `)` in `toks`.
 fn last_parameter_list(toks: &[Tok], text: &str, kernel: &str) -> Result<Vec<ParamType>, SignatureError> {
     let no_list = || SignatureError::NoParameterList { demangled: text.into() };
@@ -48,6 +53,7 @@ fn last_parameter_list(toks: &[Tok], text: &str, kernel: &str) -> Result<Vec<Par
             parse_param(p, &[], Spelling::Compiler).map(|(_, t)| t).map_err(|reason| SignatureError::Unsupported {
                 kernel: kernel.into(),
                 index,
+                name: None,
                 ctype: super::tokens::join_type(p),
                 reason,
             })

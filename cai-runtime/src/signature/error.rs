@@ -11,8 +11,8 @@ pub enum SignatureError {
     #[error("no parameter list in {demangled}")]
     NoParameterList { demangled: String },
     /// A compiled parameter type caijit cannot pass (a reference).
-    #[error("kernel `{kernel}` parameter {index} (`{ctype}`): {reason}")]
-    Unsupported { kernel: String, index: usize, ctype: String, reason: String },
+    #[error("kernel `{kernel}` parameter {index}{} (`{ctype}`): {reason}", .name.as_ref().map(|n| format!(" `{n}`")).unwrap_or_default())]
+    Unsupported { kernel: String, index: usize, name: Option<String>, ctype: String, reason: String },
     /// A `.entry` with no closing parenthesis.
     #[error("unterminated .entry {entry} in the PTX")]
     PtxEntry { entry: String },
@@ -40,8 +40,34 @@ pub enum SignatureError {
     CannotDeduce { kernel: String, param: String },
 }
 
+impl SignatureError {
+    /// The kernel named in the error as `kernel` (a probe's lowered name) becomes `name`,
+    /// and parameter names come from `names` where the error has none.
+    pub fn for_kernel(self, name: &str, names: &[Option<String>]) -> SignatureError {
+        let named = |index: usize, n: Option<String>| n.or_else(|| names.get(index).cloned().flatten());
+        match self {
+            SignatureError::Unsupported { index, name: n, ctype, reason, .. } => {
+                SignatureError::Unsupported { kernel: name.into(), index, name: named(index, n), ctype, reason }
+            }
+            SignatureError::Param { index, name: n, ctype, reason, .. } => {
+                SignatureError::Param { kernel: name.into(), index, name: named(index, n), ctype, reason }
+            }
+            SignatureError::Arity { declared, compiled, .. } => SignatureError::Arity { kernel: name.into(), declared, compiled },
+            SignatureError::TooLarge { .. } => SignatureError::TooLarge { kernel: name.into() },
+            e => e,
+        }
+    }
+}
+
+/// An error about one parameter is an argument error carrying its index, name and C++ type.
 impl From<SignatureError> for crate::Error {
     fn from(e: SignatureError) -> crate::Error {
-        crate::Error::argument(e.to_string())
+        match e {
+            SignatureError::Unsupported { kernel, index, name, ctype, reason }
+            | SignatureError::Param { kernel, index, name, ctype, reason } => {
+                crate::Error::argument_at(index, name.as_deref(), &ctype, format!("kernel `{kernel}` cannot take this parameter: {reason}"))
+            }
+            e => crate::Error::argument(e.to_string()),
+        }
     }
 }
