@@ -97,7 +97,7 @@ MUTANTS = [
          original="let _ = d.stream_synchronize(launch_stream);", replacement="",
          description="after a failed reverse edge the caller is not held until the kernel finished",
          killers=[E + "test_reverse_edge_failure_waits_for_the_kernel"]),
-    dict(name="dlpack_released_early", file="python/src/array.rs",
+    dict(name="dlpack_released_early", file="python/src/args/mod.rs",
          original="result = result.and(ctx.release_after(stream, Box::new(holder)));", replacement="drop(holder);",
          description="DLPack capsules are released at once, not after the kernel",
          killers=[E + "test_dlpack_temporary_released_after_kernel[cupy]", E + "test_ops_hold_dlpack_capsules_until_the_kernel_is_done"]),
