@@ -19,10 +19,13 @@ CLIMB = re.compile(r"(?:\.\./)+[\w.-]+")
 
 
 def tracked_files() -> list[str]:
+    """The repository's files: tracked ones, and those of the work tree git does not ignore
+    (a copy of a work tree whose index lags behind its files has them too; a clean clone
+    has none)."""
     if shutil.which("git") is None or not os.path.isdir(os.path.join(ROOT, ".git")):
         pytest.skip("not a git checkout")
-    out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
-    return [f for f in out.decode().split("\0") if f]
+    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT, capture_output=True, check=True)
+    return sorted({f for f in out.stdout.decode().split("\0") if f})
 
 
 def text_of(name: str) -> str | None:
