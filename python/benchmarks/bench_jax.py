@@ -49,6 +49,7 @@ __global__ void axpy4(float a, const float4* x, const float4* y, float4* out, in
         out[i] = make_float4(a * u.x + v.x, a * u.y + v.y, a * u.z + v.z, a * u.w + v.w);
     }
 }
+
 """
 
 A = 0.5
