@@ -397,6 +397,9 @@ impl ExchangeApi {
         if managed.version.major != 1 {
             return Ok(Err(format!("DLPack version {}.{} is not supported", managed.version.major, managed.version.minor)));
         }
+        if managed.flags & FLAG_IS_COPIED != 0 {
+            return Ok(Err("the producer exported a copy (DLPack's IS_COPIED flag)".into()));
+        }
         // SAFETY: a 1.x tensor; its shape and strides live until the deleter runs (after this).
         Ok(unsafe { read_tensor(&managed.dl_tensor, managed.flags & FLAG_READ_ONLY != 0) })
     }
