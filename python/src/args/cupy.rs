@@ -1,11 +1,11 @@
 //! CuPy arrays, read through their attributes instead of building a CAI dict: the same
 //! facts CuPy's `__cuda_array_interface__` would hold, with CuPy's current stream.
 
-use cai_runtime::cai::{ArrayView, DType, StreamRef};
+use cai_runtime::cai::{ArrayView, StreamRef};
 use pyo3::intern;
 use pyo3::prelude::*;
 
-use super::{cached_dtype, ints, object_device, ArgContext};
+use super::{ints, numpy_dtype_of, object_device, ArgContext};
 use crate::errors::PyCaiResult;
 
 /// Whether a type (from its MRO) is CuPy's ndarray: `cupy.ndarray` or its Cython base,
@@ -19,12 +19,7 @@ pub fn is_type(qualified_name: &str) -> bool {
 
 pub fn view(obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option<(ArrayView, usize)>> {
     let py = obj.py();
-    let dtype_obj = obj.getattr(intern!(py, "dtype"))?;
-    let dtype = cached_dtype(&dtype_obj, || {
-        let typestr: String = dtype_obj.getattr(intern!(py, "str"))?.extract()?;
-        Ok(DType::from_typestr(&typestr).ok())
-    })?;
-    let Some(dtype) = dtype else { return Ok(None) };
+    let Some(dtype) = numpy_dtype_of(obj)? else { return Ok(None) };
     let ptr: u64 = obj.getattr(intern!(py, "data"))?.getattr(intern!(py, "ptr"))?.extract()?;
     let shape = ints::<usize>(&obj.getattr(intern!(py, "shape"))?)?;
     // A C-contiguous array's strides follow from its shape (CuPy's own CAI exports

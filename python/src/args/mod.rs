@@ -226,6 +226,17 @@ fn cached_dtype(dtype_obj: &Bound<'_, PyAny>, read: impl FnOnce() -> PyResult<Op
     remember(&SEEN_DTYPES, dtype_obj, read)
 }
 
+/// The dtype of an array whose `dtype` is a NumPy dtype (CuPy's, Numba's), from its
+/// typestr, read once per dtype object; `None` for a dtype caijit does not know.
+fn numpy_dtype_of(obj: &Bound<'_, PyAny>) -> PyResult<Option<DType>> {
+    let py = obj.py();
+    let dtype_obj = obj.getattr(intern!(py, "dtype"))?;
+    cached_dtype(&dtype_obj, || {
+        let typestr: String = dtype_obj.getattr(intern!(py, "str"))?.extract()?;
+        Ok(DType::from_typestr(&typestr).ok())
+    })
+}
+
 /// A shape or strides tuple (torch.Size included) read item by item, into a buffer on the
 /// stack; any other sequence through the generic conversion.
 fn ints<T>(obj: &Bound<'_, PyAny>) -> PyResult<SmallVec<[T; 4]>>

@@ -6,12 +6,12 @@
 //! `dtype`, and `stream` (`0`: none). Readonly never; the device from the pointer, as for
 //! the generic path, except on a single-GPU machine.
 
-use cai_runtime::cai::{ArrayView, DType, StreamRef};
+use cai_runtime::cai::{ArrayView, StreamRef};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyInt;
 
-use super::{cached_dtype, ints, PyArg};
+use super::{ints, numpy_dtype_of, PyArg};
 use crate::errors::PyCaiResult;
 
 /// Whether a type (from its MRO) is Numba's device array base, in numba-cuda's
@@ -38,12 +38,7 @@ fn numba_contiguous(shape: &[usize], strides: &[i64], itemsize: usize) -> bool {
 
 pub fn view(obj: &Bound<'_, PyAny>) -> PyCaiResult<Option<PyArg>> {
     let py = obj.py();
-    let dtype_obj = obj.getattr(intern!(py, "dtype"))?;
-    let dtype = cached_dtype(&dtype_obj, || {
-        let typestr: String = dtype_obj.getattr(intern!(py, "str"))?.extract()?;
-        Ok(DType::from_typestr(&typestr).ok())
-    })?;
-    let Some(dtype) = dtype else { return Ok(None) };
+    let Some(dtype) = numpy_dtype_of(obj)? else { return Ok(None) };
     let Ok(pointer) = obj.getattr(intern!(py, "gpu_data")).and_then(|g| g.getattr(intern!(py, "device_ctypes_pointer"))) else {
         return Ok(None);
     };
