@@ -172,19 +172,28 @@ fn sync_enabled_by_env() -> bool {
 /// A parameter buffer, 16-byte aligned and zeroed; on the stack for the usual sizes
 /// (≤ 512 bytes), where only the words the kernel's parameters span are written (not the
 /// whole inline capacity).
-struct ParamBuffer(SmallVec<[u128; 32]>);
+pub(crate) struct ParamBuffer(SmallVec<[u128; 32]>);
 
 impl ParamBuffer {
-    fn new(size: usize) -> Self {
+    pub(crate) fn new(size: usize) -> Self {
         ParamBuffer(smallvec::smallvec![0; size.div_ceil(16).max(1)])
     }
-    fn write(&mut self, offset: usize, data: &[u8]) {
+    pub(crate) fn write(&mut self, offset: usize, data: &[u8]) {
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut self.0[..]);
         bytes[offset..offset + data.len()].copy_from_slice(data);
     }
+    /// A `caijit::Array<T, N>` at `offset` ([`ArrayLayout`]): the data pointer, then each
+    /// dimension's `(extent, byte stride)` of a rank-`rank` array.
+    pub(crate) fn write_array(&mut self, offset: usize, ptr: u64, rank: usize, dims: impl Iterator<Item = (i64, i64)>) {
+        self.write(offset + ArrayLayout::DATA, &ptr.to_le_bytes());
+        for (d, (n, s)) in dims.enumerate() {
+            self.write(offset + ArrayLayout::extent(d), &n.to_le_bytes());
+            self.write(offset + ArrayLayout::stride(rank, d), &s.to_le_bytes());
+        }
+    }
     /// Call `f` with one pointer per parameter into this buffer (on the stack for up to 32
     /// parameters).
-    fn with_pointers<R>(&mut self, params: &[ParamLayout], f: impl FnOnce(&mut [*mut c_void]) -> R) -> R {
+    pub(crate) fn with_pointers<R>(&mut self, params: &[ParamLayout], f: impl FnOnce(&mut [*mut c_void]) -> R) -> R {
         let start = self.0.as_mut_ptr() as *mut u8;
         let mut pointers: SmallVec<[*mut c_void; 32]> = params.iter().map(|p| start.wrapping_add(p.offset) as *mut c_void).collect();
         f(&mut pointers)
@@ -363,11 +372,7 @@ fn marshal(params: &[ParamLayout], vector: &[usize], args: &[Arg<'_>], buf: &mut
                     return Err(err(p, format!("expected a {rank}-d array, got {}-d (shape {:?})", v.ndim(), v.shape())));
                 }
                 check_aligned(p, v, vector)?;
-                buf.write(p.offset + ArrayLayout::DATA, &v.ptr().to_le_bytes());
-                for (d, (&n, &s)) in v.shape().iter().zip(v.strides()).enumerate() {
-                    buf.write(p.offset + ArrayLayout::extent(d), &(n as i64).to_le_bytes());
-                    buf.write(p.offset + ArrayLayout::stride(*rank, d), &s.to_le_bytes());
-                }
+                buf.write_array(p.offset, v.ptr(), *rank, v.shape().iter().zip(v.strides()).map(|(&n, &s)| (n as i64, s)));
             }
             (ParamKind::Scalar(d), Arg::Scalar { value, .. }) => {
                 let bytes = encode_scalar(*value, *d).map_err(|e| err(p, e))?;

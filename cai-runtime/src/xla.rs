@@ -44,7 +44,7 @@ use smallvec::SmallVec;
 use crate::cai::DType;
 use crate::compile::{KernelInfo, Program};
 use crate::kernel::Kernel;
-use crate::launch::{encode_scalar, LaunchConfig, Num};
+use crate::launch::{encode_scalar, LaunchConfig, Num, ParamBuffer};
 use crate::runtime::{self, Context};
 use crate::signature::ParamKind;
 use crate::stats::{bump, COUNTERS};
@@ -306,37 +306,30 @@ fn execute(call: &Call<'_>) -> Result<()> {
     let device = usize::try_from(call.device).map_err(|_| Error::launch(format!("XLA device ordinal {}", call.device)))?;
     let k = p.kernel(device)?;
 
-    // The parameter buffer, 16-byte aligned, on the stack for up to 512 bytes.
-    let mut words: SmallVec<[u128; 32]> = SmallVec::from_elem(0, p.buffer_size.div_ceil(16).max(1));
-    let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut words);
+    let mut buf = ParamBuffer::new(p.buffer_size);
     let buffer = |i: usize| if i < call.args.len() { &call.args[i] } else { &call.rets[i - call.args.len()] };
-    for (offset, slot) in &p.plan {
-        let offset = *offset;
+    for &(offset, ref slot) in &p.plan {
         match slot {
-            Slot::Pointer(i) => bytes[offset..offset + 8].copy_from_slice(&buffer(*i).ptr.to_le_bytes()),
+            Slot::Pointer(i) => buf.write(offset, &buffer(*i).ptr.to_le_bytes()),
             Slot::Array { buffer: i, rank, itemsize } => {
+                // XLA's buffers are dense and row-major.
                 let b = buffer(*i);
-                bytes[offset..offset + 8].copy_from_slice(&b.ptr.to_le_bytes());
+                let mut strides: SmallVec<[i64; 8]> = SmallVec::from_elem(0, *rank);
                 let mut stride = *itemsize as i64;
                 for d in (0..*rank).rev() {
-                    let at = offset + 8 + 8 * d;
-                    bytes[at..at + 8].copy_from_slice(&b.dims[d].to_le_bytes());
-                    let at = offset + 8 + 8 * rank + 8 * d;
-                    bytes[at..at + 8].copy_from_slice(&stride.to_le_bytes());
+                    strides[d] = stride;
                     stride *= b.dims[d].max(1);
                 }
+                buf.write_array(offset, b.ptr, *rank, b.dims.iter().copied().zip(strides));
             }
-            Slot::Bytes(v) => bytes[offset..offset + v.len()].copy_from_slice(v),
+            Slot::Bytes(v) => buf.write(offset, v),
         }
     }
-    let start = words.as_mut_ptr() as *mut u8;
-    let mut pointers: SmallVec<[*mut std::ffi::c_void; 16]> =
-        p.info.params.iter().map(|q| start.wrapping_add(q.offset) as *mut std::ffi::c_void).collect();
     let d = k.context().bind()?;
     // Every parameter's bytes were laid out from the kernel's own parameter list; the
     // device pointers are XLA's buffers for this call, checked against the plan's dtypes
     // and sizes above, and live until the work XLA enqueues on this stream has run.
-    d.launch_checked(k.raw, &p.config, call.stream, &mut pointers)?;
+    buf.with_pointers(&p.info.params, |pointers| d.launch_checked(k.raw, &p.config, call.stream, pointers))?;
     bump(&COUNTERS.launches);
     Ok(())
 }
