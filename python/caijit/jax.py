@@ -191,7 +191,7 @@ def kernel_call(
       kernels that handle a leading batch dimension themselves (elementwise kernels): the
       function is traced again with the batched shapes, so grid, scalars and callable
       ``out_shapes`` given as functions of the shapes follow; fixed ``out_shapes`` get the
-      batch dimension in front. ``None`` refuses ``vmap``.
+      batch dimension in front. ``None`` refuses ``vmap`` (a :class:`caijit.ArgumentError`).
     - ``command_buffer``: whether XLA may record the launch into its command buffers (CUDA
       graphs) — the custom call ``caijit_launch`` — or calls the handler every time
       (``caijit_launch_direct``). Both launch on XLA's stream; which is faster depends on
@@ -243,7 +243,7 @@ def kernel_call(
     @batched.def_vmap
     def rule(axis_size: int, in_batched: Sequence[bool], *args: Any) -> Any:
         if vmap_method is None:
-            raise NotImplementedError(
+            raise ArgumentError(
                 f"this kernel_call of `{kernel.name}` was made with vmap_method=None: pass vmap_method='sequential' "
                 "(one launch per batch element) or 'broadcast_all' (the kernel handles a leading batch dimension)"
             )

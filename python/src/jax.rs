@@ -8,7 +8,7 @@ use cai_runtime::signature::ArgType;
 use cai_runtime::xla::{self, Binding, BufferSpec};
 use pyo3::prelude::*;
 
-use crate::args::{numpy_scalar, python_number};
+use crate::args::number;
 use crate::errors::{PyCaiError, PyCaiResult};
 use crate::kernel::{inspection_arch, Kernel};
 
@@ -20,10 +20,7 @@ fn buffer_spec(what: &str, i: usize, (dtype, shape): &(String, Vec<usize>)) -> P
 
 /// A static scalar's value and, for a NumPy scalar, its dtype (which deduces templates).
 fn scalar(name: &str, obj: &Bound<'_, PyAny>) -> PyCaiResult<(Num, Option<DType>)> {
-    if let Some(v) = python_number(0, obj)? {
-        return Ok((v, None));
-    }
-    if let Some(v) = numpy_scalar(0, obj)? {
+    if let Some(v) = number(0, obj)? {
         return Ok(v);
     }
     Err(PyCaiError::argument(format!(

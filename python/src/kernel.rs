@@ -16,7 +16,7 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 use smallvec::SmallVec;
 
 use crate::args::timing::{self, Phase};
-use crate::args::{arg_from_py, release_after, ArgContext, PyArg};
+use crate::args::{arg_from_py, launch_device, release_after, ArgContext, PyArg};
 use crate::errors::{PyCaiError, PyCaiResult};
 use crate::stream::stream_from_py;
 
@@ -325,33 +325,6 @@ pub struct Launcher {
     forall: Option<usize>,
     stream: Option<Arc<RtStream>>,
     sync: bool,
-}
-
-/// Which device a launch runs on: the device of its first non-empty array, else the
-/// stream's, else 0. An array whose device had to be asked of the driver keeps the answer,
-/// so the launch does not ask again.
-pub fn launch_device(args: &mut [PyArg], stream: Option<&RtStream>) -> PyCaiResult<usize> {
-    if rt::device_count()? <= 1 {
-        return Ok(0);
-    }
-    for a in args {
-        match a {
-            PyArg::ArrayOn(v, d) | PyArg::Dlpack { view: v, device: Some(d), .. } if !v.is_empty() => return Ok(*d),
-            PyArg::Array(v) | PyArg::Dlpack { view: v, device: None, .. } if !v.is_empty() => {
-                if let Some(d) = rt::pointer_device(v.ptr())? {
-                    if let PyArg::Array(v) = a {
-                        *a = PyArg::ArrayOn(v.clone(), d);
-                    }
-                    return Ok(d);
-                }
-            }
-            _ => {}
-        }
-    }
-    match stream {
-        Some(s) => Ok(s.device_from_driver()?.unwrap_or(0)),
-        None => Ok(0),
-    }
 }
 
 fn launch_now(

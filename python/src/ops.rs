@@ -15,16 +15,15 @@ use cai_runtime::array::DeviceArray as RtArray;
 use cai_runtime::cai::{ArrayView, DType};
 use cai_runtime::launch::{launch_stream, Num};
 use cai_runtime::ops::{self, BinaryOp};
-use cai_runtime::runtime::{self as rt, Context, Stream as RtStream};
+use cai_runtime::runtime::{Context, Stream as RtStream};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyString, PyTuple};
 use smallvec::SmallVec;
 
-use crate::args::{arg_from_py, numpy_scalar, python_number, release_after, ArgContext, PyArg};
+use crate::args::{self, arg_from_py, launch_device, release_after, ArgContext, PyArg};
 use crate::array::{dtype_from_py, DeviceArray};
 use crate::errors::{PyCaiError, PyCaiResult};
-use crate::kernel::launch_device;
 use crate::stream::stream_from_py;
 
 /// What an op receives: its arrays' views, their device's context and the launch stream.
@@ -58,8 +57,11 @@ fn call<const N: usize>(
     }
     let arrays: [&ArrayView; N] = std::array::from_fn(|i| views[i]);
     let on = launch_stream(arrays, stream.as_deref());
-    let ctx = py.detach(|| Context::new(device))?;
-    let done = py.detach(|| op(Call { ctx: &ctx, arrays, stream: stream.as_deref() }));
+    let (ctx, done) = py.detach(|| -> cai_runtime::Result<_> {
+        let ctx = Context::new(device)?;
+        let done = op(Call { ctx: &ctx, arrays, stream: stream.as_deref() });
+        Ok((ctx, done))
+    })?;
     drop(views);
     // Also after a failure: an op of several kernels may have enqueued some of them.
     release_after(&ctx, on, converted)?;
@@ -69,10 +71,7 @@ fn call<const N: usize>(
 /// A Python or NumPy number as an op's scalar (converted to the arrays' dtype exactly, or
 /// refused), read as a launch reads a scalar argument.
 fn number(what: &str, obj: &Bound<'_, PyAny>) -> PyCaiResult<Num> {
-    if let Some(n) = python_number(0, obj)? {
-        return Ok(n);
-    }
-    match numpy_scalar(0, obj)? {
+    match args::number(0, obj)? {
         Some((n, _)) => Ok(n),
         None => Err(PyCaiError::argument(format!("{what}: expected a number, got {}", obj.get_type().name()?))),
     }
@@ -89,18 +88,6 @@ struct OpCall<'py> {
     stream: Option<Arc<RtStream>>,
     cx: ArgContext,
     args: SmallVec<[PyArg; 4]>,
-}
-
-/// The device of an array argument's memory: the one its conversion learnt, else the
-/// pointer's (asked only with several devices), else 0 (`caijit.ops` allocates results there).
-fn device_of(a: &PyArg) -> PyCaiResult<usize> {
-    Ok(match a {
-        PyArg::ArrayOn(_, d) | PyArg::Dlpack { device: Some(d), .. } => *d,
-        PyArg::Array(v) | PyArg::Dlpack { view: v, device: None, .. } if v.ptr() != 0 && rt::device_count()? > 1 => {
-            rt::pointer_device(v.ptr())?.unwrap_or(0)
-        }
-        _ => 0,
-    })
 }
 
 /// What the GPU part of a call leaves to be released or dropped once the GIL is held again.
@@ -197,11 +184,11 @@ fn enqueue(
     let alloc_stream = || stream.cloned().unwrap_or_else(|| Arc::new(RtStream::legacy()));
     let stream = stream.map(|s| &**s);
     for i in 0..n {
-        let v = args[i].view().expect("inputs are arrays");
-        if !contiguous || v.is_c_contiguous() {
+        if !contiguous || args[i].view().expect("inputs are arrays").is_c_contiguous() {
             continue;
         }
-        let device = device_of(&args[i])?;
+        let device = args[i].device()?.unwrap_or(0);
+        let v = args[i].view().expect("inputs are arrays");
         let ctx = Context::new(device)?;
         let copy = RtArray::empty(&ctx, v.shape(), v.dtype(), &alloc_stream())?;
         let cv = copy.view();
@@ -214,7 +201,7 @@ fn enqueue(
     }
     if args.len() == n {
         let (shape, dtype) = new.expect("the result's shape and dtype");
-        let device = args.first().map_or(Ok(0), device_of)?;
+        let device = args.first_mut().map_or(Ok(None), PyArg::device)?.unwrap_or(0);
         let ctx = Context::new(device)?;
         let result = RtArray::empty(&ctx, &shape, dtype, &alloc_stream())?;
         args.push(PyArg::ArrayOn(result.view(), device));

@@ -160,7 +160,7 @@ def test_vmap_method_none_refuses_vmap() -> None:
     xs = jnp.ones((8, 1000), jnp.float32)
     f = axpy_call(vmap_method=None)
     assert "custom_call @caijit_launch" in lower_for_cuda(f, xs[0], xs[0])
-    with pytest.raises(NotImplementedError, match="vmap_method=None"):
+    with pytest.raises(caijit.ArgumentError, match="vmap_method=None"):
         lower_for_cuda(jax.vmap(f), xs, xs)
 
 

@@ -71,6 +71,23 @@ impl PyArg {
         }
     }
 
+    /// The device of an array argument's memory: the one its conversion learnt, else the
+    /// pointer's (asked of the driver only with several devices; the answer is kept, so a
+    /// launch does not ask again); `None` for a scalar, struct bytes, or a pointer no device
+    /// owns.
+    pub fn device(&mut self) -> PyCaiResult<Option<usize>> {
+        let asked = match self {
+            PyArg::ArrayOn(_, d) | PyArg::Dlpack { device: Some(d), .. } => return Ok(Some(*d)),
+            PyArg::Scalar(..) | PyArg::Bytes(_) => return Ok(None),
+            _ if cai_runtime::runtime::device_count()? <= 1 => return Ok(Some(0)),
+            PyArg::Array(v) | PyArg::Dlpack { view: v, device: None, .. } => cai_runtime::runtime::pointer_device(v.ptr())?,
+        };
+        if let (PyArg::Array(v), Some(d)) = (&*self, asked) {
+            *self = PyArg::ArrayOn(v.clone(), d);
+        }
+        Ok(asked)
+    }
+
     pub fn as_arg(&self) -> Arg<'_> {
         match self {
             PyArg::Array(v) | PyArg::Dlpack { view: v, device: None, .. } => Arg::Array(v),
@@ -78,6 +95,25 @@ impl PyArg {
             PyArg::Scalar(value, dtype) => Arg::Scalar { value: *value, dtype: *dtype },
             PyArg::Bytes(b) => Arg::Bytes(b),
         }
+    }
+}
+
+/// Which device a launch runs on: the device of its first non-empty array, else the
+/// stream's, else 0.
+pub fn launch_device(args: &mut [PyArg], stream: Option<&RtStream>) -> PyCaiResult<usize> {
+    if cai_runtime::runtime::device_count()? <= 1 {
+        return Ok(0);
+    }
+    for a in args {
+        if a.view().is_some_and(|v| !v.is_empty()) {
+            if let Some(d) = a.device()? {
+                return Ok(d);
+            }
+        }
+    }
+    match stream {
+        Some(s) => Ok(s.device_from_driver()?.unwrap_or(0)),
+        None => Ok(0),
     }
 }
 
@@ -465,6 +501,15 @@ pub fn python_number(index: usize, obj: &Bound<'_, PyAny>) -> PyCaiResult<Option
     } else {
         return Ok(None);
     }))
+}
+
+/// A Python number, or a NumPy scalar with its dtype (which deduces templates); `None` for
+/// anything else.
+pub fn number(index: usize, obj: &Bound<'_, PyAny>) -> PyCaiResult<Option<(Num, Option<DType>)>> {
+    if let Some(n) = python_number(index, obj)? {
+        return Ok(Some((n, None)));
+    }
+    numpy_scalar(index, obj)
 }
 
 /// A NumPy scalar (`numpy.float32(1.5)`): its value, and its dtype, which also drives
