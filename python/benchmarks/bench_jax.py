@@ -79,25 +79,19 @@ def loop(body: Callable[[jax.Array, jax.Array], jax.Array], iterations: int) -> 
 
 def main() -> None:
     program = caijit.module(SOURCE)
-    axpy = caijit.jax.kernel_call(
-        program.kernel("axpy"),
-        lambda x, y: x,
-        grid=lambda x, y: (x.size + BLOCK - 1) // BLOCK,
-        block=BLOCK,
-        input_output_aliases={1: 0},
-        a=numpy.float32(A),
-        n=lambda x, y: x.size,
-    )
-    axpy_direct = caijit.jax.kernel_call(
-        program.kernel("axpy"),
-        lambda x, y: x,
-        grid=lambda x, y: (x.size + BLOCK - 1) // BLOCK,
-        block=BLOCK,
-        input_output_aliases={1: 0},
-        command_buffer=False,
-        a=numpy.float32(A),
-        n=lambda x, y: x.size,
-    )
+    def scalar_axpy(command_buffer: bool) -> Callable[[jax.Array, jax.Array], jax.Array]:
+        return caijit.jax.kernel_call(
+            program.kernel("axpy"),
+            lambda x, y: x,
+            grid=lambda x, y: (x.size + BLOCK - 1) // BLOCK,
+            block=BLOCK,
+            input_output_aliases={1: 0},
+            command_buffer=command_buffer,
+            a=numpy.float32(A),
+            n=lambda x, y: x.size,
+        )
+
+    axpy, axpy_direct = scalar_axpy(True), scalar_axpy(False)
     axpy4 = caijit.jax.kernel_call(
         program.kernel("axpy4"),
         lambda x, y: x,

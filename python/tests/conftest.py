@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 import threading
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy
 import pytest
@@ -38,6 +38,18 @@ def gpu_unavailable_reason() -> str | None:
 _CACHE_DIR = tempfile.TemporaryDirectory(prefix="caijit-test-cache-")
 if "CAIJIT_CACHE_DIR" not in os.environ:
     os.environ["CAIJIT_CACHE_DIR"] = os.path.join(_CACHE_DIR.name, "cache")
+
+
+def load_example(filename: str) -> Any:
+    """The module of ``examples/<filename>``, imported (its ``main`` not run)."""
+    import importlib.util
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    spec = importlib.util.spec_from_file_location(filename.removesuffix(".py"), os.path.join(root, "examples", filename))
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -17,6 +17,7 @@ jnp = pytest.importorskip("jax.numpy")
 import caijit  # noqa: E402
 import caijit.jax as cjax  # noqa: E402
 from caijit import _native  # noqa: E402
+from conftest import load_example  # noqa: E402
 
 AXPY = """
 #include <cuda_fp16.h>
@@ -223,13 +224,7 @@ def test_kernel_call_errors_name_the_parameter() -> None:
 
 
 def test_the_example_lowers_with_its_backward_kernel() -> None:
-    import importlib.util
-
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    spec = importlib.util.spec_from_file_location("example05", os.path.join(root, "examples", "05_jax_custom_op.py"))
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_example("05_jax_custom_op.py")
     x = jnp.ones((4, 256), jnp.float32)
     params = mod.init_params()
     text = jax.jit(jax.grad(mod.loss)).trace(params, x, x).lower(lowering_platforms=("cuda",)).as_text()

@@ -20,7 +20,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import caijit  # noqa: E402
 
-from conftest import REQUIRE_GPU  # noqa: E402
+from conftest import REQUIRE_GPU, load_example  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -162,19 +162,10 @@ def test_vmap_sequential_and_broadcast_all(jax: Any) -> None:
     close(mixed, 2 * xs + ys[0], "float32")
 
 
-def _example() -> Any:
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    spec = importlib.util.spec_from_file_location("example05", os.path.join(root, "examples", "05_jax_custom_op.py"))
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_grad_through_the_backward_kernel(jax: Any) -> None:
     from jax.test_util import check_grads
 
-    mod = _example()
+    mod = load_example("05_jax_custom_op.py")
     with jax.enable_x64(True):
         x = random(jax, (16, 64), "float64", 9)
         gamma = random(jax, (64,), "float64", 10)
