@@ -59,9 +59,8 @@ type KernelKey = (usize, &'static str, &'static str, [Option<TArg>; 3]);
 /// Loaded library kernels, by key.
 type KernelCache = Mutex<HashMap<KernelKey, Arc<Kernel>>>;
 
-/// The loaded kernel `name<targs>` of library file `file` (`file` + `name` when `name`
-/// starts with `_`: the registry's `<op>_kernel`), cached per device: a call looks it up
-/// without writing its name expression, which is written once, when it is loaded.
+/// The loaded kernel `name<targs>` of library file `file`, cached per device: a call looks
+/// it up without writing its name expression, which is written once, when it is loaded.
 fn kernel(ctx: &Arc<Context>, file: &'static str, name: &'static str, targs: &[TArg]) -> Result<Arc<Kernel>> {
     static CACHE: OnceLock<KernelCache> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
@@ -75,7 +74,7 @@ fn kernel(ctx: &Arc<Context>, file: &'static str, name: &'static str, targs: &[T
         return Ok(k.clone());
     }
     let list: Vec<String> = targs.iter().map(TArg::to_string).collect();
-    let expr = format!("{}{name}<{}>", if name.starts_with('_') { file } else { "" }, list.join(", "));
+    let expr = format!("{name}<{}>", list.join(", "));
     let source = OPS.iter().find(|(n, _)| *n == file).map(|(_, s)| *s).expect("a library file");
     let program = Program::new(source).name(format!("{file}.cu")).name_expression(expr.clone());
     let k = ctx.compile(&program)?.kernel(&expr)?;
@@ -147,12 +146,12 @@ fn real(what: &str, d: DType) -> Result<()> {
 
 /// An elementwise op `out = f(x)` of the kernel library's registry. Adding one is a file and
 /// an entry of [`UNARY_OPS`]: `kernels/ops/<name>.cu` defines
-/// `template <typename T> __global__ void <name>_kernel(const T* x, T* out, long long n)`
+/// `template <typename T> __global__ void unary(const T* x, T* out, long long n)`
 /// (usually a functor and `caijit::map`, see `abs.cu`); [`unary`] launches it, and the
 /// Python binding (`caijit.ops.<name>`) is made from the table.
 #[derive(Clone, Copy, Debug)]
 pub struct UnaryOp {
-    /// The op's name, its file's name and its kernel's prefix.
+    /// The op's name and its file's name (`kernels/ops/<name>.cu`).
     pub name: &'static str,
     /// One line for the docs (`caijit.ops.<name>.__doc__`).
     pub doc: &'static str,
@@ -195,7 +194,7 @@ pub fn unary(ctx: &Arc<Context>, op: &str, x: &ArrayView, out: &ArrayView, strea
     if x.size() == 0 {
         return Ok(());
     }
-    let k = kernel(ctx, spec.name, "_kernel", &[TArg::T(x.dtype())])?;
+    let k = kernel(ctx, spec.name, "unary", &[TArg::T(x.dtype())])?;
     k.launch(&elementwise_grid(x), &[Arg::Array(x), Arg::Array(out), int(x.size())], stream, true).map(drop)
 }
 
@@ -518,7 +517,7 @@ mod tests {
         for op in UNARY_OPS {
             let source = OPS.iter().find(|(n, _)| *n == op.name).map(|(_, s)| *s);
             let source = source.unwrap_or_else(|| panic!("op {}: no kernels/ops/{}.cu", op.name, op.name));
-            assert!(source.contains(&format!("void {}_kernel(", op.name)), "kernels/ops/{}.cu defines no {}_kernel", op.name, op.name);
+            assert!(source.contains("void unary("), "kernels/ops/{}.cu defines no `unary` kernel", op.name);
             assert!(op.dtypes().next().is_some() && !op.doc.is_empty(), "op {}", op.name);
         }
     }

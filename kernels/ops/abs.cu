@@ -23,6 +23,6 @@ struct abs_op {
 };
 
 template <typename T>
-__global__ void abs_kernel(const T* __restrict__ x, T* __restrict__ out, long long n) {
+__global__ void unary(const T* __restrict__ x, T* __restrict__ out, long long n) {
     caijit::map(x, out, n, abs_op{});
 }
