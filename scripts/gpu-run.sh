@@ -12,6 +12,9 @@
 #                           N >= 2000, split over calls with CAIJIT_ORDERING_SEED)
 #   --ab-bench              the launch benchmark's caijit paths for the wheel of .gpu/base
 #                           (an earlier build) and this one, alternately, twice each
+#   --probe                 the launch probe (python/benchmarks/probe_launch.py: micro
+#                           timings and the per-phase split), then the launch benchmark
+#                           (CAIJIT_BENCH_QUICK=1 unless set)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export CAIJIT_REQUIRE_GPU=1 CAIJIT_KERNELS_DIR="$PWD/kernels" CAIJIT_CACHE_DIR=/tmp/caijit-cache PYTHONUNBUFFERED=1
@@ -36,6 +39,13 @@ if [ "${1:-}" = --ab-bench ]; then
                 | grep -E '^\| (caijit|CuPy|PyTorch|C\+\+)' | tee -a "$OUT/ab-bench.txt"
         done
     done
+    exit 0
+fi
+
+if [ "${1:-}" = --probe ]; then
+    nvcc -O2 -o /tmp/launch_floor python/benchmarks/launch_floor.cu -lcuda 2>"$OUT/nvcc.log" && export CAIJIT_LAUNCH_FLOOR=/tmp/launch_floor
+    (cd python/benchmarks && python3 probe_launch.py 2>&1 | tee "$OUT/probe_launch.txt")
+    (cd python/benchmarks && CAIJIT_BENCH_QUICK=${CAIJIT_BENCH_QUICK:-1} CAIJIT_BENCH_CHART=/dev/null python3 bench_launch.py 2>&1 | tee "$OUT/bench_launch.txt")
     exit 0
 fi
 

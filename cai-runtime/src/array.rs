@@ -17,7 +17,8 @@ use crate::{Error, Result};
 #[derive(Debug)]
 pub struct DeviceArray {
     ctx: Arc<Context>,
-    /// Pointer, shape and dtype, validated once at allocation; the stream is added on export.
+    /// Pointer, shape, dtype and stream, validated once at allocation, marked as caijit's
+    /// own memory: what every launch reads (borrowed, never rebuilt).
     layout: ArrayView,
     stream: Arc<Stream>,
     /// The thread that allocated the array on the per-thread default stream, which names a
@@ -53,7 +54,10 @@ impl DeviceArray {
         let ptr = if size == 0 { 0 } else { ctx.alloc(size, stream)? };
         // `contiguous` fails only on the overflow ruled out above (or a null pointer for a
         // non-empty array, which the allocator never returns).
-        let layout = ArrayView::contiguous(ptr, shape, dtype, false).map_err(|_| overflow())?;
+        let layout = ArrayView::contiguous(ptr, shape, dtype, false)
+            .map_err(|_| overflow())?
+            .with_stream(Some(stream.stream_ref()))
+            .owned_by_caijit(true);
         let per_thread_home = stream.is_per_thread().then(|| std::thread::current().id());
         Ok(DeviceArray { ctx: ctx.clone(), layout, stream: stream.clone(), per_thread_home })
     }
@@ -134,7 +138,12 @@ impl DeviceArray {
 
     /// The array as a launch argument: C-contiguous, with its stream.
     pub fn view(&self) -> ArrayView {
-        self.layout.clone().with_stream(Some(self.stream.stream_ref())).owned_by_caijit(true)
+        self.layout.clone()
+    }
+
+    /// [`DeviceArray::view`] without a copy: what a launch reads of the array.
+    pub fn as_view(&self) -> &ArrayView {
+        &self.layout
     }
 
     /// The CUDA Array Interface caijit exports for the array: the view's, less what the

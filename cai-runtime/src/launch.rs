@@ -175,8 +175,11 @@ fn sync_enabled_by_env() -> bool {
 pub(crate) struct ParamBuffer(SmallVec<[u128; 32]>);
 
 impl ParamBuffer {
+    #[inline]
     pub(crate) fn new(size: usize) -> Self {
-        ParamBuffer(smallvec::smallvec![0; size.div_ceil(16).max(1)])
+        let mut words = SmallVec::new();
+        words.resize(size.div_ceil(16).max(1), 0);
+        ParamBuffer(words)
     }
     pub(crate) fn write(&mut self, offset: usize, data: &[u8]) {
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut self.0[..]);
@@ -224,7 +227,7 @@ fn check_array(p: &ParamLayout, v: &ArrayView, dtype: Option<DType>, is_const: b
 /// vector type (`float4*`, say) needs that type's alignment too.
 /// `vector` is [`crate::kernel::pointee_alignment`] of `p` (computed once, at the kernel's load).
 fn check_aligned(p: &ParamLayout, v: &ArrayView, vector: usize) -> Result<()> {
-    if !v.is_itemsize_aligned() || !v.ptr().is_multiple_of(vector as u64) {
+    if !v.is_itemsize_aligned() || !crate::cai::is_multiple_of(v.ptr(), vector as u64) {
         if vector > 1 {
             return Err(err(p, format!("the pointer {:#x} is not aligned to the {vector} bytes of the parameter's vector type", v.ptr())));
         }

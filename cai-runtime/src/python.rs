@@ -15,6 +15,11 @@ pub mod dlpack {
     pub use crate::sys::dlpack::*;
 }
 
+/// C functions of other extensions, exported through Cython's `__pyx_capi__` capsules.
+pub mod capi {
+    pub use crate::sys::capi::*;
+}
+
 /// Why a Python object could not be read as a CUDA array.
 #[derive(Debug)]
 #[non_exhaustive]

@@ -72,6 +72,12 @@ def main() -> None:
         rows.append(("CuPy a.data.ptr", per_call(lambda: x.data.ptr)))
         rows.append(("CuPy a.shape, a.strides, a.dtype", per_call(lambda: (x.shape, x.strides, x.dtype))))
         rows.append(("CuPy get_current_stream().ptr", per_call(lambda: cupy.cuda.get_current_stream().ptr)))
+        try:
+            from cupy_backends.cuda import stream as cupy_backend_stream  # type: ignore[import-not-found]
+
+            rows.append(("CuPy get_current_stream_ptr()", per_call(cupy_backend_stream.get_current_stream_ptr)))
+        except (ImportError, AttributeError) as e:
+            print(f"cupy_backends.cuda.stream.get_current_stream_ptr: {e}")
         rows.append(("CuPy a.flags.c_contiguous", per_call(lambda: x.flags.c_contiguous)))
         rows.append(("CuPy a.__cuda_array_interface__", per_call(lambda: x.__cuda_array_interface__)))
         rows.append(("launch_view(CuPy array, path=generic)  [its CAI dict]", per_call(lambda: _native.launch_view(x, path="generic"))))
@@ -103,6 +109,12 @@ def main() -> None:
         rows.append(("torch t.data_ptr()", per_call(lambda: t.data_ptr())))
         rows.append(("torch t.shape, t.stride(), t.dtype", per_call(lambda: (t.shape, t.stride(), t.dtype))))
         rows.append(("torch t.is_cuda, t.requires_grad", per_call(lambda: (t.is_cuda, t.requires_grad))))
+        rows.append(("torch t.requires_grad", per_call(lambda: t.requires_grad)))
+        rows.append(("torch t.is_neg()", per_call(lambda: t.is_neg())))
+        is_neg = torch.Tensor.is_neg
+        rows.append(("torch Tensor.is_neg(t)", per_call(lambda: is_neg(t))))
+        rows.append(("torch t.is_conj()", per_call(lambda: t.is_conj())))
+        rows.append(("torch _cuda_getCurrentRawStream(0)", per_call(lambda: torch._C._cuda_getCurrentRawStream(0))))
         rows.append((f"route of a torch tensor: {_native._route(t)}", float("nan")))
         for path in ("exchange", "known", "generic", "dlpack"):
             rows.append((f"launch_view(torch tensor, path={path})", per_call(lambda: _try(lambda: _native.launch_view(t, path=path)))))

@@ -338,8 +338,11 @@ fn launch_now(
 ) -> PyCaiResult<()> {
     let total = timing::start();
     let mut ctx = ArgContext::new(stream.map(RtStream::handle));
-    let mut converted: SmallVec<[PyArg; 8]> =
-        args.iter().enumerate().map(|(i, a)| arg_from_py(i, &a, &mut ctx)).collect::<Result<_, _>>()?;
+    // Filled in place: a launch moves each argument once, never the whole (large) vector.
+    let mut converted: SmallVec<[PyArg; 8]> = SmallVec::new();
+    for (i, a) in args.iter().enumerate() {
+        converted.push(arg_from_py(i, &a, &mut ctx)?);
+    }
     let probe = timing::start();
     let device = launch_device(&mut converted, stream)?;
     probe.stop(Phase::Device);
@@ -362,7 +365,12 @@ fn launch_now(
     probe.stop(Phase::Launch);
     drop(launch_args);
     let probe = timing::start();
-    let released = release_after(k.context(), on, converted);
+    // Only DLPack imports hold anything past the launch (every other argument is dropped
+    // in place).
+    let released = match converted.iter().any(|a| matches!(a, PyArg::Dlpack { .. })) {
+        true => release_after(k.context(), on, converted.drain(..)),
+        false => Ok(()),
+    };
     probe.stop(Phase::Release);
     total.stop(Phase::Total);
     released

@@ -262,11 +262,11 @@ impl ArrayView {
     /// Whether the pointer and every stride of a dimension longer than 1 are multiples
     /// of the itemsize, so the array can be indexed as `T*`.
     pub fn is_itemsize_aligned(&self) -> bool {
-        let item = self.dtype.itemsize() as i64;
+        let item = self.dtype.itemsize() as u64;
         if self.size == 0 {
             return true;
         }
-        self.ptr.is_multiple_of(item as u64) && self.shape.iter().zip(&self.strides).all(|(&n, &s)| n <= 1 || s % item == 0)
+        is_multiple_of(self.ptr, item) && self.shape.iter().zip(&self.strides).all(|(&n, &s)| n <= 1 || is_multiple_of(s as u64, item))
     }
 
     /// Export as a version-3 descriptor by the CAI v3 producer rules: `strides: None`
@@ -310,4 +310,39 @@ fn byte_extent(shape: &[usize], strides: &[i64], itemsize: usize) -> Option<(i12
         }
     }
     Some((lo, hi.checked_add(itemsize as i128)?))
+}
+
+/// `x` is a multiple of `align` (as two's complement, so a negative stride cast to `u64`
+/// works too): a mask for the power-of-two sizes and alignments of CUDA types, which the
+/// launch path checks per array; a division for any other.
+#[inline]
+pub fn is_multiple_of(x: u64, align: u64) -> bool {
+    if align.is_power_of_two() {
+        x & (align - 1) == 0
+    } else {
+        align != 0 && (x as i64) % (align as i64) == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multiples_by_mask_agree_with_division() {
+        for align in [1u64, 2, 3, 4, 8, 12, 16] {
+            for x in [-48i64, -17, -16, -8, -1, 0, 1, 4, 8, 12, 16, 24, 0x7f00_0000_0010] {
+                assert_eq!(is_multiple_of(x as u64, align), x % align as i64 == 0, "{x} by {align}");
+            }
+        }
+        assert!(!is_multiple_of(4, 0));
+    }
+
+    #[test]
+    fn negative_strides_are_aligned_by_their_magnitude() {
+        let v = ArrayView::new(0x1000, &[4, 3], Some(&[-12, 4]), DType::F32, false, None).unwrap();
+        assert!(v.is_itemsize_aligned());
+        let odd = ArrayView::new(0x1000, &[4, 3], Some(&[-6, 4]), DType::F32, false, None).unwrap();
+        assert!(!odd.is_itemsize_aligned());
+    }
 }

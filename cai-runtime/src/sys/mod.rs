@@ -18,6 +18,8 @@ use cudarc::nvrtc::sys as nv;
 
 /// DLPack's structs, capsules and C exchange API (Python objects, so feature `python`).
 #[cfg(feature = "python")]
+pub(crate) mod capi;
+#[cfg(feature = "python")]
 pub(crate) mod dlpack;
 pub(crate) mod xla_ffi;
 

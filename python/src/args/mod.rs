@@ -30,6 +30,7 @@ use std::cell::RefCell;
 
 use cai_runtime::cai::{ArrayView, DType, TypestrOptions};
 use cai_runtime::launch::{Arg, Num};
+use cai_runtime::python::capi::IntptrFn;
 use cai_runtime::python::dlpack::ExchangeApi;
 use cai_runtime::python::FromPyError;
 use cai_runtime::runtime::{Context, Stream as RtStream};
@@ -58,6 +59,9 @@ pub enum PyArg {
     },
     /// An array whose device is known without asking the driver.
     ArrayOn(ArrayView, usize),
+    /// A caijit array: its view is borrowed for the launch (the reference keeps it alive),
+    /// never copied.
+    Own(Py<DeviceArray>),
     Scalar(Num, Option<DType>),
     Bytes(Vec<u8>),
 }
@@ -67,6 +71,7 @@ impl PyArg {
     pub fn view(&self) -> Option<&ArrayView> {
         match self {
             PyArg::Array(v) | PyArg::Dlpack { view: v, .. } | PyArg::ArrayOn(v, _) => Some(v),
+            PyArg::Own(a) => Some(a.get().inner.as_view()),
             PyArg::Scalar(..) | PyArg::Bytes(_) => None,
         }
     }
@@ -78,6 +83,7 @@ impl PyArg {
     pub fn device(&mut self) -> PyCaiResult<Option<usize>> {
         let asked = match self {
             PyArg::ArrayOn(_, d) | PyArg::Dlpack { device: Some(d), .. } => return Ok(Some(*d)),
+            PyArg::Own(a) => return Ok(Some(a.get().inner.context().ordinal())),
             PyArg::Scalar(..) | PyArg::Bytes(_) => return Ok(None),
             _ if cai_runtime::runtime::device_count()? <= 1 => return Ok(Some(0)),
             PyArg::Array(v) | PyArg::Dlpack { view: v, device: None, .. } => cai_runtime::runtime::pointer_device(v.ptr())?,
@@ -92,6 +98,10 @@ impl PyArg {
         match self {
             PyArg::Array(v) | PyArg::Dlpack { view: v, device: None, .. } => Arg::Array(v),
             PyArg::ArrayOn(v, d) | PyArg::Dlpack { view: v, device: Some(d), .. } => Arg::ArrayOn(v, *d),
+            PyArg::Own(a) => {
+                let inner = &a.get().inner;
+                Arg::ArrayOn(inner.as_view(), inner.context().ordinal())
+            }
             PyArg::Scalar(value, dtype) => Arg::Scalar { value: *value, dtype: *dtype },
             PyArg::Bytes(b) => Arg::Bytes(b),
         }
@@ -331,15 +341,28 @@ impl ArgContext {
     }
 
     /// The stream CuPy's `__cuda_array_interface__` would export now: its current stream
-    /// (the null stream exported as 1, the legacy default stream).
+    /// (the null stream exported as 1, the legacy default stream), from the C function
+    /// CuPy's own export calls (`cupy_backends.cuda.stream.get_current_stream_ptr`, through
+    /// Cython's C API) where this CuPy exports it, else `cupy.cuda.get_current_stream().ptr`.
     fn cupy_stream(&mut self, py: Python<'_>) -> PyResult<Option<u64>> {
+        static C_FUNCTION: PyOnceLock<Option<IntptrFn>> = PyOnceLock::new();
         static CURRENT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
         if let Some(s) = self.cupy_stream {
             return Ok(s);
         }
         let probe = timing::start();
-        let f = CURRENT.get_or_try_init(py, || -> PyResult<_> { Ok(py.import("cupy.cuda")?.getattr("get_current_stream")?.unbind()) })?;
-        let ptr: u64 = f.bind(py).call0()?.getattr(intern!(py, "ptr"))?.extract()?;
+        let c_function = C_FUNCTION.get_or_init(py, || {
+            let module = py.import("cupy_backends.cuda.stream").ok()?;
+            IntptrFn::from_pyx_capi(&module, "get_current_stream_ptr")
+        });
+        let ptr: u64 = match c_function {
+            Some(f) => f.call(py)? as u64,
+            None => {
+                let f = CURRENT
+                    .get_or_try_init(py, || -> PyResult<_> { Ok(py.import("cupy.cuda")?.getattr("get_current_stream")?.unbind()) })?;
+                f.bind(py).call0()?.getattr(intern!(py, "ptr"))?.extract()?
+            }
+        };
         let s = Some(cai_stream(ptr));
         self.cupy_stream = Some(s);
         probe.stop(Phase::ProducerStream);
@@ -397,9 +420,8 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
     }
     let path = ctx.path;
     if let Some(a) = obj.cast_exact::<DeviceArray>().ok().filter(|_| matches!(path, Path::Auto | Path::Known)) {
-        let inner = &a.get().inner;
-        inner.check_usable_here()?;
-        let a = PyArg::ArrayOn(inner.view(), inner.context().ordinal());
+        a.get().inner.check_usable_here()?;
+        let a = PyArg::Own(a.clone().unbind());
         probe.stop(Phase::ArgCaijit);
         return Ok(a);
     }
@@ -563,6 +585,7 @@ pub fn launch_view(obj: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>, pa
         PyArg::Array(view) => (view, None, None),
         PyArg::Dlpack { view, device, holder } => (view, device, Some(holder)),
         PyArg::ArrayOn(view, device) => (view, Some(device), None),
+        PyArg::Own(a) => (a.get().inner.view(), Some(a.get().inner.context().ordinal()), None),
         _ => return Err(PyCaiError::argument("not an array")),
     };
     let typestr = view.dtype().typestr().to_string();
