@@ -93,11 +93,10 @@ impl ArrayView {
         readonly: bool,
         stream: Option<StreamRef>,
     ) -> Result<ArrayView, InterfaceError> {
-        let shape: SmallVec<[i64; 4]> = shape
-            .iter()
-            .map(|&n| i64::try_from(n).map_err(|_| InterfaceError::ShapeOverflow { shape: vec![i64::MAX] }))
-            .collect::<Result<_, _>>()?;
-        Self::build(Data { ptr, readonly }, &shape, strides, dtype, stream)
+        if shape.iter().any(|&n| i64::try_from(n).is_err()) {
+            return Err(InterfaceError::ShapeOverflow { shape: vec![i64::MAX] });
+        }
+        Self::from_extents(Data { ptr, readonly }, SmallVec::from_slice(shape), strides, dtype, stream)
     }
 
     fn build(
@@ -107,20 +106,32 @@ impl ArrayView {
         dtype: DType,
         stream: Option<StreamRef>,
     ) -> Result<ArrayView, InterfaceError> {
-        if shape.len() > MAX_RANK {
-            return Err(InterfaceError::RankTooLarge { rank: shape.len(), max: MAX_RANK });
-        }
         let mut extents = SmallVec::<[usize; 4]>::with_capacity(shape.len());
         for (axis, &n) in shape.iter().enumerate() {
             let n = usize::try_from(n).map_err(|_| InterfaceError::NegativeExtent { axis, value: n })?;
             extents.push(n);
         }
-        let overflow = || InterfaceError::ShapeOverflow { shape: shape.to_vec() };
+        Self::from_extents(data, extents, strides, dtype, stream)
+    }
+
+    /// The checks of every view, on extents that each fit an `i64`.
+    fn from_extents(
+        data: Data,
+        extents: SmallVec<[usize; 4]>,
+        strides: Option<&[i64]>,
+        dtype: DType,
+        stream: Option<StreamRef>,
+    ) -> Result<ArrayView, InterfaceError> {
+        if extents.len() > MAX_RANK {
+            return Err(InterfaceError::RankTooLarge { rank: extents.len(), max: MAX_RANK });
+        }
+        let shape = || extents.iter().map(|&n| n as i64).collect::<Vec<_>>();
+        let overflow = || InterfaceError::ShapeOverflow { shape: shape() };
         let size = extents.iter().try_fold(1usize, |acc, &n| acc.checked_mul(n)).ok_or_else(overflow)?;
         // nbytes must fit an i64 so that byte strides of contiguous layouts do too.
         let nbytes = size.checked_mul(dtype.itemsize()).filter(|&b| i64::try_from(b).is_ok());
         if nbytes.is_none() && size > 0 {
-            return Err(InterfaceError::ByteSizeOverflow { shape: shape.to_vec(), itemsize: dtype.itemsize() });
+            return Err(InterfaceError::ByteSizeOverflow { shape: shape(), itemsize: dtype.itemsize() });
         }
         let strides = match strides {
             None => c_strides_in(&extents, dtype.itemsize()).ok_or_else(overflow)?,

@@ -63,19 +63,21 @@ pub fn view_of(t: &TensorInfo, stream: Option<StreamRef>) -> Result<ArrayView, S
     let dtype = dtype_of(t.dtype).ok_or_else(|| {
         format!("DLPack dtype code {} with {} bits and {} lanes is not supported", t.dtype.code, t.dtype.bits, t.dtype.lanes)
     })?;
-    let shape: smallvec::SmallVec<[usize; 4]> = t
-        .shape
-        .iter()
-        .map(|&n| usize::try_from(n).map_err(|_| format!("DLPack shape {:?} has a negative extent", t.shape)))
-        .collect::<Result<_, _>>()?;
+    // (plain loops: this runs per tensor per launch on the exchange API path)
+    let mut shape = smallvec::SmallVec::<[usize; 4]>::new();
+    for &n in &t.shape {
+        shape.push(usize::try_from(n).map_err(|_| format!("DLPack shape {:?} has a negative extent", t.shape))?);
+    }
     let item = dtype.itemsize() as i64;
     let strides = match &t.strides {
         None => None,
-        Some(s) => Some(
-            s.iter()
-                .map(|&x| x.checked_mul(item).ok_or_else(|| format!("DLPack stride {x} overflows in bytes")))
-                .collect::<Result<smallvec::SmallVec<[i64; 4]>, _>>()?,
-        ),
+        Some(s) => {
+            let mut bytes = smallvec::SmallVec::<[i64; 4]>::new();
+            for &x in s {
+                bytes.push(x.checked_mul(item).ok_or_else(|| format!("DLPack stride {x} overflows in bytes"))?);
+            }
+            Some(bytes)
+        }
     };
     let ptr = if shape.contains(&0) { 0 } else { t.data };
     ArrayView::new(ptr, &shape, strides.as_deref(), dtype, t.readonly, stream).map_err(|e| e.to_string())

@@ -290,7 +290,13 @@ where
     T: for<'a, 'py> FromPyObject<'a, 'py, Error = PyErr>,
 {
     match obj.cast::<PyTuple>() {
-        Ok(t) => t.iter_borrowed().map(|item| item.extract::<T>()).collect(),
+        Ok(t) => {
+            let mut out = SmallVec::new();
+            for item in t.iter_borrowed() {
+                out.push(item.extract::<T>()?);
+            }
+            Ok(out)
+        }
         Err(_) => Ok(obj.extract::<Vec<T>>()?.into()),
     }
 }
