@@ -72,12 +72,6 @@ def main() -> None:
         rows.append(("CuPy a.data.ptr", per_call(lambda: x.data.ptr)))
         rows.append(("CuPy a.shape, a.strides, a.dtype", per_call(lambda: (x.shape, x.strides, x.dtype))))
         rows.append(("CuPy get_current_stream().ptr", per_call(lambda: cupy.cuda.get_current_stream().ptr)))
-        try:
-            from cupy_backends.cuda import stream as cupy_backend_stream  # type: ignore[import-not-found]
-
-            rows.append(("CuPy get_current_stream_ptr()", per_call(cupy_backend_stream.get_current_stream_ptr)))
-        except (ImportError, AttributeError) as e:
-            print(f"cupy_backends.cuda.stream.get_current_stream_ptr: {e}")
         rows.append(("CuPy a.flags.c_contiguous", per_call(lambda: x.flags.c_contiguous)))
         rows.append(("CuPy a.__cuda_array_interface__", per_call(lambda: x.__cuda_array_interface__)))
         rows.append(("launch_view(CuPy array, path=generic)  [its CAI dict]", per_call(lambda: _native.launch_view(x, path="generic"))))

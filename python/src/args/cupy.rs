@@ -20,7 +20,8 @@ pub fn is_type(qualified_name: &str) -> bool {
 pub fn view(obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option<(ArrayView, usize)>> {
     let py = obj.py();
     let Some(dtype) = numpy_dtype_of(obj)? else { return Ok(None) };
-    let ptr: u64 = obj.getattr(intern!(py, "data"))?.getattr(intern!(py, "ptr"))?.extract()?;
+    let data = obj.getattr(intern!(py, "data"))?;
+    let ptr: u64 = data.getattr(intern!(py, "ptr"))?.extract()?;
     let shape = ints::<usize>(&obj.getattr(intern!(py, "shape"))?)?;
     // A C-contiguous array's strides follow from its shape (CuPy's own CAI exports
     // `strides: None` then); its flag is a C field, cheaper than the strides tuple.
@@ -29,6 +30,10 @@ pub fn view(obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option<
     let strides = if c_contiguous { None } else { Some(ints::<i64>(&obj.getattr(intern!(py, "strides"))?)?) };
     let stream = ctx.cupy_stream(py)?.map(StreamRef::from_cai).transpose()?;
     let view = ArrayView::new(ptr, &shape, strides.as_deref(), dtype, false, stream)?;
-    let device = object_device(obj, || Ok(obj.getattr(intern!(py, "device"))?.getattr(intern!(py, "id"))?.extract()?))?;
+    // The memory's device, from its pointer object (`a.device` would build a Device).
+    let device = object_device(obj, || match data.getattr(intern!(py, "device_id")) {
+        Ok(id) => Ok(id.extract()?),
+        Err(_) => Ok(obj.getattr(intern!(py, "device"))?.getattr(intern!(py, "id"))?.extract()?),
+    })?;
     Ok(Some((view, device)))
 }
