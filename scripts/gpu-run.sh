@@ -23,6 +23,12 @@ OUT=${OUT:-/tmp/caijit-out}; mkdir -p "$OUT"
 SUMMARY="$OUT/summary.txt"; : >"$SUMMARY"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$SUMMARY"
 
+# The launch benchmark's C floor, a library it calls between its Python paths' batches.
+build_floor() {
+    nvcc -O2 -shared -Xcompiler -fPIC -DLAUNCH_FLOOR_LIBRARY -o /tmp/liblaunch_floor.so \
+        python/benchmarks/launch_floor.cu -lcuda 2>"$OUT/nvcc.log" && export CAIJIT_LAUNCH_FLOOR=/tmp/liblaunch_floor.so
+}
+
 if ls .gpu/wheels/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/wheels/*.whl
     export PYTHONPATH=/tmp/site
@@ -30,7 +36,7 @@ fi
 
 if [ "${1:-}" = --ab-bench ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-base .gpu/base/*.whl
-    nvcc -O2 -o /tmp/launch_floor python/benchmarks/launch_floor.cu -lcuda 2>"$OUT/nvcc.log" && export CAIJIT_LAUNCH_FLOOR=/tmp/launch_floor
+    build_floor
     for round in 1 2; do
         for build in base new; do
             site=/tmp/site; [ $build = base ] && site=/tmp/site-base
@@ -43,7 +49,7 @@ if [ "${1:-}" = --ab-bench ]; then
 fi
 
 if [ "${1:-}" = --probe ]; then
-    nvcc -O2 -o /tmp/launch_floor python/benchmarks/launch_floor.cu -lcuda 2>"$OUT/nvcc.log" && export CAIJIT_LAUNCH_FLOOR=/tmp/launch_floor
+    build_floor
     (cd python/benchmarks && python3 probe_launch.py 2>&1 | tee "$OUT/probe_launch.txt")
     (cd python/benchmarks && CAIJIT_BENCH_QUICK=${CAIJIT_BENCH_QUICK:-1} CAIJIT_BENCH_CHART=/dev/null python3 bench_launch.py 2>&1 | tee "$OUT/bench_launch.txt")
     exit 0
@@ -89,9 +95,7 @@ fi
 
 if [[ " $* " == *" --bench "* ]]; then
     [ -x .gpu/bin/bench_launch ] && .gpu/bin/bench_launch --bench 2>&1 | tee "$OUT/bench_launch_rust.txt"
-    if nvcc -O2 -o /tmp/launch_floor python/benchmarks/launch_floor.cu -lcuda 2>"$OUT/nvcc.log"; then
-        export CAIJIT_LAUNCH_FLOOR=/tmp/launch_floor
-    fi
+    build_floor
     export CAIJIT_BENCH_CHART="$OUT/launch_overhead.png"
     if [ -n "${PYTHONPATH:-}" ]; then
         for b in python/benchmarks/bench_*.py python/benchmarks/probe_launch.py python/benchmarks/soak.py; do

@@ -1,25 +1,29 @@
 """Launch overhead: an empty kernel with 3 array arguments + 1 int, caijit beside its peers
-measured in the same run, rounds interleaved.
+measured in the same run, batch by batch.
 
-host µs      = median over 100 batches of 200 launches, timed without synchronising
+host µs      = median over 100 batches of 200 launches, timed without synchronising; the
+               paths take turns batch by batch (the order rotating), so that every path is
+               timed in the same moments of the host's drifting speed
 sustained µs = 20,000 launches, then one synchronisation, divided by 20,000
-Each figure is the median over rounds in which every path runs once (interleaved).
+Each figure is the median over rounds; the targets are per-round ratios.
 
-Run on a GPU machine (the C floor needs nvcc):
-    nvcc -O2 -o /tmp/launch_floor python/benchmarks/launch_floor.cu -lcuda
-    CAIJIT_LAUNCH_FLOOR=/tmp/launch_floor python python/benchmarks/bench_launch.py
+The floor is a C++ loop of cuLaunchKernel in a library this process loads, timed batch by
+batch between the Python paths. Run on a GPU machine (the floor needs nvcc):
+    nvcc -O2 -shared -Xcompiler -fPIC -DLAUNCH_FLOOR_LIBRARY -o /tmp/liblaunch_floor.so \
+        python/benchmarks/launch_floor.cu -lcuda
+    CAIJIT_LAUNCH_FLOOR=/tmp/liblaunch_floor.so python python/benchmarks/bench_launch.py
 CAIJIT_BENCH_QUICK=1 measures caijit's paths and the closest peers only (before/after
 comparisons of two builds); CAIJIT_BENCH_ROUNDS sets the number of rounds (default 3).
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import os
 import statistics
-import subprocess
 import time
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -58,37 +62,83 @@ TARGETS = [
 
 
 def has(mod: str) -> bool:
-    return importlib.util.find_spec(mod) is not None
+    try:
+        return importlib.util.find_spec(mod) is not None
+    except ModuleNotFoundError:  # a submodule of a missing package (cuda.core without cuda)
+        return False
+
+
+BATCHES, PER_BATCH, SUSTAINED = 100, 200, 20_000
+
+
+class Path(NamedTuple):
+    """A launch path: `batch(n)` launches n times and returns the host seconds it took
+    (without synchronising); `sync` waits for the device."""
+
+    name: str
+    batch: Callable[[int], float]
+    sync: Callable[[], None]
+
+
+def python_path(name: str, launch: Callable[[], None], sync: Callable[[], None]) -> Path:
+    def batch(n: int) -> float:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            launch()
+        return time.perf_counter() - t0
+
+    return Path(name, batch, sync)
+
+
+def floor_paths() -> list[Path]:
+    """The C floor (3 arrays + 1 int, and 8 arrays) from the library CAIJIT_LAUNCH_FLOOR names;
+    none without it."""
+    lib_path = os.environ.get("CAIJIT_LAUNCH_FLOOR")
+    if not lib_path or not os.path.exists(lib_path):
+        return []
+    lib = ctypes.CDLL(lib_path)
+    lib.caijit_floor_batch.restype = ctypes.c_double
+    lib.caijit_floor_batch.argtypes = [ctypes.c_int, ctypes.c_int]
+    return [
+        Path(FLOOR, lambda n: lib.caijit_floor_batch(0, n), lib.caijit_floor_sync),
+        Path(FLOOR8, lambda n: lib.caijit_floor_batch(1, n), lib.caijit_floor_sync),
+    ]
+
+
+def measure_round(paths: list[Path]) -> dict[str, tuple[float, float]]:
+    """Host µs (median of the batches) and sustained µs per launch of every path, the
+    paths taking turns batch by batch."""
+    for p in paths:
+        p.batch(2000)
+        p.sync()
+    samples: dict[str, list[float]] = {p.name: [] for p in paths}
+    for b in range(BATCHES):
+        k = b % len(paths)
+        for p in paths[k:] + paths[:k]:
+            samples[p.name].append(p.batch(PER_BATCH) / PER_BATCH)
+            p.sync()
+    out = {}
+    for p in paths:
+        t0 = time.perf_counter()
+        p.batch(SUSTAINED)
+        p.sync()
+        out[p.name] = (statistics.median(samples[p.name]) * 1e6, (time.perf_counter() - t0) / SUSTAINED * 1e6)
+    return out
 
 
 def measure(launch: Callable[[], None], sync: Callable[[], None]) -> tuple[float, float]:
-    for _ in range(2000):
-        launch()
-    sync()
-    batches = []
-    for _ in range(100):
-        t0 = time.perf_counter()
-        for _ in range(200):
-            launch()
-        batches.append((time.perf_counter() - t0) / 200)
-        sync()
-    t0 = time.perf_counter()
-    for _ in range(20_000):
-        launch()
-    sync()
-    sustained = (time.perf_counter() - t0) / 20_000
-    return statistics.median(batches) * 1e6, sustained * 1e6
+    """One path alone: (host µs, sustained µs), as `measure_round` times it."""
+    return measure_round([python_path("path", launch, sync)])["path"]
 
 
 ROUNDS = int(os.environ.get("CAIJIT_BENCH_ROUNDS", "3"))
 
 
 def main() -> None:
-    # Every path is measured once per round, the rounds interleaved, so that drift of the
-    # host's speed (10-40 % between runs on the H200 machines) falls on all paths alike; the table
+    # The paths take turns batch by batch, so that the drift of the host's speed (10-40 %
+    # within a run on the H200 machines, over seconds) falls on all paths alike; the table
     # gives medians over rounds, the targets the per-round ratios.
-    paths: list[tuple[str, Callable[[], None], Callable[[], None]]] = []
-    floor = os.environ.get("CAIJIT_LAUNCH_FLOOR")  # the nvcc-built C loop (gpu-run.sh builds it)
+    paths: list[Path] = floor_paths()  # the nvcc-built C loop (gpu-run.sh builds it)
     k = caijit.kernel(SRC)
     launcher = k[1, 128]
     launcher8 = caijit.kernel(SRC8)[1, 128]
@@ -97,7 +147,7 @@ def main() -> None:
     def sync_all() -> None:
         c.copy_to_host()
 
-    paths.append((CAIJIT, lambda: launcher(a, b, c, N), sync_all))
+    paths.append(python_path(CAIJIT, lambda: launcher(a, b, c, N), sync_all))
 
     if has("cupy"):
         import cupy
@@ -105,17 +155,17 @@ def main() -> None:
         ca, cb, cc = (cupy.zeros(N, cupy.float32) for _ in range(3))
         raw = cupy.RawKernel(SRC, "empty3")
         n32 = np.int32(N)
-        paths.append((CAIJIT_CUPY, lambda: launcher(ca, cb, cc, N), cupy.cuda.Device().synchronize))
-        paths.append((RAWKERNEL, lambda: raw((1,), (128,), (ca, cb, cc, n32)), cupy.cuda.Device().synchronize))
+        paths.append(python_path(CAIJIT_CUPY, lambda: launcher(ca, cb, cc, N), cupy.cuda.Device().synchronize))
+        paths.append(python_path(RAWKERNEL, lambda: raw((1,), (128,), (ca, cb, cc, n32)), cupy.cuda.Device().synchronize))
 
     if has("torch"):
         import torch
 
         ta, tb, tc = (torch.zeros(N, device="cuda") for _ in range(3))
         t8 = [torch.zeros(N, device="cuda") for _ in range(8)]
-        paths.append((CAIJIT_TORCH, lambda: launcher(ta, tb, tc, N), torch.cuda.synchronize))
-        paths.append((CAIJIT_TORCH8, lambda: launcher8(*t8), torch.cuda.synchronize))
-        paths.append(("PyTorch torch.add(a, b, out=c)", lambda: torch.add(ta, tb, out=tc), torch.cuda.synchronize))
+        paths.append(python_path(CAIJIT_TORCH, lambda: launcher(ta, tb, tc, N), torch.cuda.synchronize))
+        paths.append(python_path(CAIJIT_TORCH8, lambda: launcher8(*t8), torch.cuda.synchronize))
+        paths.append(python_path("PyTorch torch.add(a, b, out=c)", lambda: torch.add(ta, tb, out=tc), torch.cuda.synchronize))
 
     # CAIJIT_BENCH_QUICK=1: caijit's paths and the two closest peers only (for before/after
     # comparisons of two builds, run alternately).
@@ -129,12 +179,12 @@ def main() -> None:
 
         na, nb, nc = (cuda.device_array(N, np.float32) for _ in range(3))
         empty3[1, 128](na, nb, nc, N)
-        paths.append((CAIJIT_NUMBA, lambda: launcher(na, nb, nc, N), cuda.synchronize))
-        paths.append(("Numba @cuda.jit, Numba arrays", lambda: empty3[1, 128](na, nb, nc, N), cuda.synchronize))
+        paths.append(python_path(CAIJIT_NUMBA, lambda: launcher(na, nb, nc, N), cuda.synchronize))
+        paths.append(python_path("Numba @cuda.jit, Numba arrays", lambda: empty3[1, 128](na, nb, nc, N), cuda.synchronize))
         if has("cupy"):
-            paths.append((NUMBA_CUPY, lambda: empty3[1, 128](ca, cb, cc, N), cuda.synchronize))
+            paths.append(python_path(NUMBA_CUPY, lambda: empty3[1, 128](ca, cb, cc, N), cuda.synchronize))
         if has("torch"):
-            paths.append((NUMBA_TORCH, lambda: empty3[1, 128](ta, tb, tc, N), cuda.synchronize))
+            paths.append(python_path(NUMBA_TORCH, lambda: empty3[1, 128](ta, tb, tc, N), cuda.synchronize))
 
     if has("cuda.core") and has("cupy") and not quick:
         try:
@@ -147,25 +197,16 @@ def main() -> None:
             cfg = LaunchConfig(grid=1, block=128)
             pa, pb, pc = ca.data.ptr, cb.data.ptr, cc.data.ptr
             n32c = np.int32(N)
-            paths.append(("cuda.core launch, raw pointers", lambda: launch(cstream, cfg, kern, pa, pb, pc, n32c), cstream.sync))
+            paths.append(python_path("cuda.core launch, raw pointers", lambda: launch(cstream, cfg, kern, pa, pb, pc, n32c), cstream.sync))
         except Exception as e:  # noqa: BLE001 - a peer we cannot run is reported, not fatal
             print(f"cuda.core peer skipped: {e}")
 
-    rounds: list[dict[str, tuple[float, float]]] = []
-    for _ in range(ROUNDS):
-        r = {}
-        if floor and os.path.exists(floor):
-            for name, argv in ((FLOOR, [floor]), (FLOOR8, [floor, "8"])):
-                host, sus = map(float, subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split())
-                r[name] = (host, sus)
-        for name, launch_fn, sync in paths:
-            r[name] = measure(launch_fn, sync)
-        rounds.append(r)
+    rounds = [measure_round(paths) for _ in range(ROUNDS)]
 
     rows = [(name, statistics.median(r[name][0] for r in rounds), statistics.median(r[name][1] for r in rounds)) for name in rounds[0]]
     s = caijit.stats()
     floor_host = rows[0][1] if rows[0][0] == FLOOR else float("nan")
-    print(f"\n## Launch overhead (empty kernel, 3 arrays + 1 int), µs per launch, median of {ROUNDS} interleaved rounds")
+    print(f"\n## Launch overhead (empty kernel, 3 arrays + 1 int), µs per launch, median of {ROUNDS} rounds of interleaved batches")
     print("| path | host µs | sustained µs | host vs C floor | per-round host vs floor |")
     print("|---|---|---|---|---|")
     for name, host, sus in rows:

@@ -1,8 +1,12 @@
 // The floor of the launch-overhead table: a C++ loop of cuLaunchKernel for the same empty
-// kernel (3 pointers + 1 int; with the argument 8, 8 pointers), timed like
-// bench_launch.py. Built on the GPU machine:
+// kernel (3 pointers + 1 int; or 8 pointers), timed like bench_launch.py. Built on the GPU
+// machine as a library, which bench_launch.py loads and calls batch by batch between the
+// Python paths' batches (so that every path is timed in the same moments of the host's
+// drifting speed), or as a program:
+//   nvcc -O2 -shared -Xcompiler -fPIC -DLAUNCH_FLOOR_LIBRARY -o /tmp/liblaunch_floor.so \
+//       python/benchmarks/launch_floor.cu -lcuda
 //   nvcc -O2 -o /tmp/launch_floor python/benchmarks/launch_floor.cu -lcuda
-//   /tmp/launch_floor      # 3 arrays + 1 int
+//   /tmp/launch_floor      # 3 arrays + 1 int: median host µs per launch, sustained µs
 //   /tmp/launch_floor 8    # 8 arrays
 #include <algorithm>
 #include <chrono>
@@ -15,33 +19,62 @@ extern "C" __global__ void empty3(const float*, const float*, float*, int) {}
 extern "C" __global__ void empty8(const float*, const float*, const float*, const float*, const float*, const float*,
                                   const float*, float*) {}
 
-int main(int argc, char** argv) {
-    cudaFree(0);
-    bool eight = argc > 1 && argv[1][0] == '8';
-    CUfunction f;
-    cudaGetFuncBySymbol(&f, eight ? (const void*)empty8 : (const void*)empty3);
-    float* p[8];
-    for (auto& x : p) cudaMalloc(&x, 4096);
+namespace {
+struct Floor {
+    CUfunction f3 = nullptr, f8 = nullptr;
+    float* p[8] = {};
     int n = 1024;
-    void* three[] = {&p[0], &p[1], &p[2], &n};
-    void* all[] = {&p[0], &p[1], &p[2], &p[3], &p[4], &p[5], &p[6], &p[7]};
-    void** params = eight ? all : three;
-    auto launch = [&] { cuLaunchKernel(f, 1, 1, 1, 128, 1, 1, 0, 0, params, nullptr); };
-    using clk = std::chrono::steady_clock;
-    for (int i = 0; i < 2000; ++i) launch();
-    cudaDeviceSynchronize();
+    void* three[4] = {};
+    void* all[8] = {};
+};
+
+// Set up once, in place (the parameter arrays point into the struct).
+Floor& state() {
+    static Floor s;
+    static bool ready = [] {
+        cudaFree(0);
+        cudaGetFuncBySymbol(&s.f3, (const void*)empty3);
+        cudaGetFuncBySymbol(&s.f8, (const void*)empty8);
+        for (auto& x : s.p) cudaMalloc(&x, 4096);
+        void* three[] = {&s.p[0], &s.p[1], &s.p[2], &s.n};
+        std::copy(three, three + 4, s.three);
+        for (int i = 0; i < 8; ++i) s.all[i] = &s.p[i];
+        return true;
+    }();
+    (void)ready;
+    return s;
+}
+}  // namespace
+
+// Launch `n` times (8 pointers if `eight`, else 3 pointers + 1 int) and return the host
+// seconds it took, without synchronising.
+extern "C" double caijit_floor_batch(int eight, int n) {
+    Floor& s = state();
+    CUfunction f = eight ? s.f8 : s.f3;
+    void** params = eight ? s.all : s.three;
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < n; ++i) cuLaunchKernel(f, 1, 1, 1, 128, 1, 1, 0, 0, params, nullptr);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+extern "C" void caijit_floor_sync() { cudaDeviceSynchronize(); }
+
+#ifndef LAUNCH_FLOOR_LIBRARY
+int main(int argc, char** argv) {
+    int eight = argc > 1 && argv[1][0] == '8';
+    caijit_floor_batch(eight, 2000);
+    caijit_floor_sync();
     std::vector<double> batches;
     for (int r = 0; r < 100; ++r) {
-        auto t0 = clk::now();
-        for (int i = 0; i < 200; ++i) launch();
-        batches.push_back(std::chrono::duration<double>(clk::now() - t0).count() / 200);
-        cudaDeviceSynchronize();
+        batches.push_back(caijit_floor_batch(eight, 200) / 200);
+        caijit_floor_sync();
     }
-    auto t0 = clk::now();
-    for (int i = 0; i < 20000; ++i) launch();
-    cudaDeviceSynchronize();
-    double sustained = std::chrono::duration<double>(clk::now() - t0).count() / 20000;
+    double sustained = caijit_floor_batch(eight, 20000);
+    auto t0 = std::chrono::steady_clock::now();
+    caijit_floor_sync();
+    sustained = (sustained + std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()) / 20000;
     std::sort(batches.begin(), batches.end());
     std::printf("%.3f %.3f\n", batches[50] * 1e6, sustained * 1e6);
     return 0;
 }
+#endif

@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
-import os
-import subprocess
 from typing import Any, Callable
 
 import numpy as np
-from bench_launch import measure  # the same timing (and NumPy setup) as the launch benchmark
+from bench_launch import floor_paths, measure, measure_round  # the launch benchmark's timing (and NumPy setup)
 
 import caijit
 from caijit import _native
@@ -47,10 +45,8 @@ def main() -> None:
     def sync() -> None:
         c.copy_to_host()
 
-    floor = os.environ.get("CAIJIT_LAUNCH_FLOOR")  # the nvcc-built C loop (3 arrays + 1 int)
-    if floor and os.path.exists(floor):
-        host = float(subprocess.run([floor], capture_output=True, text=True, check=True).stdout.split()[0])
-        rows.append(("C++ cuLaunchKernel loop, 3 arrays + 1 int (the floor)", host))
+    for floor in floor_paths()[:1]:  # the nvcc-built C loop (3 arrays + 1 int), CAIJIT_LAUNCH_FLOOR
+        rows.append(("C++ cuLaunchKernel loop, 3 arrays + 1 int (the floor)", measure_round([floor])[floor.name][0]))
     rows.append(("python: empty loop body (lambda: None)", per_call(lambda: None)))
     libc_gil, libc_nogil = ctypes.PyDLL(None).abs, ctypes.CDLL(None).abs
     rows.append(("ctypes libc abs(), GIL held", per_call(lambda: libc_gil(-3))))
