@@ -5,7 +5,7 @@ use cai_runtime::cai::{ArrayView, StreamRef};
 use pyo3::intern;
 use pyo3::prelude::*;
 
-use super::{ints, numpy_dtype_of, object_device, ArgContext};
+use super::{ints, numpy_dtype_of, object_device, ArgContext, PyArg};
 use crate::errors::PyCaiResult;
 
 /// Whether a type (from its MRO) is CuPy's ndarray: `cupy.ndarray` or its Cython base,
@@ -17,7 +17,7 @@ pub fn is_type(qualified_name: &str) -> bool {
     (module == "cupy" || module.starts_with("cupy.")) && matches!(name, "ndarray" | "_ndarray_base")
 }
 
-pub fn view(obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option<(ArrayView, usize)>> {
+pub fn view(obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option<PyArg>> {
     let py = obj.py();
     let Some(dtype) = numpy_dtype_of(obj)? else { return Ok(None) };
     let data = obj.getattr(intern!(py, "data"))?;
@@ -29,11 +29,10 @@ pub fn view(obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option<
     let c_contiguous = obj.getattr(intern!(py, "_c_contiguous")).and_then(|f| f.extract::<bool>()).unwrap_or(false);
     let strides = if c_contiguous { None } else { Some(ints::<i64>(&obj.getattr(intern!(py, "strides"))?)?) };
     let stream = ctx.cupy_stream(py)?.map(StreamRef::from_cai).transpose()?;
-    let view = ArrayView::new(ptr, &shape, strides.as_deref(), dtype, false, stream)?;
     // The memory's device, from its pointer object (`a.device` would build a Device).
     let device = object_device(obj, || match data.getattr(intern!(py, "device_id")) {
         Ok(id) => Ok(id.extract()?),
         Err(_) => Ok(obj.getattr(intern!(py, "device"))?.getattr(intern!(py, "id"))?.extract()?),
     })?;
-    Ok(Some((view, device)))
+    Ok(Some(PyArg::ArrayOn(ArrayView::new(ptr, &shape, strides.as_deref(), dtype, false, stream)?, device)))
 }

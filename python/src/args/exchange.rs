@@ -10,25 +10,19 @@
 //! interfaces (a host tensor, an unsupported dtype, a producer error) takes the next path,
 //! so errors stay the generic paths' own.
 
-use cai_runtime::cai::{ArrayView, DType, StreamRef};
+use cai_runtime::cai::{DType, StreamRef};
 use cai_runtime::python::dlpack::ExchangeApi;
 use pyo3::intern;
 use pyo3::prelude::*;
 
 use super::dlpack::{is_cuda, view_of};
-use super::ArgContext;
+use super::{ArgContext, PyArg};
 use crate::errors::PyCaiResult;
 
 /// The view and device of `obj` through `api`; `None` to take the next path. `torch`:
 /// the type is a PyTorch tensor type, whose rules the table does not apply itself (its
 /// `__dlpack__` and CAI refuse tensors that require grad, and conjugated views).
-pub fn view(
-    index: usize,
-    obj: &Bound<'_, PyAny>,
-    api: &ExchangeApi,
-    torch: bool,
-    ctx: &mut ArgContext,
-) -> PyCaiResult<Option<(ArrayView, usize)>> {
+pub fn view(index: usize, obj: &Bound<'_, PyAny>, api: &ExchangeApi, torch: bool, ctx: &mut ArgContext) -> PyCaiResult<Option<PyArg>> {
     let py = obj.py();
     if torch && obj.getattr(intern!(py, "requires_grad"))?.is_truthy()? {
         return Ok(None);
@@ -46,8 +40,5 @@ pub fn view(
     }
     let device = info.device.device_id as usize;
     let stream = ctx.exchange_stream(py, api, info.device.device_type, device)?;
-    match view_of(&info, Some(StreamRef::from_cai(stream)?)) {
-        Ok(v) => Ok(Some((v, device))),
-        Err(_) => Ok(None),
-    }
+    Ok(view_of(&info, Some(StreamRef::from_cai(stream)?)).ok().map(|v| PyArg::ArrayOn(v, device)))
 }

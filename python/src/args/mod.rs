@@ -443,9 +443,9 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
         Route::Cupy if matches!(path, Path::Auto | Path::Known) => cupy::view(obj, ctx)?.map(|v| (v, Phase::ArgCupy)),
         _ => None,
     };
-    if let Some(((view, device), phase)) = fast {
+    if let Some((arg, phase)) = fast {
         probe.stop(phase);
-        return Ok(PyArg::ArrayOn(view, device));
+        return Ok(arg);
     }
     if matches!(route, Route::Torch | Route::Exchange { torch: true, .. }) {
         // The generic paths read torch's own interfaces, which export lazy views as memory.

@@ -7,7 +7,7 @@ use cai_runtime::cai::{ArrayView, DType, StreamRef};
 use pyo3::intern;
 use pyo3::prelude::*;
 
-use super::{cached_dtype, ints, object_device, ArgContext};
+use super::{cached_dtype, ints, object_device, ArgContext, PyArg};
 use crate::errors::{PyCaiError, PyCaiResult};
 
 pub fn is_type(qualified_name: &str) -> bool {
@@ -34,7 +34,7 @@ pub fn refuse_lazy_views(index: usize, obj: &Bound<'_, PyAny>, complex: Option<b
     Ok(())
 }
 
-pub fn view(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option<(ArrayView, usize)>> {
+pub fn view(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option<PyArg>> {
     let py = obj.py();
     // Exactly when torch's own __cuda_array_interface__ would refuse or differ, take the
     // generic path (it raises torch's own error).
@@ -58,5 +58,5 @@ pub fn view(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCai
     let ptr = if shape.contains(&0) { 0 } else { ptr };
     let device = object_device(obj, || Ok(obj.call_method0(intern!(py, "get_device"))?.extract()?))?;
     let stream = StreamRef::from_cai(ctx.torch_stream(py, device)?)?;
-    Ok(Some((ArrayView::new(ptr, &shape, Some(&strides), dtype, false, Some(stream))?, device)))
+    Ok(Some(PyArg::ArrayOn(ArrayView::new(ptr, &shape, Some(&strides), dtype, false, Some(stream))?, device)))
 }
