@@ -135,36 +135,46 @@ fn is_index_integer(v: &Bound<'_, PyAny>) -> bool {
 /// A tuple (or list) of ints.
 fn int_seq(key: &'static str, v: &Bound<'_, PyAny>) -> Result<Vec<i64>, InterfaceError> {
     const EXPECTED: &str = "a tuple of ints that fit in 64 bits";
-    let items: Vec<Bound<'_, PyAny>> = if let Ok(t) = v.cast::<PyTuple>() {
-        t.iter().collect()
+    let item = |x: Bound<'_, PyAny>| int::<i64>(key, EXPECTED, &x).map_err(|_| wrong(key, EXPECTED, v));
+    if let Ok(t) = v.cast::<PyTuple>() {
+        t.iter().map(item).collect()
     } else if let Ok(l) = v.cast::<PyList>() {
-        l.iter().collect()
+        l.iter().map(item).collect()
     } else {
-        return Err(wrong(key, EXPECTED, v));
+        Err(wrong(key, EXPECTED, v))
+    }
+}
+
+/// The keys of a CAI dict, as Python strings made once (a key made from a `&str` on every
+/// lookup would cost more than the lookup).
+macro_rules! key {
+    ($d:expr, $key:literal) => {
+        ($key, pyo3::intern!($d.py(), $key))
     };
-    items.iter().map(|x| int::<i64>(key, EXPECTED, x).map_err(|_| wrong(key, EXPECTED, v))).collect()
 }
 
-fn get<'py>(d: &Bound<'py, PyDict>, key: &'static str) -> Result<Option<Bound<'py, PyAny>>, FromPyError> {
-    Ok(d.get_item(key)?)
+type Key<'a, 'py> = (&'static str, &'a Bound<'py, PyString>);
+
+fn get<'py>(d: &Bound<'py, PyDict>, (_, k): Key<'_, 'py>) -> Result<Option<Bound<'py, PyAny>>, FromPyError> {
+    Ok(d.get_item(k)?)
 }
 
-fn required<'py>(d: &Bound<'py, PyDict>, key: &'static str) -> Result<Bound<'py, PyAny>, FromPyError> {
-    get(d, key)?.ok_or_else(|| InterfaceError::MissingKey { key }.into())
+fn required<'py>(d: &Bound<'py, PyDict>, key: Key<'_, 'py>) -> Result<Bound<'py, PyAny>, FromPyError> {
+    get(d, key)?.ok_or_else(|| InterfaceError::MissingKey { key: key.0 }.into())
 }
 
 /// Present and not `None`.
-fn optional<'py>(d: &Bound<'py, PyDict>, key: &'static str) -> Result<Option<Bound<'py, PyAny>>, FromPyError> {
+fn optional<'py>(d: &Bound<'py, PyDict>, key: Key<'_, 'py>) -> Result<Option<Bound<'py, PyAny>>, FromPyError> {
     Ok(get(d, key)?.filter(|v| !v.is_none()))
 }
 
 /// Read the keys of a CAI dict into a [`Descriptor`], type-checking each.
 pub fn descriptor_from_dict(d: &Bound<'_, PyDict>) -> Result<Descriptor, FromPyError> {
-    let version = int::<i64>("version", "an int", &required(d, "version")?)?;
-    let shape = int_seq("shape", &required(d, "shape")?)?;
-    let typestr_obj = required(d, "typestr")?;
-    let typestr = typestr_obj.cast::<PyString>().map_err(|_| wrong("typestr", "a str", &typestr_obj))?.to_string();
-    let data_obj = required(d, "data")?;
+    let version = int::<i64>("version", "an int", &required(d, key!(d, "version"))?)?;
+    let shape = int_seq("shape", &required(d, key!(d, "shape"))?)?;
+    let typestr_obj = required(d, key!(d, "typestr"))?;
+    let typestr = typestr_obj.cast::<PyString>().map_err(|_| wrong("typestr", "a str", &typestr_obj))?.to_cow()?.into_owned();
+    let data_obj = required(d, key!(d, "data"))?;
     let data = {
         const EXPECTED: &str = "a tuple (ptr: int, readonly: bool)";
         let t = data_obj.cast::<PyTuple>().map_err(|_| wrong("data", EXPECTED, &data_obj))?;
@@ -177,10 +187,11 @@ pub fn descriptor_from_dict(d: &Bound<'_, PyDict>) -> Result<Descriptor, FromPyE
         let readonly = ro.cast::<PyBool>().map_err(|_| wrong("data", EXPECTED, &data_obj))?.is_true();
         Data { ptr, readonly }
     };
-    let strides = optional(d, "strides")?.map(|s| int_seq("strides", &s)).transpose()?;
-    let descr = optional(d, "descr")?.map(|v| read_descr(&v)).transpose()?;
-    let mask = optional(d, "mask")?.is_some();
-    let stream = optional(d, "stream")?.map(|s| int::<u64>("stream", "None or an int (1, 2, or a CUstream handle)", &s)).transpose()?;
+    let strides = optional(d, key!(d, "strides"))?.map(|s| int_seq("strides", &s)).transpose()?;
+    let descr = optional(d, key!(d, "descr"))?.map(|v| read_descr(&v)).transpose()?;
+    let mask = optional(d, key!(d, "mask"))?.is_some();
+    let stream =
+        optional(d, key!(d, "stream"))?.map(|s| int::<u64>("stream", "None or an int (1, 2, or a CUstream handle)", &s)).transpose()?;
     let mut desc = Descriptor::new(shape, typestr, data.ptr, data.readonly);
     desc.version = version;
     desc.strides = strides;
@@ -209,7 +220,7 @@ pub fn interface_dict<'py>(obj: &Bound<'py, PyAny>) -> Result<Bound<'py, PyDict>
     if let Ok(d) = obj.cast::<PyDict>() {
         return Ok(d.clone());
     }
-    let attr = match obj.getattr("__cuda_array_interface__") {
+    let attr = match obj.getattr(pyo3::intern!(obj.py(), "__cuda_array_interface__")) {
         Ok(a) => a,
         Err(e) if e.is_instance_of::<PyAttributeError>(obj.py()) => {
             return Err(FromPyError::NoInterface(format!(

@@ -513,9 +513,11 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
 /// `None` for anything else.
 pub fn python_number(index: usize, obj: &Bound<'_, PyAny>) -> PyCaiResult<Option<Num>> {
     // NumPy's float64 and complex128 subclass float and complex: they are NumPy scalars,
-    // whose dtype takes part in deduction (`numpy_scalar`).
+    // whose dtype takes part in deduction (`numpy_scalar`). (Anything that is no number at
+    // all, an array say, is told by its type alone, before that slower look.)
     let exact = obj.is_exact_instance_of::<PyInt>() || obj.is_exact_instance_of::<PyFloat>() || obj.is_exact_instance_of::<PyBool>();
-    if !exact && is_numpy_scalar(obj)? {
+    let number = exact || obj.is_instance_of::<PyInt>() || obj.is_instance_of::<PyFloat>() || obj.is_instance_of::<PyComplex>();
+    if !number || (!exact && is_numpy_scalar(obj)?) {
         return Ok(None);
     }
     Ok(Some(if obj.is_instance_of::<PyBool>() {
