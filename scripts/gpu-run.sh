@@ -23,10 +23,12 @@ OUT=${OUT:-/tmp/caijit-out}; mkdir -p "$OUT"
 SUMMARY="$OUT/summary.txt"; : >"$SUMMARY"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee -a "$SUMMARY"
 
-# The launch benchmark's C floor, a library it calls between its Python paths' batches.
+# The launch benchmark's C floor: a library it calls between its Python paths' batches,
+# and the same loop as a program (a cross-check row).
 build_floor() {
     nvcc -O2 -shared -Xcompiler -fPIC -DLAUNCH_FLOOR_LIBRARY -o /tmp/liblaunch_floor.so \
         python/benchmarks/launch_floor.cu -lcuda 2>"$OUT/nvcc.log" && export CAIJIT_LAUNCH_FLOOR=/tmp/liblaunch_floor.so
+    nvcc -O2 -o /tmp/launch_floor python/benchmarks/launch_floor.cu -lcuda 2>>"$OUT/nvcc.log" && export CAIJIT_LAUNCH_FLOOR_EXE=/tmp/launch_floor
 }
 
 if ls .gpu/wheels/*.whl >/dev/null 2>&1; then

@@ -227,7 +227,7 @@ fn check_array(p: &ParamLayout, v: &ArrayView, dtype: Option<DType>, is_const: b
 /// vector type (`float4*`, say) needs that type's alignment too.
 /// `vector` is [`crate::kernel::pointee_alignment`] of `p` (computed once, at the kernel's load).
 fn check_aligned(p: &ParamLayout, v: &ArrayView, vector: usize) -> Result<()> {
-    if !v.is_itemsize_aligned() || !crate::cai::is_multiple_of(v.ptr(), vector as u64) {
+    if !v.is_itemsize_aligned() || !crate::cai::is_multiple_of(v.ptr().into(), vector as u64) {
         if vector > 1 {
             return Err(err(p, format!("the pointer {:#x} is not aligned to the {vector} bytes of the parameter's vector type", v.ptr())));
         }

@@ -2,16 +2,19 @@
 measured in the same run, batch by batch.
 
 host µs      = median over 100 batches of 200 launches, timed without synchronising; the
-               paths take turns batch by batch (the order rotating), so that every path is
-               timed in the same moments of the host's drifting speed
-sustained µs = 20,000 launches, then one synchronisation, divided by 20,000
+               paths take turns batch by batch (in a new seeded random order each batch), so
+               that every path is timed in the same moments of the host's drifting speed
+sustained µs = 20,000 launches, then one synchronisation, divided by 20,000 (path after path)
 Each figure is the median over rounds; the targets are per-round ratios.
 
 The floor is a C++ loop of cuLaunchKernel in a library this process loads, timed batch by
-batch between the Python paths. Run on a GPU machine (the floor needs nvcc):
+batch between the Python paths (on the same primary context they use); the same loop as a
+program of its own (CAIJIT_LAUNCH_FLOOR_EXE) adds a cross-check row. On a GPU machine:
     nvcc -O2 -shared -Xcompiler -fPIC -DLAUNCH_FLOOR_LIBRARY -o /tmp/liblaunch_floor.so \
         python/benchmarks/launch_floor.cu -lcuda
-    CAIJIT_LAUNCH_FLOOR=/tmp/liblaunch_floor.so python python/benchmarks/bench_launch.py
+    nvcc -O2 -o /tmp/launch_floor python/benchmarks/launch_floor.cu -lcuda
+    CAIJIT_LAUNCH_FLOOR=/tmp/liblaunch_floor.so CAIJIT_LAUNCH_FLOOR_EXE=/tmp/launch_floor \
+        python python/benchmarks/bench_launch.py
 CAIJIT_BENCH_QUICK=1 measures caijit's paths and the closest peers only (before/after
 comparisons of two builds); CAIJIT_BENCH_ROUNDS sets the number of rounds (default 3).
 """
@@ -21,7 +24,9 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
+import random
 import statistics
+import subprocess
 import time
 from typing import Callable, NamedTuple
 
@@ -39,6 +44,7 @@ SRC8 = 'extern "C" __global__ void empty8(const float* a, const float* b, const 
 
 FLOOR = "C++ cuLaunchKernel loop (the floor)"
 FLOOR8 = "C++ cuLaunchKernel loop, 8 arrays"
+FLOOR_EXE = "C++ cuLaunchKernel loop, a process of its own (cross-check)"
 CAIJIT = "caijit, caijit arrays"
 CAIJIT_CUPY = "caijit, CuPy arrays"
 RAWKERNEL = "CuPy RawKernel, CuPy arrays"
@@ -64,7 +70,7 @@ TARGETS = [
 def has(mod: str) -> bool:
     try:
         return importlib.util.find_spec(mod) is not None
-    except ModuleNotFoundError:  # a submodule of a missing package (cuda.core without cuda)
+    except ImportError:  # a submodule of a missing or broken package (cuda.core without cuda)
         return False
 
 
@@ -99,22 +105,30 @@ def floor_paths() -> list[Path]:
     lib = ctypes.CDLL(lib_path)
     lib.caijit_floor_batch.restype = ctypes.c_double
     lib.caijit_floor_batch.argtypes = [ctypes.c_int, ctypes.c_int]
-    return [
-        Path(FLOOR, lambda n: lib.caijit_floor_batch(0, n), lib.caijit_floor_sync),
-        Path(FLOOR8, lambda n: lib.caijit_floor_batch(1, n), lib.caijit_floor_sync),
-    ]
+
+    def batch(eight: int) -> Callable[[int], float]:
+        def run(n: int) -> float:
+            seconds = float(lib.caijit_floor_batch(eight, n))
+            if seconds < 0:
+                raise RuntimeError("the C floor's cuLaunchKernel failed")
+            return seconds
+
+        return run
+
+    return [Path(FLOOR, batch(0), lib.caijit_floor_sync), Path(FLOOR8, batch(1), lib.caijit_floor_sync)]
 
 
-def measure_round(paths: list[Path]) -> dict[str, tuple[float, float]]:
+def measure_round(paths: list[Path], seed: int = 0) -> dict[str, tuple[float, float]]:
     """Host µs (median of the batches) and sustained µs per launch of every path, the
-    paths taking turns batch by batch."""
+    paths taking turns batch by batch in a new random order each batch (no path always
+    follows the same neighbour). Sustained µs are measured path after path."""
     for p in paths:
         p.batch(2000)
         p.sync()
     samples: dict[str, list[float]] = {p.name: [] for p in paths}
-    for b in range(BATCHES):
-        k = b % len(paths)
-        for p in paths[k:] + paths[:k]:
+    order = random.Random(seed)
+    for _ in range(BATCHES):
+        for p in order.sample(paths, len(paths)):
             samples[p.name].append(p.batch(PER_BATCH) / PER_BATCH)
             p.sync()
     out = {}
@@ -201,7 +215,14 @@ def main() -> None:
         except Exception as e:  # noqa: BLE001 - a peer we cannot run is reported, not fatal
             print(f"cuda.core peer skipped: {e}")
 
-    rounds = [measure_round(paths) for _ in range(ROUNDS)]
+    rounds = [measure_round(paths, seed) for seed in range(ROUNDS)]
+    # A cross-check of the in-process floor: the same C loop as a program of its own (its
+    # own clean context), once per round, not interleaved.
+    exe = os.environ.get("CAIJIT_LAUNCH_FLOOR_EXE")
+    if exe and os.path.exists(exe):
+        for r in rounds:
+            host, sus = map(float, subprocess.run([exe], capture_output=True, text=True, check=True).stdout.split())
+            r[FLOOR_EXE] = (host, sus)
 
     rows = [(name, statistics.median(r[name][0] for r in rounds), statistics.median(r[name][1] for r in rounds)) for name in rounds[0]]
     s = caijit.stats()

@@ -47,14 +47,16 @@ Floor& state() {
 }  // namespace
 
 // Launch `n` times (8 pointers if `eight`, else 3 pointers + 1 int) and return the host
-// seconds it took, without synchronising.
+// seconds it took, without synchronising; -1 if a launch failed.
 extern "C" double caijit_floor_batch(int eight, int n) {
     Floor& s = state();
     CUfunction f = eight ? s.f8 : s.f3;
     void** params = eight ? s.all : s.three;
+    CUresult failed = CUDA_SUCCESS;
     auto t0 = std::chrono::steady_clock::now();
-    for (int i = 0; i < n; ++i) cuLaunchKernel(f, 1, 1, 1, 128, 1, 1, 0, 0, params, nullptr);
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (int i = 0; i < n; ++i) failed = CUresult(failed | cuLaunchKernel(f, 1, 1, 1, 128, 1, 1, 0, 0, params, nullptr));
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return failed == CUDA_SUCCESS ? seconds : -1.0;
 }
 
 extern "C" void caijit_floor_sync() { cudaDeviceSynchronize(); }
@@ -62,7 +64,10 @@ extern "C" void caijit_floor_sync() { cudaDeviceSynchronize(); }
 #ifndef LAUNCH_FLOOR_LIBRARY
 int main(int argc, char** argv) {
     int eight = argc > 1 && argv[1][0] == '8';
-    caijit_floor_batch(eight, 2000);
+    if (caijit_floor_batch(eight, 2000) < 0) {
+        std::fprintf(stderr, "cuLaunchKernel failed\n");
+        return 1;
+    }
     caijit_floor_sync();
     std::vector<double> batches;
     for (int r = 0; r < 100; ++r) {

@@ -220,8 +220,9 @@ def to_device(array: Any, *, stream: Any = None, device: int = 0) -> DeviceArray
 
 def as_cuda_array(obj: Any) -> Interface:
     """A zero-copy view of any CUDA Array Interface object: validated, with the derived
-    facts of :class:`Interface`, and itself exporting ``__cuda_array_interface__``. Keep
-    ``obj`` alive while the view is used."""
+    facts of :class:`Interface`, and itself exporting ``__cuda_array_interface__``. A view
+    of a caijit array keeps the array alive; keep any other ``obj`` alive while the view is
+    used."""
     if isinstance(obj, DeviceArray):
         # The array's own view: its stream and device, whatever the export opt-outs say.
         return _native.launch_view(obj)

@@ -17,18 +17,20 @@ pub struct Interface {
     /// The device of the memory when the conversion that made this view learnt it (a
     /// launch then need not ask the driver again).
     pub device: Option<usize>,
-    /// The DLPack capsule holder whose memory the view addresses, kept alive with it.
-    pub dlpack: Option<Py<PyAny>>,
+    /// What keeps the memory the view addresses alive (a DLPack capsule holder, or the
+    /// caijit array it views), held as long as the view, and by launches that read it until
+    /// their work has finished.
+    pub owner: Option<Py<PyAny>>,
 }
 
 impl Interface {
     pub fn from_view(view: ArrayView, typestr: String, device: Option<usize>) -> Interface {
-        Interface { view, typestr, device, dlpack: None }
+        Interface { view, typestr, device, owner: None }
     }
 
-    /// The view, keeping `capsule` (a DLPack capsule holder) alive as long as itself.
-    pub fn holding(mut self, capsule: Option<Py<PyAny>>) -> Interface {
-        self.dlpack = capsule;
+    /// The view, keeping `owner` (see [`Interface::owner`]) alive as long as itself.
+    pub fn holding(mut self, owner: Option<Py<PyAny>>) -> Interface {
+        self.owner = owner;
         self
     }
 }

@@ -113,6 +113,20 @@ def test_caijit_arrays_export_v3_with_stream() -> None:
     assert caijit.zeros(4).__cuda_array_interface__["stream"] == 1
 
 
+def test_a_view_of_a_caijit_array_keeps_the_array_alive() -> None:
+    """`as_cuda_array` of a temporary caijit array: the view holds the array, so its memory
+    is not freed (and handed to the next allocation) while the view is used."""
+    import gc
+
+    fill = caijit.kernel('extern "C" __global__ void fill(float* x, int n) { if (threadIdx.x < n) x[threadIdx.x] = 7.0f; }')
+    view = caijit.as_cuda_array(caijit.zeros(64))
+    gc.collect()
+    other = caijit.zeros(64)  # would get the temporary's memory back from the pool
+    assert other.__cuda_array_interface__["data"][0] != view.__cuda_array_interface__["data"][0]
+    fill[1, 64](view, 64)
+    np.testing.assert_array_equal(other.copy_to_host(), np.zeros(64, np.float32))
+
+
 def test_stream_protocol_orders_both_ways() -> None:
     m = caijit.module(SLOW_FILL)
     slow, copy = m["slow_fill"], m["copy"]

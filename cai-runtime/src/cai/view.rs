@@ -93,6 +93,7 @@ impl ArrayView {
         readonly: bool,
         stream: Option<StreamRef>,
     ) -> Result<ArrayView, InterfaceError> {
+        check_rank(shape.len())?;
         if shape.iter().any(|&n| i64::try_from(n).is_err()) {
             return Err(InterfaceError::ShapeOverflow { shape: vec![i64::MAX] });
         }
@@ -106,6 +107,7 @@ impl ArrayView {
         dtype: DType,
         stream: Option<StreamRef>,
     ) -> Result<ArrayView, InterfaceError> {
+        check_rank(shape.len())?;
         let mut extents = SmallVec::<[usize; 4]>::with_capacity(shape.len());
         for (axis, &n) in shape.iter().enumerate() {
             let n = usize::try_from(n).map_err(|_| InterfaceError::NegativeExtent { axis, value: n })?;
@@ -114,7 +116,7 @@ impl ArrayView {
         Self::from_extents(data, extents, strides, dtype, stream)
     }
 
-    /// The checks of every view, on extents that each fit an `i64`.
+    /// The checks of every view, on at most [`MAX_RANK`] extents that each fit an `i64`.
     fn from_extents(
         data: Data,
         extents: SmallVec<[usize; 4]>,
@@ -122,9 +124,6 @@ impl ArrayView {
         dtype: DType,
         stream: Option<StreamRef>,
     ) -> Result<ArrayView, InterfaceError> {
-        if extents.len() > MAX_RANK {
-            return Err(InterfaceError::RankTooLarge { rank: extents.len(), max: MAX_RANK });
-        }
         let shape = || extents.iter().map(|&n| n as i64).collect::<Vec<_>>();
         let overflow = || InterfaceError::ShapeOverflow { shape: shape() };
         let size = extents.iter().try_fold(1usize, |acc, &n| acc.checked_mul(n)).ok_or_else(overflow)?;
@@ -277,7 +276,8 @@ impl ArrayView {
         if self.size == 0 {
             return true;
         }
-        is_multiple_of(self.ptr, item) && self.shape.iter().zip(&self.strides).all(|(&n, &s)| n <= 1 || is_multiple_of(s as u64, item))
+        is_multiple_of(self.ptr.into(), item)
+            && self.shape.iter().zip(&self.strides).all(|(&n, &s)| n <= 1 || is_multiple_of(s.into(), item))
     }
 
     /// Export as a version-3 descriptor by the CAI v3 producer rules: `strides: None`
@@ -323,15 +323,22 @@ fn byte_extent(shape: &[usize], strides: &[i64], itemsize: usize) -> Option<(i12
     Some((lo, hi.checked_add(itemsize as i128)?))
 }
 
-/// `x` is a multiple of `align` (as two's complement, so a negative stride cast to `u64`
-/// works too): a mask for the power-of-two sizes and alignments of CUDA types, which the
-/// launch path checks per array; a division for any other.
+/// `x` (a pointer or a byte stride) is a multiple of `align`: a mask for the power-of-two
+/// sizes and alignments of CUDA types, which the launch path checks per array; a division
+/// for any other (never for `align` 0).
 #[inline]
-pub fn is_multiple_of(x: u64, align: u64) -> bool {
+pub fn is_multiple_of(x: i128, align: u64) -> bool {
     if align.is_power_of_two() {
-        x & (align - 1) == 0
+        (x as u64) & (align - 1) == 0 // the low bits, in two's complement for a negative stride
     } else {
-        align != 0 && (x as i64) % (align as i64) == 0
+        align != 0 && x.rem_euclid(i128::from(align)) == 0
+    }
+}
+
+fn check_rank(rank: usize) -> Result<(), InterfaceError> {
+    match rank > MAX_RANK {
+        true => Err(InterfaceError::RankTooLarge { rank, max: MAX_RANK }),
+        false => Ok(()),
     }
 }
 
@@ -341,9 +348,9 @@ mod tests {
 
     #[test]
     fn multiples_by_mask_agree_with_division() {
-        for align in [1u64, 2, 3, 4, 8, 12, 16] {
-            for x in [-48i64, -17, -16, -8, -1, 0, 1, 4, 8, 12, 16, 24, 0x7f00_0000_0010] {
-                assert_eq!(is_multiple_of(x as u64, align), x % align as i64 == 0, "{x} by {align}");
+        for align in [1u64, 2, 3, 4, 8, 12, 16, u64::MAX] {
+            for x in [-48i128, -17, -16, -8, -1, 0, 1, 4, 8, 12, 16, 24, 0x7f00_0000_0010, (1 << 63) + 1, 1 << 63, u64::MAX.into()] {
+                assert_eq!(is_multiple_of(x, align), x % i128::from(align) == 0, "{x} by {align}");
             }
         }
         assert!(!is_multiple_of(4, 0));

@@ -13,13 +13,6 @@ pub struct IntptrFn {
     f: unsafe extern "C" fn() -> isize,
 }
 
-// SAFETY: a plain function pointer into a module that stays loaded (the module object is
-// kept alive by `sys.modules` and by the leaked capsule); it is only called with the GIL
-// held (`call` takes `Python`).
-unsafe impl Send for IntptrFn {}
-// SAFETY: as above.
-unsafe impl Sync for IntptrFn {}
-
 impl IntptrFn {
     /// `module.__pyx_capi__[name]` when its capsule's name is exactly `intptr_t (void)`;
     /// `None` otherwise (not a Cython module, another signature, another version).
@@ -36,8 +29,11 @@ impl IntptrFn {
         Some(IntptrFn { f })
     }
 
-    /// Call it. Cython functions of a C return type without `noexcept` report a Python
-    /// exception by returning -1 with the error set: that error is returned.
+    /// Call it, with the GIL held. The capsule's name leaves the function's exception
+    /// clause out, so both conventions are handled: a function that reports a Python
+    /// exception returns -1 with the error set, and that error is returned; a `noexcept` one
+    /// (CuPy's releases) prints the error and returns 0, which is what CuPy's own
+    /// `__cuda_array_interface__` then exports too (the legacy default stream).
     pub fn call(&self, py: Python<'_>) -> PyResult<isize> {
         // SAFETY: the function takes no arguments and needs the GIL, which `py` proves.
         let r = unsafe { (self.f)() };

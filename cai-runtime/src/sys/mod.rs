@@ -16,9 +16,10 @@ use std::sync::OnceLock;
 use cudarc::driver::sys as cu;
 use cudarc::nvrtc::sys as nv;
 
-/// DLPack's structs, capsules and C exchange API (Python objects, so feature `python`).
+/// C functions other extensions export through Cython's capsules (feature `python`).
 #[cfg(feature = "python")]
 pub(crate) mod capi;
+/// DLPack's structs, capsules and C exchange API (Python objects, so feature `python`).
 #[cfg(feature = "python")]
 pub(crate) mod dlpack;
 pub(crate) mod xla_ffi;

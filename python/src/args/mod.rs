@@ -460,9 +460,14 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
     if path != Path::Dlpack {
         if let Ok(i) = obj.cast::<Interface>() {
             let i = i.get();
-            let a = match (&i.dlpack, i.device) {
-                // A view of a DLPack capsule: this launch holds the capsule too, until its kernel is done.
-                (Some(capsule), device) => PyArg::Dlpack { view: i.view.clone(), device, holder: capsule.clone_ref(obj.py()) },
+            let caijit_array = i.owner.as_ref().is_some_and(|o| o.bind(obj.py()).is_exact_instance_of::<DeviceArray>());
+            let a = match (&i.owner, i.device) {
+                // A view of a caijit array: its memory is freed stream-ordered, after the
+                // launch by the stream protocol's reverse edge, so the view alone suffices.
+                (Some(_), Some(device)) if caijit_array => PyArg::ArrayOn(i.view.clone(), device),
+                // A view of a DLPack capsule: this launch holds the capsule too, until its
+                // kernel is done.
+                (Some(owner), device) => PyArg::Dlpack { view: i.view.clone(), device, holder: owner.clone_ref(obj.py()) },
                 (None, Some(device)) => PyArg::ArrayOn(i.view.clone(), device),
                 (None, None) => PyArg::Array(i.view.clone()),
             };
@@ -593,7 +598,8 @@ pub fn launch_view(obj: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>, pa
         PyArg::Array(view) => (view, None, None),
         PyArg::Dlpack { view, device, holder } => (view, device, Some(holder)),
         PyArg::ArrayOn(view, device) => (view, Some(device), None),
-        PyArg::Own(a) => (a.get().inner.view(), Some(a.get().inner.context().ordinal()), None),
+        // The view keeps the array alive (its memory is freed with the array).
+        PyArg::Own(a) => (a.get().inner.view(), Some(a.get().inner.context().ordinal()), Some(a.into_any())),
         _ => return Err(PyCaiError::argument("not an array")),
     };
     let typestr = view.dtype().typestr().to_string();
