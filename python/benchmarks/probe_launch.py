@@ -19,7 +19,7 @@ import importlib.util
 from typing import Any, Callable
 
 import numpy as np
-from bench_launch import floor_paths, measure, measure_round  # the launch benchmark's timing (and NumPy setup)
+from bench_launch import Path, floor_paths, measure_round, python_path  # the launch benchmark's timing (and NumPy setup)
 
 import caijit
 from caijit import _native
@@ -31,13 +31,14 @@ extern "C" __global__ void empty3(const float* a, const float* b, float* c, int 
 """
 
 
-def per_call(f: Callable[[], Any], sync: Callable[[], None] = lambda: None) -> float:
-    """Host µs per call, timed as bench_launch.py times launches."""
-    return measure(f, sync)[0]
-
-
 def main() -> None:
-    rows: list[tuple[str, float]] = []
+    # Every row is timed as bench_launch.py times launches, all rows taking turns batch by
+    # batch (the host's speed drifts over seconds): differences between rows place costs.
+    paths: list[Path] = []
+    notes: list[str] = []
+
+    def per_call(name: str, f: Callable[[], Any], sync: Callable[[], None] = lambda: None) -> None:
+        paths.append(python_path(name, f, sync))
     m = caijit.module(SRC)
     k0, k1, k3 = m["empty0"][1, 32], m["empty1"][1, 32], m["empty3"][1, 32]
     a, b, c = (caijit.zeros(1024) for _ in range(3))
@@ -45,38 +46,37 @@ def main() -> None:
     def sync() -> None:
         c.copy_to_host()
 
-    for floor in floor_paths()[:1]:  # the nvcc-built C loop (3 arrays + 1 int), CAIJIT_LAUNCH_FLOOR
-        rows.append(("C++ cuLaunchKernel loop, 3 arrays + 1 int (the floor)", measure_round([floor])[floor.name][0]))
-    rows.append(("python: empty loop body (lambda: None)", per_call(lambda: None)))
+    paths += floor_paths()[:1]  # the nvcc-built C loop (3 arrays + 1 int), CAIJIT_LAUNCH_FLOOR
+    per_call("python: empty loop body (lambda: None)", lambda: None)
     libc_gil, libc_nogil = ctypes.PyDLL(None).abs, ctypes.CDLL(None).abs
-    rows.append(("ctypes libc abs(), GIL held", per_call(lambda: libc_gil(-3))))
-    rows.append(("ctypes libc abs(), GIL released", per_call(lambda: libc_nogil(-3))))
-    rows.append(("pyo3 getter: caijit array .size", per_call(lambda: a.size)))
-    rows.append(("launch, no arguments", per_call(lambda: k0(), sync)))
-    rows.append(("launch, 1 int", per_call(lambda: k1(5), sync)))
-    rows.append(("launch, 3 caijit arrays + 1 int", per_call(lambda: k3(a, b, c, 5), sync)))
-    rows.append(("launch_view(caijit array)", per_call(lambda: _native.launch_view(a))))
-    rows.append(("launch_view(5)  [error path]", per_call(lambda: _try(lambda: _native.launch_view(5)))))
+    per_call("ctypes libc abs(), GIL held", lambda: libc_gil(-3))
+    per_call("ctypes libc abs(), GIL released", lambda: libc_nogil(-3))
+    per_call("pyo3 getter: caijit array .size", lambda: a.size)
+    per_call("launch, no arguments", lambda: k0(), sync)
+    per_call("launch, 1 int", lambda: k1(5), sync)
+    per_call("launch, 3 caijit arrays + 1 int", lambda: k3(a, b, c, 5), sync)
+    per_call("launch_view(caijit array)", lambda: _native.launch_view(a))
+    per_call("launch_view(5)  [error path]", lambda: _try(lambda: _native.launch_view(5)))
     if importlib.util.find_spec("cupy"):
         import cupy
 
         x = cupy.zeros(1024, cupy.float32)
         csync = cupy.cuda.Device().synchronize
-        rows.append((f"route of a CuPy array: {_native._route(x)}  (cupy: the attribute-reading path)", float("nan")))
-        rows.append(("launch, 3 CuPy arrays + 1 int", per_call(lambda: k3(x, x, x, 5), csync)))
-        rows.append(("launch_view(CuPy array)", per_call(lambda: _native.launch_view(x))))
-        rows.append(("CuPy a.data.ptr", per_call(lambda: x.data.ptr)))
-        rows.append(("CuPy a.shape, a.strides, a.dtype", per_call(lambda: (x.shape, x.strides, x.dtype))))
-        rows.append(("CuPy get_current_stream().ptr", per_call(lambda: cupy.cuda.get_current_stream().ptr)))
-        rows.append(("CuPy a.flags.c_contiguous", per_call(lambda: x.flags.c_contiguous)))
-        rows.append(("CuPy a.__cuda_array_interface__", per_call(lambda: x.__cuda_array_interface__)))
-        rows.append(("launch_view(CuPy array, path=generic)  [its CAI dict]", per_call(lambda: _native.launch_view(x, path="generic"))))
-        rows.append(("CuPy a.__dlpack__()", per_call(lambda: x.__dlpack__())))
+        notes.append(f"route of a CuPy array: {_native._route(x)}  (cupy: the attribute-reading path)")
+        per_call("launch, 3 CuPy arrays + 1 int", lambda: k3(x, x, x, 5), csync)
+        per_call("launch_view(CuPy array)", lambda: _native.launch_view(x))
+        per_call("CuPy a.data.ptr", lambda: x.data.ptr)
+        per_call("CuPy a.shape, a.strides, a.dtype", lambda: (x.shape, x.strides, x.dtype))
+        per_call("CuPy get_current_stream().ptr", lambda: cupy.cuda.get_current_stream().ptr)
+        per_call("CuPy a.flags.c_contiguous", lambda: x.flags.c_contiguous)
+        per_call("CuPy a.__cuda_array_interface__", lambda: x.__cuda_array_interface__)
+        per_call("launch_view(CuPy array, path=generic)  [its CAI dict]", lambda: _native.launch_view(x, path="generic"))
+        per_call("CuPy a.__dlpack__()", lambda: x.__dlpack__())
         raw = cupy.RawKernel(SRC, "empty3")
         n32 = np.int32(5)
-        rows.append(("CuPy RawKernel, 3 CuPy arrays + np.int32", per_call(lambda: raw((1,), (32,), (x, x, x, n32)), csync)))
+        per_call("CuPy RawKernel, 3 CuPy arrays + np.int32", lambda: raw((1,), (32,), (x, x, x, n32)), csync)
         raw0 = cupy.RawKernel(SRC, "empty0")
-        rows.append(("CuPy RawKernel, no arguments", per_call(lambda: raw0((1,), (32,), ()), csync)))
+        per_call("CuPy RawKernel, no arguments", lambda: raw0((1,), (32,), ()), csync)
         try:
             from cuda.core import Device, LaunchConfig, Program, ProgramOptions, launch  # type: ignore[import-not-found]
 
@@ -86,7 +86,7 @@ def main() -> None:
             prog = Program(SRC, code_type="c++", options=ProgramOptions(arch=f"sm_{dev.arch}")).compile("cubin")
             cfg = LaunchConfig(grid=1, block=32)
             ck0 = prog.get_kernel("empty0")
-            rows.append(("cuda.core launch, no arguments", per_call(lambda: launch(cs, cfg, ck0), cs.sync)))
+            per_call("cuda.core launch, no arguments", lambda: launch(cs, cfg, ck0), cs.sync)
         except Exception as e:  # noqa: BLE001
             print(f"cuda.core skipped: {e}")
     if importlib.util.find_spec("torch"):
@@ -94,27 +94,32 @@ def main() -> None:
 
         t = torch.zeros(1024, device="cuda")
         tsync = torch.cuda.synchronize
-        rows.append(("launch, 3 torch tensors + 1 int", per_call(lambda: k3(t, t, t, 5), tsync)))
-        rows.append(("launch_view(torch tensor)", per_call(lambda: _native.launch_view(t))))
-        rows.append(("torch t.data_ptr()", per_call(lambda: t.data_ptr())))
-        rows.append(("torch t.shape, t.stride(), t.dtype", per_call(lambda: (t.shape, t.stride(), t.dtype))))
-        rows.append(("torch t.is_cuda, t.requires_grad", per_call(lambda: (t.is_cuda, t.requires_grad))))
-        rows.append(("torch t.requires_grad", per_call(lambda: t.requires_grad)))
-        rows.append(("torch t.is_neg()", per_call(lambda: t.is_neg())))
+        per_call("launch, 3 torch tensors + 1 int", lambda: k3(t, t, t, 5), tsync)
+        per_call("launch_view(torch tensor)", lambda: _native.launch_view(t))
+        per_call("torch t.data_ptr()", lambda: t.data_ptr())
+        per_call("torch t.shape, t.stride(), t.dtype", lambda: (t.shape, t.stride(), t.dtype))
+        per_call("torch t.is_cuda, t.requires_grad", lambda: (t.is_cuda, t.requires_grad))
+        per_call("torch t.requires_grad", lambda: t.requires_grad)
+        per_call("torch t.is_neg()", lambda: t.is_neg())
         is_neg = torch.Tensor.is_neg
-        rows.append(("torch Tensor.is_neg(t)", per_call(lambda: is_neg(t))))
-        rows.append(("torch t.is_conj()", per_call(lambda: t.is_conj())))
-        rows.append(("torch _cuda_getCurrentRawStream(0)", per_call(lambda: torch._C._cuda_getCurrentRawStream(0))))
-        rows.append((f"route of a torch tensor: {_native._route(t)}", float("nan")))
+        per_call("torch Tensor.is_neg(t)", lambda: is_neg(t))
+        per_call("torch t.is_conj()", lambda: t.is_conj())
+        per_call("torch _cuda_getCurrentRawStream(0)", lambda: torch._C._cuda_getCurrentRawStream(0))
+        for name, f in _exchange_calls(t):
+            per_call(name, f)
+        notes.append(f"route of a torch tensor: {_native._route(t)}")
         for path in ("exchange", "known", "generic", "dlpack"):
-            rows.append((f"launch_view(torch tensor, path={path})", per_call(lambda: _try(lambda: _native.launch_view(t, path=path)))))
+            per_call(f"launch_view(torch tensor, path={path})", lambda p=path: _try(lambda: _native.launch_view(t, path=p)))  # type: ignore[misc]
         t8 = [torch.zeros(1024, device="cuda") for _ in range(8)]
         k8 = caijit.kernel('extern "C" __global__ void empty8(const float* a, const float* b, const float* c, const float* d, const float* e, const float* f, const float* g, float* h) {}')[1, 32]
-        rows.append(("launch, 8 torch tensors", per_call(lambda: k8(*t8), tsync)))
-    print("\n## Launch probe, host µs per call (median of 100 batches of 200)")
+        per_call("launch, 8 torch tensors", lambda: k8(*t8), tsync)
+    times = measure_round(paths)
+    print("\n## Launch probe, host µs per call (median of 100 batches of 200, all rows interleaved)")
     print("| what | µs |\n|---|---|")
-    for name, us in rows:
-        print(f"| {name} | {us:.3f} |")
+    for p in paths:
+        print(f"| {p.name} | {times[p.name][0]:.3f} |")
+    for note in notes:
+        print(f"- {note}")
     phases(k3, a, b, c)
 
 
@@ -158,6 +163,28 @@ def phases(k3: Any, a: Any, b: Any, c: Any) -> None:
     print("|---|" + "---|" * len(table))
     for p in names:
         print(f"| {p} | " + " | ".join(f"{t.get(p, 0.0):.3f}" for t in table.values()) + " |")
+
+
+def _exchange_calls(t: Any) -> list[tuple[str, Callable[[], object]]]:
+    """The DLPack exchange API's own read of a tensor (`dltensor_from_py_object_no_sync`,
+    called through ctypes), beside the same ctypes call of a C function that does nothing
+    with its arguments: their difference is the read itself."""
+    capsule = getattr(type(t), "__dlpack_c_exchange_api__", None)
+    if capsule is None:
+        return []
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    table = (ctypes.c_void_p * 7).from_address(get_pointer(capsule, b"dlpack_exchange_api"))
+    borrow, callable_check = table[5], ctypes.cast(ctypes.pythonapi.PyCallable_Check, ctypes.c_void_p).value
+    if borrow is None or callable_check is None:  # no borrowing read (dlpack.h 1.3: the table's 6th pointer)
+        return []
+    out = (ctypes.c_byte * 64)()  # a DLTensor (48 bytes)
+    signature = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_void_p)
+    read, baseline = signature(borrow), signature(callable_check)
+    return [
+        ("ctypes: a C function of (object, pointer) that reads nothing (baseline)", lambda: baseline(t, out)),
+        ("ctypes: the exchange API's dltensor_from_py_object_no_sync(t)", lambda: read(t, out)),
+    ]
 
 
 def _try(f: Callable[[], object]) -> None:
