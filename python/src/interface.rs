@@ -17,9 +17,9 @@ pub struct Interface {
     /// The device of the memory when the conversion that made this view learnt it (a
     /// launch then need not ask the driver again).
     pub device: Option<usize>,
-    /// What keeps the memory the view addresses alive (a DLPack capsule holder, or the
-    /// caijit array it views), held as long as the view, and by launches that read it until
-    /// their work has finished.
+    /// What keeps the memory the view addresses alive, held as long as the view: a DLPack
+    /// capsule holder (which launches reading the view hold too, until their work has
+    /// finished), or the caijit array it views (whose free is stream-ordered after them).
     pub owner: Option<Py<PyAny>>,
 }
 
