@@ -65,7 +65,7 @@ MUTANTS = [
          description="an array of the wrong dtype is launched",
          killers=[E + "test_dtype_mismatch_is_refused"]),
     dict(name="no_alignment_check", file=LAUNCH,
-         original="if !v.is_itemsize_aligned() || !v.ptr().is_multiple_of(vector as u64) {", replacement="if false {",
+         original="if !v.is_itemsize_aligned() || !crate::cai::is_multiple_of(v.ptr().into(), vector as u64) {", replacement="if false {",
          description="a view not aligned to its elements is launched",
          killers=[E + "test_misaligned_array_view_is_refused"]),
     dict(name="no_readonly_check", file=LAUNCH,
