@@ -7,6 +7,7 @@ producer's current stream, failures falling back) is checked on any machine."""
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 from typing import Any, Optional
 
 import pytest
@@ -274,3 +275,74 @@ def test_numba_broadcast_axes_keep_their_zero_strides() -> None:
     assert tuple(v.strides) == (0, 8) and not v.is_c_contiguous
     lo, hi = v.byte_extent
     assert hi - lo == 4 * 8
+
+
+class _CupyLike:
+    """What CuPy's ndarray holds that caijit reads (`dtype`, `data.ptr`, `data.device_id`,
+    `shape`, `strides`, `_c_contiguous`), and its __cuda_array_interface__ as CuPy 14 writes
+    it, with the stream its C function reports (fake device memory: nothing is
+    dereferenced)."""
+
+    def __init__(self, shape: tuple[int, ...], strides: tuple[int, ...], dtype: Any, ptr: int) -> None:
+        import numpy as np
+
+        self.shape, self.strides, self.dtype = shape, strides, np.dtype(dtype)
+        self.data = type("MemoryPointer", (), {"ptr": ptr, "device_id": 0})()
+        c = np.lib.stride_tricks.as_strided(np.empty(1, self.dtype), shape, strides) if shape else np.empty((), self.dtype)
+        self._c_contiguous = bool(c.flags.c_contiguous)
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        stream = _cupy_current_stream() or 1
+        return {
+            "shape": self.shape,
+            "strides": None if self._c_contiguous else self.strides,
+            "data": (self.data.ptr, False),
+            "typestr": self.dtype.str,
+            "descr": [("", self.dtype.str)],
+            "stream": stream,
+            "version": 3,
+        }
+
+
+#: The stream the fake `cupy_backends.cuda.stream.get_current_stream_ptr` returns.
+_CUPY_STREAM = {"ptr": 0x5EED}
+
+
+def _cupy_current_stream() -> int:
+    return int(_CUPY_STREAM["ptr"])
+
+
+_get_current_stream_ptr = ctypes.CFUNCTYPE(ctypes.c_ssize_t)(_cupy_current_stream)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cupy_backends") is not None,
+                    reason="CuPy is installed: its own function serves (test_fast_paths_gpu.py compares CuPy's paths)")
+def test_cupy_fast_path_matches_cupys_interface(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CuPy path's view equals the one CuPy's own interface gives, and its stream comes
+    from the C function CuPy's export calls, found through Cython's `__pyx_capi__` (here a
+    capsule of the same name and signature made with ctypes)."""
+    import sys
+    import types
+
+    module = types.ModuleType("cupy_backends.cuda.stream")
+    capsule = _capsule_new(ctypes.cast(_get_current_stream_ptr, ctypes.c_void_p), b"intptr_t (void)", None)
+    module.__pyx_capi__ = {"get_current_stream_ptr": capsule}  # type: ignore[attr-defined]
+    _KEEP.append((module, capsule))  # caijit keeps the function for the process
+    for name in ("cupy_backends", "cupy_backends.cuda"):
+        monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "cupy_backends.cuda.stream", sys.modules.get("cupy_backends.cuda.stream") or module)
+    Base = _typed("cupy", "ndarray", _CupyLike)
+    ptr = 0x7F0000000000
+    cases = [((3, 4), (16, 4), "float32"), ((3, 4), (4, 12), "float32"), ((2, 3), (48, 8), "int64"), ((5,), (8,), "float32"), ((), (), "int16")]
+    for shape, strides, dtype in cases:
+        a = Base(shape, strides, dtype, ptr)
+        fast, generic = _native.launch_view(a, path="known"), _native.launch_view(a, path="generic")
+        facts = lambda v: (v.shape, v.strides, v.ptr, str(v.dtype), v.readonly, v.stream, v.device)  # noqa: E731
+        assert facts(fast)[:6] == facts(generic)[:6], (shape, strides)
+        assert fast.stream == 0x5EED and fast.device == 0
+    _CUPY_STREAM["ptr"] = 0
+    try:
+        assert _native.launch_view(Base((4,), (4,), "float32", ptr)).stream == 1  # the null stream: legacy
+    finally:
+        _CUPY_STREAM["ptr"] = 0x5EED

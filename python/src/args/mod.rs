@@ -301,13 +301,14 @@ where
     }
 }
 
-/// The device of a known type's array: 0 on a single-GPU machine, else asked of the object
-/// itself by `ask` (still cheaper than the driver's pointer query).
+/// The device of a known type's array: 0 on a single-GPU machine (or one without a driver,
+/// where a launch fails later with its own error), else asked of the object itself by `ask`
+/// (still cheaper than the driver's pointer query).
 fn object_device(_obj: &Bound<'_, PyAny>, ask: impl FnOnce() -> PyCaiResult<usize>) -> PyCaiResult<usize> {
-    if cai_runtime::runtime::device_count()? <= 1 {
-        return Ok(0);
+    match cai_runtime::runtime::device_count() {
+        Ok(n) if n > 1 => ask(),
+        _ => Ok(0),
     }
-    ask()
 }
 
 /// Per-launch facts shared by all arguments (each read at most once per launch).
