@@ -1,0 +1,33 @@
+"""The launch path's cost in instructions, counted without a GPU (callgrind against a
+stand-in driver: python/benchmarks/count_launch.py), held to a budget. The count is the same
+on every run, unlike time on a GPU machine, so a change that makes every launch do more
+work (copying argument vectors, formatting names, allocating per array) fails here, on
+any machine with gcc and valgrind.
+
+The budgets sit about 20 % above what the release build measured on 2026-11-30 (3 caijit
+arrays + 1 int: 4,480 instructions inside caijit's `__call__`; 3 CAI dicts + 1 int: 19,888);
+the build before that work took 6,921 and 45,687."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+COUNT = Path(__file__).resolve().parents[1] / "benchmarks" / "count_launch.py"
+BUDGETS = {"3 caijit arrays + 1 int": 5_400, "3 CAI objects + 1 int": 24_000}
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None or shutil.which("gcc") is None, reason="needs valgrind and gcc")
+def test_launch_instructions_stay_within_budget() -> None:
+    cases = [arg for case in BUDGETS for arg in ("--case", case)]
+    out = subprocess.run([sys.executable, str(COUNT), "--launches", "1000", *cases], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    measured = {m.group(1): int(m.group(2)) for m in re.finditer(r"^\| (.+?) \| \d+ \| (\d+) \|$", out.stdout, re.M)}
+    assert measured.keys() == BUDGETS.keys(), out.stdout
+    over = {case: (n, BUDGETS[case]) for case, n in measured.items() if n > BUDGETS[case]}
+    assert not over, f"instructions per launch over budget (measured, budget): {over}"
