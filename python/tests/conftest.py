@@ -16,6 +16,18 @@ if not hasattr(numpy, "row_stack"):
 
 REQUIRE_GPU = os.environ.get("CAIJIT_REQUIRE_GPU") == "1"
 
+#: A kernel over a 2-D `caijit::Array` (the JAX lowering and JAX op tests launch it).
+ROW_SUM = r"""
+#include <caijit/array.cuh>
+extern "C" __global__ void row_sum(caijit::Array<const float, 2> x, float* out) {
+    long long r = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (r >= x.shape[0]) return;
+    float s = 0.f;
+    for (long long c = 0; c < x.shape[1]; ++c) s += x(r, c);
+    out[r] = s;
+}
+"""
+
 
 def gpu_unavailable_reason() -> str | None:
     """One short line (the SKIPPED lines repeat it): why GPU tests cannot run, or None."""

@@ -17,7 +17,7 @@ jnp = pytest.importorskip("jax.numpy")
 import caijit  # noqa: E402
 import caijit.jax as cjax  # noqa: E402
 from caijit import _native  # noqa: E402
-from conftest import load_example  # noqa: E402
+from conftest import ROW_SUM, load_example  # noqa: E402
 
 AXPY = """
 #include <cuda_fp16.h>
@@ -172,18 +172,6 @@ def test_input_output_aliases_lower_to_operand_aliases() -> None:
     )
     text = lower_for_cuda(f, jnp.ones(512, jnp.float32))
     assert "output_operand_aliases" in text and "custom_call @caijit_launch" in text
-
-
-ROW_SUM = """
-#include <caijit/array.cuh>
-extern "C" __global__ void row_sum(caijit::Array<const float, 2> x, float* out) {
-    long long r = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (r >= x.shape[0]) return;
-    float s = 0.f;
-    for (long long c = 0; c < x.shape[1]; ++c) s += x(r, c);
-    out[r] = s;
-}
-"""
 
 
 def test_array_parameters_take_the_buffer_with_its_shape() -> None:

@@ -20,7 +20,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import caijit  # noqa: E402
 
-from conftest import REQUIRE_GPU, load_example  # noqa: E402
+from conftest import REQUIRE_GPU, ROW_SUM, load_example  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -176,18 +176,6 @@ def test_grad_through_the_backward_kernel(jax: Any) -> None:
         r = jax.grad(lambda *a: (mod.reference(*a) ** 2).sum(), argnums=(0, 1, 2))(x, gamma, beta)
         for a, b in zip(g, r):
             close(a, b, "float64")
-
-
-ROW_SUM = r"""
-#include <caijit/array.cuh>
-extern "C" __global__ void row_sum(caijit::Array<const float, 2> x, float* out) {
-    long long r = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-    if (r >= x.shape[0]) return;
-    float s = 0.f;
-    for (long long c = 0; c < x.shape[1]; ++c) s += x(r, c);
-    out[r] = s;
-}
-"""
 
 
 def test_array_parameters_see_the_shape(jax: Any) -> None:
