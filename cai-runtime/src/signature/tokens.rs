@@ -134,29 +134,22 @@ pub(crate) fn is_ident(t: Option<&Tok>, s: &str) -> bool {
 /// Index of the token closing the bracket opened at `open` (`(`/`)`, `{`/`}`, `[`/`]`).
 /// `None` when it is not closed, or when a closing bracket comes first (`open` is not `o`).
 pub(crate) fn matching(toks: &[Tok], open: usize, o: char, c: char) -> Option<usize> {
-    let mut depth = 0usize;
-    for (j, t) in toks.iter().enumerate().skip(open) {
-        match t {
-            Tok::Punct(x) if *x == o => depth = depth.checked_add(1)?,
-            Tok::Punct(x) if *x == c => {
-                depth = depth.checked_sub(1)?;
-                if depth == 0 {
-                    return Some(j);
-                }
-            }
-            _ => {}
-        }
-    }
-    None
+    match_bracket(toks, open..toks.len(), o, c)
 }
 
 /// Index of the token opening the bracket closed at `close`, scanning backwards.
 pub(crate) fn matching_backwards(toks: &[Tok], close: usize, o: char, c: char) -> Option<usize> {
+    match_bracket(toks, (0..=close).rev(), c, o)
+}
+
+/// The index where the bracket opened (`into`) at the first of `indices` is closed
+/// (`out_of`), walking `indices` in order (forwards or backwards).
+fn match_bracket(toks: &[Tok], indices: impl Iterator<Item = usize>, into: char, out_of: char) -> Option<usize> {
     let mut depth = 0usize;
-    for j in (0..=close).rev() {
+    for j in indices {
         match toks.get(j)? {
-            Tok::Punct(x) if *x == c => depth = depth.checked_add(1)?,
-            Tok::Punct(x) if *x == o => {
+            Tok::Punct(x) if *x == into => depth = depth.checked_add(1)?,
+            Tok::Punct(x) if *x == out_of => {
                 depth = depth.checked_sub(1)?;
                 if depth == 0 {
                     return Some(j);
