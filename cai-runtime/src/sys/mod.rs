@@ -126,27 +126,38 @@ pub(crate) fn driver() -> Result<&'static Driver, String> {
         .map_err(Clone::clone)
 }
 
-/// A primary context handle (retained for the process's life, shared with other libraries).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Ctx(cu::CUcontext);
+/// Driver handle types: plain identifiers of driver objects, `Copy`, and usable from any
+/// thread (the driver API guarantees it, and synchronises access to the objects behind
+/// them internally).
+macro_rules! driver_handles {
+    ($($(#[$meta:meta])* $name:ident($vis:vis $raw:ty);)*) => {$(
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub(crate) struct $name($vis $raw);
+        // SAFETY: a driver handle is an identifier the driver API lets any thread use.
+        unsafe impl Send for $name {}
+        // SAFETY: as above; the driver synchronises access to the object internally.
+        unsafe impl Sync for $name {}
+    )*};
+}
+
+driver_handles! {
+    /// A primary context handle (retained for the process's life, shared with other libraries).
+    Ctx(cu::CUcontext);
+    /// A raw stream handle: null is the legacy default stream.
+    RawStream(pub cu::CUstream);
+    RawEvent(cu::CUevent);
+    RawModule(cu::CUmodule);
+    RawFunction(cu::CUfunction);
+    /// A device memory pool (created once per device, kept for the process's life).
+    RawPool(cu::CUmemoryPool);
+}
 
 impl Ctx {
     pub fn is_null(self) -> bool {
         self.0.is_null()
     }
 }
-// SAFETY: CUDA contexts may be used from any thread; the handle is only an identifier.
-unsafe impl Send for Ctx {}
-// SAFETY: as above; the driver synchronises access to the context internally.
-unsafe impl Sync for Ctx {}
-
-/// A raw stream handle: null is the legacy default stream.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct RawStream(pub cu::CUstream);
-// SAFETY: stream handles are identifiers usable from any thread (driver API guarantee).
-unsafe impl Send for RawStream {}
-// SAFETY: as above.
-unsafe impl Sync for RawStream {}
 
 impl RawStream {
     /// From a CAI-style value: 1 → legacy (`CU_STREAM_LEGACY`), 2 → per-thread, else the handle.
@@ -157,36 +168,6 @@ impl RawStream {
         self.0 as usize as u64
     }
 }
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct RawEvent(cu::CUevent);
-// SAFETY: event handles are identifiers usable from any thread (driver API guarantee).
-unsafe impl Send for RawEvent {}
-// SAFETY: as above.
-unsafe impl Sync for RawEvent {}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct RawModule(cu::CUmodule);
-// SAFETY: module handles are identifiers usable from any thread.
-unsafe impl Send for RawModule {}
-// SAFETY: as above.
-unsafe impl Sync for RawModule {}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct RawFunction(cu::CUfunction);
-// SAFETY: function handles are identifiers usable from any thread.
-unsafe impl Send for RawFunction {}
-// SAFETY: as above.
-unsafe impl Sync for RawFunction {}
-
-/// A device memory pool (created once per device, kept for the process's life).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct RawPool(cu::CUmemoryPool);
-// SAFETY: pool handles are identifiers usable from any thread; the driver synchronises
-// allocation from a pool internally.
-unsafe impl Send for RawPool {}
-// SAFETY: as above.
-unsafe impl Sync for RawPool {}
 
 /// Attributes of a loaded kernel.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
