@@ -9,14 +9,7 @@ use cai_runtime::compile::{compile, compile_with, Arch, CacheSource, CompileOpti
 use cai_runtime::signature::{array_param_size, deduce, ArgType, ArrayLayout, ParamKind};
 use cai_runtime::stats::stats;
 use cai_runtime::Error;
-use caijit_integration::kernel_sources;
-
-fn fresh() -> CompileOptions {
-    let mut o = CompileOptions::default();
-    o.disk_cache = Some(None);
-    o.skip_memory_cache = true;
-    o
-}
+use caijit_integration::{fresh, kernel_sources, through_disk};
 
 #[test]
 fn nvrtc_is_found() {
@@ -149,9 +142,7 @@ fn memory_and_disk_caches() {
     let dir = tempfile::tempdir().unwrap();
     let unique = format!("// {:?}\nextern \"C\" __global__ void k(int* y) {{ y[0] = 1; }}", std::time::SystemTime::now());
     let p = Program::new(unique);
-    let mut disk = CompileOptions::default();
-    disk.disk_cache = Some(Some(DiskCache::at(dir.path())));
-    disk.skip_memory_cache = true;
+    let disk = through_disk(dir.path());
 
     let first = compile_with(&p, Arch(90), &disk).unwrap();
     assert_eq!(first.source, CacheSource::Compiled);
@@ -211,9 +202,7 @@ fn concurrent_writers_leave_one_good_entry() {
     let dir = tempfile::tempdir().unwrap();
     let unique = format!("// {:?} writers\nextern \"C\" __global__ void k(int* y) {{ y[0] = 3; }}", std::time::SystemTime::now());
     let p = Program::new(unique);
-    let mut disk = CompileOptions::default();
-    disk.disk_cache = Some(Some(DiskCache::at(dir.path())));
-    disk.skip_memory_cache = true;
+    let disk = through_disk(dir.path());
     std::thread::scope(|s| {
         for _ in 0..4 {
             s.spawn(|| compile_with(&p, Arch(90), &disk).unwrap());
@@ -286,9 +275,7 @@ fn derived_struct_twin_matches_the_compiled_parameter() {
 fn nothing_escapes_the_cache_directory() {
     let dir = tempfile::tempdir().unwrap();
     let cache = dir.path().join("cache");
-    let mut disk = CompileOptions::default();
-    disk.disk_cache = Some(Some(DiskCache::at(&cache)));
-    disk.skip_memory_cache = true;
+    let disk = through_disk(&cache);
     let p = Program::new(format!("// {:?}\nextern \"C\" __global__ void k(int* y) {{ y[0] = 6; }}", std::time::SystemTime::now()))
         .name("../../../escape.cu")
         .option("-DPATH=../../x");
@@ -310,9 +297,7 @@ fn a_forged_entry_in_an_untrusted_directory_is_never_loaded() {
     let dir = tempfile::tempdir().unwrap();
     let shared = dir.path().join("shared");
     let p = Program::new(format!("// {:?} forged\nextern \"C\" __global__ void k(int* y) {{ y[0] = 7; }}", std::time::SystemTime::now()));
-    let mut disk = CompileOptions::default();
-    disk.disk_cache = Some(Some(DiskCache::at(&shared)));
-    disk.skip_memory_cache = true;
+    let disk = through_disk(&shared);
     // A good entry, written while the directory was private; then the directory is opened
     // to everyone (anybody could have replaced the entry since).
     assert_eq!(compile_with(&p, Arch(90), &disk).unwrap().source, CacheSource::Compiled);
@@ -347,13 +332,6 @@ fn a_forged_entry_in_an_untrusted_directory_is_never_loaded() {
 
 /// A kernel whose parameter layout follows the header's `T`.
 const USES_T: &str = "extern \"C\" __global__ void k(T* x, T a) { x[0] = a; }\n";
-
-fn through_disk(cache: &std::path::Path) -> CompileOptions {
-    let mut o = CompileOptions::default();
-    o.disk_cache = Some(Some(DiskCache::at(cache)));
-    o.skip_memory_cache = true;
-    o
-}
 
 /// `(where it came from, size of parameter 1)` of `k`.
 fn compiled_t(program: &Program, options: &CompileOptions) -> (CacheSource, usize) {

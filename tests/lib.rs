@@ -28,6 +28,22 @@ pub fn kernel_sources() -> Vec<PathBuf> {
     out
 }
 
+/// Compile options that compile every time: no memory cache, no disk cache.
+pub fn fresh() -> cai_runtime::compile::CompileOptions {
+    let mut o = cai_runtime::compile::CompileOptions::default();
+    o.disk_cache = Some(None);
+    o.skip_memory_cache = true;
+    o
+}
+
+/// Compile options with the disk cache in `cache` and no memory cache.
+pub fn through_disk(cache: &std::path::Path) -> cai_runtime::compile::CompileOptions {
+    let mut o = cai_runtime::compile::CompileOptions::default();
+    o.disk_cache = Some(Some(cai_runtime::compile::DiskCache::at(cache)));
+    o.skip_memory_cache = true;
+    o
+}
+
 /// Device 0's context, or why there is none (for [`skip_unless!`]).
 pub fn gpu_context() -> Result<std::sync::Arc<cai_runtime::runtime::Context>, cai_runtime::Error> {
     cai_runtime::runtime::device_count()?;

@@ -5,8 +5,9 @@
 //! and offsets from the PTX, all equal to an independent computation of the C++ layout.
 
 use cai_runtime::cai::DType;
-use cai_runtime::compile::{compile_with, Arch, CompileOptions, Program};
+use cai_runtime::compile::{compile_with, Arch, Program};
 use cai_runtime::signature::{ptx_entries, ParamKind};
+use caijit_integration::fresh;
 use proptest::prelude::*;
 
 /// `(spelling, dtype)` of every scalar spelling caijit must read.
@@ -123,13 +124,6 @@ fn expected_layout(params: &[Param], kernel: &str) -> Vec<(ParamKind, usize, usi
             (kind, size, align, at)
         })
         .collect()
-}
-
-fn fresh() -> CompileOptions {
-    let mut o = CompileOptions::default();
-    o.disk_cache = Some(None);
-    o.skip_memory_cache = true;
-    o
 }
 
 proptest! {

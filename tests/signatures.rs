@@ -3,15 +3,9 @@
 //! program NVRTC compiles has launchable kernels. CPU only (sm_90, the pip NVRTC).
 
 use cai_runtime::cai::DType;
-use cai_runtime::compile::{compile_with, Arch, CompileOptions, Compiled, KernelInfo, Program};
+use cai_runtime::compile::{compile_with, Arch, Compiled, KernelInfo, Program};
 use cai_runtime::signature::{deduce, ArgType, ParamKind};
-
-fn fresh() -> CompileOptions {
-    let mut o = CompileOptions::default();
-    o.disk_cache = Some(None);
-    o.skip_memory_cache = true;
-    o
-}
+use caijit_integration::fresh;
 
 fn build(p: &Program) -> std::sync::Arc<Compiled> {
     compile_with(p, Arch(90), &fresh()).unwrap_or_else(|e| panic!("{e}"))
