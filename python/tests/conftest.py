@@ -16,7 +16,27 @@ if not hasattr(numpy, "row_stack"):
 
 REQUIRE_GPU = os.environ.get("CAIJIT_REQUIRE_GPU") == "1"
 
-#: A kernel over a 2-D `caijit::Array` (the JAX lowering and JAX op tests launch it).
+# Kernels the JAX lowering and JAX op tests both launch.
+#: A template over every dtype JAX has (half and bfloat16 included).
+AXPY = r"""
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+template <typename T>
+__global__ void axpy(T a, const T* x, const T* y, T* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a * x[i] + y[i];
+}
+"""
+
+#: A kernel that writes its input (an input/output alias).
+SCALE_IN_PLACE = r"""
+extern "C" __global__ void scale(float* x, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= a;
+}
+"""
+
+#: A kernel over a 2-D `caijit::Array`.
 ROW_SUM = r"""
 #include <caijit/array.cuh>
 extern "C" __global__ void row_sum(caijit::Array<const float, 2> x, float* out) {

@@ -17,24 +17,7 @@ jnp = pytest.importorskip("jax.numpy")
 import caijit  # noqa: E402
 import caijit.jax as cjax  # noqa: E402
 from caijit import _native  # noqa: E402
-from conftest import ROW_SUM, load_example  # noqa: E402
-
-AXPY = """
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-template <typename T>
-__global__ void axpy(T a, const T* x, const T* y, T* out, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = a * x[i] + y[i];
-}
-"""
-
-SCALE_IN_PLACE = """
-extern "C" __global__ void scale(float* x, float a, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] *= a;
-}
-"""
+from conftest import AXPY, ROW_SUM, SCALE_IN_PLACE, load_example  # noqa: E402
 
 
 def lower_for_cuda(f, *args):  # type: ignore[no-untyped-def]

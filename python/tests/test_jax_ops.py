@@ -20,7 +20,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import caijit  # noqa: E402
 
-from conftest import REQUIRE_GPU, ROW_SUM, load_example  # noqa: E402
+from conftest import AXPY, REQUIRE_GPU, ROW_SUM, SCALE_IN_PLACE, load_example  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -52,23 +52,6 @@ def jax() -> Iterator[Any]:
 
     yield jax
 
-
-AXPY = r"""
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-template <typename T>
-__global__ void axpy(T a, const T* x, const T* y, T* out, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) out[i] = a * x[i] + y[i];
-}
-"""
-
-SCALE_IN_PLACE = r"""
-extern "C" __global__ void scale(float* x, float a, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] *= a;
-}
-"""
 
 DTYPES = ["float16", "bfloat16", "float32", "float64", "int32"]
 TOL = {"float16": 1e-2, "bfloat16": 5e-2, "float32": 1e-6, "float64": 1e-12, "int32": 0}
