@@ -71,15 +71,6 @@ impl DType {
         }
     }
 
-    /// Required alignment of one element in bytes (complex numbers align as their parts).
-    pub const fn alignment(self) -> usize {
-        match self {
-            DType::C64 => 4,
-            DType::C128 => 8,
-            other => other.itemsize(),
-        }
-    }
-
     /// The canonical typestr, as NumPy writes it on a little-endian machine.
     pub const fn typestr(self) -> &'static str {
         match self {
@@ -241,18 +232,6 @@ mod tests {
     fn malformed_typestrs_are_rejected() {
         for bad in ["", "<", "<f", "<f3", "<x4", "f4", "<f4x", "<i16", "<c4", "<O8", "<M8", "<U4", "<f-4"] {
             assert!(DType::from_typestr(bad).is_err(), "{bad:?} accepted");
-        }
-    }
-
-    #[test]
-    fn alignment_is_the_itemsize_except_for_complex() {
-        for d in DType::ALL {
-            let expected = match d {
-                DType::C64 => 4,
-                DType::C128 => 8,
-                other => other.itemsize(),
-            };
-            assert_eq!(d.alignment(), expected, "{d}");
         }
     }
 

@@ -17,12 +17,6 @@ pub struct TemplateParam {
     pub default: Option<String>,
 }
 
-impl TemplateParam {
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-}
-
 /// A `__global__` function as declared in the source.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelDecl {

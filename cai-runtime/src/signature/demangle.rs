@@ -74,11 +74,6 @@ pub fn types_from_lowered(lowered: &str) -> Result<Option<(String, Vec<ParamType
     Ok(Some((text, params)))
 }
 
-/// The old name of [`types_from_lowered`].
-pub fn demangled_params(lowered: &str) -> Result<Option<(String, Vec<ParamType>)>, SignatureError> {
-    types_from_lowered(lowered)
-}
-
 /// The parameter types a probe's lowered name encodes (`_Z13caijit_probe_IPFvPfiEEvv`:
 /// `void caijit_probe_<void (*)(float*, int)>()` → `float*, int`). `None` when `lowered`
 /// is not a probe.

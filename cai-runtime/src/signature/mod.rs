@@ -43,7 +43,7 @@ mod tokens;
 
 pub use decl::{parse_kernels, scalar_from_cpp, Declarations, KernelDecl, TemplateParam};
 pub use deduce::{deduce, headers_for, ArgType, Instance};
-pub use demangle::{demangled, demangled_params, probe_expression, probe_types, types_from_lowered, PROBE_SOURCE, PROBE_TEMPLATE};
+pub use demangle::{demangled, probe_expression, probe_types, types_from_lowered, PROBE_SOURCE, PROBE_TEMPLATE};
 pub use error::SignatureError;
 pub use layout::{array_param_size, layout, layout_compiled, ArrayLayout, ParamKind, ParamLayout};
 pub use ptx::{ptx_entries, PtxClass, PtxParam};
