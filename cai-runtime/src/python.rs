@@ -7,7 +7,7 @@ use pyo3::exceptions::{PyAttributeError, PyException, PyTypeError, PyValueError}
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyTuple};
 
-use crate::cai::{Data, Descriptor, InterfaceError};
+use crate::cai::{shorten_plain, Data, Descriptor, InterfaceError};
 
 /// DLPack (dlpack.h 1.3): its C structs, reading and writing capsules, and the C exchange
 /// API of producer types (`__dlpack_c_exchange_api__`), as safe functions over owned values.
@@ -44,7 +44,7 @@ impl std::fmt::Display for FromPyError {
             FromPyError::Producer { type_name, error } => Python::attach(|py| {
                 let kind = error.get_type(py).name().map(|n| n.to_string()).unwrap_or_else(|_| "an exception".into());
                 let text = error.value(py).str().map(|s| s.to_string()).unwrap_or_default();
-                write!(f, "the __cuda_array_interface__ of a {type_name} raised {kind}: {}", shorten(&text))
+                write!(f, "the __cuda_array_interface__ of a {type_name} raised {kind}: {}", shorten_plain(&text))
             }),
         }
     }
@@ -83,17 +83,6 @@ impl From<FromPyError> for PyErr {
     }
 }
 
-/// The longest value quoted in a message, in characters.
-const MAX_QUOTED: usize = 80;
-
-/// `s` cut to [`MAX_QUOTED`] characters, with `…` and the length when cut.
-fn shorten(s: &str) -> String {
-    match s.char_indices().nth(MAX_QUOTED) {
-        None => s.to_owned(),
-        Some((end, _)) => format!("{}… ({} characters)", &s[..end], s.chars().count()),
-    }
-}
-
 /// The descriptor of `obj`'s `__cuda_array_interface__` (or of `obj` itself, a dict).
 pub fn descriptor_from_object(obj: &Bound<'_, PyAny>) -> Result<Descriptor, FromPyError> {
     descriptor_from_dict(&interface_dict(obj)?)
@@ -107,7 +96,7 @@ fn wrong(key: &'static str, expected: &'static str, got: &Bound<'_, PyAny>) -> I
     // A value whose repr fails (a list nested too deeply for the recursion limit, a
     // broken __repr__) is named by its type alone, and said so.
     let repr = match got.repr() {
-        Ok(r) => shorten(&r.to_string()),
+        Ok(r) => shorten_plain(&r.to_string()),
         Err(e) => {
             let why = e.get_type(got.py()).name().map(|n| n.to_string()).unwrap_or_else(|_| "an exception".into());
             format!("(its repr() raised {why})")

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use cai_runtime::array::DeviceArray as RtArray;
-use cai_runtime::cai::DType;
+use cai_runtime::cai::{shorten_plain, DType};
 use cai_runtime::runtime::{Context, Stream as RtStream};
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -50,11 +50,7 @@ pub fn dtype_from_py(obj: &Bound<'_, PyAny>) -> PyCaiResult<DType> {
 /// included, bools and floats not.
 fn shape_from_py(obj: &Bound<'_, PyAny>) -> PyCaiResult<Vec<usize>> {
     let bad = || {
-        let repr = obj.repr().map(|r| r.to_string()).unwrap_or_else(|_| type_name(obj));
-        let repr = match repr.char_indices().nth(80) {
-            Some((end, _)) => format!("{}…", &repr[..end]),
-            None => repr,
-        };
+        let repr = shorten_plain(&obj.repr().map(|r| r.to_string()).unwrap_or_else(|_| type_name(obj)));
         PyCaiError::argument(format!("shape must be an int or a tuple of non-negative ints, got {repr}"))
     };
     let extent = |item: &Bound<'_, PyAny>| -> PyCaiResult<usize> {

@@ -58,18 +58,24 @@ pub enum InterfaceError {
 /// The longest value quoted in a message, in characters; longer ones are cut with `…`.
 pub(crate) const MAX_QUOTED: usize = 80;
 
-/// `s` cut to [`MAX_QUOTED`] characters (with `…` and its length when cut).
-pub(crate) fn shorten_plain(s: &str) -> String {
+/// `s`'s first [`MAX_QUOTED`] characters, and what to add after them: `…` and the length
+/// when they are not all of it.
+fn cut(s: &str) -> (&str, String) {
     match s.char_indices().nth(MAX_QUOTED) {
-        None => s.to_owned(),
-        Some((end, _)) => format!("{}… ({} characters)", &s[..end], s.chars().count()),
+        None => (s, String::new()),
+        Some((end, _)) => (&s[..end], format!("… ({} characters)", s.chars().count())),
     }
+}
+
+/// `s` cut to [`MAX_QUOTED`] characters (with `…` and its length when cut): how error
+/// messages quote values of any length.
+pub fn shorten_plain(s: &str) -> String {
+    let (kept, rest) = cut(s);
+    format!("{kept}{rest}")
 }
 
 /// `s` quoted (`{:?}`), cut to [`MAX_QUOTED`] characters.
 pub(crate) fn shorten(s: &str) -> String {
-    match s.char_indices().nth(MAX_QUOTED) {
-        None => format!("{s:?}"),
-        Some((end, _)) => format!("{:?}… ({} characters)", &s[..end], s.chars().count()),
-    }
+    let (kept, rest) = cut(s);
+    format!("{kept:?}{rest}")
 }

@@ -37,7 +37,7 @@ pub use derive::{
 };
 pub use descriptor::{Data, Descriptor};
 pub use dtype::{DType, TypestrOptions};
-pub use error::InterfaceError;
+pub use error::{shorten_plain, InterfaceError};
 pub use view::{c_strides, is_multiple_of, ArrayView, StreamRef, MAX_RANK};
 
 #[cfg(test)]
