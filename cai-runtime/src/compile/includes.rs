@@ -46,6 +46,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use sha2::{Digest, Sha256};
 
 use super::{Program, HEADERS};
+use crate::sync::lock;
 
 /// One `#include` (or `__has_include`) of a file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -653,7 +654,7 @@ fn load(path: &Path) -> Result<(Stamp, Arc<Loaded>), String> {
 fn load_toolkit(path: &Path, meta: &Metadata) -> Result<Arc<Loaded>, String> {
     let cache = toolkit_files();
     let now = stamp(meta);
-    if let Some((s, l)) = cache.lock().unwrap_or_else(|p| p.into_inner()).get(path) {
+    if let Some((s, l)) = lock(cache).get(path) {
         if *s == now {
             return Ok(l.clone());
         }
@@ -661,7 +662,7 @@ fn load_toolkit(path: &Path, meta: &Metadata) -> Result<Arc<Loaded>, String> {
     let (read_stamp, loaded) = load(path)?;
     // Kept only if it did not change between the look and the read.
     if read_stamp == now {
-        cache.lock().unwrap_or_else(|p| p.into_inner()).insert(path.to_path_buf(), (now, loaded.clone()));
+        lock(cache).insert(path.to_path_buf(), (now, loaded.clone()));
     }
     Ok(loaded)
 }

@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
+use crate::sync::lock;
 use crate::sys;
 use crate::Error;
 
@@ -34,7 +35,7 @@ static TOOLKIT: OnceLock<Result<Toolkit, String>> = OnceLock::new();
 /// Add directories (a Python interpreter's `sys.path`) where pip packages may hold NVRTC.
 /// Effective until the first compilation.
 pub fn add_site_dirs<I: IntoIterator<Item = PathBuf>>(dirs: I) {
-    let mut extra = EXTRA_SITE_DIRS.lock().unwrap_or_else(|p| p.into_inner());
+    let mut extra = lock(&EXTRA_SITE_DIRS);
     for d in dirs {
         if !extra.contains(&d) {
             extra.push(d);
@@ -43,7 +44,7 @@ pub fn add_site_dirs<I: IntoIterator<Item = PathBuf>>(dirs: I) {
 }
 
 fn site_dirs() -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = EXTRA_SITE_DIRS.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let mut dirs: Vec<PathBuf> = lock(&EXTRA_SITE_DIRS).clone();
     if let Some(venv) = std::env::var_os("VIRTUAL_ENV") {
         for lib in ["lib", "lib64"] {
             if let Ok(entries) = std::fs::read_dir(Path::new(&venv).join(lib)) {
