@@ -415,8 +415,7 @@ fn reduce(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, sum: bool, stream:
     let partial = DeviceArray::empty(ctx, &[blocks], acc, &s)?;
     let op = scalar(i32::from(!sum));
     let (t, a, o) = (TArg::T(x.dtype()), TArg::T(acc), TArg::T(out.dtype()));
-    let scratch = partial.view();
-    let scratch = Arg::ArrayOn(&scratch, ctx.ordinal());
+    let scratch = Arg::ArrayOn(partial.as_view(), ctx.ordinal());
     let first = kernel(ctx, "reduce", "reduce_partial", &[t, a])?;
     first.launch(&cfg, &[Arg::Array(x), scratch, int(x.size()), op], Some(&s), true)?;
     let second = kernel(ctx, "reduce", "reduce_final", &[a, o])?;

@@ -137,7 +137,7 @@ impl DeviceArray {
     }
     #[getter]
     fn strides<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        PyTuple::new(py, self.inner.view().strides())
+        PyTuple::new(py, self.inner.as_view().strides())
     }
     #[getter]
     fn dtype<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {

@@ -30,7 +30,7 @@ pub fn view(obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option<
     let strides = if c_contiguous { None } else { Some(ints::<i64>(&obj.getattr(intern!(py, "strides"))?)?) };
     let stream = ctx.cupy_stream(py)?.map(StreamRef::from_cai).transpose()?;
     // The memory's device, from its pointer object (`a.device` would build a Device).
-    let device = object_device(obj, || match data.getattr(intern!(py, "device_id")) {
+    let device = object_device(|| match data.getattr(intern!(py, "device_id")) {
         Ok(id) => Ok(id.extract()?),
         Err(_) => Ok(obj.getattr(intern!(py, "device"))?.getattr(intern!(py, "id"))?.extract()?),
     })?;

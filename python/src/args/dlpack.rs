@@ -176,7 +176,7 @@ pub fn export<'py>(slf: &Bound<'py, DeviceArray>, stream: Option<&Bound<'py, PyA
         let waiter = RtStream::borrowed(consumer as u64)?;
         inner.context().order_streams(&waiter, inner.stream())?;
     }
-    let view = inner.view();
+    let view = inner.as_view();
     let item = view.dtype().itemsize() as i64;
     let t = ExportTensor {
         data: view.ptr(),

@@ -304,7 +304,7 @@ where
 /// The device of a known type's array: 0 on a single-GPU machine (or one without a driver,
 /// where a launch fails later with its own error), else asked of the object itself by `ask`
 /// (still cheaper than the driver's pointer query).
-fn object_device(_obj: &Bound<'_, PyAny>, ask: impl FnOnce() -> PyCaiResult<usize>) -> PyCaiResult<usize> {
+fn object_device(ask: impl FnOnce() -> PyCaiResult<usize>) -> PyCaiResult<usize> {
     match cai_runtime::runtime::device_count() {
         Ok(n) if n > 1 => ask(),
         _ => Ok(0),

@@ -56,7 +56,7 @@ pub fn view(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCai
         *s = s.checked_mul(item).ok_or_else(|| PyCaiError::argument(format!("stride {s} of a torch tensor overflows")))?;
     }
     let ptr = if shape.contains(&0) { 0 } else { ptr };
-    let device = object_device(obj, || Ok(obj.call_method0(intern!(py, "get_device"))?.extract()?))?;
+    let device = object_device(|| Ok(obj.call_method0(intern!(py, "get_device"))?.extract()?))?;
     let stream = StreamRef::from_cai(ctx.torch_stream(py, device)?)?;
     Ok(Some(PyArg::ArrayOn(ArrayView::new(ptr, &shape, Some(&strides), dtype, false, Some(stream))?, device)))
 }
