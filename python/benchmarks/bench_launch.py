@@ -38,6 +38,9 @@ if not hasattr(np, "row_stack"):  # Numba 0.68 with NumPy 2.5 (benchmark setup, 
 import caijit
 
 N = 1 << 10
+# The empty kernels every launch benchmark launches (bench_launch, probe_launch, count_launch).
+EMPTY0 = 'extern "C" __global__ void empty0() {}'
+EMPTY1 = 'extern "C" __global__ void empty1(int n) {}'
 SRC = 'extern "C" __global__ void empty3(const float* a, const float* b, float* c, int n) {}'
 SRC8 = 'extern "C" __global__ void empty8(const float* a, const float* b, const float* c, const float* d, const float* e, const float* f, const float* g, float* h) {}'
 
@@ -138,11 +141,6 @@ def measure_round(paths: list[Path], seed: int = 0) -> dict[str, tuple[float, fl
         p.sync()
         out[p.name] = (statistics.median(samples[p.name]) * 1e6, (time.perf_counter() - t0) / SUSTAINED * 1e6)
     return out
-
-
-def measure(launch: Callable[[], None], sync: Callable[[], None]) -> tuple[float, float]:
-    """One path alone: (host µs, sustained µs), as `measure_round` times it."""
-    return measure_round([python_path("path", launch, sync)])["path"]
 
 
 ROUNDS = int(os.environ.get("CAIJIT_BENCH_ROUNDS", "3"))

@@ -24,10 +24,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench_launch import EMPTY0, EMPTY1, SRC  # the launch benchmark's empty kernels
+
 HERE = Path(__file__).resolve().parent
-SRC0 = 'extern "C" __global__ void empty0() {}'
-SRC1 = 'extern "C" __global__ void empty1(int n) {}'
-SRC3 = 'extern "C" __global__ void empty3(const float* a, const float* b, float* c, int n) {}'
 CASES = ["no arguments", "1 int", "3 caijit arrays + 1 int", "3 CAI objects + 1 int"]
 #: caijit's part of a launch: everything under the launcher's `__call__`.
 CALL = "Launcher::__pymethod___call__"
@@ -37,7 +36,7 @@ def run_case(case: str, n: int) -> None:
     """The measured loop (run under callgrind with the stand-in driver)."""
     import caijit
 
-    k0, k1, k3 = (caijit.kernel(s)[1, 32] for s in (SRC0, SRC1, SRC3))
+    k0, k1, k3 = (caijit.kernel(s)[1, 32] for s in (EMPTY0, EMPTY1, SRC))
     a = caijit.zeros(1024)
 
     class Cai:
@@ -101,7 +100,7 @@ def main() -> None:
     # which the stand-in does not fully provide); the measured runs hit caijit's disk cache.
     from caijit import _native
 
-    for src in (SRC0, SRC1, SRC3):
+    for src in (EMPTY0, EMPTY1, SRC):
         _native.compile_program(src, "sm_90")
     with tempfile.TemporaryDirectory() as tmp:
         stub = Path(tmp)

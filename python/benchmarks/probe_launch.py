@@ -19,16 +19,13 @@ import importlib.util
 from typing import Any, Callable
 
 import numpy as np
-from bench_launch import Path, floor_paths, measure_round, python_path  # the launch benchmark's timing (and NumPy setup)
+from bench_launch import EMPTY0, EMPTY1, SRC8, Path, floor_paths, measure_round, python_path  # the launch benchmark's timing (and NumPy setup)
+from bench_launch import SRC as SRC3
 
 import caijit
 from caijit import _native
 
-SRC = r"""
-extern "C" __global__ void empty0() {}
-extern "C" __global__ void empty1(int n) {}
-extern "C" __global__ void empty3(const float* a, const float* b, float* c, int n) {}
-"""
+SRC = "\n".join((EMPTY0, EMPTY1, SRC3))
 
 
 def main() -> None:
@@ -111,7 +108,7 @@ def main() -> None:
         for path in ("exchange", "known", "generic", "dlpack"):
             per_call(f"launch_view(torch tensor, path={path})", lambda p=path: _try(lambda: _native.launch_view(t, path=p)))  # type: ignore[misc]
         t8 = [torch.zeros(1024, device="cuda") for _ in range(8)]
-        k8 = caijit.kernel('extern "C" __global__ void empty8(const float* a, const float* b, const float* c, const float* d, const float* e, const float* f, const float* g, float* h) {}')[1, 32]
+        k8 = caijit.kernel(SRC8)[1, 32]
         per_call("launch, 8 torch tensors", lambda: k8(*t8), tsync)
     times = measure_round(paths)
     print("\n## Launch probe, host µs per call (median of 100 batches of 200, all rows interleaved)")
