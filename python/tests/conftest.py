@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import tempfile
 import threading
@@ -47,6 +48,11 @@ extern "C" __global__ void row_sum(caijit::Array<const float, 2> x, float* out) 
     out[r] = s;
 }
 """
+
+
+def has(module: str) -> bool:
+    """Whether `module` can be imported (an optional peer: CuPy, PyTorch, Numba, JAX)."""
+    return importlib.util.find_spec(module) is not None
 
 
 def gpu_unavailable_reason() -> str | None:

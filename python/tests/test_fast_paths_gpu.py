@@ -8,20 +8,16 @@ Run on a GPU machine: CAIJIT_REQUIRE_GPU=1 python -m pytest -q tests/test_fast_p
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any, Callable, Optional, Union
 
 import numpy as np
 import pytest
 
 import caijit
+from conftest import has
 from caijit import _native
 
 pytestmark = pytest.mark.gpu
-
-
-def has(mod: str) -> bool:
-    return importlib.util.find_spec(mod) is not None
 
 
 Facts = dict[str, Any]

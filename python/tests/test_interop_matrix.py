@@ -4,13 +4,13 @@ non-contiguous views (slices, transposes, negative and zero strides, Fortran ord
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any, Callable
 
 import numpy as np
 import pytest
 
 import caijit
+from conftest import has
 
 pytestmark = pytest.mark.gpu
 
@@ -35,10 +35,6 @@ DTYPES = [np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, 
           np.float16, np.float32, np.float64, np.complex64, np.complex128]
 
 rng = np.random.default_rng()
-
-
-def has(mod: str) -> bool:
-    return importlib.util.find_spec(mod) is not None
 
 
 def random(shape: tuple[int, ...], dtype: Any) -> np.ndarray:

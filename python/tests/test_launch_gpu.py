@@ -6,13 +6,13 @@ outputs are poisoned before each launch."""
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Callable
 
 import numpy as np
 import pytest
 
 import caijit
+from conftest import has
 
 pytestmark = pytest.mark.gpu
 
@@ -48,10 +48,6 @@ extern "C" __global__ void copy(const float* x, float* y, long long n) {
 """
 
 rng = np.random.default_rng()
-
-
-def has(mod: str) -> bool:
-    return importlib.util.find_spec(mod) is not None
 
 
 @pytest.fixture(scope="module")

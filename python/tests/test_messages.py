@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import caijit
+from conftest import gpu_unavailable_reason
 
 SOURCE = 'extern "C" __global__ void scale(float a, float* y) { y[0] *= a; }\n'
 TEMPLATE = "template <typename T>\n__global__ void axpy(T a, const T* x, T* y) { y[0] += a * x[0]; }\n"
@@ -128,15 +129,8 @@ def test_a_byte_count_overflow_says_bytes() -> None:
 
 # --- inspecting kernels without a GPU -----------------------------------------------------
 
-def _no_gpu() -> bool:
-    try:
-        return caijit.device_count() == 0
-    except caijit.CudaNotAvailable:
-        return True
-
-
 def test_params_and_compile_without_a_gpu() -> None:
-    if not _no_gpu():
+    if gpu_unavailable_reason() is None:
         pytest.skip("this checks the machine without a GPU")
     k = caijit.kernel(SOURCE + TEMPLATE, "scale")
     assert [p["type"] for p in k.params] == ["float", "float*"]
@@ -159,7 +153,7 @@ def test_the_inspection_architecture_is_caijit_arch() -> None:
         "k = caijit.kernel('extern \"C\" __global__ void f(int* y) { y[0] = 1; }')\n"
         "print(k.compile()[0]['arch'])\n"
     )
-    if not _no_gpu():
+    if gpu_unavailable_reason() is None:
         pytest.skip("with a GPU, device 0's architecture is used")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "CAIJIT_ARCH": "sm_80"})
     assert r.returncode == 0, r.stderr
@@ -179,7 +173,6 @@ def test_an_explicit_nvrtc_path_that_does_not_exist_is_an_error_naming_it() -> N
 
 
 def test_the_skip_reason_is_one_short_line() -> None:
-    from conftest import gpu_unavailable_reason
 
     reason = gpu_unavailable_reason()
     if reason is None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ctypes
 import gc
-import importlib.util
 import os
 import subprocess
 import sys
@@ -27,6 +26,7 @@ import pytest
 import caijit
 import caijit.ops as ops
 from caijit import _native
+from conftest import has
 
 pytestmark = pytest.mark.gpu
 
@@ -68,10 +68,6 @@ w = caijit.to_device(np.ones(N, np.float32))
 spin[1, 1, s](1); copy[{GRID}, {BLOCK}, s](w, w, N); ops.scale(w, 2.0, stream=s); ops.fill(w, 1.0)
 s.synchronize()
 """
-
-
-def has(mod: str) -> bool:
-    return importlib.util.find_spec(mod) is not None
 
 
 def run_case(code: str, **env: str) -> subprocess.CompletedProcess[str]:
