@@ -104,11 +104,6 @@ pub struct Prepared {
 }
 
 impl Prepared {
-    /// The kernel's compiled parameter list (what the plan was checked against).
-    pub fn info(&self) -> &KernelInfo {
-        &self.info
-    }
-
     fn kernel(&self, device: usize) -> Result<&Arc<Kernel>> {
         let slot = self
             .kernels
@@ -126,7 +121,7 @@ impl Prepared {
 static PREPARED: RwLock<Vec<Arc<Prepared>>> = RwLock::new(Vec::new());
 
 /// The prepared launch `id`.
-pub fn prepared(id: u64) -> Option<Arc<Prepared>> {
+fn prepared(id: u64) -> Option<Arc<Prepared>> {
     let all = PREPARED.read().unwrap_or_else(|p| p.into_inner());
     all.get(usize::try_from(id).ok()?).cloned()
 }

@@ -152,9 +152,8 @@ def _prepare(
         shared_mem,
         devices,
     )
-    with _lock:
-        _prepared.setdefault(key, (kernel, launch))
-    return launch
+    with _lock:  # a trace that prepared the same launch meanwhile wins: one id per launch
+        return int(_prepared.setdefault(key, (kernel, launch))[1])
 
 
 def kernel_call(
