@@ -202,7 +202,7 @@ fn plan(
     if bindings.len() != info.params.len() {
         return Err(Error::argument(format!(
             "kernel `{}` takes {} parameters; {} were bound",
-            info.base_name,
+            info.base_name(),
             info.params.len(),
             bindings.len()
         )));
@@ -212,7 +212,7 @@ fn plan(
     for (p, b) in info.params.iter().zip(bindings) {
         let named = |what: String| {
             let name = p.name.as_deref().map(|n| format!(" `{n}`")).unwrap_or_default();
-            Error::argument(format!("kernel `{}` parameter {}{name} (`{}`): {what}", info.base_name, p.index, p.cpp_type))
+            Error::argument(format!("kernel `{}` parameter {}{name} (`{}`): {what}", info.base_name(), p.index, p.cpp_type))
         };
         let slot = match (&p.kind, b) {
             (ParamKind::Pointer { dtype, is_const } | ParamKind::Array { dtype, is_const, .. }, Binding::Buffer(i)) => {
@@ -378,7 +378,6 @@ mod tests {
             name_expression: None,
             lowered_name: "k".into(),
             demangled: None,
-            base_name: "k".into(),
             qualified_name: "k".into(),
             params: vec![
                 param(0, "x", ParamKind::Pointer { dtype: Some(DType::F32), is_const: true }, 8, 0),

@@ -246,7 +246,7 @@ impl Kernel {
             k.name_expression.as_deref() == Some(self.name.as_str())
         } else {
             let plain = self.name.strip_prefix("::").unwrap_or(&self.name);
-            k.qualified_name == plain || k.base_name == self.name || k.lowered_name == self.name
+            k.qualified_name == plain || k.base_name() == self.name || k.lowered_name == self.name
         }
     }
 }

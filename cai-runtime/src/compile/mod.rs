@@ -218,14 +218,17 @@ pub struct KernelInfo {
     pub lowered_name: String,
     /// The demangled signature of a C++ kernel.
     pub demangled: Option<String>,
-    /// The name without template arguments or namespaces (`axpy`).
-    pub base_name: String,
     /// The name with its namespaces, without template arguments (`ns::axpy`).
     pub qualified_name: String,
     pub params: Vec<ParamLayout>,
 }
 
 impl KernelInfo {
+    /// The name without template arguments or namespaces (`axpy`).
+    pub fn base_name(&self) -> &str {
+        self.qualified_name.rsplit("::").next().unwrap_or(&self.qualified_name)
+    }
+
     /// Bytes of the parameter buffer.
     pub fn param_buffer_size(&self) -> usize {
         self.params.last().map_or(0, |p| p.offset + p.size)
@@ -243,7 +246,6 @@ pub struct Compiled {
     /// NVRTC's log (warnings), verbatim.
     pub log: String,
     pub kernels: Vec<KernelInfo>,
-    pub declarations: Vec<KernelDecl>,
     /// What caijit could not learn (a declaration the tokenizer could not read, an
     /// `extern "C"` kernel whose types the compiler was not asked for): kernels it concerns
     /// are left out of `kernels`.
@@ -283,7 +285,7 @@ impl Compiled {
             by(&|k| k.name_expression.as_deref() == Some(name)),
             by(&|k| k.lowered_name == name),
             by(&|k| k.qualified_name == plain),
-            by(&|k| k.base_name == name),
+            by(&|k| k.base_name() == name),
         ] {
             let mut qualified: Vec<&str> = found.iter().map(|k| k.qualified_name.as_str()).collect();
             qualified.sort_unstable();
@@ -554,7 +556,6 @@ pub fn compile_reporting(program: &Program, arch: Arch, options: &CompileOptions
         ptx: entry.ptx,
         log: entry.log,
         kernels,
-        declarations: decls,
         notes,
         source,
     });
@@ -673,10 +674,9 @@ fn describe_kernels(entry: &cache::Entry, decls: &[KernelDecl], mut notes: Vec<S
                 }
             },
         };
-        let base_name = qualified.rsplit("::").next().unwrap_or(&qualified).to_string();
         let names = agreed_names(decls, &qualified, Some(&types));
         let params = signature::layout_compiled(&lowered, &types, &names, &ptx_params)?;
-        out.push(KernelInfo { name_expression, lowered_name: lowered, demangled, base_name, qualified_name: qualified, params });
+        out.push(KernelInfo { name_expression, lowered_name: lowered, demangled, qualified_name: qualified, params });
     }
     Ok((out, notes))
 }
