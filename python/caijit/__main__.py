@@ -113,14 +113,6 @@ class UsageError(Exception):
     """A mistake in what the command was given: printed as one line, exit status 2."""
 
 
-def _read_file(path: str) -> str:
-    """The text of a source file, or a UsageError naming it and what is wrong."""
-    try:
-        return caijit._read_text(path)
-    except caijit.ArgumentError as e:
-        raise UsageError(str(e)) from None
-
-
 def _template_line(name: str, template_params: list[str], param_types: list[str], examples: list[str]) -> str:
     example = f"{name}<{', '.join(examples)}>"
     return (
@@ -130,7 +122,7 @@ def _template_line(name: str, template_params: list[str], param_types: list[str]
 
 
 def compile_cmd(args: argparse.Namespace) -> int:
-    source = _read_file(args.file)
+    source = caijit._read_text(args.file)  # an ArgumentError names the file: a usage error
     decls = _native.declarations(source)
     if not decls:
         raise UsageError(f"{args.file}: declares no __global__ function")
@@ -263,7 +255,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         if args.action == "clear":
             try:
                 print(f"removed {_native.cache_clear()} entries")
-            except (caijit.ArgumentError, caijit.CacheError) as e:  # CAIJIT_CACHE_DIR names no usable directory
+            except caijit.CacheError as e:  # CAIJIT_CACHE_DIR names no usable directory
                 raise UsageError(str(e)) from None
         else:
             print(_cache_line(_native.cache_info()))
