@@ -409,7 +409,12 @@ impl Kernel {
         let probe = timing::start();
         let params = &self.info.params;
         if params.len() != args.len() {
-            return Err(Error::argument(format!("kernel `{}` takes {} arguments, got {}", self.info.base_name(), params.len(), args.len())));
+            return Err(Error::argument(format!(
+                "kernel `{}` takes {} arguments, got {}",
+                self.info.base_name(),
+                params.len(),
+                args.len()
+            )));
         }
         cfg.check(self)?;
         let mut buf = ParamBuffer::new(self.info.param_buffer_size());

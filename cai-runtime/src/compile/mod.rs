@@ -549,16 +549,8 @@ pub fn compile_reporting(program: &Program, arch: Arch, options: &CompileOptions
         }
     };
     let (kernels, notes) = describe_kernels(&entry, &decls, notes)?;
-    let compiled = Arc::new(Compiled {
-        key: key.clone(),
-        arch,
-        image: entry.image,
-        ptx: entry.ptx,
-        log: entry.log,
-        kernels,
-        notes,
-        source,
-    });
+    let compiled =
+        Arc::new(Compiled { key: key.clone(), arch, image: entry.image, ptx: entry.ptx, log: entry.log, kernels, notes, source });
     lock(&mem.entries).insert(key.clone(), compiled.clone());
     lock(&mem.inflight).remove(&key);
     Ok((compiled, source))
@@ -675,7 +667,7 @@ fn describe_kernels(entry: &cache::Entry, decls: &[KernelDecl], mut notes: Vec<S
             },
         };
         let names = agreed_names(decls, &qualified, Some(&types));
-        let params = signature::layout_compiled(&lowered, &types, &names, &ptx_params)?;
+        let params = signature::layout_compiled(&qualified, &types, &names, &ptx_params)?;
         out.push(KernelInfo { name_expression, lowered_name: lowered, demangled, qualified_name: qualified, params });
     }
     Ok((out, notes))

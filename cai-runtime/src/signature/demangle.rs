@@ -50,7 +50,7 @@ fn last_parameter_list(toks: &[Tok], text: &str, kernel: &str) -> Result<Vec<Par
         .into_iter()
         .enumerate()
         .map(|(index, p)| {
-            parse_param(p, &[], Spelling::Compiler).map(|(_, t)| t).map_err(|reason| SignatureError::Unsupported {
+            parse_param(p, &[], Spelling::Compiler).map(|(_, t)| t).map_err(|reason| SignatureError::Param {
                 kernel: kernel.into(),
                 index,
                 name: None,

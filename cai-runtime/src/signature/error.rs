@@ -10,9 +10,6 @@ pub enum SignatureError {
     /// A demangled name with no parameter list.
     #[error("no parameter list in {demangled}")]
     NoParameterList { demangled: String },
-    /// A compiled parameter type caijit cannot pass (a reference).
-    #[error("kernel `{kernel}` parameter {index}{} (`{ctype}`): {reason}", .name.as_ref().map(|n| format!(" `{n}`")).unwrap_or_default())]
-    Unsupported { kernel: String, index: usize, name: Option<String>, ctype: String, reason: String },
     /// A `.entry` with no closing parenthesis.
     #[error("unterminated .entry {entry} in the PTX")]
     PtxEntry { entry: String },
@@ -22,8 +19,8 @@ pub enum SignatureError {
     /// The compiled types and the PTX disagree on the number of parameters.
     #[error("kernel `{kernel}`: the compiler's signature has {declared} parameters but the PTX has {compiled}")]
     Arity { kernel: String, declared: usize, compiled: usize },
-    /// A parameter whose type and PTX disagree (kind, size or alignment), or that cannot be
-    /// laid out.
+    /// A parameter whose type caijit cannot pass (a reference), whose type and PTX disagree
+    /// (kind, size or alignment), or that cannot be laid out.
     #[error("kernel `{kernel}` parameter {index}{} (`{ctype}`): {reason}", .name.as_ref().map(|n| format!(" `{n}`")).unwrap_or_default())]
     Param { kernel: String, index: usize, name: Option<String>, ctype: String, reason: String },
     /// The parameters do not fit in the address space.
@@ -46,9 +43,6 @@ impl SignatureError {
     pub fn for_kernel(self, name: &str, names: &[Option<String>]) -> SignatureError {
         let named = |index: usize, n: Option<String>| n.or_else(|| names.get(index).cloned().flatten());
         match self {
-            SignatureError::Unsupported { index, name: n, ctype, reason, .. } => {
-                SignatureError::Unsupported { kernel: name.into(), index, name: named(index, n), ctype, reason }
-            }
             SignatureError::Param { index, name: n, ctype, reason, .. } => {
                 SignatureError::Param { kernel: name.into(), index, name: named(index, n), ctype, reason }
             }
@@ -63,8 +57,7 @@ impl SignatureError {
 impl From<SignatureError> for crate::Error {
     fn from(e: SignatureError) -> crate::Error {
         match e {
-            SignatureError::Unsupported { kernel, index, name, ctype, reason }
-            | SignatureError::Param { kernel, index, name, ctype, reason } => {
+            SignatureError::Param { kernel, index, name, ctype, reason } => {
                 crate::Error::argument_at(index, name.as_deref(), &ctype, format!("kernel `{kernel}` cannot take this parameter: {reason}"))
             }
             e => crate::Error::argument(e.to_string()),
