@@ -20,6 +20,26 @@ pub use crate::sys::KernelAttributes;
 use crate::sys::{RawFunction, RawModule};
 use crate::{Error, Result};
 
+/// sm_90: the architecture kernels are inspected for without a GPU unless `CAIJIT_ARCH`
+/// says otherwise.
+pub const DEFAULT_INSPECT_ARCH: Arch = Arch(90);
+
+/// The architecture kernels are compiled for to be inspected (parameter layouts, compile
+/// errors, XLA lowerings): device 0's; without a usable device (no driver, or none
+/// reported), `CAIJIT_ARCH` (an error naming it when it cannot be read), else
+/// [`DEFAULT_INSPECT_ARCH`], so that kernels can be read on machines without a GPU.
+pub fn inspection_arch() -> Result<Arch> {
+    match crate::runtime::device_count() {
+        Ok(n) if n > 0 => return Ok(Context::new(0)?.arch()),
+        Ok(_) | Err(Error::CudaNotAvailable(_)) => {}
+        Err(e) => return Err(e),
+    }
+    match std::env::var("CAIJIT_ARCH") {
+        Ok(v) => Arch::parse(&v).map_err(|e| Error::argument(format!("CAIJIT_ARCH={v:?}: {e}"))),
+        Err(_) => Ok(DEFAULT_INSPECT_ARCH),
+    }
+}
+
 /// Loaded modules by device ordinal and cache key.
 type Modules = Mutex<HashMap<(usize, String), Arc<Module>>>;
 

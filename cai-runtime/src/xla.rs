@@ -155,7 +155,7 @@ pub fn prepare(
         Err(Error::CudaNotAvailable(_)) => 0,
         Err(e) => return Err(e),
     };
-    let mut kernels: Vec<OnceLock<Arc<Kernel>>> = (0..count).map(|_| OnceLock::new()).collect();
+    let kernels: Vec<OnceLock<Arc<Kernel>>> = (0..count).map(|_| OnceLock::new()).collect();
     let mut info = None;
     for &d in devices {
         let k = Context::new(d)?.compile(program)?.kernel(name)?;
@@ -165,14 +165,7 @@ pub fn prepare(
     }
     let info = match info {
         Some(i) => i,
-        None => {
-            let arch = match (count, std::env::var("CAIJIT_ARCH")) {
-                (0, Ok(a)) => crate::compile::Arch::parse(&a)?,
-                (0, Err(_)) => crate::compile::Arch(90),
-                _ => Context::new(0)?.arch(),
-            };
-            crate::compile::compile(program, arch)?.kernel(name)?.clone()
-        }
+        None => crate::compile::compile(program, crate::kernel::inspection_arch()?)?.kernel(name)?.clone(),
     };
     let plan = plan(&info, inputs, outputs, aliases, bindings)?;
     let prepared = Prepared {
@@ -184,7 +177,7 @@ pub fn prepare(
         inputs: inputs.to_vec(),
         outputs: outputs.to_vec(),
         config,
-        kernels: std::mem::take(&mut kernels),
+        kernels,
     };
     let mut all = PREPARED.write().unwrap_or_else(|p| p.into_inner());
     all.push(Arc::new(prepared));

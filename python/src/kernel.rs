@@ -276,28 +276,10 @@ fn pick_overload(candidates: Vec<&KernelInfo>, types: &[ArgType]) -> cai_runtime
     }
 }
 
-/// The architecture kernels are compiled for to be inspected (`params`, `compile()`):
-/// device 0's; without a usable device (no driver, or none reported), `CAIJIT_ARCH`, else
-/// [`DEFAULT_INSPECT_ARCH`], so that layouts and compile errors can be read on machines
-/// without a GPU.
+/// `cai_runtime::kernel::inspection_arch` (`params`, `compile()`, XLA lowerings), with the
+/// GIL released (it may make device 0's context).
 pub fn inspection_arch(py: Python<'_>) -> PyCaiResult<Arch> {
-    match rt::device_count() {
-        Ok(n) if n > 0 => return Ok(py.detach(|| Context::new(0))?.arch()),
-        Ok(_) | Err(Error::CudaNotAvailable(_)) => {}
-        Err(e) => return Err(e.into()),
-    }
-    default_arch()
-}
-
-/// sm_90: the architecture compiled for without a GPU unless `CAIJIT_ARCH` says otherwise.
-pub const DEFAULT_INSPECT_ARCH: Arch = Arch(90);
-
-/// `CAIJIT_ARCH` (an error naming it when it cannot be read), else sm_90.
-fn default_arch() -> PyCaiResult<Arch> {
-    match std::env::var("CAIJIT_ARCH") {
-        Ok(v) => Arch::parse(&v).map_err(|e| PyCaiError::argument(format!("CAIJIT_ARCH={v:?}: {e}"))),
-        Err(_) => Ok(DEFAULT_INSPECT_ARCH),
-    }
+    Ok(py.detach(cai_runtime::kernel::inspection_arch)?)
 }
 
 /// Parse a grid or block: an int or a tuple of 1 to 3 ints, padded with 1s.
@@ -525,7 +507,7 @@ impl Kernel {
             Ok(_) | Err(Error::CudaNotAvailable(_)) => {}
             Err(e) => return Err(e.into()),
         }
-        let arch = default_arch()?;
+        let arch = inspection_arch(py)?;
         let program = self.program_for([]);
         let compiled = py.detach(|| compile(&program, arch))?;
         Ok(param_dicts(py, compiled.kernel(&self.name)?)?)
