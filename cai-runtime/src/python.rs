@@ -105,13 +105,18 @@ fn wrong(key: &'static str, expected: &'static str, got: &Bound<'_, PyAny>) -> I
     InterfaceError::WrongType { key, expected, got: format!("{} {repr}", type_name(got)) }
 }
 
-/// A Python int that fits `T`: an `int` (not a bool) or any other integer with
-/// `__index__` (`numpy.int64`).
-fn int<'py, T: FromPyObjectOwned<'py>>(key: &'static str, expected: &'static str, v: &Bound<'py, PyAny>) -> Result<T, InterfaceError> {
+/// A Python integer that fits `T`: an `int` or any other integer with `__index__`
+/// (`numpy.int64`), but not a bool (NumPy's `bool_` included) or a float; `None` otherwise.
+pub fn index_integer<'py, T: FromPyObjectOwned<'py>>(v: &Bound<'py, PyAny>) -> Option<T> {
     if v.is_instance_of::<PyBool>() || !(v.is_instance_of::<PyInt>() || is_index_integer(v)) {
-        return Err(wrong(key, expected, v));
+        return None;
     }
-    v.extract::<T>().map_err(|_| wrong(key, expected, v))
+    v.extract::<T>().ok()
+}
+
+/// [`index_integer`], or the error naming `key`.
+fn int<'py, T: FromPyObjectOwned<'py>>(key: &'static str, expected: &'static str, v: &Bound<'py, PyAny>) -> Result<T, InterfaceError> {
+    index_integer(v).ok_or_else(|| wrong(key, expected, v))
 }
 
 /// An object with `__index__` that is not a bool (NumPy's `bool_` included): an integer

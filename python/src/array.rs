@@ -5,10 +5,11 @@ use std::sync::Arc;
 
 use cai_runtime::array::DeviceArray as RtArray;
 use cai_runtime::cai::{shorten_plain, DType};
+use cai_runtime::python::index_integer;
 use cai_runtime::runtime::{Context, Stream as RtStream};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
 
 use crate::args::type_name;
 use crate::errors::{PyCaiError, PyCaiResult};
@@ -53,13 +54,7 @@ fn shape_from_py(obj: &Bound<'_, PyAny>) -> PyCaiResult<Vec<usize>> {
         let repr = shorten_plain(&obj.repr().map(|r| r.to_string()).unwrap_or_else(|_| type_name(obj)));
         PyCaiError::argument(format!("shape must be an int or a tuple of non-negative ints, got {repr}"))
     };
-    let extent = |item: &Bound<'_, PyAny>| -> PyCaiResult<usize> {
-        if item.is_instance_of::<PyBool>() || item.is_instance_of::<PyFloat>() || !item.get_type().hasattr("__index__")? {
-            return Err(bad());
-        }
-        let index = item.py().import("operator")?.getattr("index")?.call1((item,)).map_err(|_| bad())?;
-        index.extract::<usize>().map_err(|_| bad())
-    };
+    let extent = |item: &Bound<'_, PyAny>| -> PyCaiResult<usize> { index_integer(item).ok_or_else(bad) };
     if obj.is_instance_of::<PyString>() || obj.is_instance_of::<PyBytes>() {
         return Err(bad());
     }
