@@ -257,7 +257,6 @@ def test_phase_times_cover_a_launch() -> None:
     assert times["launch.driver"][1] <= times["launch.runtime"][1] <= times["launch"][1]
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize("path", ["auto", "known", "exchange", "generic"])
 def test_torch_views_whose_values_are_not_their_memory_are_refused_on_every_path(path: str) -> None:
     """A conjugate view (complex) and a tensor with the negative bit set (``z.conj().imag``)
@@ -277,7 +276,7 @@ def test_torch_views_whose_values_are_not_their_memory_are_refused_on_every_path
     _native.launch_view(z.conj().resolve_conj(), path=path)
     _native.launch_view(neg.resolve_neg(), path=path)
     if path == "auto":
-        k = caijit.kernel('extern "C" __global__ void copy(const float* x, float* y, int n) { int i = threadIdx.x; if (i < n) y[i] = x[i]; }')
+        k = caijit.kernel(COPY)
         out = torch.zeros(4, device="cuda")
         with pytest.raises(caijit.ArgumentError, match="argument 0.*resolve_neg"):
             k[1, 32](neg, out, 4)
