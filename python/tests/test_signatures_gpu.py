@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import caijit
+from test_signatures import NAMESPACES
 
 pytestmark = pytest.mark.gpu
 
@@ -138,10 +139,7 @@ def test_overloads_picked_by_the_arguments() -> None:
 
 def test_a_plain_name_does_not_pick_between_namespaces() -> None:
     """`k` names neither a::k nor b::k: not an overload set picked by dtype."""
-    src = r"""
-namespace a { __global__ void k(float* x) { x[0] = 1; } }
-namespace b { __global__ void k(double* x) { x[0] = 2; } }
-"""
+    src = NAMESPACES
     for dtype in ("float32", "float64"):
         with pytest.raises(caijit.ArgumentError, match=r"`k` is ambiguous: a::k, b::k"):
             caijit.kernel(src, "k")[1, 1](caijit.zeros(1, dtype))
