@@ -16,16 +16,13 @@ import caijit
 from caijit import _native
 
 from conftest import gpu_unavailable_reason
-from test_dlpack import _ExchangeAPI, _ManagedVersioned, _Tensor
+from test_dlpack import _capsule_new, _ExchangeAPI, _ManagedVersioned, _Tensor
 
 _DLTENSOR_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(_Tensor))
 _MANAGED_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(ctypes.POINTER(_ManagedVersioned)))
 _STREAM_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))
 _DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(_ManagedVersioned))
 
-_capsule_new = ctypes.pythonapi.PyCapsule_New
-_capsule_new.restype = ctypes.py_object
-_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 _NAME = b"dlpack_exchange_api"
 
 #: Everything a table points to, alive for the process (as the specification requires).
