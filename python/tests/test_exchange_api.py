@@ -214,6 +214,17 @@ def test_routes_by_type() -> None:
     assert _native._route(3) == "other" and _native._route(None) == "other"
 
 
+class _NumbaMemoryPointer:
+    """numba-cuda's MemoryPointer: the pointer as an attribute, and a property returning it."""
+
+    def __init__(self, pointer: Any) -> None:
+        self.device_pointer = pointer
+
+    @property
+    def device_ctypes_pointer(self) -> Any:
+        return self.device_pointer
+
+
 class _NumbaLike:
     """What numba-cuda's DeviceNDArrayBase holds, and its __cuda_array_interface__ as
     numba-cuda 0.30 writes it (fake device memory: nothing is dereferenced)."""
@@ -222,7 +233,7 @@ class _NumbaLike:
         import numpy as np
 
         self.shape, self.strides, self.dtype, self.stream = shape, strides, np.dtype(dtype), stream
-        self.gpu_data = type("MemoryPointer", (), {"device_ctypes_pointer": ctypes.c_size_t(ptr)})()
+        self.gpu_data = _NumbaMemoryPointer(ctypes.c_size_t(ptr))
 
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
@@ -261,6 +272,20 @@ def test_numba_fast_path_matches_numbas_interface() -> None:
         facts = lambda v: (v.shape, v.strides, v.ptr, str(v.dtype), v.readonly, v.stream)  # noqa: E731
         assert facts(fast) == facts(generic), (shape, strides)
         assert _native.launch_view(a).stream == (stream or None)
+    # With the NVIDIA binding, Numba's pointer is a `CUdeviceptr` (an int through __int__).
+    a = Base((4,), (4,), "float32", 0)
+    a.gpu_data = _NumbaMemoryPointer(_CUdeviceptr(ptr))
+    assert _native.launch_view(a, path="known").ptr == ptr
+
+
+class _CUdeviceptr:
+    """cuda-python's `CUdeviceptr`: no `value`, an int through `__int__`."""
+
+    def __init__(self, ptr: int) -> None:
+        self._ptr = ptr
+
+    def __int__(self) -> int:
+        return self._ptr
 
 
 def test_numba_broadcast_axes_keep_their_zero_strides() -> None:
@@ -276,7 +301,7 @@ def test_numba_broadcast_axes_keep_their_zero_strides() -> None:
 
 class _CupyLike:
     """What CuPy's ndarray holds that caijit reads (`dtype`, `data.ptr`, `data.device_id`,
-    `shape`, `strides`, `_c_contiguous`), and its __cuda_array_interface__ as CuPy 14 writes
+    `ndim`, `size`, `shape`, `strides`, `_c_contiguous`), and its __cuda_array_interface__ as CuPy 14 writes
     it, with the stream its C function reports (fake device memory: nothing is
     dereferenced)."""
 
@@ -284,6 +309,7 @@ class _CupyLike:
         import numpy as np
 
         self.shape, self.strides, self.dtype = shape, strides, np.dtype(dtype)
+        self.ndim, self.size = len(shape), int(np.prod(shape))
         self.data = type("MemoryPointer", (), {"ptr": ptr, "device_id": 0})()
         c = np.lib.stride_tricks.as_strided(np.empty(1, self.dtype), shape, strides) if shape else np.empty((), self.dtype)
         self._c_contiguous = bool(c.flags.c_contiguous)
@@ -331,7 +357,8 @@ def test_cupy_fast_path_matches_cupys_interface(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setitem(sys.modules, "cupy_backends.cuda.stream", sys.modules.get("cupy_backends.cuda.stream") or module)
     Base = _typed("cupy", "ndarray", _CupyLike)
     ptr = 0x7F0000000000
-    cases = [((3, 4), (16, 4), "float32"), ((3, 4), (4, 12), "float32"), ((2, 3), (48, 8), "int64"), ((5,), (8,), "float32"), ((), (), "int16")]
+    cases = [((3, 4), (16, 4), "float32"), ((3, 4), (4, 12), "float32"), ((2, 3), (48, 8), "int64"), ((5,), (8,), "float32"), ((5,), (4,), "float32"),
+             ((0,), (4,), "float32"), ((), (), "int16")]
     for shape, strides, dtype in cases:
         a = Base(shape, strides, dtype, ptr)
         fast, generic = _native.launch_view(a, path="known"), _native.launch_view(a, path="generic")

@@ -4,6 +4,7 @@
 use cai_runtime::cai::{ArrayView, StreamRef};
 use pyo3::intern;
 use pyo3::prelude::*;
+use smallvec::smallvec;
 
 use super::{ints, numpy_dtype_of, object_device, ArgContext, PyArg};
 use crate::errors::PyCaiResult;
@@ -22,7 +23,11 @@ pub fn view(obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option<
     let Some(dtype) = numpy_dtype_of(obj)? else { return Ok(None) };
     let data = obj.getattr(intern!(py, "data"))?;
     let ptr: u64 = data.getattr(intern!(py, "ptr"))?.extract()?;
-    let shape = ints::<usize>(&obj.getattr(intern!(py, "shape"))?)?;
+    // A 1-D array's shape is its size: two C fields, where `shape` builds a tuple.
+    let shape = match obj.getattr(intern!(py, "ndim"))?.extract::<usize>()? {
+        1 => smallvec![obj.getattr(intern!(py, "size"))?.extract::<usize>()?],
+        _ => ints::<usize>(&obj.getattr(intern!(py, "shape"))?)?,
+    };
     // A C-contiguous array's strides follow from its shape (CuPy's own CAI exports
     // `strides: None` then); its flag is a C field, cheaper than the strides tuple.
     // A CuPy without the (private) flag gives its strides.

@@ -1,6 +1,6 @@
 //! Numba device arrays (numba-cuda's `DeviceNDArrayBase`), read through the attributes
 //! their `__cuda_array_interface__` property reads, without building and parsing the dict
-//! (Numba's property alone costs ~1.8 µs per array): `gpu_data.device_ctypes_pointer`,
+//! (Numba's property alone costs ~1.8 µs per array): the pointer of `gpu_data`,
 //! `shape`, `strides` (`None`, C order, where Numba's own `is_contiguous` says so, except
 //! for broadcast axes, whose zero strides are kept),
 //! `dtype`, and `stream` (`0`: none). Readonly never; the device from the pointer, as for
@@ -39,10 +39,19 @@ fn numba_contiguous(shape: &[usize], strides: &[i64], itemsize: usize) -> bool {
 pub fn view(obj: &Bound<'_, PyAny>) -> PyCaiResult<Option<PyArg>> {
     let py = obj.py();
     let Some(dtype) = numpy_dtype_of(obj)? else { return Ok(None) };
-    let Ok(pointer) = obj.getattr(intern!(py, "gpu_data")).and_then(|g| g.getattr(intern!(py, "device_ctypes_pointer"))) else {
+    let Ok(gpu_data) = obj.getattr(intern!(py, "gpu_data")) else { return Ok(None) };
+    // The pointer object itself (an attribute every Numba memory object sets), else the
+    // `device_ctypes_pointer` property that returns it (a Python call per array).
+    let Ok(pointer) =
+        gpu_data.getattr(intern!(py, "device_pointer")).or_else(|_| gpu_data.getattr(intern!(py, "device_ctypes_pointer")))
+    else {
         return Ok(None);
     };
-    let ptr: u64 = pointer.getattr(intern!(py, "value"))?.extract::<Option<u64>>()?.unwrap_or(0);
+    // A ctypes pointer (`value`, `None` for null), or the NVIDIA binding's `CUdeviceptr`.
+    let ptr: u64 = match pointer.getattr(intern!(py, "value")) {
+        Ok(value) => value.extract::<Option<u64>>()?.unwrap_or(0),
+        Err(_) => pointer.call_method0(intern!(py, "__int__"))?.extract()?,
+    };
     let shape = ints::<usize>(&obj.getattr(intern!(py, "shape"))?)?;
     let strides = ints::<i64>(&obj.getattr(intern!(py, "strides"))?)?;
     // A broadcast axis (stride 0, extent > 1) keeps its strides: Numba's own dict calls such
