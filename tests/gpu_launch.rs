@@ -248,3 +248,22 @@ fn cudarc_slices_as_arguments() {
         assert_eq!(got[i], 3.0 * xs[i]);
     }
 }
+
+#[test]
+fn every_spelling_of_a_kernel_is_one_kernel() {
+    let ctx = skip_unless!(ctx(), "no CUDA device");
+    // A source of its own (its module is loaded here first), asked for by eight threads at once.
+    let program = Program::new(format!("{AXPY}\n// every_spelling_of_a_kernel_is_one_kernel {}\n", seed())).name_expression("axpy<float>");
+    let modules: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8).map(|_| s.spawn(|| ctx.compile(&program).unwrap())).collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    assert!(modules.iter().all(|m| Arc::ptr_eq(m, &modules[0])));
+    let m = &modules[0];
+    let by_expression = m.kernel("axpy<float>").unwrap();
+    let by_symbol = m.kernel(&by_expression.info().lowered_name).unwrap();
+    assert!(Arc::ptr_eq(&by_expression, &by_symbol), "one kernel per driver function");
+    // A limit raised through one spelling is the one every spelling's launch checks against.
+    by_expression.set_max_dynamic_shared_size_bytes(100_000).unwrap();
+    assert_eq!(by_symbol.attributes().max_dynamic_shared_size_bytes, 100_000);
+}

@@ -15,7 +15,7 @@ use crate::compile::{self, Arch, Compiled, KernelInfo, Program};
 use crate::runtime::Context;
 use crate::signature::{ParamKind, ParamLayout};
 use crate::stats::{bump, COUNTERS};
-use crate::sync::lock;
+use crate::sync::{lock, OnceMap};
 pub use crate::sys::KernelAttributes;
 use crate::sys::{RawFunction, RawModule};
 use crate::{Error, Result};
@@ -40,11 +40,10 @@ pub fn inspection_arch() -> Result<Arch> {
     }
 }
 
-/// Loaded modules by device ordinal and cache key.
-type Modules = Mutex<HashMap<(usize, String), Arc<Module>>>;
-
-/// Every module loaded so far.
-static MODULES: LazyLock<Modules> = LazyLock::new(Default::default);
+/// Every module loaded so far, by device ordinal and cache key: each loaded once, also
+/// when several threads ask for it first at the same time (a module is never unloaded, so
+/// a second load would leak).
+static MODULES: LazyLock<OnceMap<(usize, String), Arc<Module>>> = LazyLock::new(Default::default);
 
 impl Context {
     pub fn arch(&self) -> Arch {
@@ -60,14 +59,11 @@ impl Context {
 
     /// Load a compiled program (once per context and cache key).
     pub fn load(self: &Arc<Self>, compiled: Arc<Compiled>) -> Result<Arc<Module>> {
-        if let Some(m) = lock(&MODULES).get(&(self.ordinal(), compiled.key.clone())) {
-            return Ok(m.clone());
-        }
-        let d = self.bind()?;
-        let raw = d.load_module(compiled.image.bytes())?;
-        bump(&COUNTERS.modules_loaded);
-        let m = Arc::new(Module { ctx: self.clone(), compiled: compiled.clone(), raw, kernels: Mutex::new(HashMap::new()) });
-        Ok(lock(&MODULES).entry((self.ordinal(), compiled.key.clone())).or_insert(m).clone())
+        MODULES.get_or_try_insert_with((self.ordinal(), compiled.key.clone()), || {
+            let raw = self.bind()?.load_module(compiled.image.bytes())?;
+            bump(&COUNTERS.modules_loaded);
+            Ok(Arc::new(Module { ctx: self.clone(), compiled, raw, kernels: OnceMap::default(), by_spelling: Mutex::default() }))
+        })
     }
 }
 
@@ -77,7 +73,11 @@ pub struct Module {
     ctx: Arc<Context>,
     compiled: Arc<Compiled>,
     raw: RawModule,
-    kernels: Mutex<HashMap<String, Arc<Kernel>>>,
+    /// Kernels by lowered name: one `Kernel` per driver function, so that a limit raised
+    /// through one spelling of its name is the limit every spelling sees.
+    kernels: OnceMap<String, Arc<Kernel>>,
+    /// The kernels by each spelling asked for so far (name expression, lowered or plain).
+    by_spelling: Mutex<HashMap<String, Arc<Kernel>>>,
 }
 
 // Modules are never unloaded: a kernel handle handed out (to Python, to another thread)
@@ -93,10 +93,16 @@ impl Module {
 
     /// A kernel by name expression, lowered name or plain name.
     pub fn kernel(self: &Arc<Self>, name: &str) -> Result<Arc<Kernel>> {
-        if let Some(k) = lock(&self.kernels).get(name) {
+        if let Some(k) = lock(&self.by_spelling).get(name) {
             return Ok(k.clone());
         }
-        let info = self.compiled.kernel(name)?.clone();
+        let info = self.compiled.kernel(name)?;
+        let k = self.kernels.get_or_try_insert_with(info.lowered_name.clone(), || self.load_kernel(info.clone()))?;
+        lock(&self.by_spelling).insert(name.to_string(), k.clone());
+        Ok(k)
+    }
+
+    fn load_kernel(self: &Arc<Self>, info: KernelInfo) -> Result<Arc<Kernel>> {
         let d = self.ctx.bind()?;
         let cname = CString::new(info.lowered_name.as_str()).map_err(|_| Error::argument("kernel name has a NUL byte"))?;
         let raw = d.get_function(self.raw, &cname)?;
@@ -124,7 +130,7 @@ impl Module {
         let attributes = d.func_attributes(raw)?;
         let max_dynamic_shared = AtomicI32::new(attributes.max_dynamic_shared_size_bytes);
         let pointee_alignment = info.params.iter().map(pointee_alignment).collect();
-        let k = Arc::new(Kernel {
+        Ok(Arc::new(Kernel {
             module: self.clone(),
             info,
             raw,
@@ -132,8 +138,7 @@ impl Module {
             max_dynamic_shared,
             pointee_alignment,
             forall_block: OnceLock::new(),
-        });
-        Ok(lock(&self.kernels).entry(name.to_string()).or_insert(k).clone())
+        }))
     }
 }
 
