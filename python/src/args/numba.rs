@@ -42,8 +42,7 @@ pub fn view(obj: &Bound<'_, PyAny>) -> PyCaiResult<Option<PyArg>> {
     let Ok(gpu_data) = obj.getattr(intern!(py, "gpu_data")) else { return Ok(None) };
     // The pointer object itself (an attribute every Numba memory object sets), else the
     // `device_ctypes_pointer` property that returns it (a Python call per array).
-    let Ok(pointer) =
-        gpu_data.getattr(intern!(py, "device_pointer")).or_else(|_| gpu_data.getattr(intern!(py, "device_ctypes_pointer")))
+    let Ok(pointer) = gpu_data.getattr(intern!(py, "device_pointer")).or_else(|_| gpu_data.getattr(intern!(py, "device_ctypes_pointer")))
     else {
         return Ok(None);
     };
