@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import ctypes
 import os
 import re
 import shutil
@@ -23,11 +24,14 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from bench_launch import EMPTY0, EMPTY1, SRC  # the launch benchmark's empty kernels
 
 HERE = Path(__file__).resolve().parent
-CASES = ["no arguments", "1 int", "3 caijit arrays + 1 int", "3 CAI objects + 1 int"]
+CASES = ["no arguments", "1 int", "3 caijit arrays + 1 int", "3 CAI objects + 1 int", "3 Numba-style arrays + 1 int"]
 #: caijit's part of a launch: everything under the launcher's `__call__`.
 CALL = "Launcher::__pymethod___call__"
 
@@ -46,11 +50,27 @@ def run_case(case: str, n: int) -> None:
             self.__cuda_array_interface__ = interface
 
     c = Cai(a.__cuda_array_interface__)
+
+    class DeviceNDArrayBase:
+        """What caijit's Numba path reads of a Numba device array (Numba's own needs a GPU)."""
+
+        __module__, __qualname__ = "numba.cuda.cudadrv.devicearray", "DeviceNDArrayBase"
+
+        def __init__(self, interface: dict[str, Any]) -> None:
+            self.shape, self.strides, self.dtype, self.stream = interface["shape"], (4,), np.dtype(np.float32), 0
+            self._pointer = ctypes.c_size_t(interface["data"][0])
+
+        @property
+        def device_ctypes_pointer(self) -> ctypes.c_size_t:
+            return self._pointer
+
+    nb = DeviceNDArrayBase(a.__cuda_array_interface__)
     launch = {
         "no arguments": lambda: k0(),
         "1 int": lambda: k1(5),
         "3 caijit arrays + 1 int": lambda: k3(a, a, a, 5),
         "3 CAI objects + 1 int": lambda: k3(c, c, c, 5),
+        "3 Numba-style arrays + 1 int": lambda: k3(nb, nb, nb, 5),
     }[case]
     for _ in range(200 + n):  # the first 200 compile, load and warm up (also in the 0 run)
         launch()

@@ -236,6 +236,10 @@ class _NumbaLike:
         self.gpu_data = _NumbaMemoryPointer(ctypes.c_size_t(ptr))
 
     @property
+    def device_ctypes_pointer(self) -> Any:
+        return self.gpu_data.device_ctypes_pointer
+
+    @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
         size, contiguous = self.dtype.itemsize, True
         for n, s in zip(reversed(self.shape), reversed(self.strides)):
@@ -248,7 +252,7 @@ class _NumbaLike:
         return {
             "shape": self.shape,
             "strides": None if contiguous else tuple(self.strides),
-            "data": (self.gpu_data.device_ctypes_pointer.value or 0, False),
+            "data": (self.device_ctypes_pointer.value or 0, False),
             "typestr": self.dtype.str,
             "stream": int(stream) if stream != 0 else None,
             "version": 3,

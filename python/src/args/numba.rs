@@ -1,19 +1,17 @@
 //! Numba device arrays (numba-cuda's `DeviceNDArrayBase`), read through the attributes
 //! their `__cuda_array_interface__` property reads, without building and parsing the dict
-//! (Numba's property alone costs ~1.8 µs per array): the pointer of `gpu_data`,
+//! (Numba's property alone costs ~0.9 µs per array): `device_ctypes_pointer`,
 //! `shape`, `strides` (`None`, C order, where Numba's own `is_contiguous` says so, except
 //! for broadcast axes, whose zero strides are kept),
 //! `dtype`, and `stream` (`0`: none). Readonly never; the device from the pointer, as for
 //! the generic path, except on a single-GPU machine.
-
-use std::cell::RefCell;
 
 use cai_runtime::cai::{ArrayView, StreamRef};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyInt;
 
-use super::{ints, numpy_dtype_of, remember, PyArg};
+use super::{ints, numpy_dtype_of, PyArg};
 use crate::errors::PyCaiResult;
 
 /// Whether a type (from its MRO) is Numba's device array base, in numba-cuda's
@@ -38,52 +36,25 @@ fn numba_contiguous(shape: &[usize], strides: &[i64], itemsize: usize) -> bool {
     true
 }
 
-/// How a memory object's type gives its device address: the pointer object through the
-/// `device_pointer` attribute every Numba memory object sets (else the
-/// `device_ctypes_pointer` property, a Python call), and read as a ctypes pointer (`value`,
-/// `None` for null) or as the NVIDIA binding's `CUdeviceptr` (`int()`). Decided once per
-/// type, so that no read raises on the launch path (an exception costs ~1 µs).
-#[derive(Clone, Copy)]
-struct PointerRead {
-    property: bool,
-    ctypes: bool,
-}
-
-thread_local! {
-    static POINTER_READS: RefCell<Vec<(usize, Option<PointerRead>)>> = const { RefCell::new(Vec::new()) };
-}
-
-/// The address of Numba's memory object `gpu_data`; `None` for an object without a pointer.
-fn pointer_of(gpu_data: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
-    let py = gpu_data.py();
-    let attribute = |property: bool| if property { intern!(py, "device_ctypes_pointer") } else { intern!(py, "device_pointer") };
-    let read = |pointer: &Bound<'_, PyAny>, ctypes: bool| -> PyResult<u64> {
-        match ctypes {
-            true => Ok(pointer.getattr(intern!(py, "value"))?.extract::<Option<u64>>()?.unwrap_or(0)),
-            false => pointer.call_method0(intern!(py, "__int__"))?.extract(),
-        }
-    };
-    let how = remember(&POINTER_READS, gpu_data.get_type().as_any(), || {
-        let property = !gpu_data.hasattr(attribute(false))?;
-        let Ok(pointer) = gpu_data.getattr(attribute(property)) else { return Ok(None) };
-        Ok(Some(PointerRead { property, ctypes: pointer.hasattr(intern!(py, "value"))? }))
-    })?;
-    let Some(how) = how else { return Ok(None) };
-    // (An object unlike the first of its type is read the slow way.)
-    match gpu_data.getattr(attribute(how.property)).and_then(|p| read(&p, how.ctypes)) {
-        Ok(ptr) => Ok(Some(ptr)),
-        Err(_) => {
-            let Ok(pointer) = gpu_data.getattr(attribute(false)).or_else(|_| gpu_data.getattr(attribute(true))) else { return Ok(None) };
-            Ok(Some(read(&pointer, pointer.hasattr(intern!(py, "value"))?)?))
-        }
-    }
+/// The array's device address, as Numba's own interface reads it: its
+/// `device_ctypes_pointer` (a ctypes pointer, `value` `None` for null; on H200 with
+/// numba-cuda 0.68 ~0.04 µs, where `gpu_data.device_pointer` goes through `OwnedPointer`'s
+/// `__getattr__` and the NVIDIA binding's `__int__`, ~0.14), or an integer-like pointer
+/// object (the NVIDIA binding's `CUdeviceptr`) through `__int__`; `None` when the object
+/// has no pointer.
+fn pointer_of(obj: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+    let py = obj.py();
+    let Ok(pointer) = obj.getattr(intern!(py, "device_ctypes_pointer")) else { return Ok(None) };
+    Ok(Some(match pointer.getattr(intern!(py, "value")) {
+        Ok(value) => value.extract::<Option<u64>>()?.unwrap_or(0),
+        Err(_) => pointer.call_method0(intern!(py, "__int__"))?.extract()?,
+    }))
 }
 
 pub fn view(obj: &Bound<'_, PyAny>) -> PyCaiResult<Option<PyArg>> {
     let py = obj.py();
     let Some(dtype) = numpy_dtype_of(obj)? else { return Ok(None) };
-    let Ok(gpu_data) = obj.getattr(intern!(py, "gpu_data")) else { return Ok(None) };
-    let Some(ptr) = pointer_of(&gpu_data)? else { return Ok(None) };
+    let Some(ptr) = pointer_of(obj)? else { return Ok(None) };
     let shape = ints::<usize>(&obj.getattr(intern!(py, "shape"))?)?;
     let strides = ints::<i64>(&obj.getattr(intern!(py, "strides"))?)?;
     // A broadcast axis (stride 0, extent > 1) keeps its strides: Numba's own dict calls such
