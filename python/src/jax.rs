@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 
 use crate::args::number;
 use crate::errors::{PyCaiError, PyCaiResult};
-use crate::kernel::{inspection_arch, Kernel};
+use crate::kernel::{admits, inspection_arch, overload_list, Kernel};
 
 fn buffer_spec(what: &str, i: usize, (dtype, shape): &(String, Vec<usize>)) -> PyCaiResult<BufferSpec> {
     let dtype =
@@ -152,27 +152,24 @@ pub fn xla_prepare(
             let mut fits: Vec<(&KernelInfo, Vec<Binding>)> = Vec::new();
             for c in &candidates {
                 if let Ok((b, types)) = bind(&names_of(c)) {
-                    if c.params.len() == types.len() && c.params.iter().zip(&types).all(|(p, t)| p.kind.admits(t)) {
+                    if admits(c, &types) {
                         fits.push((c, b));
                     }
                 }
             }
-            let show = |ks: &mut dyn Iterator<Item = &KernelInfo>| {
-                ks.map(|k| k.demangled.clone().unwrap_or(k.lowered_name.clone())).collect::<Vec<_>>().join(", ")
-            };
             if fits.len() != 1 {
                 let buffers: Vec<String> = inputs.iter().chain(&outputs).map(|b| format!("{}{:?}", b.dtype.name(), b.shape)).collect();
                 return Err(PyCaiError::argument(if fits.is_empty() {
                     format!(
                         "no overload of `{k}` takes these buffers ({}) and scalars; it has: {}",
                         buffers.join(", "),
-                        show(&mut candidates.iter().copied())
+                        overload_list(candidates.iter().copied())
                     )
                 } else {
                     format!(
                         "the buffers ({}) and scalars fit several overloads of `{k}` ({}); pass typed scalars (e.g. numpy.float32) or name one with an overload cast",
                         buffers.join(", "),
-                        show(&mut fits.iter().map(|(k, _)| *k))
+                        overload_list(fits.iter().map(|(k, _)| *k))
                     )
                 }));
             }

@@ -259,21 +259,28 @@ fn overload_cast(k: &KernelInfo) -> String {
 
 /// The one overload whose parameters admit the launch's argument types.
 fn pick_overload(candidates: Vec<&KernelInfo>, types: &[ArgType]) -> cai_runtime::Result<String> {
-    let fits: Vec<&&KernelInfo> =
-        candidates.iter().filter(|k| k.params.len() == types.len() && k.params.iter().zip(types).all(|(p, t)| p.kind.admits(t))).collect();
-    let show =
-        |ks: &[&&KernelInfo]| ks.iter().map(|k| k.demangled.clone().unwrap_or(k.lowered_name.clone())).collect::<Vec<_>>().join(", ");
+    let fits: Vec<&KernelInfo> = candidates.iter().copied().filter(|k| admits(k, types)).collect();
     match fits.as_slice() {
         [one] => Ok(one.lowered_name.clone()),
         [] => Err(Error::argument(format!(
             "no overload of this kernel takes these arguments ({types:?}); it has: {}",
-            show(&candidates.iter().collect::<Vec<_>>())
+            overload_list(candidates.iter().copied())
         ))),
         many => Err(Error::argument(format!(
             "the arguments fit several overloads ({}); pass typed scalars (e.g. numpy.float32) or name one with an overload cast",
-            show(many)
+            overload_list(many.iter().copied())
         ))),
     }
+}
+
+/// Whether a kernel's parameters take arguments of `types`, one each.
+pub fn admits(k: &KernelInfo, types: &[ArgType]) -> bool {
+    k.params.len() == types.len() && k.params.iter().zip(types).all(|(p, t)| p.kind.admits(t))
+}
+
+/// Overloads as messages name them: demangled where the name could be demangled.
+pub fn overload_list<'a>(ks: impl Iterator<Item = &'a KernelInfo>) -> String {
+    ks.map(|k| k.demangled.as_deref().unwrap_or(&k.lowered_name)).collect::<Vec<_>>().join(", ")
 }
 
 /// `cai_runtime::kernel::inspection_arch` (`params`, `compile()`, XLA lowerings), with the
