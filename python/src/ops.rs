@@ -26,48 +26,6 @@ use crate::array::{dtype_from_py, DeviceArray};
 use crate::errors::{PyCaiError, PyCaiResult};
 use crate::stream::stream_from_py;
 
-/// What an op receives: its arrays' views, their device's context and the launch stream.
-struct Call<'a, const N: usize> {
-    ctx: &'a Arc<Context>,
-    arrays: [&'a ArrayView; N],
-    stream: Option<&'a RtStream>,
-}
-
-/// Convert `arrays` (named, in the op's order) and `stream`, then run `op` on the arrays'
-/// device with the GIL released.
-fn call<const N: usize>(
-    py: Python<'_>,
-    what: &str,
-    arrays: [(&str, &Bound<'_, PyAny>); N],
-    stream: Option<&Bound<'_, PyAny>>,
-    op: impl for<'a> FnOnce(Call<'a, N>) -> cai_runtime::Result<()> + Send,
-) -> PyCaiResult<()> {
-    let stream = stream.map(stream_from_py).transpose()?.flatten();
-    let mut cx = ArgContext::new(stream.as_deref().map(RtStream::handle));
-    let mut converted: SmallVec<[PyArg; 4]> =
-        arrays.iter().enumerate().map(|(i, (_, a))| arg_from_py(i, a, &mut cx)).collect::<Result<_, _>>()?;
-    let device = launch_device(&mut converted, stream.as_deref())?;
-    let mut views: SmallVec<[&ArrayView; 4]> = SmallVec::new();
-    for ((name, obj), a) in arrays.iter().zip(&converted) {
-        let not_array = || -> PyCaiError {
-            let ty = obj.get_type().name().map(|n| n.to_string()).unwrap_or_default();
-            PyCaiError::argument(format!("{what}: {name} must be a CUDA array, got {ty}"))
-        };
-        views.push(a.view().ok_or_else(not_array)?);
-    }
-    let arrays: [&ArrayView; N] = std::array::from_fn(|i| views[i]);
-    let on = launch_stream(arrays, stream.as_deref());
-    let (ctx, done) = py.detach(|| -> cai_runtime::Result<_> {
-        let ctx = Context::new(device)?;
-        let done = op(Call { ctx: &ctx, arrays, stream: stream.as_deref() });
-        Ok((ctx, done))
-    })?;
-    drop(views);
-    // Also after a failure: an op of several kernels may have enqueued some of them.
-    release_after(&ctx, on, converted)?;
-    Ok(done?)
-}
-
 /// A Python or NumPy number as an op's scalar (converted to the arrays' dtype exactly, or
 /// refused), read as a launch reads a scalar argument.
 fn number(what: &str, obj: &Bound<'_, PyAny>) -> PyCaiResult<Num> {
@@ -111,11 +69,11 @@ impl<'py> OpCall<'py> {
         Ok(OpCall { py, what, stream, cx, args: SmallVec::new() })
     }
 
-    /// Convert an input array (as `caijit.launch_view` does: argument 0 in messages).
-    fn input(&mut self, obj: &Bound<'py, PyAny>) -> PyCaiResult<()> {
-        let a = arg_from_py(0, obj, &mut self.cx)?;
+    /// Convert input array `name`, the call's next argument (as a launch converts one).
+    fn input(&mut self, name: &str, obj: &Bound<'py, PyAny>) -> PyCaiResult<()> {
+        let a = arg_from_py(self.args.len(), obj, &mut self.cx)?;
         if a.view().is_none() {
-            return Err(PyCaiError::argument("not an array"));
+            return Err(not_an_array(self.what, name, obj));
         }
         self.args.push(a);
         Ok(())
@@ -142,8 +100,7 @@ impl<'py> OpCall<'py> {
         if let Some(o) = out {
             let a = arg_from_py(out_index, o, &mut cx)?;
             if a.view().is_none() {
-                let ty = o.get_type().name().map(|n| n.to_string()).unwrap_or_default();
-                return Err(PyCaiError::argument(format!("{what}: out must be a CUDA array, got {ty}")));
+                return Err(not_an_array(what, "out", o));
             }
             args.push(a);
         }
@@ -167,6 +124,12 @@ impl<'py> OpCall<'py> {
             (None, None) => unreachable!("a result is allocated when no out is given"),
         }
     }
+}
+
+/// "`what`: `name` must be a CUDA array, got `type`".
+fn not_an_array(what: &str, name: &str, obj: &Bound<'_, PyAny>) -> PyCaiError {
+    let ty = obj.get_type().name().map(|n| n.to_string()).unwrap_or_default();
+    PyCaiError::argument(format!("{what}: {name} must be a CUDA array, got {ty}"))
 }
 
 /// The GPU part of an op call (the GIL released): copies of strided inputs, the result's
@@ -232,8 +195,8 @@ pub fn axpy<'py>(
     stream: Option<&Bound<'py, PyAny>>,
 ) -> PyCaiResult<Py<PyAny>> {
     let mut c = OpCall::new(py, "axpy", stream)?;
-    c.input(x)?;
-    c.input(y)?;
+    c.input("x", x)?;
+    c.input("y", y)?;
     let a = number("axpy", a)?;
     let new = like(out, c.view(0));
     c.run(out, 2, true, new, move |ctx, v, o, s| ops::axpy(ctx, a, v[0], v[1], o, s))
@@ -250,7 +213,7 @@ pub fn scale<'py>(
     stream: Option<&Bound<'py, PyAny>>,
 ) -> PyCaiResult<Py<PyAny>> {
     let mut c = OpCall::new(py, "scale", stream)?;
-    c.input(x)?;
+    c.input("x", x)?;
     let a = number("scale", a)?;
     let new = like(out, c.view(0));
     c.run(out, 1, true, new, move |ctx, v, o, s| ops::scale(ctx, v[0], a, o, s))
@@ -261,7 +224,8 @@ pub fn scale<'py>(
 #[pyo3(signature = (out, value, stream = None))]
 pub fn fill(py: Python<'_>, out: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>) -> PyCaiResult<()> {
     let value = number("fill", value)?;
-    call(py, "fill", [("out", out)], stream, |c| ops::fill(c.ctx, c.arrays[0], value, c.stream))
+    OpCall::new(py, "fill", stream)?.run(Some(out), 0, false, None, move |ctx, _, o, s| ops::fill(ctx, o, value, s))?;
+    Ok(())
 }
 
 /// `cast`'s target dtype as `caijit.ops` reads it: a dtype's own name directly, anything
@@ -290,7 +254,7 @@ pub fn cast<'py>(
     stream: Option<&Bound<'py, PyAny>>,
 ) -> PyCaiResult<Py<PyAny>> {
     let mut c = OpCall::new(py, "cast", stream)?;
-    c.input(x)?;
+    c.input("x", x)?;
     let to = cast_dtype(dtype, out.is_none())?;
     let new = to.map(|d| (c.view(0).shape().into(), d));
     c.run(out, 1, true, new, |ctx, v, o, s| ops::cast(ctx, v[0], o, s))
@@ -310,8 +274,8 @@ pub fn binary<'py>(
 ) -> PyCaiResult<Py<PyAny>> {
     let op = BinaryOp::from_name(op).ok_or_else(|| PyCaiError::argument(format!("no binary operation named {op:?}")))?;
     let mut c = OpCall::new(py, op.name(), stream)?;
-    c.input(a)?;
-    c.input(b)?;
+    c.input("a", a)?;
+    c.input("b", b)?;
     // (a given out is checked against the broadcast shape by the op)
     let new = match out {
         Some(_) => None,
@@ -350,7 +314,7 @@ pub fn ascontiguous<'py>(
     stream: Option<&Bound<'py, PyAny>>,
 ) -> PyCaiResult<Py<PyAny>> {
     let mut c = OpCall::new(py, "ascontiguous", stream)?;
-    c.input(x)?;
+    c.input("x", x)?;
     let new = like(out, c.view(0));
     c.run(out, 1, false, new, |ctx, v, o, s| ops::ascontiguous(ctx, v[0], o, s))
 }
@@ -367,9 +331,10 @@ pub fn copy_contiguous(
     stream: Option<&Bound<'_, PyAny>>,
 ) -> PyCaiResult<()> {
     use cai_runtime::launch::{copy_contiguous, Arg};
-    call(py, "copy_contiguous", [("src", src), ("dst", dst)], stream, |c| {
-        copy_contiguous(c.ctx, &Arg::Array(c.arrays[0]), &Arg::Array(c.arrays[1]), c.stream, true).map(drop)
-    })
+    let mut c = OpCall::new(py, "copy_contiguous", stream)?;
+    c.input("src", src)?;
+    c.run(Some(dst), 1, false, None, |ctx, v, o, s| copy_contiguous(ctx, &Arg::Array(v[0]), &Arg::Array(o), s, true).map(drop))?;
+    Ok(())
 }
 
 /// The 2-D transpose of `x` into `out` (`out` None: a new array); returns the result.
@@ -382,7 +347,7 @@ pub fn transpose<'py>(
     stream: Option<&Bound<'py, PyAny>>,
 ) -> PyCaiResult<Py<PyAny>> {
     let mut c = OpCall::new(py, "transpose", stream)?;
-    c.input(x)?;
+    c.input("x", x)?;
     let [rows, cols] = *c.view(0).shape() else {
         return Err(PyCaiError::argument(format!("transpose: expected a 2-D array, got {}-d", c.view(0).ndim())));
     };
@@ -409,7 +374,7 @@ pub fn reduce<'py>(
         _ => return Err(PyCaiError::argument(format!("no reduction {op:?} (sum or max)"))),
     };
     let mut c = OpCall::new(py, what, stream)?;
-    c.input(x)?;
+    c.input("x", x)?;
     let v = c.view(0);
     // `axis in (-1, x.ndim - 1)`, as Python compares.
     let last = match axis {
@@ -446,7 +411,7 @@ pub fn softmax<'py>(
     stream: Option<&Bound<'py, PyAny>>,
 ) -> PyCaiResult<Py<PyAny>> {
     let mut c = OpCall::new(py, "softmax", stream)?;
-    c.input(x)?;
+    c.input("x", x)?;
     let new = like(out, c.view(0));
     c.run(out, 1, true, new, |ctx, v, o, s| ops::softmax(ctx, v[0], o, s))
 }
@@ -464,7 +429,7 @@ pub fn unary<'py>(
 ) -> PyCaiResult<Py<PyAny>> {
     let op = ops::unary_op(op)?.name;
     let mut c = OpCall::new(py, op, stream)?;
-    c.input(x)?;
+    c.input("x", x)?;
     let new = like(out, c.view(0));
     c.run(out, 1, true, new, move |ctx, v, o, s| ops::unary(ctx, op, v[0], o, s))
 }

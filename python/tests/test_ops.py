@@ -64,6 +64,21 @@ def test_unary_ops_refuse_what_they_do_not_support() -> None:
         caijit._native.unary("nope", None, None)
 
 
+def test_ops_name_the_argument_that_is_not_an_array() -> None:
+    """A scalar where an op takes an array is refused with the op's and the parameter's
+    names (no GPU needed: the arguments are converted before any work)."""
+    cases: list[tuple[Callable[[], Any], str]] = [
+        (lambda: ops.add(3, 4), "add: a must be a CUDA array, got int"),
+        (lambda: ops.axpy(2.0, 1.5, None), "axpy: x must be a CUDA array, got float"),
+        (lambda: ops.softmax(7), "softmax: x must be a CUDA array, got int"),
+        (lambda: ops.fill(3, 0.0), "fill: out must be a CUDA array, got int"),
+        (lambda: caijit._native.copy_contiguous(1, 2), "copy_contiguous: src must be a CUDA array, got int"),
+    ]
+    for f, message in cases:
+        with pytest.raises(caijit.ArgumentError, match=re.escape(message)):
+            f()
+
+
 # ---------------------------------------------------------------------------- GPU
 
 rng = np.random.default_rng()
@@ -329,6 +344,7 @@ def test_op_errors_name_what_was_wrong() -> None:
         (lambda: ops.fill(caijit.parse_interface({**x.__cuda_array_interface__, "shape": (4, 3), "strides": (4, 16)}), 0.0),
          "fill: needs C-contiguous arrays"),
         (lambda: ops.fill(3, 0.0), "fill: out must be a CUDA array, got int"),
+        (lambda: ops.add(x, 3), "add: b must be a CUDA array, got int"),
         (lambda: ops.scale(x, 2.0, out=caijit.empty((3, 4), "float64")), "out must be a C-contiguous float32 array of shape [3, 4], got float64"),
     ]
     for f, message in cases:
