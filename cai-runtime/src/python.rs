@@ -41,13 +41,26 @@ impl std::fmt::Display for FromPyError {
             FromPyError::Interface(e) => write!(f, "{e}"),
             FromPyError::NoInterface(m) => f.write_str(m),
             FromPyError::Py(e) => write!(f, "{e}"),
-            FromPyError::Producer { type_name, error } => Python::attach(|py| {
-                let kind = error.get_type(py).name().map(|n| n.to_string()).unwrap_or_else(|_| "an exception".into());
-                let text = error.value(py).str().map(|s| s.to_string()).unwrap_or_default();
-                write!(f, "the __cuda_array_interface__ of a {type_name} raised {kind}: {}", shorten_plain(&text))
-            }),
+            FromPyError::Producer { type_name, error } => f.write_str(&producer_message(type_name, error)),
         }
     }
+}
+
+fn producer_message(type_name: &str, error: &PyErr) -> String {
+    Python::attach(|py| {
+        let kind = error.get_type(py).name().map(|n| n.to_string()).unwrap_or_else(|_| "an exception".into());
+        let text = error.value(py).str().map(|s| s.to_string()).unwrap_or_default();
+        format!("the __cuda_array_interface__ of a {type_name} raised {kind}: {}", shorten_plain(&text))
+    })
+}
+
+/// The exception for a producer whose `__cuda_array_interface__` raised `error`: `make`'s
+/// exception, with the message [`FromPyError::Producer`] displays and `error` as its
+/// `__cause__`.
+pub fn producer_exception(type_name: &str, error: PyErr, make: impl FnOnce(String) -> PyErr) -> PyErr {
+    let err = make(producer_message(type_name, &error));
+    Python::attach(|py| err.set_cause(py, Some(error)));
+    err
 }
 
 impl From<InterfaceError> for FromPyError {
@@ -70,15 +83,7 @@ impl From<FromPyError> for PyErr {
             FromPyError::Interface(e) => PyValueError::new_err(e.to_string()),
             FromPyError::NoInterface(m) => PyTypeError::new_err(m),
             FromPyError::Py(e) => e,
-            producer @ FromPyError::Producer { .. } => {
-                let message = producer.to_string();
-                let FromPyError::Producer { error, .. } = producer else { unreachable!() };
-                Python::attach(|py| {
-                    let err = PyValueError::new_err(message);
-                    err.set_cause(py, Some(error));
-                    err
-                })
-            }
+            FromPyError::Producer { type_name, error } => producer_exception(&type_name, error, PyValueError::new_err::<String>),
         }
     }
 }

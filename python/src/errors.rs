@@ -48,15 +48,9 @@ impl From<cai_runtime::python::FromPyError> for PyCaiError {
             E::Interface(e) => PyCaiError::Cai(Error::Interface(e)),
             E::NoInterface(m) => PyCaiError::argument(m),
             E::Py(e) => PyCaiError::Py(e),
-            producer @ E::Producer { .. } => {
-                // `except caijit.CaijitError` catches it; the producer's exception is its cause.
-                let message = producer.to_string();
-                let E::Producer { error, .. } = producer else { unreachable!() };
-                PyCaiError::Py(Python::attach(|py| {
-                    let err = InterfaceError::new_err(message);
-                    err.set_cause(py, Some(error));
-                    err
-                }))
+            // `except caijit.CaijitError` catches it; the producer's exception is its cause.
+            E::Producer { type_name, error } => {
+                PyCaiError::Py(cai_runtime::python::producer_exception(&type_name, error, InterfaceError::new_err::<String>))
             }
             other => PyCaiError::Py(other.into()),
         }
