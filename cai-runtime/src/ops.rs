@@ -401,14 +401,11 @@ fn reduce(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, sum: bool, stream:
     if out.size() != 1 {
         return Err(Error::argument(format!("{what}: out must have one element, got shape {:?}", out.shape())));
     }
-    let acc = accumulator(x.dtype(), sum);
     if x.nbytes() <= ONE_BLOCK_BYTES {
         // One kernel: the whole array as one row, reduced by one block into `out`.
-        let k = kernel(ctx, "reduce", "reduce_rows", &[TArg::T(x.dtype()), TArg::T(acc), TArg::T(out.dtype())])?;
-        let block = (x.size().div_ceil(32) * 32).clamp(32, BLOCK as usize) as u32;
-        let args = [Arg::Array(x), Arg::Array(out), int(1), int(x.size()), scalar(i32::from(!sum))];
-        return k.launch(&LaunchConfig::new([1, 1, 1], [block, 1, 1]), &args, stream, true).map(drop);
+        return launch_rows(ctx, x, out, 1, x.size(), sum, stream);
     }
+    let acc = accumulator(x.dtype(), sum);
     let cfg = grid(ctx, x.size());
     let blocks = cfg.grid[0] as usize;
     let s = Arc::new(Stream::borrowed(crate::launch::launch_stream([x, out], stream))?);
@@ -457,7 +454,20 @@ fn reduce_rows(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, sum: bool, st
     };
     real(what, out.dtype())?;
     check_out(what, out, lead, out.dtype())?;
-    let rows = x.size() / cols;
+    launch_rows(ctx, x, out, x.size() / cols, cols, sum, stream)
+}
+
+/// The `reduce_rows` kernel: each of `rows` rows of `cols` elements of `x` reduced by one
+/// block into its element of `out`.
+fn launch_rows(
+    ctx: &Arc<Context>,
+    x: &ArrayView,
+    out: &ArrayView,
+    rows: usize,
+    cols: usize,
+    sum: bool,
+    stream: Option<&Stream>,
+) -> Result<()> {
     let (t, a, r) = (TArg::T(x.dtype()), TArg::T(accumulator(x.dtype(), sum)), TArg::T(out.dtype()));
     let k = kernel(ctx, "reduce", "reduce_rows", &[t, a, r])?;
     let block = (cols.div_ceil(32) * 32).clamp(32, BLOCK as usize) as u32;
