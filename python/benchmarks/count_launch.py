@@ -77,7 +77,9 @@ def run_case(case: str, n: int) -> None:
 
 
 def callgrind(case: str, n: int, stub: Path, out: Path) -> None:
-    env = dict(os.environ, LD_LIBRARY_PATH=f"{stub}:{os.environ.get('LD_LIBRARY_PATH', '')}")
+    # A fixed hash seed: with a random one, the start-up's own instruction count (dict
+    # layouts) differs between the two runs by millions, swamping the loop's difference.
+    env = dict(os.environ, LD_LIBRARY_PATH=f"{stub}:{os.environ.get('LD_LIBRARY_PATH', '')}", PYTHONHASHSEED="0")
     cmd = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__, "--run", case, str(n)]
     subprocess.run(cmd, env=env, check=True, capture_output=True)
 
