@@ -24,7 +24,9 @@ impl<K, V> Default for OnceMap<K, V> {
 }
 
 impl<K: Eq + Hash, V: Clone> OnceMap<K, V> {
-    /// The value of `key`, made by `make` if no one made it yet.
+    /// The value of `key`, made by `make` if no one made it yet. `make` runs holding
+    /// `key`'s slot, so it must not ask this map for a value (its own key would wait for
+    /// itself; two makers could wait for each other).
     pub fn get_or_try_insert_with<E>(&self, key: K, make: impl FnOnce() -> Result<V, E>) -> Result<V, E> {
         let slot = lock(&self.slots).entry(key).or_default().clone();
         let mut value = lock(&slot);

@@ -276,10 +276,7 @@ def test_numba_fast_path_matches_numbas_interface() -> None:
         facts = lambda v: (v.shape, v.strides, v.ptr, str(v.dtype), v.readonly, v.stream)  # noqa: E731
         assert facts(fast) == facts(generic), (shape, strides)
         assert _native.launch_view(a).stream == (stream or None)
-    # With the NVIDIA binding, Numba's pointer is a `CUdeviceptr` (an int through __int__).
-    a = Base((4,), (4,), "float32", 0)
-    a.gpu_data = _NumbaMemoryPointer(_CUdeviceptr(ptr))
-    assert _native.launch_view(a, path="known").ptr == ptr
+
 
 
 class _CUdeviceptr:
@@ -290,6 +287,29 @@ class _CUdeviceptr:
 
     def __int__(self) -> int:
         return self._ptr
+
+
+class _RaisingValue:
+    @property
+    def value(self) -> int:
+        raise RuntimeError("boom")
+
+
+@pytest.mark.parametrize("pointer", [_CUdeviceptr(0x7F0000000000), object(), None, ctypes.c_ssize_t(-8), _RaisingValue()],
+                         ids=["CUdeviceptr", "object", "None", "negative", "value raises"])
+def test_numba_pointers_the_fast_path_cannot_read_get_the_generic_answer(pointer: Any) -> None:
+    """A pointer that is not a ctypes pointer (or whose value is not an address) is not
+    reinterpreted by the fast path: the launch reads the object's own interface, and
+    reports the error that gives, typed."""
+    Base = _typed("numba.cuda.cudadrv.devicearray", "DeviceNDArrayBase", _NumbaLike)
+    a = Base((4,), (4,), "float32", 0)
+    a.gpu_data = _NumbaMemoryPointer(pointer)
+    outcomes = []
+    for path in ("known", "generic"):
+        with pytest.raises(caijit.CaijitError) as e:
+            _native.launch_view(a, path=path)
+        outcomes.append((type(e.value), str(e.value)))
+    assert outcomes[0] == outcomes[1]
 
 
 def test_numba_broadcast_axes_keep_their_zero_strides() -> None:
@@ -324,7 +344,7 @@ class _CupyLike:
         return {
             "shape": self.shape,
             "strides": None if self._c_contiguous else self.strides,
-            "data": (self.data.ptr, False),
+            "data": (self.data.ptr if self.size > 0 else 0, False),
             "typestr": self.dtype.str,
             "descr": [("", self.dtype.str)],
             "stream": stream,
@@ -362,13 +382,18 @@ def test_cupy_fast_path_matches_cupys_interface(monkeypatch: pytest.MonkeyPatch)
     Base = _typed("cupy", "ndarray", _CupyLike)
     ptr = 0x7F0000000000
     cases = [((3, 4), (16, 4), "float32"), ((3, 4), (4, 12), "float32"), ((2, 3), (48, 8), "int64"), ((5,), (8,), "float32"), ((5,), (4,), "float32"),
-             ((0,), (4,), "float32"), ((), (), "int16")]
+             ((0,), (4,), "float32"), ((2, 0), (4, 4), "float32"), ((), (), "int16")]
     for shape, strides, dtype in cases:
         a = Base(shape, strides, dtype, ptr)
         fast, generic = _native.launch_view(a, path="known"), _native.launch_view(a, path="generic")
         facts = lambda v: (v.shape, v.strides, v.ptr, str(v.dtype), v.readonly, v.stream, v.device)  # noqa: E731
         assert facts(fast)[:6] == facts(generic)[:6], (shape, strides)
         assert fast.stream == 0x5EED and fast.device == 0
+    # A Python subclass may override what CuPy's interface reads (here `size`, which the
+    # 1-D shortcut of CuPy's own type reads): its arrays are read as the interface reads them.
+    Sub = type("Sub", (Base,), {"size": property(lambda self: 7, lambda self, v: None)})
+    a = Sub((6,), (4,), "float32", ptr)
+    assert _native.launch_view(a, path="known").shape == _native.launch_view(a, path="generic").shape == (6,)
     _CUPY_STREAM["ptr"] = 0
     try:
         assert _native.launch_view(Base((4,), (4,), "float32", ptr)).stream == 1  # the null stream: legacy

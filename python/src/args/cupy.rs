@@ -4,7 +4,7 @@
 use cai_runtime::cai::{ArrayView, StreamRef};
 use pyo3::intern;
 use pyo3::prelude::*;
-use smallvec::smallvec;
+use smallvec::{smallvec, SmallVec};
 
 use super::{ints, numpy_dtype_of, object_device, ArgContext, PyArg};
 use crate::errors::PyCaiResult;
@@ -18,21 +18,14 @@ pub fn is_type(qualified_name: &str) -> bool {
     (module == "cupy" || module.starts_with("cupy.")) && matches!(name, "ndarray" | "_ndarray_base")
 }
 
-pub fn view(obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option<PyArg>> {
+/// `exact`: `obj`'s type is CuPy's own, whose `ndim`, `size` and `shape` are its C fields
+/// (a Python subclass may override them, so its shape is read as CuPy's interface reads it).
+pub fn view(obj: &Bound<'_, PyAny>, exact: bool, ctx: &mut ArgContext) -> PyCaiResult<Option<PyArg>> {
     let py = obj.py();
     let Some(dtype) = numpy_dtype_of(obj)? else { return Ok(None) };
-    let data = obj.getattr(intern!(py, "data"))?;
-    let ptr: u64 = data.getattr(intern!(py, "ptr"))?.extract()?;
-    // A 1-D array's shape is its size: two C fields, where `shape` builds a tuple.
-    let shape = match obj.getattr(intern!(py, "ndim"))?.extract::<usize>()? {
-        1 => smallvec![obj.getattr(intern!(py, "size"))?.extract::<usize>()?],
-        _ => ints::<usize>(&obj.getattr(intern!(py, "shape"))?)?,
-    };
-    // A C-contiguous array's strides follow from its shape (CuPy's own CAI exports
-    // `strides: None` then); its flag is a C field, cheaper than the strides tuple.
-    // A CuPy without the (private) flag gives its strides.
-    let c_contiguous = obj.getattr(intern!(py, "_c_contiguous")).and_then(|f| f.extract::<bool>()).unwrap_or(false);
-    let strides = if c_contiguous { None } else { Some(ints::<i64>(&obj.getattr(intern!(py, "strides"))?)?) };
+    // Attributes that cannot be read as CuPy's own are left to the generic path, which reads
+    // the object's interface and reports what is wrong with it.
+    let Ok((ptr, shape, strides, data)) = read(obj, exact) else { return Ok(None) };
     let stream = ctx.cupy_stream(py)?.map(StreamRef::from_cai).transpose()?;
     // The memory's device, from its pointer object (`a.device` would build a Device).
     let device = object_device(|| match data.getattr(intern!(py, "device_id")) {
@@ -40,4 +33,28 @@ pub fn view(obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option<
         Err(_) => Ok(obj.getattr(intern!(py, "device"))?.getattr(intern!(py, "id"))?.extract()?),
     })?;
     Ok(Some(PyArg::ArrayOn(ArrayView::new(ptr, &shape, strides.as_deref(), dtype, false, stream)?, device)))
+}
+
+type Layout<'py> = (u64, SmallVec<[usize; 4]>, Option<SmallVec<[i64; 4]>>, Bound<'py, PyAny>);
+
+/// Pointer, shape, strides (`None`: C-contiguous) and the memory pointer object, as CuPy's
+/// interface gives them.
+fn read<'py>(obj: &Bound<'py, PyAny>, exact: bool) -> PyResult<Layout<'py>> {
+    let py = obj.py();
+    let data = obj.getattr(intern!(py, "data"))?;
+    let ptr: u64 = data.getattr(intern!(py, "ptr"))?.extract()?;
+    // A 1-D array's shape is its size: two C fields, where `shape` builds a tuple.
+    let one_d = exact && obj.getattr(intern!(py, "ndim"))?.extract::<usize>()? == 1;
+    let shape = match one_d {
+        true => smallvec![obj.getattr(intern!(py, "size"))?.extract::<usize>()?],
+        false => ints::<usize>(&obj.getattr(intern!(py, "shape"))?)?,
+    };
+    // CuPy exports an empty array's pointer as 0 (a view of no elements may point anywhere).
+    let ptr = if shape.contains(&0) { 0 } else { ptr };
+    // A C-contiguous array's strides follow from its shape (CuPy's own CAI exports
+    // `strides: None` then); its flag is a C field, cheaper than the strides tuple.
+    // A CuPy without the (private) flag gives its strides.
+    let c_contiguous = obj.getattr(intern!(py, "_c_contiguous")).and_then(|f| f.extract::<bool>()).unwrap_or(false);
+    let strides = if c_contiguous { None } else { Some(ints::<i64>(&obj.getattr(intern!(py, "strides"))?)?) };
+    Ok((ptr, shape, strides, data))
 }

@@ -161,7 +161,11 @@ enum Route {
         api: ExchangeApi,
         torch: bool,
     },
-    Cupy,
+    /// CuPy's ndarray; `exact` when the type is CuPy's own (not a Python subclass, which
+    /// may override the attributes CuPy's interface reads).
+    Cupy {
+        exact: bool,
+    },
     Torch,
     Numba,
     Other,
@@ -211,7 +215,7 @@ fn route_of(ty: &Bound<'_, PyType>) -> Route {
         for base in ty.mro().iter() {
             let name = qualified_name(&base)?;
             if cupy::is_type(&name) {
-                known = Route::Cupy;
+                known = Route::Cupy { exact: base.is(ty) };
                 break;
             }
             if torch::is_type(&name) {
@@ -441,7 +445,7 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
             torch::view(index, obj, ctx)?.map(|v| (v, Phase::ArgTorch))
         }
         Route::Torch if path == Path::Auto => torch::view(index, obj, ctx)?.map(|v| (v, Phase::ArgTorch)),
-        Route::Cupy if matches!(path, Path::Auto | Path::Known) => cupy::view(obj, ctx)?.map(|v| (v, Phase::ArgCupy)),
+        Route::Cupy { exact } if matches!(path, Path::Auto | Path::Known) => cupy::view(obj, exact, ctx)?.map(|v| (v, Phase::ArgCupy)),
         _ => None,
     };
     if let Some((arg, phase)) = fast {
@@ -616,7 +620,7 @@ pub fn _route(obj: &Bound<'_, PyAny>) -> String {
             let v = api.version();
             format!("exchange {}.{}{}", v.major, v.minor, if api.borrows() { "" } else { " (owning)" })
         }
-        Route::Cupy => "cupy".into(),
+        Route::Cupy { .. } => "cupy".into(),
         Route::Torch => "torch".into(),
         Route::Numba => "numba".into(),
         Route::Other => "other".into(),

@@ -36,25 +36,20 @@ fn numba_contiguous(shape: &[usize], strides: &[i64], itemsize: usize) -> bool {
     true
 }
 
-/// The array's device address, as Numba's own interface reads it: its
-/// `device_ctypes_pointer` (a ctypes pointer, `value` `None` for null; on H200 with
-/// numba-cuda 0.68 ~0.04 µs, where `gpu_data.device_pointer` goes through `OwnedPointer`'s
-/// `__getattr__` and the NVIDIA binding's `__int__`, ~0.14), or an integer-like pointer
-/// object (the NVIDIA binding's `CUdeviceptr`) through `__int__`; `None` when the object
-/// has no pointer.
-fn pointer_of(obj: &Bound<'_, PyAny>) -> PyResult<Option<u64>> {
+/// The array's device address, as Numba's own interface reads it: the `value` of its
+/// `device_ctypes_pointer` (a ctypes pointer; `None` for null). `None` when that is not
+/// how this object gives its pointer (or reading it raised): the generic path then reads
+/// the object's interface, and reports what is wrong with it.
+fn pointer_of(obj: &Bound<'_, PyAny>) -> Option<u64> {
     let py = obj.py();
-    let Ok(pointer) = obj.getattr(intern!(py, "device_ctypes_pointer")) else { return Ok(None) };
-    Ok(Some(match pointer.getattr(intern!(py, "value")) {
-        Ok(value) => value.extract::<Option<u64>>()?.unwrap_or(0),
-        Err(_) => pointer.call_method0(intern!(py, "__int__"))?.extract()?,
-    }))
+    let value = obj.getattr(intern!(py, "device_ctypes_pointer")).ok()?.getattr(intern!(py, "value")).ok()?;
+    Some(value.extract::<Option<u64>>().ok()?.unwrap_or(0))
 }
 
 pub fn view(obj: &Bound<'_, PyAny>) -> PyCaiResult<Option<PyArg>> {
     let py = obj.py();
     let Some(dtype) = numpy_dtype_of(obj)? else { return Ok(None) };
-    let Some(ptr) = pointer_of(obj)? else { return Ok(None) };
+    let Some(ptr) = pointer_of(obj) else { return Ok(None) };
     let shape = ints::<usize>(&obj.getattr(intern!(py, "shape"))?)?;
     let strides = ints::<i64>(&obj.getattr(intern!(py, "strides"))?)?;
     // A broadcast axis (stride 0, extent > 1) keeps its strides: Numba's own dict calls such
