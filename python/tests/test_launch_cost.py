@@ -27,7 +27,9 @@ def test_launch_instructions_stay_within_budget() -> None:
     cases = [arg for case in BUDGETS for arg in ("--case", case)]
     out = subprocess.run([sys.executable, str(COUNT), "--launches", "1000", *cases], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
-    measured = {m.group(1): int(m.group(2)) for m in re.finditer(r"^\| (.+?) \| \d+ \| (\d+) \|$", out.stdout, re.M)}
+    # (The whole loop's figure, the first column, carries the interpreter's noise and can
+    # come out negative; caijit's own count, the second, is exact.)
+    measured = {m.group(1): int(m.group(2)) for m in re.finditer(r"^\| (.+?) \| -?\d+ \| (\d+) \|$", out.stdout, re.M)}
     assert measured.keys() == BUDGETS.keys(), out.stdout
     over = {case: (n, BUDGETS[case]) for case, n in measured.items() if n > BUDGETS[case]}
     assert not over, f"instructions per launch over budget (measured, budget): {over}"
