@@ -69,9 +69,10 @@ impl<'py> OpCall<'py> {
         Ok(OpCall { py, what, stream, cx, args: SmallVec::new() })
     }
 
-    /// Convert input array `name`, the call's next argument (as a launch converts one).
-    fn input(&mut self, name: &str, obj: &Bound<'py, PyAny>) -> PyCaiResult<()> {
-        let a = arg_from_py(self.args.len(), obj, &mut self.cx)?;
+    /// Convert input array `name`, argument `index` of the `caijit.ops` function (as a launch
+    /// converts one).
+    fn input(&mut self, index: usize, name: &str, obj: &Bound<'py, PyAny>) -> PyCaiResult<()> {
+        let a = arg_from_py(index, obj, &mut self.cx)?;
         if a.view().is_none() {
             return Err(not_an_array(self.what, name, obj));
         }
@@ -195,8 +196,8 @@ pub fn axpy<'py>(
     stream: Option<&Bound<'py, PyAny>>,
 ) -> PyCaiResult<Py<PyAny>> {
     let mut c = OpCall::new(py, "axpy", stream)?;
-    c.input("x", x)?;
-    c.input("y", y)?;
+    c.input(1, "x", x)?;
+    c.input(2, "y", y)?;
     let a = number("axpy", a)?;
     let new = like(out, c.view(0));
     c.run(out, 2, true, new, move |ctx, v, o, s| ops::axpy(ctx, a, v[0], v[1], o, s))
@@ -213,7 +214,7 @@ pub fn scale<'py>(
     stream: Option<&Bound<'py, PyAny>>,
 ) -> PyCaiResult<Py<PyAny>> {
     let mut c = OpCall::new(py, "scale", stream)?;
-    c.input("x", x)?;
+    c.input(0, "x", x)?;
     let a = number("scale", a)?;
     let new = like(out, c.view(0));
     c.run(out, 1, true, new, move |ctx, v, o, s| ops::scale(ctx, v[0], a, o, s))
@@ -254,7 +255,7 @@ pub fn cast<'py>(
     stream: Option<&Bound<'py, PyAny>>,
 ) -> PyCaiResult<Py<PyAny>> {
     let mut c = OpCall::new(py, "cast", stream)?;
-    c.input("x", x)?;
+    c.input(0, "x", x)?;
     let to = cast_dtype(dtype, out.is_none())?;
     let new = to.map(|d| (c.view(0).shape().into(), d));
     c.run(out, 1, true, new, |ctx, v, o, s| ops::cast(ctx, v[0], o, s))
@@ -274,8 +275,8 @@ pub fn binary<'py>(
 ) -> PyCaiResult<Py<PyAny>> {
     let op = BinaryOp::from_name(op).ok_or_else(|| PyCaiError::argument(format!("no binary operation named {op:?}")))?;
     let mut c = OpCall::new(py, op.name(), stream)?;
-    c.input("a", a)?;
-    c.input("b", b)?;
+    c.input(0, "a", a)?;
+    c.input(1, "b", b)?;
     // (a given out is checked against the broadcast shape by the op)
     let new = match out {
         Some(_) => None,
@@ -314,7 +315,7 @@ pub fn ascontiguous<'py>(
     stream: Option<&Bound<'py, PyAny>>,
 ) -> PyCaiResult<Py<PyAny>> {
     let mut c = OpCall::new(py, "ascontiguous", stream)?;
-    c.input("x", x)?;
+    c.input(0, "x", x)?;
     let new = like(out, c.view(0));
     c.run(out, 1, false, new, |ctx, v, o, s| ops::ascontiguous(ctx, v[0], o, s))
 }
@@ -332,7 +333,7 @@ pub fn copy_contiguous(
 ) -> PyCaiResult<()> {
     use cai_runtime::launch::{copy_contiguous, Arg};
     let mut c = OpCall::new(py, "copy_contiguous", stream)?;
-    c.input("src", src)?;
+    c.input(0, "src", src)?;
     c.run(Some(dst), 1, false, None, |ctx, v, o, s| copy_contiguous(ctx, &Arg::Array(v[0]), &Arg::Array(o), s, true).map(drop))?;
     Ok(())
 }
@@ -347,7 +348,7 @@ pub fn transpose<'py>(
     stream: Option<&Bound<'py, PyAny>>,
 ) -> PyCaiResult<Py<PyAny>> {
     let mut c = OpCall::new(py, "transpose", stream)?;
-    c.input("x", x)?;
+    c.input(0, "x", x)?;
     let [rows, cols] = *c.view(0).shape() else {
         return Err(PyCaiError::argument(format!("transpose: expected a 2-D array, got {}-d", c.view(0).ndim())));
     };
@@ -374,7 +375,7 @@ pub fn reduce<'py>(
         _ => return Err(PyCaiError::argument(format!("no reduction {op:?} (sum or max)"))),
     };
     let mut c = OpCall::new(py, what, stream)?;
-    c.input("x", x)?;
+    c.input(0, "x", x)?;
     let v = c.view(0);
     // `axis in (-1, x.ndim - 1)`, as Python compares.
     let last = match axis {
@@ -411,7 +412,7 @@ pub fn softmax<'py>(
     stream: Option<&Bound<'py, PyAny>>,
 ) -> PyCaiResult<Py<PyAny>> {
     let mut c = OpCall::new(py, "softmax", stream)?;
-    c.input("x", x)?;
+    c.input(0, "x", x)?;
     let new = like(out, c.view(0));
     c.run(out, 1, true, new, |ctx, v, o, s| ops::softmax(ctx, v[0], o, s))
 }
@@ -429,7 +430,7 @@ pub fn unary<'py>(
 ) -> PyCaiResult<Py<PyAny>> {
     let op = ops::unary_op(op)?.name;
     let mut c = OpCall::new(py, op, stream)?;
-    c.input("x", x)?;
+    c.input(0, "x", x)?;
     let new = like(out, c.view(0));
     c.run(out, 1, true, new, move |ctx, v, o, s| ops::unary(ctx, op, v[0], o, s))
 }
