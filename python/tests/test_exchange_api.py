@@ -278,7 +278,6 @@ def test_numba_fast_path_matches_numbas_interface() -> None:
         assert _native.launch_view(a).stream == (stream or None)
 
 
-
 class _CUdeviceptr:
     """cuda-python's `CUdeviceptr`: no `value`, an int through `__int__`."""
 
