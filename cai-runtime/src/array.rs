@@ -150,7 +150,7 @@ impl DeviceArray {
     /// export opt-outs withhold.
     pub fn descriptor(&self) -> Descriptor {
         let (stream, version) = export_options();
-        let mut d = self.view().to_descriptor();
+        let mut d = self.as_view().to_descriptor();
         if !stream || version < 3 {
             d.stream = None;
         }
