@@ -6,23 +6,22 @@
 //! # Limitations
 //! Modules stay loaded for the life of the process (kernel handles may be held anywhere).
 
-use std::collections::HashMap;
 use std::ffi::CString;
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Arc, LazyLock, Mutex, OnceLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 
 use crate::compile::{self, Arch, Compiled, KernelInfo, Program};
 use crate::runtime::Context;
 use crate::signature::{ParamKind, ParamLayout};
 use crate::stats::{bump, COUNTERS};
-use crate::sync::{lock, OnceMap};
+use crate::sync::OnceMap;
 pub use crate::sys::KernelAttributes;
 use crate::sys::{RawFunction, RawModule};
 use crate::{Error, Result};
 
 /// sm_90: the architecture kernels are inspected for without a GPU unless `CAIJIT_ARCH`
 /// says otherwise.
-pub const DEFAULT_INSPECT_ARCH: Arch = Arch(90);
+const DEFAULT_INSPECT_ARCH: Arch = Arch(90);
 
 /// The architecture kernels are compiled for to be inspected (parameter layouts, compile
 /// errors, XLA lowerings): device 0's; without a usable device (no driver, or none
@@ -62,7 +61,7 @@ impl Context {
         MODULES.get_or_try_insert_with((self.ordinal(), compiled.key.clone()), || {
             let raw = self.bind()?.load_module(compiled.image.bytes())?;
             bump(&COUNTERS.modules_loaded);
-            Ok(Arc::new(Module { ctx: self.clone(), compiled, raw, kernels: OnceMap::default(), by_spelling: Mutex::default() }))
+            Ok(Arc::new(Module { ctx: self.clone(), compiled, raw, kernels: OnceMap::default() }))
         })
     }
 }
@@ -73,11 +72,10 @@ pub struct Module {
     ctx: Arc<Context>,
     compiled: Arc<Compiled>,
     raw: RawModule,
-    /// Kernels by lowered name: one `Kernel` per driver function, so that a limit raised
-    /// through one spelling of its name is the limit every spelling sees.
+    /// Kernels by lowered name: one `Kernel` per driver function, whichever spelling of its
+    /// name asked for it, so that a limit raised through one spelling is the limit every
+    /// spelling sees. (Callers keep the kernels they use: this is not on the launch path.)
     kernels: OnceMap<String, Arc<Kernel>>,
-    /// The kernels by each spelling asked for so far (name expression, lowered or plain).
-    by_spelling: Mutex<HashMap<String, Arc<Kernel>>>,
 }
 
 // Modules are never unloaded: a kernel handle handed out (to Python, to another thread)
@@ -93,13 +91,8 @@ impl Module {
 
     /// A kernel by name expression, lowered name or plain name.
     pub fn kernel(self: &Arc<Self>, name: &str) -> Result<Arc<Kernel>> {
-        if let Some(k) = lock(&self.by_spelling).get(name) {
-            return Ok(k.clone());
-        }
         let info = self.compiled.kernel(name)?;
-        let k = self.kernels.get_or_try_insert_with(info.lowered_name.clone(), || self.load_kernel(info.clone()))?;
-        lock(&self.by_spelling).insert(name.to_string(), k.clone());
-        Ok(k)
+        self.kernels.get_or_try_insert_with(info.lowered_name.clone(), || self.load_kernel(info.clone()))
     }
 
     fn load_kernel(self: &Arc<Self>, info: KernelInfo) -> Result<Arc<Kernel>> {

@@ -190,9 +190,14 @@ impl ParamBuffer {
     pub(crate) fn write_array(&mut self, offset: usize, ptr: u64, rank: usize, dims: impl Iterator<Item = (i64, i64)>) {
         self.write(offset + ArrayLayout::DATA, &ptr.to_le_bytes());
         for (d, (n, s)) in dims.enumerate() {
-            self.write(offset + ArrayLayout::extent(d), &n.to_le_bytes());
-            self.write(offset + ArrayLayout::stride(rank, d), &s.to_le_bytes());
+            self.write_dim(offset, rank, d, n, s);
         }
+    }
+    /// Dimension `d`'s extent and byte stride of the rank-`rank` `caijit::Array` at `offset`
+    /// (its pointer written by [`ParamBuffer::write_array`], or apart).
+    pub(crate) fn write_dim(&mut self, offset: usize, rank: usize, d: usize, extent: i64, stride: i64) {
+        self.write(offset + ArrayLayout::extent(d), &extent.to_le_bytes());
+        self.write(offset + ArrayLayout::stride(rank, d), &stride.to_le_bytes());
     }
     /// Call `f` with one pointer per parameter into this buffer (on the stack for up to 32
     /// parameters).

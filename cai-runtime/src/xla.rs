@@ -46,7 +46,7 @@ use crate::compile::{KernelInfo, Program};
 use crate::kernel::Kernel;
 use crate::launch::{encode_scalar, LaunchConfig, Num, ParamBuffer};
 use crate::runtime::{self, Context};
-use crate::signature::ParamKind;
+use crate::signature::{ArrayLayout, ParamKind};
 use crate::stats::{bump, COUNTERS};
 use crate::sys::xla_ffi::{self, BufferRef, Call, Serve};
 use crate::{Error, Result};
@@ -300,15 +300,14 @@ fn execute(call: &Call<'_>) -> Result<()> {
         match slot {
             Slot::Pointer(i) => buf.write(offset, &buffer(*i).ptr.to_le_bytes()),
             Slot::Array { buffer: i, rank, itemsize } => {
-                // XLA's buffers are dense and row-major.
+                // XLA's buffers are dense and row-major: strides from the last dimension.
                 let b = buffer(*i);
-                let mut strides: SmallVec<[i64; 8]> = SmallVec::from_elem(0, *rank);
+                buf.write(offset + ArrayLayout::DATA, &b.ptr.to_le_bytes());
                 let mut stride = *itemsize as i64;
                 for d in (0..*rank).rev() {
-                    strides[d] = stride;
+                    buf.write_dim(offset, *rank, d, b.dims[d], stride);
                     stride *= b.dims[d].max(1);
                 }
-                buf.write_array(offset, b.ptr, *rank, b.dims.iter().copied().zip(strides));
             }
             Slot::Bytes(v) => buf.write(offset, v),
         }
