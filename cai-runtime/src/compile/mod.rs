@@ -41,7 +41,7 @@ mod toolkit;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use sha2::{Digest, Sha256};
 
@@ -52,7 +52,7 @@ pub use toolkit::{add_site_dirs, toolkit, Toolkit};
 use crate::error::CompileError;
 use crate::signature::{self, Declarations, KernelDecl, ParamLayout};
 use crate::stats::{bump, COUNTERS};
-use crate::sync::lock;
+use crate::sync::OnceMap;
 use crate::sys::NvrtcError;
 use crate::{Error, Result};
 
@@ -434,15 +434,10 @@ fn embedded_headers_digest() -> &'static [u8] {
     })
 }
 
-/// In-memory cache and per-key locks (so one key compiles once, however many threads ask).
-struct MemoryCache {
-    entries: Mutex<HashMap<String, Arc<Compiled>>>,
-    inflight: Mutex<HashMap<String, Arc<Mutex<()>>>>,
-}
-
-fn memory() -> &'static MemoryCache {
-    static M: OnceLock<MemoryCache> = OnceLock::new();
-    M.get_or_init(|| MemoryCache { entries: Mutex::new(HashMap::new()), inflight: Mutex::new(HashMap::new()) })
+/// The in-memory cache: each key compiled once, however many threads ask for it together.
+fn memory() -> &'static OnceMap<String, Arc<Compiled>> {
+    static M: OnceLock<OnceMap<String, Arc<Compiled>>> = OnceLock::new();
+    M.get_or_init(OnceMap::default)
 }
 
 /// Options for one compilation call.
@@ -473,22 +468,35 @@ pub fn compile_reporting(program: &Program, arch: Arch, options: &CompileOptions
     // The key needs only what the caller gave and the headers it can include (the kernels'
     // names follow from the source): a memory hit parses no declarations.
     let Key { key, includes } = cache_key(program, arch, &opts, tk);
+    if options.skip_memory_cache {
+        return from_disk_or_nvrtc(program, arch, options, tk, &opts, cubin, key, &includes);
+    }
+    let mut made = None;
+    let compiled = memory().get_or_try_insert_with(key.clone(), || {
+        let (compiled, source) = from_disk_or_nvrtc(program, arch, options, tk, &opts, cubin, key, &includes)?;
+        made = Some(source);
+        Ok::<_, Error>(compiled)
+    })?;
+    if made.is_none() {
+        bump(&COUNTERS.memory_cache_hits);
+    }
+    Ok((compiled, made.unwrap_or(CacheSource::Memory)))
+}
+
+/// A compilation the memory cache did not answer: from the disk cache, else by NVRTC (and
+/// then stored on disk).
+#[allow(clippy::too_many_arguments)] // the parts of one compilation, computed once by the caller
+fn from_disk_or_nvrtc(
+    program: &Program,
+    arch: Arch,
+    options: &CompileOptions,
+    tk: &Toolkit,
+    opts: &[String],
+    cubin: bool,
+    key: String,
+    includes: &includes::Includes,
+) -> Result<(Arc<Compiled>, CacheSource)> {
     let trusted = includes.untrusted.is_none();
-    let mem = memory();
-    if !options.skip_memory_cache {
-        if let Some(hit) = lock(&mem.entries).get(&key) {
-            bump(&COUNTERS.memory_cache_hits);
-            return Ok((hit.clone(), CacheSource::Memory));
-        }
-    }
-    let gate = lock(&mem.inflight).entry(key.clone()).or_default().clone();
-    let _guard = lock(&gate);
-    if !options.skip_memory_cache {
-        if let Some(hit) = lock(&mem.entries).get(&key) {
-            bump(&COUNTERS.memory_cache_hits);
-            return Ok((hit.clone(), CacheSource::Memory));
-        }
-    }
     let Declarations { kernels: decls, notes } = program.declarations();
     let (exprs, probes) = all_name_expressions(program, &decls);
     // A cache given explicitly is held to the same trust as the environment's (silently).
@@ -524,7 +532,7 @@ pub fn compile_reporting(program: &Program, arch: Arch, options: &CompileOptions
             let mut probes = probes.clone();
             let mut exprs = exprs.clone();
             let e = loop {
-                match run_nvrtc(tk, program, &opts, &exprs, &probes, cubin, found) {
+                match run_nvrtc(tk, program, opts, &exprs, &probes, cubin, found) {
                     Err(Error::Compile(CompileError { log, .. })) if !probes.is_empty() && log.contains(signature::PROBE_TEMPLATE) => {
                         let before = probes.len();
                         probes.retain(|p| !log.contains(p.as_str()));
@@ -549,11 +557,7 @@ pub fn compile_reporting(program: &Program, arch: Arch, options: &CompileOptions
         }
     };
     let (kernels, notes) = describe_kernels(&entry, &decls, notes)?;
-    let compiled =
-        Arc::new(Compiled { key: key.clone(), arch, image: entry.image, ptx: entry.ptx, log: entry.log, kernels, notes, source });
-    lock(&mem.entries).insert(key.clone(), compiled.clone());
-    lock(&mem.inflight).remove(&key);
-    Ok((compiled, source))
+    Ok((Arc::new(Compiled { key, arch, image: entry.image, ptx: entry.ptx, log: entry.log, kernels, notes, source }), source))
 }
 
 /// Compile with NVRTC, handing it caijit's embedded headers and `found` (the program's
