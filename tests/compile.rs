@@ -9,7 +9,7 @@ use cai_runtime::compile::{compile, compile_with, Arch, CacheSource, CompileOpti
 use cai_runtime::signature::{array_param_size, deduce, ArgType, ArrayLayout, ParamKind};
 use cai_runtime::stats::stats;
 use cai_runtime::Error;
-use caijit_integration::{fresh, kernel_sources, through_disk};
+use caijit_integration::{fresh, kernel_sources, memory_only, through_disk};
 
 #[test]
 fn nvrtc_is_found() {
@@ -172,8 +172,7 @@ fn memory_and_disk_caches() {
     assert_eq!(compile_with(&p, Arch(90), &disk).unwrap().source, CacheSource::Compiled);
 
     // The memory cache answers with the same Arc.
-    let mut mem = CompileOptions::default();
-    mem.disk_cache = Some(None);
+    let mem = memory_only();
     let a = compile_with(&p, Arch(80), &mem).unwrap();
     let b = compile_with(&p, Arch(80), &mem).unwrap();
     assert!(Arc::ptr_eq(&a, &b));
@@ -186,8 +185,7 @@ fn memory_and_disk_caches() {
 fn one_key_compiles_once_across_threads() {
     let unique = format!("// {:?} threads\nextern \"C\" __global__ void k(int* y) {{ y[0] = 2; }}", std::time::SystemTime::now());
     let p = Program::new(unique);
-    let mut mem = CompileOptions::default();
-    mem.disk_cache = Some(None);
+    let mem = memory_only();
     let results: Vec<_> = std::thread::scope(|s| {
         let hs: Vec<_> = (0..8).map(|_| s.spawn(|| compile_with(&p, Arch(90), &mem).unwrap())).collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
@@ -494,8 +492,7 @@ fn toolkit_headers_are_in_the_key_and_compile_from_memory() {
 /// is loose (debug builds, parallel tests); `--release --nocapture` prints the real cost.
 #[test]
 fn a_memory_hit_with_cuda_headers_stays_cheap() {
-    let mut mem = CompileOptions::default();
-    mem.disk_cache = Some(None);
+    let mem = memory_only();
     // cooperative_groups.h reaches some 270 headers (CCCL's), fewer rounds.
     for (header, rounds) in [("", 1000), ("cuda_fp16.h", 1000), ("caijit/caijit.cuh", 1000), ("cooperative_groups.h", 100)] {
         let include = if header.is_empty() { String::new() } else { format!("#include <{header}>") };

@@ -36,6 +36,13 @@ pub fn fresh() -> cai_runtime::compile::CompileOptions {
     o
 }
 
+/// Compile options with the memory cache only (no disk cache).
+pub fn memory_only() -> cai_runtime::compile::CompileOptions {
+    let mut o = cai_runtime::compile::CompileOptions::default();
+    o.disk_cache = Some(None);
+    o
+}
+
 /// Compile options with the disk cache in `cache` and no memory cache.
 pub fn through_disk(cache: &std::path::Path) -> cai_runtime::compile::CompileOptions {
     let mut o = cai_runtime::compile::CompileOptions::default();

@@ -121,10 +121,11 @@ def floor_paths() -> list[Path]:
     return [Path(FLOOR, batch(0), lib.caijit_floor_sync), Path(FLOOR8, batch(1), lib.caijit_floor_sync)]
 
 
-def measure_round(paths: list[Path], seed: int = 0) -> dict[str, tuple[float, float]]:
-    """Host µs (median of the batches) and sustained µs per launch of every path, the
-    paths taking turns batch by batch in a new random order each batch (no path always
-    follows the same neighbour). Sustained µs are measured path after path."""
+def measure_round(paths: list[Path], seed: int = 0, sustained: bool = True) -> dict[str, tuple[float, float]]:
+    """Host µs (median of the batches) and sustained µs per launch of every path (NaN
+    without `sustained`), the paths taking turns batch by batch in a new random order each
+    batch (no path always follows the same neighbour). Sustained µs are measured path
+    after path, in a random order too."""
     for p in paths:
         p.batch(2000)
         p.sync()
@@ -134,12 +135,12 @@ def measure_round(paths: list[Path], seed: int = 0) -> dict[str, tuple[float, fl
         for p in order.sample(paths, len(paths)):
             samples[p.name].append(p.batch(PER_BATCH) / PER_BATCH)
             p.sync()
-    out = {}
-    for p in paths:
+    out = {p.name: (statistics.median(samples[p.name]) * 1e6, float("nan")) for p in paths}
+    for p in order.sample(paths, len(paths)) if sustained else ():
         t0 = time.perf_counter()
         p.batch(SUSTAINED)
         p.sync()
-        out[p.name] = (statistics.median(samples[p.name]) * 1e6, (time.perf_counter() - t0) / SUSTAINED * 1e6)
+        out[p.name] = (out[p.name][0], (time.perf_counter() - t0) / SUSTAINED * 1e6)
     return out
 
 

@@ -138,6 +138,8 @@ def main() -> None:
                 callgrind(case, n, stub, out)
                 runs.append(inclusive(out))
             counts = per_launch(runs[0], runs[1], args.launches)
+            if matching(counts, CALL) <= 0:
+                sys.exit(f"count_launch.py: no function named like {CALL!r} in the profile of {case!r} (a stripped build?)")
             print(f"| {case} | {matching(counts, 'PROGRAM TOTALS'):.0f} | {matching(counts, CALL):.0f} |")
             tops[case] = counts
         for case, counts in tops.items() if args.top else ():

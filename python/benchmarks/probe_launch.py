@@ -15,11 +15,10 @@ Run on a GPU machine: python python/benchmarks/probe_launch.py
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 from typing import Any, Callable
 
 import numpy as np
-from bench_launch import EMPTY0, EMPTY1, SRC8, Path, floor_paths, measure_round, python_path  # the launch benchmark's timing (and NumPy setup)
+from bench_launch import EMPTY0, EMPTY1, SRC8, Path, floor_paths, has, measure_round, python_path  # the launch benchmark's timing (and NumPy setup)
 from bench_launch import SRC as SRC3
 
 import caijit
@@ -54,7 +53,7 @@ def main() -> None:
     per_call("launch, 3 caijit arrays + 1 int", lambda: k3(a, b, c, 5), sync)
     per_call("launch_view(caijit array)", lambda: _native.launch_view(a))
     per_call("launch_view(5)  [error path]", lambda: _try(lambda: _native.launch_view(5)))
-    if importlib.util.find_spec("cupy"):
+    if has("cupy"):
         import cupy
 
         x = cupy.zeros(1024, cupy.float32)
@@ -86,7 +85,7 @@ def main() -> None:
             per_call("cuda.core launch, no arguments", lambda: launch(cs, cfg, ck0), cs.sync)
         except Exception as e:  # noqa: BLE001
             print(f"cuda.core skipped: {e}")
-    if importlib.util.find_spec("torch"):
+    if has("torch"):
         import torch
 
         t = torch.zeros(1024, device="cuda")
@@ -110,7 +109,7 @@ def main() -> None:
         t8 = [torch.zeros(1024, device="cuda") for _ in range(8)]
         k8 = caijit.kernel(SRC8)[1, 32]
         per_call("launch, 8 torch tensors", lambda: k8(*t8), tsync)
-    times = measure_round(paths)
+    times = measure_round(paths, sustained=False)  # (host µs only)
     print("\n## Launch probe, host µs per call (median of 100 batches of 200, all rows interleaved)")
     print("| what | µs |\n|---|---|")
     for p in paths:
@@ -123,15 +122,15 @@ def main() -> None:
 def phases(k3: Any, a: Any, b: Any, c: Any) -> None:
     """Per-phase µs per launch of `k3(x, y, z, 5)` for each producer."""
     producers: list[tuple[str, Any, Callable[[], None]]] = [("caijit", (a, b, c), lambda: c.copy_to_host())]
-    if importlib.util.find_spec("cupy"):
+    if has("cupy"):
         import cupy
 
         producers.append(("CuPy", tuple(cupy.zeros(1024, cupy.float32) for _ in range(3)), cupy.cuda.Device().synchronize))
-    if importlib.util.find_spec("torch"):
+    if has("torch"):
         import torch
 
         producers.append(("PyTorch", tuple(torch.zeros(1024, device="cuda") for _ in range(3)), torch.cuda.synchronize))
-    if importlib.util.find_spec("numba"):
+    if has("numba"):
         from numba import cuda
 
         producers.append(("Numba", tuple(cuda.device_array(1024, np.float32) for _ in range(3)), cuda.synchronize))

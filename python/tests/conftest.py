@@ -80,8 +80,6 @@ if "CAIJIT_CACHE_DIR" not in os.environ:
 
 def load_example(filename: str) -> Any:
     """The module of ``examples/<filename>``, imported (its ``main`` not run)."""
-    import importlib.util
-
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     spec = importlib.util.spec_from_file_location(filename.removesuffix(".py"), os.path.join(root, "examples", filename))
     assert spec is not None and spec.loader is not None

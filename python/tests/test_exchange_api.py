@@ -7,7 +7,6 @@ producer's current stream, failures falling back) is checked on any machine."""
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 from typing import Any, Optional
 
 import pytest
@@ -15,7 +14,7 @@ import pytest
 import caijit
 from caijit import _native
 
-from conftest import gpu_unavailable_reason
+from conftest import gpu_unavailable_reason, has
 from test_dlpack import _capsule_new, _ExchangeAPI, _ManagedVersioned, _Tensor
 
 _DLTENSOR_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.POINTER(_Tensor))
@@ -352,7 +351,7 @@ class _CupyLike:
 
 
 #: The stream the fake `cupy_backends.cuda.stream.get_current_stream_ptr` returns.
-_CUPY_STREAM = {"ptr": 0x5EED}
+_CUPY_STREAM = {"ptr": STREAM}
 
 
 def _cupy_current_stream() -> int:
@@ -362,7 +361,7 @@ def _cupy_current_stream() -> int:
 _get_current_stream_ptr = ctypes.CFUNCTYPE(ctypes.c_ssize_t)(_cupy_current_stream)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("cupy_backends") is not None,
+@pytest.mark.skipif(has("cupy_backends"),
                     reason="CuPy is installed: its own function serves (test_fast_paths_gpu.py compares CuPy's paths)")
 def test_cupy_fast_path_matches_cupys_interface(monkeypatch: pytest.MonkeyPatch) -> None:
     """The CuPy path's view equals the one CuPy's own interface gives, and its stream comes
@@ -387,7 +386,7 @@ def test_cupy_fast_path_matches_cupys_interface(monkeypatch: pytest.MonkeyPatch)
         fast, generic = _native.launch_view(a, path="known"), _native.launch_view(a, path="generic")
         facts = lambda v: (v.shape, v.strides, v.ptr, str(v.dtype), v.readonly, v.stream, v.device)  # noqa: E731
         assert facts(fast)[:6] == facts(generic)[:6], (shape, strides)
-        assert fast.stream == 0x5EED and fast.device == 0
+        assert fast.stream == STREAM and fast.device == 0
     # A Python subclass may override what CuPy's interface reads (here `size`, which the
     # 1-D shortcut of CuPy's own type reads): its arrays are read as the interface reads them.
     Sub = type("Sub", (Base,), {"size": property(lambda self: 7, lambda self, v: None)})
@@ -397,4 +396,4 @@ def test_cupy_fast_path_matches_cupys_interface(monkeypatch: pytest.MonkeyPatch)
     try:
         assert _native.launch_view(Base((4,), (4,), "float32", ptr)).stream == 1  # the null stream: legacy
     finally:
-        _CUPY_STREAM["ptr"] = 0x5EED
+        _CUPY_STREAM["ptr"] = STREAM

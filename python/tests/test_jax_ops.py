@@ -7,7 +7,6 @@ Run on the GPU machine: CAIJIT_REQUIRE_GPU=1 python -m pytest -q tests/test_jax_
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from typing import Any, Iterator
 
@@ -20,11 +19,11 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import caijit  # noqa: E402
 
-from conftest import AXPY, REQUIRE_GPU, ROW_SUM, SCALE_IN_PLACE, load_example  # noqa: E402
+from conftest import AXPY, REQUIRE_GPU, ROW_SUM, SCALE_IN_PLACE, has, load_example  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
-HAS_JAX = importlib.util.find_spec("jax") is not None
+HAS_JAX = has("jax")
 
 
 def _jax_gpus() -> int:
