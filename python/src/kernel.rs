@@ -278,9 +278,9 @@ pub fn admits(k: &KernelInfo, types: &[ArgType]) -> bool {
     k.params.len() == types.len() && k.params.iter().zip(types).all(|(p, t)| p.kind.admits(t))
 }
 
-/// Overloads as messages name them: demangled where the name could be demangled.
+/// Overloads as messages name them ([`KernelInfo::display_name`]).
 pub fn overload_list<'a>(ks: impl Iterator<Item = &'a KernelInfo>) -> String {
-    ks.map(|k| k.demangled.as_deref().unwrap_or(&k.lowered_name)).collect::<Vec<_>>().join(", ")
+    ks.map(KernelInfo::display_name).collect::<Vec<_>>().join(", ")
 }
 
 /// `cai_runtime::kernel::inspection_arch` (`params`, `compile()`, XLA lowerings), with the
@@ -354,12 +354,8 @@ fn launch_now(
     probe.stop(Phase::Launch);
     drop(launch_args);
     let probe = timing::start();
-    // Only DLPack imports hold anything past the launch (every other argument is dropped
-    // in place).
-    let released = match converted.iter().any(|a| matches!(a, PyArg::Dlpack { .. })) {
-        true => release_after(k.context(), on, converted.drain(..)),
-        false => Ok(()),
-    };
+    // Only DLPack imports are held past the launch; every other argument is dropped here.
+    let released = release_after(k.context(), on, converted.drain(..));
     probe.stop(Phase::Release);
     total.stop(Phase::Total);
     released

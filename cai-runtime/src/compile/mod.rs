@@ -229,6 +229,11 @@ impl KernelInfo {
         self.qualified_name.rsplit("::").next().unwrap_or(&self.qualified_name)
     }
 
+    /// The name messages give it: demangled where it could be, else the lowered name.
+    pub fn display_name(&self) -> &str {
+        self.demangled.as_deref().unwrap_or(&self.lowered_name)
+    }
+
     /// Bytes of the parameter buffer.
     pub fn param_buffer_size(&self) -> usize {
         self.params.last().map_or(0, |p| p.offset + p.size)
@@ -267,7 +272,7 @@ impl Compiled {
                 Err(Error::argument(message))
             }
             many => {
-                let names: Vec<_> = many.iter().map(|k| k.demangled.clone().unwrap_or(k.lowered_name.clone())).collect();
+                let names: Vec<_> = many.iter().map(|k| k.display_name()).collect();
                 Err(Error::argument(format!("kernel name {name:?} is ambiguous: {}", names.join(", "))))
             }
         }

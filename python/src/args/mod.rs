@@ -88,8 +88,10 @@ impl PyArg {
             _ if cai_runtime::runtime::device_count()? <= 1 => return Ok(Some(0)),
             PyArg::Array(v) | PyArg::Dlpack { view: v, device: None, .. } => cai_runtime::runtime::pointer_device(v.ptr())?,
         };
-        if let (PyArg::Array(v), Some(d)) = (&*self, asked) {
-            *self = PyArg::ArrayOn(v.clone(), d);
+        match (&mut *self, asked) {
+            (PyArg::Array(v), Some(d)) => *self = PyArg::ArrayOn(v.clone(), d),
+            (PyArg::Dlpack { device, .. }, Some(d)) => *device = Some(d),
+            _ => {}
         }
         Ok(asked)
     }
@@ -465,11 +467,10 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
     if path != Path::Dlpack {
         if let Ok(i) = obj.cast::<Interface>() {
             let i = i.get();
-            let caijit_array = i.owner.as_ref().is_some_and(|o| o.bind(obj.py()).is_exact_instance_of::<DeviceArray>());
             let a = match (&i.owner, i.device) {
                 // A view of a caijit array: its memory is freed stream-ordered, after the
                 // launch by the stream protocol's reverse edge, so the view alone suffices.
-                (Some(_), Some(device)) if caijit_array => PyArg::ArrayOn(i.view.clone(), device),
+                (Some(_), Some(device)) if i.view.is_owned_by_caijit() => PyArg::ArrayOn(i.view.clone(), device),
                 // A view of a DLPack capsule: this launch holds the capsule too, until its
                 // kernel is done.
                 (Some(owner), device) => PyArg::Dlpack { view: i.view.clone(), device, holder: owner.clone_ref(obj.py()) },
