@@ -101,6 +101,18 @@ MUTANTS = [
          original="result = result.and(ctx.release_after(stream, Box::new(holder)));", replacement="drop(holder);",
          description="DLPack capsules are released at once, not after the kernel",
          killers=[E + "test_dlpack_temporary_released_after_kernel[cupy]", E + "test_ops_hold_dlpack_capsules_until_the_kernel_is_done"]),
+    # The compile cache (issue #26): NVRTC must never read a byte the key did not cover.
+    # Their killers need NVRTC only (no GPU).
+    dict(name="trusted_compile_passes_include_dirs", file="cai-runtime/src/compile/mod.rs",
+         original="        Some(includes) => {",
+         replacement="        Some(includes) => { for d in program.include_dirs.iter().chain(&sorted.include_dirs).chain(&tk.include_dirs) { opts.push(format!(\"-I{}\", d.display())); }",
+         description="a trusted compile passes -I to NVRTC: it can read headers from disk that the key did not cover",
+         killers=["test_compile.py::test_a_trusted_compile_gives_nvrtc_no_search_path"]),
+    dict(name="key_without_nvrtc_build", file="cai-runtime/src/compile/mod.rs",
+         original="tk.build.as_bytes(), &arch,",
+         replacement="tk.build.split(';').next().unwrap_or_default().as_bytes(), &arch,",
+         description="the cache key names NVRTC by major.minor only: another build of the same version is served this one's binary",
+         killers=["test_compile.py::test_the_key_names_the_exact_nvrtc_build"]),
 ]
 BY_NAME = {m["name"]: m for m in MUTANTS}
 

@@ -628,3 +628,131 @@ fn the_array_layout_of_rust_is_the_headers() {
         assert!(loads.iter().any(|l| l.contains(&at(offset))), "{name}: the header has it elsewhere than offset {offset}: {loads:?}");
     }
 }
+
+// A trusted compilation gives NVRTC no way to read a byte the key did not cover (issue #26):
+// every header in memory, no search path of its own; what it still asks for is compiled
+// again untrusted and never cached.
+
+/// `-I`, `--include-path` and the pre-include options, in every spelling NVRTC accepts.
+const INCLUDE_SPELLINGS: [&[&str]; 5] = [&["-I{}"], &["-I", "{}"], &["-I={}"], &["--include-path={}"], &["--include-path", "{}"]];
+const PRE_INCLUDE_SPELLINGS: [&[&str]; 4] = [&["-include", "{}"], &["-include={}"], &["--pre-include={}"], &["--pre-include", "{}"]];
+
+fn with_options(program: Program, spelling: &[&str], value: &str) -> Program {
+    spelling.iter().fold(program, |p, o| p.option(o.replace("{}", value)))
+}
+
+/// What NVRTC was given: no directory to search, no search next to the includer.
+fn assert_no_search_path(c: &cai_runtime::compile::Compiled) {
+    assert_eq!(c.untrusted, None, "{:?}", c.nvrtc_options);
+    let o = &c.nvrtc_options;
+    assert!(o.iter().all(|o| !o.starts_with("-I") && !o.starts_with("--include-path")), "{o:?}");
+    assert!(o.iter().any(|o| o == "-no-source-include"), "{o:?}");
+}
+
+#[test]
+fn every_include_path_spelling_is_applied_by_caijit_and_in_the_key() {
+    for spelling in INCLUDE_SPELLINGS {
+        let dir = tempfile::tempdir().unwrap();
+        let program = with_options(Program::new(format!("#include <t.h>\n{USES_T}")), spelling, &dir.path().display().to_string());
+        assert_header_change_recompiles(&program, &dir.path().join("t.h"));
+        assert_no_search_path(&compile_with(&program, Arch(90), &fresh()).unwrap());
+    }
+}
+
+#[test]
+fn every_pre_include_spelling_is_applied_by_caijit_and_in_the_key() {
+    for spelling in PRE_INCLUDE_SPELLINGS {
+        let dir = tempfile::tempdir().unwrap();
+        let header = dir.path().join("pre.h");
+        let program = with_options(Program::new(USES_T), spelling, &header.display().to_string());
+        assert_header_change_recompiles(&program, &header);
+        let c = compile_with(&program, Arch(90), &fresh()).unwrap();
+        assert_no_search_path(&c);
+        // Handed in memory under the name given, and pre-included by it.
+        assert!(c.nvrtc_options.windows(2).any(|w| w == ["-include", &header.display().to_string()]), "{:?}", c.nvrtc_options);
+    }
+    // Relative to the include directories (`-no-source-include` changes nothing for it).
+    let dir = tempfile::tempdir().unwrap();
+    let program = Program::new(USES_T).include_dir(dir.path()).option("-no-source-include").option("-include=cfg.h");
+    assert_header_change_recompiles(&program, &dir.path().join("cfg.h"));
+}
+
+/// A header caijit's search does not find but NVRTC's does (next to the program's name, as
+/// NVRTC knows it): the trusted compile fails, the untrusted one succeeds, and its result
+/// is neither stored on disk nor served from memory after the header changes.
+#[test]
+fn a_header_only_nvrtc_finds_is_compiled_again_untrusted_and_never_cached() {
+    let (src, nvrtc_side, cache) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let header = nvrtc_side.path().join("stray.h");
+    let mut program = Program::new(format!("#include \"stray.h\"\n{USES_T}")).name(nvrtc_side.path().join("k.cu").display().to_string());
+    program.source_dir = Some(src.path().to_path_buf());
+    let mut both = CompileOptions::default();
+    both.disk_cache = Some(Some(DiskCache::at(cache.path())));
+    let before = stats();
+    std::fs::write(&header, "typedef float T;\n").unwrap();
+    let c = compile_with(&program, Arch(90), &both).unwrap();
+    assert_eq!((c.source, c.kernel("k").unwrap().params[1].size), (CacheSource::Compiled, 4));
+    assert!(c.untrusted.as_deref().is_some_and(|w| w.contains("stray.h")), "{:?}", c.untrusted);
+    std::fs::write(&header, "typedef double T;\n").unwrap();
+    assert_eq!(compiled_t(&program, &both), (CacheSource::Compiled, 8), "a stale result was served");
+    assert_eq!(std::fs::read_dir(cache.path()).map_or(0, |d| d.count()), 0, "an entry was written");
+    let after = stats();
+    assert!(after.trusted_fallbacks >= before.trusted_fallbacks + 2, "{after:?}");
+    assert!(after.untrusted_compiles >= before.untrusted_compiles + 2, "{after:?}");
+    // Found by caijit too, it is trusted again.
+    std::fs::write(src.path().join("stray.h"), "typedef double T;\n").unwrap();
+    assert_no_search_path(&compile_with(&program, Arch(90), &both).unwrap());
+}
+
+/// An untrusted program (a computed include) is not kept in memory: a header edited in a
+/// long-running process compiles anew.
+#[test]
+fn an_untrusted_program_is_not_served_from_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = Program::new(format!("#define HEADER \"cfg.h\"\n#include HEADER\n{USES_T}")).include_dir(dir.path());
+    let memory = memory_only();
+    std::fs::write(dir.path().join("cfg.h"), "typedef float T;\n").unwrap();
+    assert_eq!(compiled_t(&program, &memory), (CacheSource::Compiled, 4));
+    std::fs::write(dir.path().join("cfg.h"), "typedef double T;\n").unwrap();
+    let c = compile_with(&program, Arch(90), &memory).unwrap();
+    assert_eq!((c.source, c.kernel("k").unwrap().params[1].size), (CacheSource::Compiled, 8));
+    assert!(c.untrusted.as_deref().is_some_and(|w| w.contains("HEADER")), "{:?}", c.untrusted);
+}
+
+/// NVRTC's automatic PCH reuses, within a process, a precompiled header made from a header's
+/// old contents: caijit never passes it on, so an edited header compiles to its new types.
+#[test]
+fn automatic_pch_options_are_not_passed_to_nvrtc() {
+    let (dir, pch) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let body: String = (0..2000).map(|i| format!("__device__ inline int f{i}() {{ return {i}; }}\n")).collect();
+    let program = Program::new(format!("#include <big.h>\n{USES_T}"))
+        .include_dir(dir.path())
+        .option("-pch")
+        .option(format!("--pch-dir={}", pch.path().display()));
+    let memory = memory_only();
+    std::fs::write(dir.path().join("big.h"), format!("{body}typedef float T;\n")).unwrap();
+    assert_eq!(compiled_t(&program, &memory), (CacheSource::Compiled, 4));
+    std::fs::write(dir.path().join("big.h"), format!("{body}typedef double T;\n")).unwrap();
+    let c = compile_with(&program, Arch(90), &memory).unwrap();
+    assert_eq!(c.kernel("k").unwrap().params[1].size, 8, "NVRTC's stale PCH was used");
+    assert_no_search_path(&c);
+    assert!(c.nvrtc_options.iter().all(|o| !o.contains("pch")), "{:?}", c.nvrtc_options);
+    // An explicit PCH file is NVRTC's to read: never trusted.
+    let explicit = Program::new("extern \"C\" __global__ void k(float* x) { x[0] = 1.f; }\n")
+        .option(format!("-create-pch={}", pch.path().join("x.pch").display()));
+    let c = compile_with(&explicit, Arch(90), &memory).unwrap();
+    assert!(c.untrusted.as_deref().is_some_and(|w| w.contains("-create-pch")), "{:?}", c.untrusted);
+}
+
+/// A FIFO header is an error naming it, at once (NVRTC would block opening it forever).
+#[test]
+fn a_fifo_header_is_an_error_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("fifo.h");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let program = Program::new(format!("#include \"fifo.h\"\n{USES_T}")).include_dir(dir.path());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || _ = tx.send(compile_with(&program, Arch(90), &fresh()).map(|_| ()).map_err(|e| e.to_string())));
+    let e = rx.recv_timeout(std::time::Duration::from_secs(60)).expect("the compile hung on a FIFO").unwrap_err();
+    assert!(e.contains(&fifo.display().to_string()) && e.contains("FIFO"), "{e}");
+}

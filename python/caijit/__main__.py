@@ -93,11 +93,17 @@ def info() -> int:
     try:
         path, ver, inc, archs = _native.nvrtc_info()
         print(f"NVRTC {ver[0]}.{ver[1]}: {path}")
+        print(f"  build (in every cache key): {_native.nvrtc_build()}")
         print(f"  CUDA headers: {', '.join(inc) or 'not found'}")
         print(f"  architectures: {', '.join(f'sm_{a}' for a in archs)}")
     except caijit.CudaNotAvailable as e:
         print(f"NVRTC: not available ({e})")
     print(f"disk cache: {_cache_line(_native.cache_info())}")
+    s = caijit.stats()
+    print(
+        f"  this process: {s['untrusted_compiles']} untrusted compilations (NVRTC's own search path; never cached), "
+        f"{s['trusted_fallbacks']} of them after NVRTC asked for a header caijit had not found"
+    )
     return 0
 
 

@@ -571,6 +571,9 @@ fn kernel_infos_of<'py>(
             },
         )?;
         d.set_item("cache", format!("{source:?}").to_lowercase())?;
+        // Why NVRTC compiled it with its own search path (never cached); None: trusted.
+        d.set_item("untrusted", c.untrusted.clone())?;
+        d.set_item("nvrtc_options", c.nvrtc_options.clone())?;
         out.append(d)?;
     }
     Ok(out)

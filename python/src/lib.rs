@@ -82,6 +82,12 @@ fn nvrtc_info() -> PyCaiResult<NvrtcInfo> {
     ))
 }
 
+/// The exact NVRTC build every cache key names (its library files' build IDs).
+#[pyfunction]
+fn nvrtc_build() -> PyCaiResult<String> {
+    Ok(toolkit()?.build.clone())
+}
+
 /// Tell the runtime where Python's packages live (for pip-installed NVRTC).
 #[pyfunction]
 fn add_site_dirs(dirs: Vec<std::path::PathBuf>) {
@@ -204,6 +210,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(driver_version, m)?)?;
     m.add_function(wrap_pyfunction!(driver_checks_parameters, m)?)?;
     m.add_function(wrap_pyfunction!(nvrtc_info, m)?)?;
+    m.add_function(wrap_pyfunction!(nvrtc_build, m)?)?;
     m.add_function(wrap_pyfunction!(add_site_dirs, m)?)?;
     m.add_function(wrap_pyfunction!(cache_info, m)?)?;
     m.add_function(wrap_pyfunction!(cache_clear, m)?)?;

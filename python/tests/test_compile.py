@@ -146,3 +146,99 @@ def test_numpy_scalars_deduce_their_own_type(value: Any, instance: Optional[str]
         return
     _, name = _native.xla_prepare(*args)
     assert name.replace(" ", "") == instance
+
+
+# A trusted compilation gives NVRTC no way to read a byte the key did not cover: caijit
+# applies include directories and pre-includes itself and hands every header in memory.
+
+_KERNEL_T = 'extern "C" __global__ void k(T* x, T a) { x[0] = a; }\n'
+
+
+def test_a_trusted_compile_gives_nvrtc_no_search_path(tmp_path: Any) -> None:
+    dirs = [tmp_path / n for n in "abcdef"]
+    for i, d in enumerate(dirs):
+        d.mkdir()
+        (d / f"h{i}.h").write_text(f"#define H{i} {i}\n")
+    (tmp_path / "pre.h").write_text("typedef float T;\n")
+    a, b, c, d, e, f = (str(x) for x in dirs)
+    options = ["-I", a, f"-I{b}", f"-I={c}", f"--include-path={d}", "--include-path", e, "-include", str(tmp_path / "pre.h")]
+    src = "".join(f"#include <h{i}.h>\n" for i in range(6)) + "static_assert(H0 + H1 + H2 + H3 + H4 + H5 == 15, \"\");\n" + _KERNEL_T
+    (info,) = caijit.kernel(src, "k", options=options, include_dirs=[f]).compile(arch="sm_90")
+    assert info["untrusted"] is None
+    opts = info["nvrtc_options"]
+    assert not any(o.startswith(("-I", "--include-path")) for o in opts), opts
+    assert "-no-source-include" in opts, opts
+    assert [p["type"] for p in info["params"]] == ["float*", "float"]
+
+
+def _subprocess_compile(cwd: Any, env: dict[str, str], code: str) -> Any:
+    import json
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_a_pre_include_found_in_the_current_directory_is_in_the_key(tmp_path: Any) -> None:
+    """NVRTC opens a relative pre-include in the current directory (also with
+    `-no-source-include`): caijit looks there too, hashes it and hands it in memory."""
+    env = {**os.environ, "CAIJIT_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("CAIJIT_CACHE", None)
+    code = (
+        "import caijit, json\n"
+        f"k = caijit.kernel({_KERNEL_T!r}, 'k', options=['-no-source-include', '-include', 'cfg.h']).compile(arch='sm_90')[0]\n"
+        "print(json.dumps([k['cache'], k['params'][1]['type'], k['untrusted']]))\n"
+    )
+    (tmp_path / "cfg.h").write_text("typedef int T;\n")
+    assert _subprocess_compile(tmp_path, env, code) == ["compiled", "int", None]
+    assert _subprocess_compile(tmp_path, env, code) == ["disk", "int", None]
+    (tmp_path / "cfg.h").write_text("typedef double T;\n")
+    assert _subprocess_compile(tmp_path, env, code) == ["compiled", "double", None]
+
+
+def _nvrtc_with_another_build_id(dest: Any) -> str:
+    """A copy of the NVRTC in use (library and builtins) whose GNU build ID differs by one
+    byte: the same version, another build. Returns the copied library's path."""
+    import re
+    import shutil
+
+    path = _native.nvrtc_info()[0]
+    lib = os.path.realpath(path)
+    build = _native.nvrtc_build()
+    ident = re.search(re.escape(os.path.basename(path)) + r" build-id ([0-9a-f]+)", build)
+    assert ident, build
+    for name in os.listdir(os.path.dirname(lib)):
+        if name.startswith("libnvrtc") and ".alt." not in name:
+            shutil.copy(os.path.join(os.path.dirname(lib), name), dest / name)
+    copy = dest / os.path.basename(path)
+    data = bytearray(copy.read_bytes())
+    old = bytes.fromhex(ident.group(1))
+    at = data.find(old)
+    assert 0 <= at < 1 << 20, "the build ID is not in the file's first MiB"
+    data[at] ^= 0xFF
+    copy.write_bytes(bytes(data))
+    return str(copy)
+
+
+def test_the_key_names_the_exact_nvrtc_build(tmp_path: Any) -> None:
+    """A binary made by one NVRTC build is not served to another of the same major.minor
+    (13.0.48 and 13.0.88 make different code)."""
+    (tmp_path / "other").mkdir()
+    other = _nvrtc_with_another_build_id(tmp_path / "other")
+    env = {**os.environ, "CAIJIT_CACHE_DIR": str(tmp_path / "cache"), "CAIJIT_CUDA_INCLUDE": _native.nvrtc_info()[2][0]}
+    for k in ("CAIJIT_CACHE", "CAIJIT_NVRTC_PATH"):
+        env.pop(k, None)
+    code = (
+        "import caijit, json\nfrom caijit import _native\n"
+        "k = caijit.kernel('extern \"C\" __global__ void k(float* o, float a) { o[0] = sinf(a); }').compile(arch='sm_90')[0]\n"
+        "print(json.dumps([k['cache'], _native.nvrtc_info()[1:3], _native.nvrtc_build()]))\n"
+    )
+    first = _subprocess_compile(tmp_path, env, code)
+    again = _subprocess_compile(tmp_path, env, code)
+    theirs = _subprocess_compile(tmp_path, {**env, "CAIJIT_NVRTC_PATH": other}, code)
+    assert (first[0], again[0]) == ("compiled", "disk")
+    assert theirs[1] == first[1], "the same version and headers: only the build differs"
+    assert theirs[2] != first[2]
+    assert theirs[0] == "compiled", "another NVRTC build was served this one's binary"

@@ -10,12 +10,14 @@
 //! taken as a path when it is absolute; for the quoted form, in the directory of the file
 //! that includes it (for the program itself, [`Program::source_dir`]; not with NVRTC's
 //! `-no-source-include`); then in the include directories: the program's, its `-I`
-//! options', the toolkit's (CUDA's own headers).
+//! options', the toolkit's (CUDA's own headers). A pre-included header (`-include`,
+//! `--pre-include`) is looked for as NVRTC does: in the current directory, then in the
+//! include directories.
 //!
-//! The compiler hands NVRTC every header found, in memory, under the name it was included
-//! by. NVRTC matches in-memory headers by that exact name before it searches any directory,
-//! so it compiles the bytes that were hashed and nothing else. That holds only while a name
-//! means one file everywhere, so [`Includes::untrusted`] says why it does not when:
+//! A trusted compilation hands NVRTC every header found, in memory, under the name it was
+//! included by, and no search path: NVRTC compiles the bytes that were hashed and can open
+//! nothing else. That holds only while a name means one file everywhere, so
+//! [`Includes::untrusted`] says why it does not when:
 //! - an include's name is computed (`#include MACRO`) or is an `#include_next`;
 //! - a `__has_include` probes a name that is not a literal (`__has_include(MACRO)`, a macro
 //!   for `__has_include` itself, `__has_include_next`): macros named like `…has_include`
@@ -25,13 +27,15 @@
 //! - a name means different files (or none) from different including files;
 //! - a `#pragma once` (or `_Pragma("once")`) file is reached under two names (in memory,
 //!   they are two files);
-//! - a name not found here can be opened by NVRTC next to the in-memory includer's name;
+//! - a pre-included header is found nowhere;
+//! - an explicit PCH file option (`-use-pch=…`, `-create-pch=…`);
 //! - a header cannot be read, or holds a NUL byte or invalid UTF-8.
 //!
-//! A header larger than 64 MiB is not read: NVRTC is handed an `#error` under its name.
+//! A header larger than 64 MiB is not read: NVRTC is handed an `#error` under its name. A
+//! header that is not a regular file (a FIFO NVRTC would block on, a device, a directory)
+//! is an error naming it.
 //!
-//! Such a program is compiled from the file system, as NVRTC finds headers itself, and
-//! kept out of the disk cache.
+//! Such a program is compiled untrusted, as NVRTC finds headers itself, and never cached.
 //!
 //! The toolkit's headers are read and scanned once per process per version of the file
 //! (its device, inode, length, modification and change times); other headers on every call.
@@ -45,7 +49,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use sha2::{Digest, Sha256};
 
-use super::{Program, HEADERS};
+use super::{options, Program, HEADERS};
 use crate::sync::lock;
 
 /// One `#include` (or `__has_include`) of a file.
@@ -333,28 +337,6 @@ fn probe(text: &str, start: usize, end: usize, define: Option<&Define>, out: &mu
     end
 }
 
-/// The include directories and pre-included headers named in NVRTC options, in order
-/// (`-Idir`, `-I dir`, `-I=dir`, `--include-path=dir`, `--include-path dir`;
-/// `--pre-include=h`, `--pre-include h`, `-include h`).
-pub(crate) fn option_paths(options: &[String]) -> (Vec<PathBuf>, Vec<String>) {
-    let (mut dirs, mut pre) = (Vec::new(), Vec::new());
-    let mut it = options.iter();
-    while let Some(o) = it.next() {
-        if o == "-I" || o == "--include-path" {
-            dirs.extend(it.next().map(|d| PathBuf::from(d.trim())));
-        } else if let Some(d) = o.strip_prefix("--include-path=") {
-            dirs.push(PathBuf::from(d));
-        } else if let Some(d) = o.strip_prefix("-I") {
-            dirs.push(PathBuf::from(d.strip_prefix('=').unwrap_or(d).trim()));
-        } else if o == "-include" || o == "--pre-include" {
-            pre.extend(it.next().cloned());
-        } else if let Some(h) = o.strip_prefix("--pre-include=") {
-            pre.push(h.to_string());
-        }
-    }
-    (dirs, pre)
-}
-
 /// What [`resolve`] found for a program.
 #[derive(Debug)]
 pub(crate) struct Includes {
@@ -367,6 +349,8 @@ pub(crate) struct Includes {
     /// Why the names cannot be handed to NVRTC (and so the key cannot be trusted); `None`
     /// when they can.
     pub untrusted: Option<String>,
+    /// The pre-included headers' names, in order (each is among `headers` when trusted).
+    pub pre_includes: Vec<String>,
 }
 
 /// A header file as read: its contents and what they include.
@@ -432,13 +416,17 @@ struct Resolver<'a> {
     /// `-no-source-include` turns that off: then it is `#include <…>`).
     source_include: bool,
     untrusted: Option<String>,
+    /// The first header found that is not a regular file (an error: NVRTC would block on a
+    /// FIFO, or refuse it).
+    not_a_file: Option<String>,
 }
 
-/// Find every header `program` can include (see the module's documentation).
-pub(crate) fn resolve(program: &Program, toolkit_dirs: &[PathBuf]) -> Includes {
-    let (option_dirs, pre_includes) = option_paths(&program.options);
+/// Find every header `program` can include (see the module's documentation). `options`
+/// are the program's options as [`options::sort`] sorted them. A header that is not a
+/// regular file (a FIFO, a device, a directory) is an error naming it.
+pub(crate) fn resolve(program: &Program, options: &options::Sorted, toolkit_dirs: &[PathBuf]) -> crate::Result<Includes> {
     let mut dirs = program.include_dirs.clone();
-    dirs.extend(option_dirs);
+    dirs.extend(options.include_dirs.iter().cloned());
     dirs.extend(toolkit_dirs.iter().cloned());
     let mut r = Resolver {
         dirs,
@@ -449,32 +437,43 @@ pub(crate) fn resolve(program: &Program, toolkit_dirs: &[PathBuf]) -> Includes {
         order: Vec::new(),
         memo: HashMap::new(),
         subdirs: HashMap::new(),
-        source_include: !program.options.iter().any(|o| o == "-no-source-include" || o == "--no-source-include"),
+        source_include: !options.rest.iter().any(|o| options::is_no_source_include(o)),
         untrusted: None,
+        not_a_file: None,
     };
-    // The program itself: its quoted includes are searched in its own directory, and NVRTC
-    // looks next to its name (relative to the current directory) for those not found here.
-    let nvrtc_dir = Path::new(&program.name).parent().map(Path::to_path_buf);
-    let own_dir = program.source_dir.clone().or_else(|| nvrtc_dir.clone());
-    let mut root = scan(&program.source);
-    root.includes.splice(0..0, pre_includes.into_iter().map(|name| Include { name, quoted: true }));
-    r.follow(&root, own_dir.as_deref(), nvrtc_dir.as_deref(), "the program");
+    if let Some(o) = &options.explicit_pch {
+        r.distrust(format!("the option {o:?} makes NVRTC read or write a precompiled header file no key covers"));
+    }
+    // Pre-included headers, as NVRTC finds them: an absolute name as it is, another in the
+    // current directory, then in the include directories (not next to the program).
+    for name in &options.pre_includes {
+        let target = r.resolve_one(name, true, Some(Path::new(".")));
+        if target == Target::Missing {
+            r.distrust(format!("the pre-included header {name:?} is found nowhere caijit looks"));
+        }
+        r.record(name, target, "the options");
+    }
+    // The program itself: its quoted includes are searched in its own directory first.
+    let own_dir = program.source_dir.clone().or_else(|| Path::new(&program.name).parent().map(Path::to_path_buf));
+    r.follow(&scan(&program.source), own_dir.as_deref(), "the program");
     // Then every name found, once each (a name means one header, or the key is not trusted).
     let mut next = 0;
     while next < r.order.len() {
         let name = r.order[next].clone();
         next += 1;
-        let nvrtc_dir = Path::new(&name).parent();
         match r.names[&name] {
-            Target::Embedded(e) => r.follow(&embedded_scans()[e], None, nvrtc_dir, &name),
+            Target::Embedded(e) => r.follow(&embedded_scans()[e], None, &name),
             Target::File(f) => {
                 let (scan, dir) = (r.found[f].loaded.scan.clone(), r.found[f].path.parent().map(Path::to_path_buf));
-                r.follow(&scan, dir.as_deref(), nvrtc_dir, &name);
+                r.follow(&scan, dir.as_deref(), &name);
             }
             Target::Missing => {}
         }
     }
-    r.finish()
+    if let Some(why) = r.not_a_file.take() {
+        return Err(crate::Error::compile(format!("cannot compile {}: {why}", program.name), ""));
+    }
+    Ok(r.finish(&options.pre_includes))
 }
 
 impl Resolver<'_> {
@@ -482,51 +481,44 @@ impl Resolver<'_> {
         self.untrusted.get_or_insert(why);
     }
 
-    /// Resolve and record every include of a file. `dir` is where the file is, `nvrtc_dir`
-    /// where NVRTC thinks it is (next to the name it was given by).
-    fn follow(&mut self, scan: &Scan, dir: Option<&Path>, nvrtc_dir: Option<&Path>, includer: &str) {
+    /// Resolve and record every include of a file in `dir`.
+    fn follow(&mut self, scan: &Scan, dir: Option<&Path>, includer: &str) {
         if let Some(d) = &scan.opaque {
             self.distrust(format!("{includer} has {d}: caijit cannot name every header it may read"));
         }
         for inc in &scan.includes {
             let quoted = inc.quoted && self.source_include;
             let target = self.resolve_one(&inc.name, quoted, dir);
-            if target == Target::Missing && quoted && !Path::new(&inc.name).is_absolute() {
-                let there = nvrtc_dir.unwrap_or(Path::new("")).join(&inc.name);
-                if there.is_file() {
-                    self.distrust(format!(
-                        "{:?}, included by {includer}, is found by NVRTC at {} but not by caijit's search",
-                        inc.name,
-                        there.display()
-                    ));
-                }
-            }
-            match self.names.get(&inc.name) {
-                None => {
-                    self.names.insert(inc.name.clone(), target);
-                    self.order.push(inc.name.clone());
-                    if let Target::File(f) = target {
-                        self.found[f].names += 1;
-                        if self.found[f].names > 1 && self.found[f].loaded.scan.pragma_once {
-                            let p = self.found[f].path.display().to_string();
-                            self.distrust(format!(
-                                "{p} has `#pragma once` (or `_Pragma(\"once\")`) and is included by two names (one is {:?})",
-                                inc.name
-                            ));
-                        }
+            self.record(&inc.name, target, includer);
+        }
+    }
+
+    /// Record what `name` means where `includer` includes it: one name must mean one file.
+    fn record(&mut self, name: &str, target: Target, includer: &str) {
+        match self.names.get(name) {
+            None => {
+                self.names.insert(name.to_string(), target);
+                self.order.push(name.to_string());
+                if let Target::File(f) = target {
+                    self.found[f].names += 1;
+                    if self.found[f].names > 1 && self.found[f].loaded.scan.pragma_once {
+                        let p = self.found[f].path.display().to_string();
+                        self.distrust(format!(
+                            "{p} has `#pragma once` (or `_Pragma(\"once\")`) and is included by two names (one is {name:?})"
+                        ));
                     }
                 }
-                Some(&prev) if prev != target => {
-                    let what = |t: Target, r: &Self| match t {
-                        Target::File(f) => r.found[f].path.display().to_string(),
-                        Target::Embedded(_) => "an embedded header".into(),
-                        Target::Missing => "nothing".into(),
-                    };
-                    let (before, now) = (what(prev, self), what(target, self));
-                    self.distrust(format!("{:?} means {before} in one place and {now} in {includer}", inc.name));
-                }
-                Some(_) => {}
             }
+            Some(&prev) if prev != target => {
+                let what = |t: Target, r: &Self| match t {
+                    Target::File(f) => r.found[f].path.display().to_string(),
+                    Target::Embedded(_) => "an embedded header".into(),
+                    Target::Missing => "nothing".into(),
+                };
+                let (before, now) = (what(prev, self), what(target, self));
+                self.distrust(format!("{name:?} means {before} in one place and {now} in {includer}"));
+            }
+            Some(_) => {}
         }
     }
 
@@ -573,7 +565,24 @@ impl Resolver<'_> {
     /// The file at `path`, read once per resolution (and once per process for the
     /// toolkit's, while unchanged); `None` when there is no file there.
     fn open(&mut self, path: PathBuf) -> Option<Target> {
-        let meta = std::fs::metadata(&path).ok().filter(Metadata::is_file)?;
+        let meta = std::fs::metadata(&path).ok()?;
+        if !meta.is_file() {
+            let kind = meta.file_type();
+            use std::os::unix::fs::FileTypeExt;
+            let what = if kind.is_dir() {
+                "a directory"
+            } else if kind.is_fifo() {
+                "a FIFO"
+            } else if kind.is_char_device() || kind.is_block_device() {
+                "a device"
+            } else if kind.is_socket() {
+                "a socket"
+            } else {
+                "not a regular file"
+            };
+            self.not_a_file.get_or_insert_with(|| format!("the header {} is {what}, not a regular file", path.display()));
+            return Some(Target::Missing);
+        }
         let id = (meta.dev(), meta.ino());
         if let Some(&f) = self.by_file.get(&id) {
             return Some(Target::File(f));
@@ -593,7 +602,7 @@ impl Resolver<'_> {
         }
     }
 
-    fn finish(self) -> Includes {
+    fn finish(self, pre_includes: &[String]) -> Includes {
         let mut h = Sha256::new();
         let mut part = |p: &[u8]| {
             h.update((p.len() as u64).to_le_bytes());
@@ -619,7 +628,7 @@ impl Resolver<'_> {
         if let Some(why) = &self.untrusted {
             part(why.as_bytes());
         }
-        Includes { digest: h.finalize().into(), headers, untrusted: self.untrusted }
+        Includes { digest: h.finalize().into(), headers, pre_includes: pre_includes.to_vec(), untrusted: self.untrusted }
     }
 }
 
@@ -671,6 +680,10 @@ fn load_toolkit(path: &Path, meta: &Metadata) -> Result<Arc<Loaded>, String> {
 mod tests {
     use super::*;
 
+    fn res(p: &Program) -> Includes {
+        resolve(p, &options::sort(&p.options), &[]).unwrap()
+    }
+
     fn names(text: &str) -> Vec<(String, bool)> {
         scan(text).includes.into_iter().map(|i| (i.name, i.quoted)).collect()
     }
@@ -718,18 +731,6 @@ int n = 1'000; char c = '"';
     }
 
     #[test]
-    fn option_include_dirs_and_pre_includes() {
-        let o: Vec<String> =
-            ["-Ia", "-I", "b", "-I=c", "--include-path=d", "--include-path", "e", "-DX", "--pre-include=p.h", "-include", "q.h"]
-                .iter()
-                .map(|s| s.to_string())
-                .collect();
-        let (dirs, pre) = option_paths(&o);
-        assert_eq!(dirs, ["a", "b", "c", "d", "e"].map(PathBuf::from));
-        assert_eq!(pre, ["p.h", "q.h"]);
-    }
-
-    #[test]
     fn resolves_quoted_includes_next_to_their_includer_and_detects_conflicts() {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
@@ -741,7 +742,7 @@ int n = 1'000; char c = '"';
         std::fs::write(d.join("inc/b.h"), "// other b\n").unwrap();
         let mut p = Program::new("#include \"sub/a.h\"\n#include \"missing.h\"\n");
         p.source_dir = Some(d.to_path_buf());
-        let r = resolve(&p, &[]);
+        let r = res(&p);
         assert_eq!(r.untrusted, None);
         let names: Vec<_> = r.headers.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["sub/a.h", "b.h", "../top.h", "top.h"]);
@@ -749,27 +750,58 @@ int n = 1'000; char c = '"';
         let p = p.include_dir(d.join("inc"));
         let mut q = p.clone();
         q.source = format!("{}#include \"b.h\"\n", p.source);
-        let r = resolve(&q, &[]);
+        let r = res(&q);
         assert!(r.untrusted.as_deref().is_some_and(|w| w.contains("\"b.h\" means")), "{:?}", r.untrusted);
         // With `-no-source-include`, NVRTC looks next to no file: both are `inc/b.h`.
-        let r = resolve(&q.option("-no-source-include"), &[]);
+        let r = res(&q.option("-no-source-include"));
         assert_eq!(r.untrusted, None);
         let names: Vec<_> = r.headers.iter().map(|(n, c)| (n.as_str(), c.as_ref())).collect();
         assert_eq!(names, [("b.h", "// other b\n")]);
     }
 
-    /// NVRTC looks for a quoted name next to the name it knows the includer by: a file there
-    /// that caijit's search does not reach would be read unhashed, so the key is not trusted.
+    /// A header that is not a regular file is an error naming it, before NVRTC runs (which
+    /// would block opening a FIFO).
     #[test]
-    fn a_header_only_nvrtc_would_find_is_not_trusted() {
-        let (src, nvrtc_side) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        std::fs::write(nvrtc_side.path().join("stray.h"), "// stray\n").unwrap();
-        let mut p = Program::new("#include \"stray.h\"\n").name(nvrtc_side.path().join("k.cu").display().to_string());
-        p.source_dir = Some(src.path().to_path_buf());
-        let r = resolve(&p, &[]);
-        assert!(r.untrusted.as_deref().is_some_and(|w| w.contains("found by NVRTC")), "{:?}", r.untrusted);
-        std::fs::write(src.path().join("stray.h"), "// found\n").unwrap();
-        assert_eq!(resolve(&p, &[]).untrusted, None);
+    fn a_header_that_is_not_a_regular_file_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir(d.join("dir.h")).unwrap();
+        let fifo = d.join("fifo.h");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        for (text, what) in
+            [("#include \"fifo.h\"\n", "a FIFO"), ("#include \"dir.h\"\n", "a directory"), ("#include \"/dev/null\"\n", "a device")]
+        {
+            let mut p = Program::new(text);
+            p.source_dir = Some(d.to_path_buf());
+            let e = resolve(&p, &options::sort(&p.options), &[]).unwrap_err().to_string();
+            assert!(e.contains(what) && e.contains("not a regular file"), "{e}");
+        }
+        let p = Program::new("").option("-include").option(fifo.display().to_string());
+        let e = resolve(&p, &options::sort(&p.options), &[]).unwrap_err().to_string();
+        assert!(e.contains(&fifo.display().to_string()) && e.contains("a FIFO"), "{e}");
+    }
+
+    /// Pre-included headers are found as NVRTC finds them (the current directory, then the
+    /// include directories), hashed and handed in memory; one found nowhere is not trusted.
+    #[test]
+    fn pre_includes_are_resolved_in_every_spelling() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("pre.h"), "#include \"inner.h\"\n").unwrap();
+        std::fs::write(dir.path().join("inner.h"), "// inner\n").unwrap();
+        let d = dir.path().display().to_string();
+        for opts in [vec!["-include", "pre.h"], vec!["-include=pre.h"], vec!["--pre-include=pre.h"], vec!["--pre-include", "pre.h"]] {
+            let mut p = Program::new("").option(format!("-I{d}"));
+            for o in &opts {
+                p = p.option(*o);
+            }
+            let r = res(&p);
+            assert_eq!(r.untrusted, None, "{opts:?}");
+            assert_eq!(r.pre_includes, ["pre.h"]);
+            let names: Vec<_> = r.headers.iter().map(|(n, _)| n.as_str()).collect();
+            assert_eq!(names, ["pre.h", "inner.h"], "{opts:?}");
+        }
+        let r = res(&Program::new("").option("-include=nowhere-to-be-found.h"));
+        assert!(r.untrusted.as_deref().is_some_and(|w| w.contains("nowhere-to-be-found.h")), "{:?}", r.untrusted);
     }
 
     /// `%:` is `#` in every C++ standard; a trigraph (`??=` is `#`, `??/` a backslash with
@@ -852,7 +884,7 @@ int n = 1'000; char c = '"';
         std::fs::write(d.join("sub/b.h"), "#include \"../a.h\"\n").unwrap();
         let mut p = Program::new("#include \"a.h\"\n#include \"sub/b.h\"\n");
         p.source_dir = Some(d.to_path_buf());
-        let r = resolve(&p, &[]);
+        let r = res(&p);
         assert!(r.untrusted.as_deref().is_some_and(|w| w.contains("included by two names")), "{:?}", r.untrusted);
     }
 
@@ -864,7 +896,7 @@ int n = 1'000; char c = '"';
         std::fs::File::create(dir.path().join("big.h")).unwrap().set_len(1 << 40).unwrap();
         let mut p = Program::new("#include \"big.h\"\n");
         p.source_dir = Some(dir.path().to_path_buf());
-        let r = resolve(&p, &[]);
+        let r = res(&p);
         assert_eq!(r.untrusted, None);
         assert_eq!(r.headers.len(), 1);
         assert_eq!(r.headers[0].0, "big.h");

@@ -13,30 +13,43 @@
 //!
 //! # Rationale
 //! A program is its source, options, include directories, defines and name expressions;
-//! all of them (plus NVRTC's version, the architecture and every header it can include,
-//! by name and contents) form the cache key, so a hit is always the same binary NVRTC would
-//! produce. Compilation targets CUBIN for the exact architecture, so loading costs no JIT;
-//! PTX is kept alongside because its `.entry` lists are the ground truth for parameter
-//! sizes (see [`crate::signature`]).
+//! all of them (plus the exact NVRTC build, the architecture and every header it can
+//! include, by name and contents) form the cache key. Compilation targets CUBIN for the
+//! exact architecture, so loading costs no JIT; PTX is kept alongside because its `.entry`
+//! lists are the ground truth for parameter sizes (see [`crate::signature`]).
+//!
+//! A hit must be the binary NVRTC would make, so a compilation whose result may be cached
+//! is *trusted by construction*: caijit finds every header the program can include (see
+//! `includes.rs`), hashes it into the key and hands it to NVRTC in memory, and gives NVRTC
+//! no way to read anything else: no include directory (caijit applies `-I`,
+//! `--include-path` and the program's directories itself, in every spelling NVRTC accepts),
+//! `-no-source-include`, and pre-included headers (`-include`, `--pre-include`) by the
+//! names they are handed under. If NVRTC still asks for a header (caijit's search did not
+//! find one NVRTC's would), the compile fails and is done again *untrusted*, with NVRTC's
+//! own search path; that result is neither stored on disk nor kept in memory, is counted
+//! (`untrusted_compiles`, `trusted_fallbacks` in [`crate::stats`]), and a warning naming
+//! the header is printed once. A disagreement costs a second compilation, never a stale
+//! binary.
+//!
+//! The key names the NVRTC build by its library files (GNU build IDs, read once per
+//! process), not by its major.minor version. NVRTC's automatic precompiled headers
+//! (`-pch`, `--pch-dir=…`) are not passed on (NVRTC reuses a PCH made from a header's old
+//! contents after the header changed); caijit's caches play their part. Explicit PCH files
+//! (`-use-pch=…`, `-create-pch=…`) make a compilation untrusted.
 //!
 //! # Limitations
-//! NVRTC does not report which headers a program used, so caijit finds them itself: it
-//! follows every `#include` (and `__has_include`) of the program and of each header found,
-//! in every branch of every conditional (none is evaluated), searching as NVRTC does:
-//! caijit's embedded headers, the including file's directory for `#include "…"`, then the
-//! program's include directories, its `-I` options' and the toolkit's (see `includes.rs`).
-//! Each header found is hashed into the key and handed to NVRTC in memory under the name
-//! it was included by, which NVRTC matches before it searches any directory, so it compiles
-//! nothing that was not hashed. A name found nowhere is hashed as missing (NVRTC may supply
-//! it, or fail). When that cannot be made to hold (a computed `#include MACRO`, an
-//! `#include_next`, one name meaning different files from different including files, a
-//! `#pragma once` header included by two names, an unreadable or non-UTF-8 header), the
-//! program is compiled from the file system as NVRTC finds headers itself, and kept out of
-//! the disk cache (the memory cache still serves it within the process).
+//! Some programs cannot be compiled trusted, because caijit cannot name every header they
+//! may read without preprocessing them: a computed `#include MACRO`, an `#include_next`,
+//! one name meaning different files from different including files, a `#pragma once`
+//! header included by two names, an unreadable or non-UTF-8 header, a pre-included header
+//! caijit does not find, an explicit PCH option. They are compiled untrusted (above) on
+//! every call. A header that is not a regular file (a FIFO, a device, a directory) is an
+//! error naming it, before NVRTC runs.
 
 mod cache;
 mod headers;
 mod includes;
+mod options;
 mod toolkit;
 
 use std::collections::HashMap;
@@ -57,7 +70,7 @@ use crate::sys::NvrtcError;
 use crate::{Error, Result};
 
 /// Bumped whenever the cache entry format or what a key covers changes.
-const SCHEMA_VERSION: u32 = 4;
+const SCHEMA_VERSION: u32 = 5;
 
 /// A CUDA C++ program: source plus everything that changes what NVRTC makes of it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -256,6 +269,13 @@ pub struct Compiled {
     /// are left out of `kernels`.
     pub notes: Vec<String>,
     pub source: CacheSource,
+    /// Why NVRTC compiled this with its own search path (`None`: trusted, every header in
+    /// memory and no search path). An untrusted result is never stored on disk nor kept
+    /// in memory.
+    pub untrusted: Option<String>,
+    /// The options NVRTC was given (after caijit's defaults; for a disk hit, those it would
+    /// be given).
+    pub nvrtc_options: Vec<String>,
 }
 
 impl Compiled {
@@ -321,8 +341,18 @@ fn sha256_hex(parts: &[&[u8]]) -> String {
     hex::encode(h.finalize().as_slice())
 }
 
-/// The NVRTC options for `program` at `arch` (caijit's defaults first).
-fn nvrtc_options(program: &Program, arch: Arch, tk: &Toolkit) -> Result<(Vec<String>, bool)> {
+/// The NVRTC options for `program` at `arch` (caijit's defaults first), and whether the
+/// image is CUBIN. Trusted (`Some(includes)`): no include directory, no search next to the
+/// including file, pre-includes by the names their headers are handed under in memory: NVRTC
+/// can open no file. Untrusted (`None`): NVRTC's own search path (the program's directories,
+/// its options', the toolkit's); these options are also what the key hashes.
+fn nvrtc_options(
+    program: &Program,
+    arch: Arch,
+    tk: &Toolkit,
+    sorted: &options::Sorted,
+    trusted: Option<&includes::Includes>,
+) -> Result<(Vec<String>, bool)> {
     for o in &program.options {
         if o.starts_with("-arch") || o.starts_with("--gpu-architecture") {
             return Err(Error::argument(format!("option {o:?}: give the architecture as the `arch` of the compilation, not as an option")));
@@ -343,21 +373,38 @@ fn nvrtc_options(program: &Program, arch: Arch, tk: &Toolkit) -> Result<(Vec<Str
         opts.push("-std=c++17".into());
     }
     opts.push("-DCAIJIT=1".into());
-    // The search order of `includes::resolve`: the program's directories, its options', the
-    // toolkit's. NVRTC searches them only for names caijit found nowhere (the others it is
-    // handed in memory), or for all when the key is not trusted.
-    for d in &program.include_dirs {
-        opts.push(format!("-I{}", d.display()));
-    }
     for (k, v) in &program.defines {
         opts.push(match v {
             Some(v) => format!("-D{k}={v}"),
             None => format!("-D{k}"),
         });
     }
-    opts.extend(program.options.iter().cloned());
-    for d in &tk.include_dirs {
-        opts.push(format!("-I{}", d.display()));
+    match trusted {
+        Some(includes) => {
+            opts.extend(sorted.rest.iter().cloned());
+            if !sorted.rest.iter().any(|o| options::is_no_source_include(o)) {
+                opts.push("-no-source-include".into());
+            }
+            for name in &includes.pre_includes {
+                opts.push("-include".into());
+                opts.push(name.clone());
+            }
+        }
+        None => {
+            // The search order of `includes::resolve`: the program's directories, its
+            // options', the toolkit's.
+            for d in program.include_dirs.iter().chain(&sorted.include_dirs) {
+                opts.push(format!("-I{}", d.display()));
+            }
+            for name in &sorted.pre_includes {
+                opts.push("-include".into());
+                opts.push(name.clone());
+            }
+            opts.extend(sorted.rest.iter().cloned());
+            for d in &tk.include_dirs {
+                opts.push(format!("-I{}", d.display()));
+            }
+        }
     }
     Ok((opts, known))
 }
@@ -403,25 +450,18 @@ fn failed_expressions<'a>(log: &str, exprs: &'a [String], program: &'a Program) 
         .filter(move |e| !program.name_expressions.contains(e) && log.contains(&format!("Inputnameexpressionwas:\"{}\"", compact(e))))
 }
 
-/// A program's cache key, and the headers NVRTC is to read from memory (the ones hashed).
-struct Key {
-    key: String,
-    /// The headers found. With `untrusted` set, NVRTC cannot be handed every header the key
-    /// covers: the program is compiled from the file system and kept out of the disk cache.
-    includes: includes::Includes,
-}
-
-fn cache_key(program: &Program, arch: Arch, opts: &[String], tk: &Toolkit) -> Key {
-    let includes = includes::resolve(program, &tk.include_dirs);
-    let (schema, version, arch) = (SCHEMA_VERSION.to_le_bytes(), format!("nvrtc {}.{}", tk.version.0, tk.version.1), arch.0.to_le_bytes());
-    let mut parts: Vec<&[u8]> = vec![&schema, version.as_bytes(), &arch, program.source.as_bytes(), program.name.as_bytes()];
+/// A program's cache key: everything that decides what NVRTC makes of it, `opts` (the
+/// untrusted form, which names every directory and option) and the headers found.
+fn cache_key(program: &Program, arch: Arch, opts: &[String], tk: &Toolkit, includes: &includes::Includes) -> String {
+    let (schema, arch) = (SCHEMA_VERSION.to_le_bytes(), arch.0.to_le_bytes());
+    let mut parts: Vec<&[u8]> = vec![&schema, tk.build.as_bytes(), &arch, program.source.as_bytes(), program.name.as_bytes()];
     parts.extend(opts.iter().map(|o| o.as_bytes()));
     parts.push(b"--exprs");
     parts.extend(program.name_expressions.iter().map(|e| e.as_bytes()));
     parts.push(b"--headers");
     parts.push(embedded_headers_digest());
     parts.push(&includes.digest);
-    Key { key: sha256_hex(&parts), includes }
+    sha256_hex(&parts)
 }
 
 /// The digest of caijit's embedded headers (constant for a build, hashed once).
@@ -467,106 +507,212 @@ pub fn compile_with(program: &Program, arch: Arch, options: &CompileOptions) -> 
 
 /// [`compile_with`], also saying where this call's result came from: [`CacheSource::Memory`]
 /// for a memory hit (the `Compiled` itself records how it was first made).
+///
+/// A trusted compilation (the module's documentation says when) gives NVRTC every header
+/// in memory and no search path; if NVRTC still asks for a header, it is compiled again
+/// untrusted. An untrusted result is never stored on disk nor kept in memory.
 pub fn compile_reporting(program: &Program, arch: Arch, options: &CompileOptions) -> Result<(Arc<Compiled>, CacheSource)> {
     let tk = toolkit()?;
-    let (opts, cubin) = nvrtc_options(program, arch, tk)?;
+    let sorted = options::sort(&program.options);
+    let includes = includes::resolve(program, &sorted, &tk.include_dirs)?;
+    let (untrusted_opts, cubin) = nvrtc_options(program, arch, tk, &sorted, None)?;
     // The key needs only what the caller gave and the headers it can include (the kernels'
     // names follow from the source): a memory hit parses no declarations.
-    let Key { key, includes } = cache_key(program, arch, &opts, tk);
+    let key = cache_key(program, arch, &untrusted_opts, tk, &includes);
+    let job = Job { program, arch, options, tk, untrusted_opts: &untrusted_opts, cubin, key: &key, includes: &includes };
+    if let Some(why) = &includes.untrusted {
+        return Ok((job.untrusted(why.clone())?, CacheSource::Compiled));
+    }
+    let (trusted_opts, _) = nvrtc_options(program, arch, tk, &sorted, Some(&includes))?;
     if options.skip_memory_cache {
-        return from_disk_or_nvrtc(program, arch, options, tk, &opts, cubin, key, &includes);
+        return job.trusted(&trusted_opts);
     }
     let mut made = None;
-    let compiled = memory().get_or_try_insert_with(key.clone(), || {
-        let (compiled, source) = from_disk_or_nvrtc(program, arch, options, tk, &opts, cubin, key, &includes)?;
+    let mut redone = None;
+    let found = memory().get_or_try_insert_with(key.clone(), || {
+        let (compiled, source) = job.trusted(&trusted_opts)?;
+        if compiled.untrusted.is_some() {
+            // Not kept: the files NVRTC read are not all in the key.
+            redone = Some(compiled);
+            return Err(None);
+        }
         made = Some(source);
-        Ok::<_, Error>(compiled)
-    })?;
-    if made.is_none() {
-        bump(&COUNTERS.memory_cache_hits);
+        Ok::<_, Option<Error>>(compiled)
+    });
+    match (found, redone) {
+        (Ok(compiled), _) => {
+            if made.is_none() {
+                bump(&COUNTERS.memory_cache_hits);
+            }
+            Ok((compiled, made.unwrap_or(CacheSource::Memory)))
+        }
+        (Err(None), Some(compiled)) => Ok((compiled, CacheSource::Compiled)),
+        (Err(e), _) => Err(e.unwrap_or_else(|| Error::compile("caijit lost a compilation's result", ""))),
     }
-    Ok((compiled, made.unwrap_or(CacheSource::Memory)))
 }
 
-/// A compilation the memory cache did not answer: from the disk cache, else by NVRTC (and
-/// then stored on disk).
-#[allow(clippy::too_many_arguments)] // the parts of one compilation, computed once by the caller
-fn from_disk_or_nvrtc(
-    program: &Program,
+/// One compilation the memory cache did not answer, and what it needs.
+struct Job<'a> {
+    program: &'a Program,
     arch: Arch,
-    options: &CompileOptions,
-    tk: &Toolkit,
-    opts: &[String],
+    options: &'a CompileOptions,
+    tk: &'a Toolkit,
+    untrusted_opts: &'a [String],
     cubin: bool,
-    key: String,
-    includes: &includes::Includes,
-) -> Result<(Arc<Compiled>, CacheSource)> {
-    let trusted = includes.untrusted.is_none();
-    let Declarations { kernels: decls, notes } = program.declarations();
-    let (exprs, probes) = all_name_expressions(program, &decls);
-    // A cache given explicitly is held to the same trust as the environment's (silently).
-    let disk = match options.disk_cache.clone() {
-        Some(given) => given.filter(|c| c.trusted().is_ok()),
-        None => DiskCache::from_env_trusted()?,
-    };
-    // A key that does not cover every header NVRTC may read (`includes.untrusted` says
-    // why) never reaches the disk cache.
-    if disk.is_some() && !trusted {
-        bump(&COUNTERS.disk_cache_untrusted_keys);
-    }
-    let disk = disk.filter(|_| trusted);
-    let mut from_disk = None;
-    if let Some(d) = &disk {
-        match d.load(&key) {
-            Ok(Some(entry)) => from_disk = Some(entry),
-            Ok(None) => {}
-            Err(_) => bump(&COUNTERS.disk_cache_corrupt),
-        }
-    }
-    let (entry, source) = match from_disk {
-        Some(e) => {
-            bump(&COUNTERS.disk_cache_hits);
-            (e, CacheSource::Disk)
-        }
-        None => {
-            let found = if trusted { &includes.headers[..] } else { &[] };
-            // A probe, or a name expression caijit added, that does not compile (a kernel
-            // the tokenizer found in a branch the preprocessor removed) must not cost the
-            // program: compile again without the probes NVRTC's log names (without all of
-            // them if it names none), and without the added expressions it names.
-            let mut probes = probes.clone();
-            let mut exprs = exprs.clone();
-            let e = loop {
-                match run_nvrtc(tk, program, opts, &exprs, &probes, cubin, found) {
-                    Err(Error::Compile(CompileError { log, .. })) if !probes.is_empty() && log.contains(signature::PROBE_TEMPLATE) => {
-                        let before = probes.len();
-                        probes.retain(|p| !log.contains(p.as_str()));
-                        if probes.len() == before {
-                            probes.clear();
-                        }
-                    }
-                    Err(Error::Compile(CompileError { log, .. })) if failed_expressions(&log, &exprs, program).next().is_some() => {
-                        let failed: Vec<String> = failed_expressions(&log, &exprs, program).cloned().collect();
-                        exprs.retain(|e| !failed.contains(e));
-                    }
-                    r => break r?,
+    key: &'a str,
+    includes: &'a includes::Includes,
+}
+
+impl Job<'_> {
+    /// From the disk cache, else by NVRTC with every header in memory and no search path
+    /// (then stored on disk); if NVRTC asks for a header it was not handed, again untrusted.
+    fn trusted(&self, trusted_opts: &[String]) -> Result<(Arc<Compiled>, CacheSource)> {
+        let Declarations { kernels: decls, notes } = self.program.declarations();
+        let disk = self.disk()?;
+        if let Some(d) = &disk {
+            match d.load(self.key) {
+                Ok(Some(entry)) => {
+                    bump(&COUNTERS.disk_cache_hits);
+                    return self.finish(entry, &decls, notes, CacheSource::Disk, None, trusted_opts);
                 }
+                Ok(None) => {}
+                Err(_) => bump(&COUNTERS.disk_cache_corrupt),
+            }
+        }
+        let (exprs, probes) = all_name_expressions(self.program, &decls);
+        let entry =
+            match nvrtc_retrying(self.tk, self.program, trusted_opts, exprs.clone(), probes.clone(), self.cubin, &self.includes.headers) {
+                Err(Error::Compile(CompileError { log, .. })) if unhanded_header(&log).is_some() => {
+                    let header = unhanded_header(&log).unwrap_or_default();
+                    let entry = nvrtc_retrying(self.tk, self.program, self.untrusted_opts, exprs, probes, self.cubin, &[])?;
+                    bump(&COUNTERS.compiles);
+                    bump(&COUNTERS.untrusted_compiles);
+                    bump(&COUNTERS.trusted_fallbacks);
+                    if disk.is_some() {
+                        bump(&COUNTERS.disk_cache_untrusted_keys);
+                    }
+                    let why = format!("NVRTC asked for the header {header:?}, which caijit's search did not find");
+                    warn_once(
+                        &header,
+                        &format!(
+                            "caijit: warning: compiling {} from the file system: {why} (NVRTC found it on its own search path); \
+                     the result is not cached",
+                            self.program.name
+                        ),
+                    );
+                    return self.finish(entry, &decls, notes, CacheSource::Compiled, Some(why), self.untrusted_opts);
+                }
+                r => r?,
             };
-            bump(&COUNTERS.compiles);
-            if let Some(d) = &disk {
-                if d.store(&key, &e).is_err() {
-                    bump(&COUNTERS.disk_cache_errors);
+        bump(&COUNTERS.compiles);
+        if let Some(d) = &disk {
+            if d.store(self.key, &entry).is_err() {
+                bump(&COUNTERS.disk_cache_errors);
+            }
+        }
+        self.finish(entry, &decls, notes, CacheSource::Compiled, None, trusted_opts)
+    }
+
+    /// By NVRTC with its own search path, for a program whose headers caijit cannot all
+    /// name (`why`): neither stored on disk nor kept in memory.
+    fn untrusted(&self, why: String) -> Result<Arc<Compiled>> {
+        if self.disk()?.is_some() {
+            bump(&COUNTERS.disk_cache_untrusted_keys);
+        }
+        let Declarations { kernels: decls, notes } = self.program.declarations();
+        let (exprs, probes) = all_name_expressions(self.program, &decls);
+        let entry = nvrtc_retrying(self.tk, self.program, self.untrusted_opts, exprs, probes, self.cubin, &[])?;
+        bump(&COUNTERS.compiles);
+        bump(&COUNTERS.untrusted_compiles);
+        Ok(self.finish(entry, &decls, notes, CacheSource::Compiled, Some(why), self.untrusted_opts)?.0)
+    }
+
+    /// The disk cache to use. One given explicitly is held to the same trust as the
+    /// environment's (silently).
+    fn disk(&self) -> Result<Option<DiskCache>> {
+        Ok(match self.options.disk_cache.clone() {
+            Some(given) => given.filter(|c| c.trusted().is_ok()),
+            None => DiskCache::from_env_trusted()?,
+        })
+    }
+
+    fn finish(
+        &self,
+        entry: cache::Entry,
+        decls: &[KernelDecl],
+        notes: Vec<String>,
+        source: CacheSource,
+        untrusted: Option<String>,
+        nvrtc_options: &[String],
+    ) -> Result<(Arc<Compiled>, CacheSource)> {
+        let (kernels, notes) = describe_kernels(&entry, decls, notes)?;
+        let compiled = Compiled {
+            key: self.key.to_string(),
+            arch: self.arch,
+            image: entry.image,
+            ptx: entry.ptx,
+            log: entry.log,
+            kernels,
+            notes,
+            source,
+            untrusted,
+            nvrtc_options: nvrtc_options.to_vec(),
+        };
+        Ok((Arc::new(compiled), source))
+    }
+}
+
+/// The header NVRTC's log says it could not open (`could not open source file "x.h"`).
+fn unhanded_header(log: &str) -> Option<String> {
+    ["could not open source file \"", "cannot open source file \""].iter().find_map(|m| {
+        let start = log.find(m)? + m.len();
+        log[start..].find('"').map(|end| log[start..start + end].to_string())
+    })
+}
+
+/// Print `message` once per process per `header`.
+fn warn_once(header: &str, message: &str) {
+    static WARNED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut warned = crate::sync::lock(&WARNED);
+    if !warned.iter().any(|h| h == header) {
+        warned.push(header.to_string());
+        eprintln!("{message}");
+    }
+}
+
+/// Compile with NVRTC. A probe, or a name expression caijit added, that does not compile
+/// (a kernel the tokenizer found in a branch the preprocessor removed) must not cost the
+/// program: compile again without the probes NVRTC's log names (without all of them if it
+/// names none), and without the added expressions it names.
+fn nvrtc_retrying(
+    tk: &Toolkit,
+    program: &Program,
+    opts: &[String],
+    mut exprs: Vec<String>,
+    mut probes: Vec<String>,
+    cubin: bool,
+    found: &[(String, Arc<str>)],
+) -> Result<cache::Entry> {
+    loop {
+        match run_nvrtc(tk, program, opts, &exprs, &probes, cubin, found) {
+            Err(Error::Compile(CompileError { log, .. })) if !probes.is_empty() && log.contains(signature::PROBE_TEMPLATE) => {
+                let before = probes.len();
+                probes.retain(|p| !log.contains(p.as_str()));
+                if probes.len() == before {
+                    probes.clear();
                 }
             }
-            (e, CacheSource::Compiled)
+            Err(Error::Compile(CompileError { log, .. })) if failed_expressions(&log, &exprs, program).next().is_some() => {
+                let failed: Vec<String> = failed_expressions(&log, &exprs, program).cloned().collect();
+                exprs.retain(|e| !failed.contains(e));
+            }
+            r => return r,
         }
-    };
-    let (kernels, notes) = describe_kernels(&entry, &decls, notes)?;
-    Ok((Arc::new(Compiled { key, arch, image: entry.image, ptx: entry.ptx, log: entry.log, kernels, notes, source }), source))
+    }
 }
 
 /// Compile with NVRTC, handing it caijit's embedded headers and `found` (the program's
-/// headers, read and hashed by [`cache_key`]) in memory.
+/// headers, read and hashed by [`includes::resolve`]) in memory.
 fn run_nvrtc(
     tk: &Toolkit,
     program: &Program,

@@ -22,6 +22,10 @@ pub struct Toolkit {
     pub nvrtc_path: PathBuf,
     /// NVRTC's `(major, minor)` version.
     pub version: (i32, i32),
+    /// The exact NVRTC build: each loaded NVRTC library file (`libnvrtc`, its builtins) by
+    /// its GNU build ID, or the SHA-256 of its contents where it has none. Part of every
+    /// cache key (13.0.48 and 13.0.88 are both "13.0", and make different binaries).
+    pub build: String,
     /// Directories holding the CUDA headers (`cuda_fp16.h`, …), passed as `-I`.
     pub include_dirs: Vec<PathBuf>,
     /// Real architectures NVRTC can compile to (`90` is sm_90).
@@ -207,6 +211,99 @@ fn find_include_dirs(nvrtc: &Path) -> Vec<PathBuf> {
     found
 }
 
+/// The identity of the NVRTC build loaded: every loaded library file whose name starts
+/// with `libnvrtc` (the library and its builtins, as the loader mapped them), by GNU build
+/// ID or, lacking one, by the SHA-256 of its contents. Computed once per process.
+fn build_identity(nvrtc_path: &Path, version: (i32, i32)) -> Result<String, String> {
+    let mut files: Vec<PathBuf> = std::fs::read_to_string("/proc/self/maps")
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .filter(|p| Path::new(p).file_name().is_some_and(|f| f.to_string_lossy().starts_with("libnvrtc")))
+        .map(PathBuf::from)
+        .collect();
+    if files.is_empty() {
+        files.push(nvrtc_path.to_path_buf());
+    }
+    files.sort();
+    files.dedup();
+    let mut out = format!("nvrtc {}.{}", version.0, version.1);
+    for f in files {
+        let id = match gnu_build_id(&f) {
+            Some(id) => format!("build-id {}", hex::encode(id)),
+            None => {
+                use sha2::Digest;
+                use std::io::Read;
+                let unreadable = |e: std::io::Error| format!("cannot read NVRTC's library {}: {e}", f.display());
+                let mut h = sha2::Sha256::new();
+                let mut file = std::fs::File::open(&f).map_err(unreadable)?;
+                let mut buf = vec![0; 1 << 20];
+                loop {
+                    match file.read(&mut buf).map_err(unreadable)? {
+                        0 => break,
+                        n => h.update(&buf[..n]),
+                    }
+                }
+                format!("sha256 {}", hex::encode(h.finalize()))
+            }
+        };
+        let name = f.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        out.push_str(&format!("; {name} {id}"));
+    }
+    Ok(out)
+}
+
+/// The GNU build ID of a 64-bit little-endian ELF file (its `NT_GNU_BUILD_ID` note, read
+/// from the note segments), or `None`.
+fn gnu_build_id(path: &Path) -> Option<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path).ok()?;
+    let mut read_at = |offset: u64, len: usize| -> Option<Vec<u8>> {
+        let mut buf = vec![0; len];
+        f.seek(SeekFrom::Start(offset)).ok()?;
+        f.read_exact(&mut buf).ok()?;
+        Some(buf)
+    };
+    let header = read_at(0, 64)?;
+    if &header[..4] != b"\x7fELF" || header[4] != 2 || header[5] != 1 {
+        return None;
+    }
+    let u16_at = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]) as usize;
+    let u32_at = |b: &[u8], o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap_or([0; 4])) as usize;
+    let u64_at = |b: &[u8], o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or([0; 8]));
+    let (phoff, phentsize, phnum) = (u64_at(&header, 32), u16_at(&header, 54), u16_at(&header, 56));
+    if phentsize < 56 || phnum > 4096 {
+        return None;
+    }
+    let table = read_at(phoff, phentsize * phnum)?;
+    for i in 0..phnum {
+        let ph = &table[i * phentsize..(i + 1) * phentsize];
+        // PT_NOTE
+        if u32_at(ph, 0) != 4 {
+            continue;
+        }
+        let (offset, size) = (u64_at(ph, 8), u64_at(ph, 32).min(1 << 20) as usize);
+        let notes = read_at(offset, size)?;
+        let mut at = 0;
+        let align = |n: usize| (n + 3) & !3;
+        while at + 12 <= notes.len() {
+            let (namesz, descsz, kind) = (u32_at(&notes, at), u32_at(&notes, at + 4), u32_at(&notes, at + 8));
+            let name_at = at + 12;
+            let desc_at = name_at + align(namesz);
+            let end = desc_at + align(descsz);
+            if end > notes.len() {
+                break;
+            }
+            // NT_GNU_BUILD_ID, owner "GNU\0".
+            if kind == 3 && &notes[name_at..name_at + namesz] == b"GNU\0" {
+                return Some(notes[desc_at..desc_at + descsz].to_vec());
+            }
+            at = end;
+        }
+    }
+    None
+}
+
 /// Find and load NVRTC once per process.
 pub fn toolkit() -> crate::Result<&'static Toolkit> {
     TOOLKIT
@@ -215,7 +312,8 @@ pub fn toolkit() -> crate::Result<&'static Toolkit> {
             let version = nvrtc.version().map_err(|e| e.to_string())?;
             let supported_archs = nvrtc.supported_archs().map_err(|e| e.to_string())?;
             let include_dirs = find_include_dirs(&nvrtc_path);
-            Ok(Toolkit { nvrtc_path, version, include_dirs, supported_archs, nvrtc })
+            let build = build_identity(&nvrtc_path, version)?;
+            Ok(Toolkit { nvrtc_path, version, build, include_dirs, supported_archs, nvrtc })
         })
         .as_ref()
         .map_err(|e| Error::CudaNotAvailable(e.clone()))
@@ -224,6 +322,20 @@ pub fn toolkit() -> crate::Result<&'static Toolkit> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The key names NVRTC's exact build: its library files' build IDs.
+    #[test]
+    fn the_build_identity_names_every_nvrtc_library_by_build_id() {
+        let Ok(tk) = toolkit() else { return };
+        assert!(tk.build.starts_with(&format!("nvrtc {}.{};", tk.version.0, tk.version.1)), "{}", tk.build);
+        assert!(tk.build.contains("libnvrtc.so") && tk.build.contains("libnvrtc-builtins"), "{}", tk.build);
+        let id = gnu_build_id(&tk.nvrtc_path).expect("NVRTC has a GNU build ID");
+        assert!(tk.build.contains(&hex::encode(id)), "{}", tk.build);
+        let dir = tempfile::tempdir().unwrap();
+        let not_elf = dir.path().join("libnvrtc.so");
+        std::fs::write(&not_elf, b"not a library").unwrap();
+        assert_eq!(gnu_build_id(&not_elf), None);
+    }
 
     #[test]
     fn an_explicit_nvrtc_path_that_cannot_be_used_is_an_error_naming_it() {
