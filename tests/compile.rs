@@ -712,11 +712,14 @@ fn an_untrusted_program_is_not_served_from_memory() {
     let program = Program::new(format!("#define HEADER \"cfg.h\"\n#include HEADER\n{USES_T}")).include_dir(dir.path());
     let memory = memory_only();
     std::fs::write(dir.path().join("cfg.h"), "typedef float T;\n").unwrap();
-    assert_eq!(compiled_t(&program, &memory), (CacheSource::Compiled, 4));
+    let before = compile_with(&program, Arch(90), &memory).unwrap();
+    assert_eq!((before.source, before.kernel("k").unwrap().params[1].size), (CacheSource::Compiled, 4));
     std::fs::write(dir.path().join("cfg.h"), "typedef double T;\n").unwrap();
     let c = compile_with(&program, Arch(90), &memory).unwrap();
     assert_eq!((c.source, c.kernel("k").unwrap().params[1].size), (CacheSource::Compiled, 8));
     assert!(c.untrusted.as_deref().is_some_and(|w| w.contains("HEADER")), "{:?}", c.untrusted);
+    // A context's modules are cached by key: another binary has another key.
+    assert_ne!(before.key, c.key);
 }
 
 /// NVRTC's automatic PCH reuses, within a process, a precompiled header made from a header's

@@ -242,3 +242,18 @@ def test_the_key_names_the_exact_nvrtc_build(tmp_path: Any) -> None:
     assert theirs[1] == first[1], "the same version and headers: only the build differs"
     assert theirs[2] != first[2]
     assert theirs[0] == "compiled", "another NVRTC build was served this one's binary"
+
+
+@pytest.mark.gpu
+def test_an_edited_header_of_an_untrusted_program_launches_its_new_code(tmp_path: Any) -> None:
+    """A computed include makes a program untrusted: after its header changes, a new kernel
+    compiles and loads the new binary (not the module loaded for the old one)."""
+    (tmp_path / "cfg.h").write_text("#define VALUE 3\n")
+    src = tmp_path / "k.cu"
+    src.write_text('#define CFG "cfg.h"\n#include CFG\nextern "C" __global__ void k(int* o) { o[0] = VALUE; }\n')
+    out = caijit.zeros((1,), np.int32)
+    caijit.kernel(str(src))[1, 1](out)
+    assert out.copy_to_host()[0] == 3
+    (tmp_path / "cfg.h").write_text("#define VALUE 7\n")
+    caijit.kernel(str(src))[1, 1](out)
+    assert out.copy_to_host()[0] == 7

@@ -257,6 +257,7 @@ impl KernelInfo {
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct Compiled {
+    /// The cache key (for an untrusted result, hashed with its binary too).
     pub key: String,
     pub arch: Arch,
     pub image: Image,
@@ -646,8 +647,15 @@ impl Job<'_> {
         nvrtc_options: &[String],
     ) -> Result<(Arc<Compiled>, CacheSource)> {
         let (kernels, notes) = describe_kernels(&entry, decls, notes)?;
+        // An untrusted key does not cover every file NVRTC read: the result's own key also
+        // hashes the binary, so that what is cached by key downstream (a context's loaded
+        // modules) never mistakes another binary for this one.
+        let key = match &untrusted {
+            None => self.key.to_string(),
+            Some(_) => sha256_hex(&[self.key.as_bytes(), b"untrusted", entry.image.bytes()]),
+        };
         let compiled = Compiled {
-            key: self.key.to_string(),
+            key,
             arch: self.arch,
             image: entry.image,
             ptx: entry.ptx,
