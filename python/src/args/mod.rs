@@ -372,7 +372,10 @@ impl ArgContext {
             Some(c) => c,
             None if stream == 1 => false,
             None => {
-                let c = RtStream::borrowed(stream)?.is_capturing()?;
+                // A stream the driver cannot answer for (the per-thread default stream of a
+                // thread without a current context) is no capture of caijit's to keep: the
+                // producer is asked as before.
+                let c = RtStream::borrowed(stream)?.is_capturing().unwrap_or(false);
                 self.capturing = Some(c);
                 c
             }
