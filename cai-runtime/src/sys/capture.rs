@@ -4,6 +4,7 @@
 
 use std::ffi::c_void;
 use std::ptr;
+use std::sync::OnceLock;
 
 use cudarc::driver::sys as cu;
 
@@ -29,8 +30,10 @@ impl Driver {
     /// Keep `keep` with the graph that `s` is capturing now: `give_back(keep)` runs when that
     /// graph and every executable graph made from it are destroyed and their launches have
     /// finished, on a driver thread (so it must not call CUDA). `Ok(Err(keep))` hands it back
-    /// when `s` is not capturing. Never call it on the legacy default stream (asking it about
-    /// capture is an implicit synchronisation).
+    /// when `s` is not capturing. `Err` only when the capture's graph could not take it:
+    /// `keep` is then leaked, never dropped (the captured work may read what it keeps alive
+    /// whenever the graph is replayed). Never call it on the legacy default stream (asking
+    /// it about capture is an implicit synchronisation).
     pub fn keep_with_capture<T: Send + 'static>(
         &self,
         s: RawStream,
@@ -40,7 +43,8 @@ impl Driver {
         let mut status = cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
         let mut id = 0u64;
         let mut graph: cu::CUgraph = ptr::null_mut();
-        let r = if self.has("cuStreamGetCaptureInfo_v3") {
+        static HAS_V3: OnceLock<bool> = OnceLock::new();
+        let r = if *HAS_V3.get_or_init(|| self.has("cuStreamGetCaptureInfo_v3")) {
             // SAFETY: valid out-pointers; the optional dependency outputs are null, which
             // the API allows.
             unsafe {
@@ -65,8 +69,12 @@ impl Driver {
                 }
             }
         };
-        check("cuStreamGetCaptureInfo", r)?;
-        if status != cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE || graph.is_null() {
+        // A stream the driver cannot answer for is handed back too (its capture cannot be
+        // joined): the caller's own path for uncaptured work reports what is wrong with it.
+        if check("cuStreamGetCaptureInfo", r).is_err()
+            || status != cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE
+            || graph.is_null()
+        {
             return Ok(Err(keep));
         }
         let on_destroyed: OnGraphDestroyed = Box::new(move || give_back(keep));
