@@ -745,8 +745,9 @@ def test_view_of_per_thread_array_is_refused_on_another_thread(k: Any) -> None:
                 outcomes[what] = f"{type(e).__name__}: {e}"
         s.synchronize()
 
+    sevens = caijit.to_device(np.full(N, 7.0, np.float32), stream=2)
     spin_on(k, 2)  # pending work on the home stream: a view accepted elsewhere would not wait for it
-    k["copy"][GRID, BLOCK, 2](caijit.to_device(np.full(N, 7.0, np.float32), stream=2), a, N)
+    k["copy"][GRID, BLOCK, 2](sevens, a, N)
     t = threading.Thread(target=worker)
     t.start()
     t.join(60)
