@@ -97,6 +97,22 @@ pub struct Context {
     /// Objects kept alive until the work before their event finished ([`Context::release_after`]).
     deferred: Mutex<Deferred>,
     has_deferred: AtomicBool,
+    /// Objects kept by graphs captured since, handed back when a graph is destroyed.
+    from_graphs: Arc<GraphReturns>,
+}
+
+/// Objects handed back by destroyed graphs (on a driver thread), dropped by the next
+/// [`Context::collect_released`] on a thread of the caller's.
+#[derive(Default)]
+struct GraphReturns {
+    objects: Mutex<Vec<Box<dyn std::any::Any + Send>>>,
+    any: AtomicBool,
+}
+
+impl std::fmt::Debug for GraphReturns {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GraphReturns({} handed back)", lock(&self.objects).len())
+    }
 }
 
 /// `(event, object)` pairs: each object is dropped once its event has completed.
@@ -143,6 +159,7 @@ impl Context {
             pool: OnceLock::new(),
             deferred: Mutex::default(),
             has_deferred: AtomicBool::new(false),
+            from_graphs: Arc::default(),
         });
         all.insert(ordinal, c.clone());
         Ok(c)
@@ -233,6 +250,15 @@ impl Context {
         Ok(())
     }
 
+    /// Block the host until every stream of this device is idle (a counted host
+    /// synchronisation): for work on a stream that cannot be named here (another thread's
+    /// per-thread default stream). Never on the launch path.
+    pub fn synchronize(&self) -> Result<()> {
+        let d = self.bind()?;
+        bump(&COUNTERS.host_syncs);
+        Ok(d.ctx_synchronize()?)
+    }
+
     /// Make `waiter` wait for the work enqueued so far on `producer`, without blocking the
     /// host (an event from the pool recorded on `producer`, waited on by `waiter`).
     pub fn order_streams(&self, waiter: &Stream, producer: &Stream) -> Result<()> {
@@ -253,9 +279,28 @@ impl Context {
     /// owner caijit cannot order otherwise (a DLPack capsule, whose deleter hands the memory
     /// back to its producer). Objects are dropped by later calls of
     /// [`Context::collect_released`] (every launch makes one).
+    ///
+    /// On a stream that is being captured nothing runs yet: the work runs whenever the
+    /// graph is replayed. The object is then kept by the captured graph itself (a graph
+    /// user object), and dropped once that graph and every executable graph made from it
+    /// are destroyed and their launches have finished.
     pub fn release_after(&self, stream: u64, keep: Box<dyn std::any::Any + Send>) -> Result<()> {
         self.collect_released();
         let raw = RawStream::from_cai(stream);
+        let mut keep = keep;
+        // (The legacy default stream is never captured, and never asked.)
+        if stream != 1 {
+            let returns = self.from_graphs.clone();
+            let d = self.bind()?;
+            match d.keep_with_capture(raw, keep, move |k| {
+                let mut objects = lock(&returns.objects);
+                objects.push(k);
+                returns.any.store(true, Ordering::Release);
+            })? {
+                Ok(()) => return Ok(()),
+                Err(k) => keep = k,
+            }
+        }
         let mut events = Events::new();
         let recorded = self.take_events(1, &mut events).and_then(|()| Ok(self.bind()?.event_record(events[0], raw)?));
         if let Err(e) = recorded {
@@ -273,8 +318,17 @@ impl Context {
     }
 
     /// Drop the objects of [`Context::release_after`] whose work has finished (a query per
-    /// pending object, never a wait). Cheap when nothing is pending.
+    /// pending object, never a wait), and those destroyed graphs handed back. Cheap when
+    /// nothing is pending.
     pub fn collect_released(&self) {
+        if self.from_graphs.any.load(Ordering::Acquire) {
+            let returned = {
+                let mut objects = lock(&self.from_graphs.objects);
+                self.from_graphs.any.store(false, Ordering::Release);
+                std::mem::take(&mut *objects)
+            };
+            drop(returned); // outside the lock: a producer's deleter may call back into caijit
+        }
         if !self.has_deferred.load(Ordering::Acquire) {
             return;
         }
@@ -283,10 +337,11 @@ impl Context {
         let mut events = Events::new();
         {
             let mut pending = lock(&self.deferred);
-            // An event that cannot be queried (a sticky error) is treated as done: the
-            // context is unusable and nothing will run on it again.
+            // Only an event known to have completed releases its object: an event that
+            // cannot be queried keeps it (a dead context runs nothing again, so keeping it
+            // costs memory at worst; releasing it could free memory under a kernel).
             let (finished, waiting): (Vec<_>, Vec<_>) =
-                d.relaxed_capture(|| std::mem::take(&mut pending.0).into_iter().partition(|(e, _)| d.event_done(*e).unwrap_or(true)));
+                d.relaxed_capture(|| std::mem::take(&mut pending.0).into_iter().partition(|(e, _)| d.event_done(*e).unwrap_or(false)));
             pending.0 = waiting;
             self.has_deferred.store(!pending.0.is_empty(), Ordering::Release);
             for (e, keep) in finished {

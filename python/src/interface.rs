@@ -7,6 +7,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple};
 
+use crate::array::DeviceArray;
 use crate::errors::PyCaiResult;
 
 /// A validated `__cuda_array_interface__`: the facts caijit derived from it.
@@ -17,21 +18,71 @@ pub struct Interface {
     /// The device of the memory when the conversion that made this view learnt it (a
     /// launch then need not ask the driver again).
     pub device: Option<usize>,
-    /// What keeps the memory the view addresses alive, held as long as the view: a DLPack
-    /// capsule holder (which launches reading the view hold too, until their work has
-    /// finished), or the caijit array it views (whose free is stream-ordered after them).
-    pub owner: Option<Py<PyAny>>,
+    /// What keeps the memory the view addresses alive, held as long as the view.
+    pub owner: Option<Owner>,
+}
+
+/// What a view holds alive, and whose rules it follows. A view of a view holds the same
+/// owner, at any depth: a view never outlives the memory it addresses.
+pub enum Owner {
+    /// The caijit array viewed: its memory is freed (stream-ordered, after every launch
+    /// that used it) only with the array, and its rules are the view's: the view carries
+    /// the array's stream, and where the array may not be used (an array of another
+    /// thread's per-thread default stream) neither may the view.
+    Array(Py<DeviceArray>),
+    /// A DLPack capsule holder, which launches reading the view hold too, until their work
+    /// has finished.
+    Capsule(Py<PyAny>),
+}
+
+impl Owner {
+    pub fn clone_ref(&self, py: Python<'_>) -> Owner {
+        match self {
+            Owner::Array(a) => Owner::Array(a.clone_ref(py)),
+            Owner::Capsule(c) => Owner::Capsule(c.clone_ref(py)),
+        }
+    }
 }
 
 impl Interface {
+    /// A view that holds nothing (`parse_interface`: the caller keeps its object alive).
     pub fn from_view(view: ArrayView, typestr: String, device: Option<usize>) -> Interface {
         Interface { view, typestr, device, owner: None }
     }
 
-    /// The view, keeping `owner` (see [`Interface::owner`]) alive as long as itself.
-    pub fn holding(mut self, owner: Option<Py<PyAny>>) -> Interface {
-        self.owner = owner;
-        self
+    /// A view of a DLPack import, keeping its capsule alive as long as itself.
+    pub fn of_capsule(view: ArrayView, device: Option<usize>, capsule: Py<PyAny>) -> Interface {
+        let typestr = view.dtype().typestr().to_string();
+        Interface { view, typestr, device, owner: Some(Owner::Capsule(capsule)) }
+    }
+
+    /// The one way to make a view of a caijit array: `view` (the array's own unless given)
+    /// with the array's device, holding the array. Refused (`ArgumentError`) where the array
+    /// may not be used: on a thread other than the home thread of an array on the
+    /// per-thread default stream.
+    pub fn of_array(array: Py<DeviceArray>, view: Option<ArrayView>) -> PyCaiResult<Interface> {
+        let inner = &array.get().inner;
+        inner.check_usable_here()?;
+        let view = view.unwrap_or_else(|| inner.view());
+        let typestr = view.dtype().typestr().to_string();
+        Ok(Interface { view, typestr, device: Some(inner.context().ordinal()), owner: Some(Owner::Array(array)) })
+    }
+
+    /// The caijit array viewed, if any.
+    pub fn array(&self) -> Option<&Py<DeviceArray>> {
+        match &self.owner {
+            Some(Owner::Array(a)) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// Refuse a view of a caijit array where the array itself would be refused (its
+    /// per-thread default stream is another thread's).
+    pub fn check_usable_here(&self) -> PyCaiResult<()> {
+        if let Some(a) = self.array() {
+            a.get().inner.check_usable_here()?;
+        }
+        Ok(())
     }
 }
 
@@ -114,9 +165,12 @@ impl Interface {
     }
     /// The array re-exported as a CAI v3 dict (producer rules), so an `Interface` is
     /// itself a CUDA array that other libraries can consume.
+    /// A view of a caijit array is refused where the array is (another thread than the
+    /// home thread of an array on the per-thread default stream).
     #[getter]
-    fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        descriptor_to_dict(py, &self.view.to_descriptor())
+    fn __cuda_array_interface__<'py>(&self, py: Python<'py>) -> PyCaiResult<Bound<'py, PyDict>> {
+        self.check_usable_here()?;
+        Ok(descriptor_to_dict(py, &self.view.to_descriptor())?)
     }
     fn __repr__(&self) -> String {
         let v = &self.view;

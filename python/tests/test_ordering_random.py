@@ -5,6 +5,11 @@ of stream (legacy, per-thread, caijit.Stream, foreign non-blocking and blocking 
 stream objects dropped while their arrays live), against a host-side model of every
 array's values.
 
+Views move too: ``caijit.as_cuda_array`` views of caijit arrays (and views of those views)
+are launched on another thread, where a view of a per-thread-default-stream array must be
+refused as the array itself is; and DLPack-only arrays are read by launches captured into
+CUDA graphs, which the producer's handshake must not break.
+
 Nothing synchronises the host between the steps that could race: slow kernels (spins) make
 missing stream edges show, freed memory is at once reallocated and scribbled over (-1) by
 each library, and values are only read at check steps, each through its library on the
@@ -29,6 +34,7 @@ import contextlib
 import dataclasses
 import os
 import random
+import threading
 import warnings
 from typing import Any, ClassVar, Iterator, Optional, Sequence
 
@@ -1185,8 +1191,10 @@ class OrderingMachine(RuleBasedStateMachine):
         if getattr(self.libs, lib) is None:
             lib = "cupy" if lib == "torch" else "torch"
         with self._step(f"capture {y.name} += {a:g}*{x.name} with {lib}, {replays} replays"):
-            if x.producer == "dlpack" or not y.writable or x.device != 0 or y.device != 0 or getattr(self.libs, lib) is None:
-                self._note("skipped: DLPack or device-1 arrays, or neither PyTorch nor CuPy")
+            # (A DLPack-only x is read too: its producer must be asked for a capture-legal
+            # handshake. The capturer synchronises before and after, as for every array.)
+            if not y.writable or x.device != 0 or y.device != 0 or getattr(self.libs, lib) is None:
+                self._note("skipped: a DLPack-only y, device-1 arrays, or neither PyTorch nor CuPy")
                 return
             want = y.values.astype(np.float64)
             for _ in range(replays):
@@ -1216,6 +1224,75 @@ class OrderingMachine(RuleBasedStateMachine):
             self.libs.synchronize()
             y.values = want.astype(np.float32)
             self._check(y)
+
+    @rule(
+        target=arrays,
+        x=consumes(arrays),
+        depth=st.integers(1, 3),
+        a=st.sampled_from([-1.0, 1.0, 2.0]),
+        b=st.integers(-3, 3),
+        cycles=st.sampled_from(CYCLES),
+        drop_array=st.booleans(),
+    )
+    def view_on_another_thread(self, x: Rec, depth: int, a: float, b: int, cycles: int, drop_array: bool) -> Any:
+        """A view of a caijit array x (``caijit.as_cuda_array``, and views of that view up to
+        ``depth``), made here, launched on another thread (out = a x + b, into a new caijit
+        array on a caijit stream). The view follows x's rules: where x is on this thread's
+        per-thread default stream, the worker must be refused (``ArgumentError``: its "2"
+        is another stream, which orders nothing), launch and export alike; elsewhere the
+        launch is ordered after x's pending work. With ``drop_array`` the view is all that
+        holds x from here on (x's memory must stay x's, whatever is allocated after);
+        otherwise x goes back to the arrays."""
+        with self._step(f"view of {x.name} (depth {depth}) launched on another thread, a={a:g} b={b:+d} cycles={cycles}"):
+            if x.producer != "caijit":
+                self._note("skipped: not a caijit array")
+                return multiple(x)
+            want = a * x.values + b
+            if not fits(want):
+                self._note("skipped: the values would outgrow exact float32")
+                return multiple(x)
+            view = caijit.as_cuda_array(x.obj)
+            for _ in range(depth - 1):
+                view = caijit._native.launch_view(view)
+            s = self._pool(x.device).get("caijit")
+            out = self._new_caijit(s, x.device)
+            if drop_array:
+                self._note("x dropped: only the view holds it")
+                x.obj = None
+                self.live.remove(x)
+                self._scribble(self._pool(x.device).live(x.home))
+            outcome: dict[str, Any] = {}
+            kernel, grid = self.env.slow_axpb, self.grid
+
+            def worker() -> None:
+                try:
+                    kernel[grid, BLOCK, s.obj](view, out.obj, np.float32(a), np.float32(b), self.n, cycles)
+                    outcome["launch"] = "accepted"
+                except caijit.ArgumentError as e:
+                    outcome["launch"] = f"refused: {e}"
+                try:
+                    view.__cuda_array_interface__
+                    outcome["export"] = "accepted"
+                except caijit.ArgumentError as e:
+                    outcome["export"] = f"refused: {e}"
+
+            t = threading.Thread(target=worker)
+            t.start()
+            t.join(120)
+            if t.is_alive():
+                self._fail("the worker thread hangs")
+            refused = x.home.kind == "per_thread"
+            for what in ("launch", "export"):
+                if refused and not str(outcome.get(what)).startswith("refused"):
+                    self._fail(f"a view of {x.name}, on the per-thread default stream of this thread, was not refused on another thread ({what}: {outcome.get(what)})")
+                if not refused and outcome.get(what) != "accepted":
+                    self._fail(f"a view of {x.name} was refused on another thread ({what}: {outcome.get(what)})")
+            if refused:
+                self._note("refused on the worker, as the array is")
+            else:
+                out.values = want.astype(np.float32)
+            del view
+            return multiple(out) if drop_array else multiple(out, x)
 
     @rule(rec=arrays)
     def check(self, rec: Rec) -> None:
@@ -1282,6 +1359,14 @@ def smoke_sequence(env: Env, log2n: int, cycles: int) -> None:
         m.check_all()
         for lib in ("torch", "cupy"):
             m.capture(a, sink, lib, 1.0, 3)
+            d = m.create("dlpack", "caijit", 2)
+            m.capture(d, sink, lib, 1.0, 2)  # a DLPack-only argument in a capture
+            m.drop(d, True)
+        for kind in ("per_thread", "caijit", "legacy"):
+            v = m.create("caijit", kind, 1)
+            m.slow_write(v, 4, "kernel", "none", cycles)  # pending work on its home stream
+            m.view_on_another_thread(v, 2, 1.0, 1, cycles, False)
+            m.view_on_another_thread(v, 3, 2.0, 0, cycles, True)
         for kind in ("caijit", "cupy_nonblocking", "cupy_blocking", "torch"):
             y = m.create("caijit", kind, 6)
             m.slow_write(y, 7, "kernel", "legacy", cycles)

@@ -708,3 +708,175 @@ def test_stream_of_other_device_is_refused(k: Any) -> None:
             k["copy"][1, 32, cs1](x, x, 16)
         k["spin"][1, 1, cs1](10)  # no arrays: the stream's device
         cs1.synchronize()
+
+
+# ---------------------------------------------------------------------------------------
+# Views of caijit arrays carry their owner and its rules (issue #26, part 4)
+
+
+def test_view_of_per_thread_array_is_refused_on_another_thread(k: Any) -> None:
+    """A view of an array on the per-thread default stream follows the array's rule: on
+    another thread, where "2" names another stream (an idle one: a wait on it orders
+    nothing), launching it, viewing it again or exporting it is an ArgumentError."""
+    s = caijit.Stream()
+    out = caijit.zeros(N, stream=s)
+    a = caijit.zeros(N, stream=2)
+    a.copy_to_host()
+    view = caijit.as_cuda_array(a)  # on the home thread: allowed
+    deeper = _native.launch_view(view)
+    assert view.stream == 2 and deeper.stream == 2
+    outcomes: dict[str, str] = {}
+
+    def worker() -> None:
+        attempts = {
+            "launch": lambda: k["copy"][GRID, BLOCK, s](view, out, N),
+            "launch of a view of the view": lambda: k["copy"][GRID, BLOCK, s](deeper, out, N),
+            "op": lambda: ops.scale(view, 2.0, out=out, stream=s),
+            "view again": lambda: _native.launch_view(view),
+            "export": lambda: view.__cuda_array_interface__,
+        }
+        for what, attempt in attempts.items():
+            try:
+                attempt()
+                outcomes[what] = "accepted"
+            except caijit.ArgumentError as e:
+                outcomes[what] = "refused" if "per-thread default stream of another thread" in str(e) else f"other: {e}"
+            except Exception as e:  # noqa: BLE001
+                outcomes[what] = f"{type(e).__name__}: {e}"
+        s.synchronize()
+
+    sevens = caijit.to_device(np.full(N, 7.0, np.float32), stream=2)
+    spin_on(k, 2)  # pending work on the home stream: a view accepted elsewhere would not wait for it
+    k["copy"][GRID, BLOCK, 2](sevens, a, N)
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join(60)
+    assert not t.is_alive()
+    assert outcomes == dict.fromkeys(outcomes, "refused") and len(outcomes) == 5, outcomes
+    # On its home thread the view works, and waits for the home stream's work.
+    k["copy"][GRID, BLOCK, s](view, out, N)
+    assert (out.copy_to_host() == 7).all()
+    assert view.__cuda_array_interface__["stream"] == 2
+
+
+@pytest.mark.parametrize("depth", [2, 3])
+def test_view_of_a_view_holds_the_array(k: Any, depth: int) -> None:
+    """`launch_view(as_cuda_array(a))` (a view an op or a launch takes of a view) holds `a`
+    as the first view does: once `a` and the first view are gone, no new allocation may be
+    handed the memory the surviving view addresses, and a launch through it writes only
+    that memory."""
+    a = caijit.to_device(np.full(N, 5.0, np.float32))
+    view = caijit.as_cuda_array(a)
+    for _ in range(depth - 1):
+        view = _native.launch_view(view)
+    lo, hi = view.ptr, view.ptr + view.nbytes
+    del a
+    gc.collect()
+    fresh = [caijit.zeros(N) for _ in range(8)]  # the pool hands back freed blocks of this size first
+    aliased = [b for b in fresh if b.ptr < hi and lo < b.ptr + b.nbytes]
+    assert not aliased, f"a view of depth {depth} did not hold its array: its memory {lo:#x} went to a new array"
+    k["copy"][GRID, BLOCK](caijit.to_device(np.full(N, 1.0, np.float32)), view, N)
+    assert all((b.copy_to_host() == 0).all() for b in fresh)
+
+
+def test_dlpack_only_argument_in_a_capture_is_capture_legal(k: Any, cupy: Any) -> None:
+    """A DLPack-only argument of a launch into a capturing stream: the producer is asked
+    for no synchronisation (`stream=-1`), as caijit leaves out its own edges to streams
+    outside a capture; the capturing stream passed instead makes the producer wait on its
+    own stream, outside the capture, which invalidates it. The same array through CuPy's
+    fast path is the control."""
+    x = cupy.arange(N, dtype=cupy.float32)
+    k["add_to"][GRID, BLOCK](DLPackOnly(x), caijit.zeros(N), N)  # the import path, warm
+    cupy.cuda.runtime.deviceSynchronize()
+    want = 3 * np.arange(N, dtype=np.float32)
+    for arg in (x, DLPackOnly(x)):
+        y = caijit.zeros(N)
+        cs = cupy.cuda.Stream(non_blocking=True)
+        cupy.cuda.runtime.deviceSynchronize()
+        cs.begin_capture()  # CuPy's current stream stays the null stream, outside the capture
+        try:
+            k["add_to"][GRID, BLOCK, cs](arg, y, N)
+        finally:
+            graph = cs.end_capture()
+        for _ in range(3):
+            graph.launch(cs)
+        cs.synchronize()
+        assert (y.copy_to_host() == want).all(), type(arg).__name__
+
+
+class OneShotDLPack:
+    """A DLPack-only producer that lets go of its tensor when it exports it: the capsule is
+    then all that keeps the memory from the producer's pool."""
+
+    def __init__(self, t: Any) -> None:
+        self.t = t
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        t, self.t = self.t, None
+        return t.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> Any:
+        return (2, 0)
+
+
+def test_capsule_in_a_capture_lives_with_the_graph(k: Any, torch: Any) -> None:
+    """A DLPack capsule read by a captured launch is kept by the graph: the graph reads its
+    memory at every replay, so it may go back to its producer only when the graph is gone,
+    not at the next launch (the event recorded in the capture cannot be queried; taking
+    that error for "done" released the capsule at once)."""
+    ref = torch.arange(N, dtype=torch.float32, device="cuda")
+    y = caijit.zeros(N)
+    k["add_to"][GRID, BLOCK](OneShotDLPack(ref.clone()), y, N)  # warm
+    src = OneShotDLPack(ref.clone())  # allocated outside the capture, from PyTorch's general pool
+    y = caijit.zeros(N)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    with torch.cuda.graph(g, stream=s):
+        k["add_to"][GRID, BLOCK, s](src, y, N)
+    del src
+    gc.collect()
+    for _ in range(3):
+        k["copy"][1, 32](y, y, 16)  # launches release the capsules whose work is done
+    junk = [torch.full((N,), -1.0, device="cuda") for _ in range(8)]  # would reuse a released block
+    torch.cuda.synchronize()
+    for _ in range(2):
+        g.replay()
+    torch.cuda.synchronize()
+    assert (y.copy_to_host() == 2 * np.arange(N, dtype=np.float32)).all(), "the capsule was released while its graph lives"
+    del junk, g
+    gc.collect()
+    k["copy"][1, 32](y, y, 16)  # the graph is gone: a later launch releases its capsule
+    torch.cuda.synchronize()
+
+
+def test_dlpack_export_release_outlives_the_consumers_stream(k: Any, cupy: Any) -> None:
+    """`cupy.from_dlpack(a)` on a CuPy stream that the consumer lets go of before it
+    releases the tensor: the release still makes the array's stream wait for the
+    consumer's pending work (the export holds the consumer's stream object until then;
+    naming a destroyed handle at release ordered nothing), so the array's memory is not
+    handed to a new array under the consumer's last write."""
+
+    def consume(a: Any) -> Any:
+        cs = cupy.cuda.Stream(non_blocking=True)
+        with cs:
+            t = cupy.from_dlpack(a)  # __dlpack__(stream=cs.ptr)
+            spin_on(k, cs)
+            t.fill(3)  # the consumer's last write, pending behind the spin
+        return t  # cs: no reference left here
+
+    s = caijit.Stream()
+    warm = caijit.zeros(N, stream=s)
+    del warm
+    consume(caijit.zeros(N, stream=s))
+    cupy.cuda.runtime.deviceSynchronize()
+    s.synchronize()
+    a = caijit.zeros(N, stream=s)
+    t = consume(a)
+    gc.collect()
+    del t  # released: a's stream waits for the consumer's
+    gc.collect()
+    del a  # freed on its stream, after the consumer's write
+    fresh = [caijit.zeros(N, stream=s) for _ in range(4)]
+    got = [b.copy_to_host() for b in fresh]
+    assert all((g == 0).all() for g in got), "the consumer's write landed in a new array"

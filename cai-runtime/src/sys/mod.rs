@@ -19,6 +19,8 @@ use cudarc::nvrtc::sys as nv;
 /// C functions other extensions export through Cython's capsules (feature `python`).
 #[cfg(feature = "python")]
 pub(crate) mod capi;
+/// Objects kept alive by a graph being captured (graph user objects).
+mod capture;
 /// DLPack's structs, capsules and C exchange API (Python objects, so feature `python`).
 #[cfg(feature = "python")]
 pub(crate) mod dlpack;

@@ -97,7 +97,7 @@ pub fn dlpack_device(obj: &Bound<'_, PyAny>) -> PyResult<Option<(i32, i32)>> {
 /// producer's memory, never on a copy); a producer predating DLPack 1.0 (its `TypeError`
 /// names `max_version` or `copy`) is asked again with the stream alone. Any other
 /// exception, a `TypeError` of the producer's own included, passes unchanged after one call.
-fn call_dlpack<'py>(obj: &Bound<'py, PyAny>, stream: u64) -> PyResult<Bound<'py, PyAny>> {
+fn call_dlpack<'py>(obj: &Bound<'py, PyAny>, stream: i64) -> PyResult<Bound<'py, PyAny>> {
     let py = obj.py();
     let kwargs = PyDict::new(py);
     kwargs.set_item(intern!(py, "stream"), stream)?;
@@ -121,16 +121,17 @@ fn call_dlpack<'py>(obj: &Bound<'py, PyAny>, stream: u64) -> PyResult<Bound<'py,
 
 /// Argument `index` by DLPack, when `obj` is a DLPack producer on a CUDA device (`None`
 /// otherwise). The producer orders its pending work before the launch's stream, which the
-/// view then carries as its producer stream; the capsule, left unconsumed, keeps the memory
-/// alive until the launch's work is done. The capsule's own device must be the CUDA device
+/// view then carries as its producer stream (in a graph capture: neither, see
+/// [`ArgContext::dlpack_stream`]); the capsule, left unconsumed, keeps the memory alive
+/// until the launch's work is done. The capsule's own device must be the CUDA device
 /// `__dlpack_device__` named.
-pub fn import(index: usize, obj: &Bound<'_, PyAny>, ctx: &ArgContext) -> PyCaiResult<Option<PyArg>> {
+pub fn import(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option<PyArg>> {
     let Some((dev_type, dev_id)) = dlpack_device(obj)? else { return Ok(None) };
     if !is_cuda(DLDevice { device_type: dev_type, device_id: dev_id }) {
         return Ok(None);
     }
-    let stream = ctx.dlpack_stream();
-    let capsule = call_dlpack(obj, stream)?;
+    let (ask, carried) = ctx.dlpack_stream()?;
+    let capsule = call_dlpack(obj, ask)?;
     let bad = |why: String| PyCaiError::argument(format!("argument {index}: a {} by DLPack: {why}", type_name(obj)));
     let info = dl::read_capsule(&capsule).map_err(bad)?;
     if info.device != (DLDevice { device_type: dev_type, device_id: dev_id }) {
@@ -142,7 +143,7 @@ pub fn import(index: usize, obj: &Bound<'_, PyAny>, ctx: &ArgContext) -> PyCaiRe
             if host { ", host memory (caijit never copies implicitly)" } else { "" }
         )));
     }
-    let view = view_of(&info, Some(StreamRef::from_cai(stream)?)).map_err(bad)?;
+    let view = view_of(&info, carried.map(StreamRef::from_cai).transpose()?).map_err(bad)?;
     let device = (dev_type == dl::KDL_CUDA).then_some(dev_id as usize);
     Ok(Some(PyArg::Dlpack { view, device, holder: capsule.unbind() }))
 }
@@ -151,8 +152,9 @@ pub fn import(index: usize, obj: &Bound<'_, PyAny>, ctx: &ArgContext) -> PyCaiRe
 /// `max_version` allows 1.x), after making the consumer's stream wait for the array's
 /// pending work (`-1`: no ordering; `None`: the legacy default stream). When the consumer
 /// releases the tensor, the array's stream waits for the consumer's, so the array is not
-/// freed under the consumer's last use of it. The ordering uses the array's own stream:
-/// the export opt-outs change what the CAI tells other libraries, never caijit's ordering.
+/// freed under the consumer's last use of it (see [`ConsumerStream`] for how the consumer's
+/// stream is still named then). The ordering uses the array's own stream: the export
+/// opt-outs change what the CAI tells other libraries, never caijit's ordering.
 pub fn export<'py>(slf: &Bound<'py, DeviceArray>, stream: Option<&Bound<'py, PyAny>>, versioned: bool) -> PyCaiResult<Bound<'py, PyAny>> {
     let py = slf.py();
     let inner = &slf.get().inner;
@@ -187,17 +189,82 @@ pub fn export<'py>(slf: &Bound<'py, DeviceArray>, stream: Option<&Bound<'py, PyA
         readonly: false,
     };
     let array: Py<DeviceArray> = slf.clone().unbind();
+    let consumer = if ordered { Some(ConsumerStream::of(py, consumer as u64)?) } else { None };
     let on_release = Box::new(move |used: bool| {
-        if used && ordered {
-            let inner = &array.get().inner;
+        if let Some(consumer) = consumer.filter(|_| used) {
             // A deleter cannot raise; a dead context orders nothing anyway.
-            if let Ok(consumer) = RtStream::borrowed(consumer as u64) {
-                let _ = inner.context().order_streams(inner.stream(), &consumer);
-            }
+            let _ = consumer.order_after(&array.get().inner);
         }
         drop(array);
     });
     Ok(dl::export_capsule(py, t, versioned, on_release)?)
+}
+
+/// The consumer's stream of a DLPack export, as the release of the tensor names it: the
+/// release may come much later, on any thread, after the consumer let go of its stream.
+enum ConsumerStream {
+    /// The legacy default stream, or a handle with the consumer library's stream object
+    /// that owns it (CuPy's or PyTorch's current stream, which a consumer passes): held
+    /// from the export to the release, so the handle cannot be destroyed in between.
+    Named(RtStream),
+    /// The per-thread default stream of the exporting thread: on another thread "2" names
+    /// another stream, so a release there waits for the device instead (a counted host
+    /// synchronisation, as the free of a per-thread array on another thread does).
+    PerThread(std::thread::ThreadId),
+}
+
+impl ConsumerStream {
+    fn of(py: Python<'_>, handle: u64) -> PyCaiResult<ConsumerStream> {
+        Ok(match handle {
+            2 => ConsumerStream::PerThread(std::thread::current().id()),
+            1 => ConsumerStream::Named(RtStream::legacy()),
+            h => match consumer_stream_object(py, h) {
+                Some(owner) => ConsumerStream::Named(RtStream::borrowed_from(h, Box::new(owner))?),
+                // A handle caijit cannot tie to its owner: the consumer's promise that it
+                // outlives the tensor (CuPy's ExternalStream rule).
+                None => ConsumerStream::Named(RtStream::borrowed(h)?),
+            },
+        })
+    }
+
+    /// Make the array's stream wait for the work enqueued so far on the consumer's.
+    fn order_after(self, array: &cai_runtime::array::DeviceArray) -> cai_runtime::Result<()> {
+        match self {
+            ConsumerStream::Named(s) => array.context().order_streams(array.stream(), &s),
+            ConsumerStream::PerThread(t) if t == std::thread::current().id() => {
+                array.context().order_streams(array.stream(), &RtStream::per_thread())
+            }
+            ConsumerStream::PerThread(_) => array.context().synchronize(),
+        }
+    }
+}
+
+/// The stream object of a consumer library (CuPy's or PyTorch's current stream, the stream
+/// their `from_dlpack` passes) whose handle is `handle`, when it owns the stream (not an
+/// external stream wrapper); `None` otherwise. Libraries not yet imported, or PyTorch with
+/// CUDA not initialised, are not asked.
+fn consumer_stream_object(py: Python<'_>, handle: u64) -> Option<Py<PyAny>> {
+    let modules = py.import("sys").ok()?.getattr("modules").ok()?;
+    let owns = |s: &Bound<'_, PyAny>, attr: &str| -> bool {
+        s.getattr(attr).and_then(|h| h.extract::<u64>()).ok() == Some(handle) && !type_name(s).contains("External")
+    };
+    if let Ok(cupy) = modules.get_item("cupy") {
+        if let Ok(s) = cupy.getattr("cuda").and_then(|c| c.call_method0("get_current_stream")) {
+            if owns(&s, "ptr") {
+                return Some(s.unbind());
+            }
+        }
+    }
+    if let Ok(cuda) = modules.get_item("torch").and_then(|t| t.getattr("cuda")) {
+        if cuda.call_method0("is_initialized").and_then(|b| b.is_truthy()).unwrap_or(false) {
+            if let Ok(s) = cuda.call_method0("current_stream") {
+                if owns(&s, "cuda_stream") {
+                    return Some(s.unbind());
+                }
+            }
+        }
+    }
+    None
 }
 
 /// Test support: the facts of an unconsumed DLPack capsule, as a dict (`data`, `device`,

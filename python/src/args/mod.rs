@@ -7,7 +7,8 @@
 //! 2. the DLPack C exchange API, for types with `__dlpack_c_exchange_api__` ([`exchange`]);
 //! 3. known types read through their attributes: CuPy ([`cupy`]), PyTorch ([`torch`]),
 //!    Numba ([`numba`]);
-//! 4. caijit's `Interface` views (a DLPack import keeps its capsule with it);
+//! 4. caijit's `Interface` views, with what they hold: the caijit array they view (whose
+//!    rules they follow) or a DLPack import's capsule;
 //! 5. Python numbers and `bytes` (struct parameters);
 //! 6. any `__cuda_array_interface__` producer (the generic path);
 //! 7. any `__dlpack__` producer on a CUDA device ([`dlpack`]);
@@ -42,7 +43,7 @@ use smallvec::SmallVec;
 
 use crate::array::DeviceArray;
 use crate::errors::{PyCaiError, PyCaiResult};
-use crate::interface::{interface_dict, view_from_dict, Interface};
+use crate::interface::{interface_dict, view_from_dict, Interface, Owner};
 use crate::stream::stream_from_py;
 use timing::Phase;
 
@@ -62,6 +63,8 @@ pub enum PyArg {
     /// A caijit array: its view is borrowed for the launch (the reference keeps it alive),
     /// never copied.
     Own(Py<DeviceArray>),
+    /// A view of a caijit array (an `Interface`), holding the array.
+    OwnView(ArrayView, Py<DeviceArray>),
     Scalar(Num, Option<DType>),
     Bytes(Vec<u8>),
 }
@@ -70,7 +73,7 @@ impl PyArg {
     /// The array's view; `None` for a scalar or struct bytes.
     pub fn view(&self) -> Option<&ArrayView> {
         match self {
-            PyArg::Array(v) | PyArg::Dlpack { view: v, .. } | PyArg::ArrayOn(v, _) => Some(v),
+            PyArg::Array(v) | PyArg::Dlpack { view: v, .. } | PyArg::ArrayOn(v, _) | PyArg::OwnView(v, _) => Some(v),
             PyArg::Own(a) => Some(a.get().inner.as_view()),
             PyArg::Scalar(..) | PyArg::Bytes(_) => None,
         }
@@ -83,7 +86,7 @@ impl PyArg {
     pub fn device(&mut self) -> PyCaiResult<Option<usize>> {
         let asked = match self {
             PyArg::ArrayOn(_, d) | PyArg::Dlpack { device: Some(d), .. } => return Ok(Some(*d)),
-            PyArg::Own(a) => return Ok(Some(a.get().inner.context().ordinal())),
+            PyArg::Own(a) | PyArg::OwnView(_, a) => return Ok(Some(a.get().inner.context().ordinal())),
             PyArg::Scalar(..) | PyArg::Bytes(_) => return Ok(None),
             _ if cai_runtime::runtime::device_count()? <= 1 => return Ok(Some(0)),
             PyArg::Array(v) | PyArg::Dlpack { view: v, device: None, .. } => cai_runtime::runtime::pointer_device(v.ptr())?,
@@ -104,6 +107,7 @@ impl PyArg {
                 let inner = &a.get().inner;
                 Arg::ArrayOn(inner.as_view(), inner.context().ordinal())
             }
+            PyArg::OwnView(v, a) => Arg::ArrayOn(v, a.get().inner.context().ordinal()),
             PyArg::Scalar(value, dtype) => Arg::Scalar { value: *value, dtype: *dtype },
             PyArg::Bytes(b) => Arg::Bytes(b),
         }
@@ -328,6 +332,9 @@ pub struct ArgContext {
     /// The stream the launch will use when it was given (CAI value); DLPack producers are
     /// asked to order their work before it.
     explicit_stream: Option<u64>,
+    /// Whether that stream is being captured into a CUDA graph (asked once per launch, at
+    /// the first DLPack import).
+    capturing: Option<bool>,
     path: Path,
 }
 
@@ -346,11 +353,37 @@ impl ArgContext {
         ArgContext { explicit_stream, ..Default::default() }
     }
 
-    /// The stream DLPack producers order their work before: the launch's explicit stream,
-    /// else the legacy default stream. The imported view carries it as its producer stream,
-    /// so the stream protocol needs no special case for DLPack.
-    pub fn dlpack_stream(&self) -> u64 {
-        self.explicit_stream.unwrap_or(1)
+    /// What DLPack producers are asked for (`__dlpack__(stream=...)`), and the producer
+    /// stream the imported view carries.
+    ///
+    /// Normally the launch's explicit stream, else the legacy default stream: the producer
+    /// orders its pending work before it, and the view carries it, so the stream protocol
+    /// needs no special case for DLPack. But when the launch stream is being captured into
+    /// a CUDA graph, the producer would make it wait on the producer's own stream, outside
+    /// the capture (`cudaErrorStreamCaptureIsolation`: the capture is invalidated). Then
+    /// the producer is asked for `-1` (no ordering) and the view carries no stream, as
+    /// caijit leaves out its own edges to streams outside a capture: ordering a replay
+    /// against other work is the capturer's business.
+    pub fn dlpack_stream(&mut self) -> PyCaiResult<(i64, Option<u64>)> {
+        let stream = self.explicit_stream.unwrap_or(1);
+        // (The legacy default stream is never captured, and never asked: asking it while a
+        // blocking stream captures is itself an illegal implicit synchronisation.)
+        let capturing = match self.capturing {
+            Some(c) => c,
+            None if stream == 1 => false,
+            None => {
+                // A stream the driver cannot answer for (the per-thread default stream of a
+                // thread without a current context) is no capture of caijit's to keep: the
+                // producer is asked as before.
+                let c = RtStream::borrowed(stream)?.is_capturing().unwrap_or(false);
+                self.capturing = Some(c);
+                c
+            }
+        };
+        if capturing {
+            return Ok((-1, None));
+        }
+        Ok((stream as i64, Some(stream)))
     }
 
     /// The stream CuPy's `__cuda_array_interface__` would export now: its current stream
@@ -433,8 +466,7 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
     }
     let path = ctx.path;
     if let Some(a) = obj.cast_exact::<DeviceArray>().ok().filter(|_| matches!(path, Path::Auto | Path::Known)) {
-        a.get().inner.check_usable_here()?;
-        let a = PyArg::Own(a.clone().unbind());
+        let a = caijit_arg(a.clone().unbind(), None)?;
         probe.stop(Phase::ArgCaijit);
         return Ok(a);
     }
@@ -468,12 +500,11 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
         if let Ok(i) = obj.cast::<Interface>() {
             let i = i.get();
             let a = match (&i.owner, i.device) {
-                // A view of a caijit array: its memory is freed stream-ordered, after the
-                // launch by the stream protocol's reverse edge, so the view alone suffices.
-                (Some(_), Some(device)) if i.view.is_owned_by_caijit() => PyArg::ArrayOn(i.view.clone(), device),
+                // A view of a caijit array follows the array's rules, and holds it.
+                (Some(Owner::Array(array)), _) => caijit_arg(array.clone_ref(obj.py()), Some(i.view.clone()))?,
                 // A view of a DLPack capsule: this launch holds the capsule too, until its
                 // kernel is done.
-                (Some(owner), device) => PyArg::Dlpack { view: i.view.clone(), device, holder: owner.clone_ref(obj.py()) },
+                (Some(Owner::Capsule(c)), device) => PyArg::Dlpack { view: i.view.clone(), device, holder: c.clone_ref(obj.py()) },
                 (None, Some(device)) => PyArg::ArrayOn(i.view.clone(), device),
                 (None, None) => PyArg::Array(i.view.clone()),
             };
@@ -518,6 +549,19 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
         "argument {index}: cannot pass a {} to a kernel (expected a CUDA array, a scalar, or bytes for a struct)",
         type_name(obj)
     )))
+}
+
+/// A caijit array, or a view of one (`view`), as an argument: refused where the array may
+/// not be used (another thread than the home thread of an array on the per-thread default
+/// stream, whose stream cannot be named here), and holding the array. Every view of a
+/// caijit array a launch, an op or `launch_view` takes comes from here or from
+/// [`Interface::of_array`], which apply the same rule.
+fn caijit_arg(array: Py<DeviceArray>, view: Option<ArrayView>) -> PyCaiResult<PyArg> {
+    array.get().inner.check_usable_here()?;
+    Ok(match view {
+        None => PyArg::Own(array),
+        Some(v) => PyArg::OwnView(v, array),
+    })
 }
 
 /// A Python number (bool, int, float or complex, subclasses included) as a scalar's value;
@@ -600,16 +644,20 @@ pub fn launch_view(obj: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>, pa
     let stream = stream.map(stream_from_py).transpose()?.flatten();
     let mut ctx = ArgContext::new(stream.as_deref().map(RtStream::handle));
     ctx.path = Path::parse(path)?;
-    let (view, device, dlpack) = match arg_from_py(0, obj, &mut ctx)? {
-        PyArg::Array(view) => (view, None, None),
-        PyArg::Dlpack { view, device, holder } => (view, device, Some(holder)),
-        PyArg::ArrayOn(view, device) => (view, Some(device), None),
-        // The view keeps the array alive (its memory is freed with the array).
-        PyArg::Own(a) => (a.get().inner.view(), Some(a.get().inner.context().ordinal()), Some(a.into_any())),
-        _ => return Err(PyCaiError::argument("not an array")),
+    // A view holds what its argument held: the caijit array (a view of a view holds the
+    // array too, at any depth) or the DLPack capsule.
+    let plain = |view: ArrayView, device| {
+        let typestr = view.dtype().typestr().to_string();
+        Interface::from_view(view, typestr, device)
     };
-    let typestr = view.dtype().typestr().to_string();
-    Ok(Interface::from_view(view, typestr, device).holding(dlpack))
+    Ok(match arg_from_py(0, obj, &mut ctx)? {
+        PyArg::Array(view) => plain(view, None),
+        PyArg::ArrayOn(view, device) => plain(view, Some(device)),
+        PyArg::Dlpack { view, device, holder } => Interface::of_capsule(view, device, holder),
+        PyArg::Own(a) => Interface::of_array(a, None)?,
+        PyArg::OwnView(view, a) => Interface::of_array(a, Some(view))?,
+        _ => return Err(PyCaiError::argument("not an array")),
+    })
 }
 
 /// The route a type's arguments take: `"exchange"` (with the table's version),
