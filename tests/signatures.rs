@@ -431,9 +431,10 @@ fn nested(depth: usize) -> String {
 #[test]
 fn deeply_nested_template_arguments_demangle_and_past_the_limit_spoil_only_their_kernel() {
     let src = |depths: &[usize]| {
-        let mut s = "template <class T> struct W { T v; };\ntemplate <class T> __global__ void k(T t, int* o) {}\n".to_string();
+        // (Pointers: the compiler need not instantiate W that deep.)
+        let mut s = "template <class T> struct W {};\ntemplate <class T> __global__ void k(T* t, int* o) {}\n".to_string();
         for d in depths {
-            s.push_str(&format!("template __global__ void k<{0}>({0}, int*);\n", nested(*d)));
+            s.push_str(&format!("template __global__ void k<{0}>({0}*, int*);\n", nested(*d)));
         }
         s.push_str("extern \"C\" __global__ void unrelated(float* o) {}\n");
         s
@@ -442,7 +443,8 @@ fn deeply_nested_template_arguments_demangle_and_past_the_limit_spoil_only_their
     let c = build(&Program::new(src(&depths)));
     assert!(c.unusable.is_empty(), "{:?}", c.unusable);
     assert!(c.kernel("unrelated").is_ok());
-    let mut found: Vec<usize> = c.kernels.iter().filter(|k| k.qualified_name == "k").map(|k| k.demangled.as_ref().unwrap().matches("W<").count() / 2).collect();
+    let mut found: Vec<usize> =
+        c.kernels.iter().filter(|k| k.qualified_name == "k").map(|k| k.demangled.as_ref().unwrap().matches("W<").count() / 2).collect();
     found.sort_unstable();
     assert_eq!(found, depths);
     // Past caijit's limit: that instance alone is unusable, and says why.
@@ -456,7 +458,7 @@ fn deeply_nested_template_arguments_demangle_and_past_the_limit_spoil_only_their
     // By its lowered name: the reason; by its plain name: the usable instance.
     let lowered = c.unusable[0].lowered_name.clone();
     only_unusable(&c, &lowered, &["cannot demangle", "recursion"]);
-    assert!(c.kernel("k").unwrap().demangled.as_deref().unwrap().contains(&nested(12)));
+    assert_eq!(c.kernel("k").unwrap().demangled.as_deref().unwrap().matches("W<").count(), 2 * 12);
 }
 
 #[test]
@@ -480,7 +482,7 @@ extern "C" __global__ void fine(float* y, int n) {}
 
 #[test]
 fn attributes_before_global_leave_extern_c_and_templates_launchable() {
-    for attrs in ["__launch_bounds__(256)", "[[deprecated]]", "__launch_bounds__(128, 2) [[deprecated(\"old\")]]", "__noinline__ static"] {
+    for attrs in ["__launch_bounds__(256)", "[[deprecated]]", "__launch_bounds__(128, 2) [[deprecated(\"old\")]]", "__noinline__"] {
         let src = format!("extern \"C\" {attrs} __global__ void k(float* o, int n) {{}}");
         let c = build(&Program::new(&src));
         assert!(c.notes.is_empty(), "{src}: {:?}", c.notes);
@@ -510,7 +512,7 @@ fn defaults_written_before_a_deduced_argument_are_the_compilers_values() {
             // Converted to the parameter's type: 2u - 5 wraps.
             "template <unsigned N, bool B = (N - 5 > 0), typename T = int> __global__ void k(caijit::Array<T, N> a) {}",
             &[ArgType::Array { dtype: DType::I16, rank: 2 }],
-            "void k<2u, true, short>(caijit::Array<short, 2>)",
+            "void k<(unsigned int)2, true, short>(caijit::Array<short, (unsigned int)2>)",
         ),
         (
             "template <typename T, int BITS = sizeof(T) * 8, typename Acc = float> __global__ void k(const T* x, Acc* y) {}",
@@ -534,7 +536,9 @@ fn defaults_written_before_a_deduced_argument_are_the_compilers_values() {
         let p = Program::new(format!("#include <caijit/array.cuh>\n{src}"));
         let d = p.declarations().kernels[0].clone();
         let i = deduce(&d, args).unwrap_or_else(|e| panic!("{src}: {e}"));
-        let c = compile_with(&p.clone().name_expression(&i.expression), Arch(90), &fresh()).unwrap_or_else(|e| panic!("{src}\n{}: {e}", i.expression));
-        assert_eq!(c.kernel(&i.expression).unwrap().demangled.as_deref(), Some(*want), "{src}\n{}", i.expression);
+        let c = compile_with(&p.clone().name_expression(&i.expression), Arch(90), &fresh())
+            .unwrap_or_else(|e| panic!("{src}\n{}: {e}", i.expression));
+        let k = c.kernel(&i.expression).unwrap_or_else(|e| panic!("{src}\n{}: {e}", i.expression));
+        assert_eq!(k.demangled.as_deref(), Some(*want), "{src}\n{}", i.expression);
     }
 }

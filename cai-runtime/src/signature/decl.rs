@@ -316,7 +316,12 @@ pub(crate) fn parse_param(toks: &[Tok], tparams: &[TemplateParam], spelling: Spe
         let elem_toks: Vec<Tok> = elem_toks.into_iter().filter(|x| !is_ident(Some(x), "const")).collect();
         let elem = ctype_from(&elem_toks, tparams, spelling);
         let rank_text = join_type(inner[1]);
-        let rank = match rank_text.trim_end_matches(['u', 'U', 'l', 'L']).parse::<usize>() {
+        // The compiler may spell a converted rank as a cast: `(unsigned int)2`.
+        let literal = match (spelling, rank_text.strip_prefix('(').and_then(|r| r.split_once(')'))) {
+            (Spelling::Compiler, Some((_, n))) => n.trim(),
+            _ => rank_text.as_str(),
+        };
+        let rank = match literal.trim_end_matches(['u', 'U', 'l', 'L']).parse::<usize>() {
             Ok(n) => Rank::Fixed(n),
             Err(_) => Rank::TemplateParam(rank_text),
         };
@@ -756,6 +761,9 @@ mod tests {
         assert_eq!(compiled("complex<float>"), named("complex<float>"));
         assert_eq!(compiled("unsigned long"), (None, ParamType::Value(CType::Scalar(DType::U64))));
         assert_eq!(compiled("__half const*"), (None, ptr(DType::F16, true)));
+        let array = ParamType::Array { elem: CType::Scalar(DType::I16), is_const: false, rank: Rank::Fixed(2) };
+        assert_eq!(compiled("caijit::Array<short, (unsigned int)2>"), (None, array.clone()));
+        assert_eq!(compiled("caijit::Array<short, 2u>"), (None, array));
         // In a source, the last word after a type is the name, but never a builtin word.
         let source = |text: &str| parse_param(&tokenize(text), &[], Spelling::Source).unwrap();
         assert_eq!(source("unsigned __int128 x"), (Some("x".into()), ParamType::Value(CType::Named("unsigned __int128".into()))));

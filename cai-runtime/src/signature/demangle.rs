@@ -105,9 +105,11 @@ pub fn mangled_qualified_name(lowered: &str) -> Option<String> {
     (!parts.is_empty()).then(|| parts.join("::"))
 }
 
-/// The demangled text of a lowered name (`None` when it cannot be demangled).
+/// The demangled text of a mangled name (`None` for a name that is not mangled, such as an
+/// `extern "C"` kernel's, or that cannot be demangled).
 pub fn demangled(lowered: &str) -> Option<String> {
-    demangle(lowered).ok()
+    // Not every name demangles as a function (`s` alone is the type `short`).
+    lowered.starts_with("_Z").then(|| demangle(lowered).ok()).flatten()
 }
 
 /// The parameter list of the group closed by the last `)` in `toks`.
@@ -192,6 +194,7 @@ mod tests {
             ]
         );
         assert_eq!(types_from_lowered("scale").unwrap(), None);
+        assert_eq!((demangled("s"), demangled("scale")), (None, None));
     }
 
     #[test]
