@@ -540,5 +540,7 @@ fn defaults_written_before_a_deduced_argument_are_the_compilers_values() {
             .unwrap_or_else(|e| panic!("{src}\n{}: {e}", i.expression));
         let k = c.kernel(&i.expression).unwrap_or_else(|e| panic!("{src}\n{}: {e}", i.expression));
         assert_eq!(k.demangled.as_deref(), Some(*want), "{src}\n{}", i.expression);
+        // Each parameter is read as what it is (a rank spelled `(unsigned int)2` too).
+        assert!(k.params.iter().all(|p| !matches!(p.kind, ParamKind::Struct { .. })), "{:?}", k.params);
     }
 }

@@ -260,7 +260,21 @@ pub(crate) fn parse_param(toks: &[Tok], tparams: &[TemplateParam], spelling: Spe
     if t.contains(&Tok::Punct('&')) {
         return Err(format!("reference parameters are not supported: `{}`", join_type(toks)));
     }
-    if t.contains(&Tok::Punct('(')) {
+    // A parenthesis outside template arguments (not `caijit::Array<T, (unsigned int)2>`).
+    let mut angles = 0usize;
+    let top_level_paren = t.iter().any(|x| match x {
+        Tok::Punct('<') => {
+            angles += 1;
+            false
+        }
+        Tok::Punct('>') => {
+            angles = angles.saturating_sub(1);
+            false
+        }
+        Tok::Punct('(') => angles == 0,
+        _ => false,
+    });
+    if top_level_paren {
         // A function pointer (`void (*)(int)`): opaque, passed as its bits.
         return Ok((name, ParamType::Value(CType::Named(join_type(&t)))));
     }
