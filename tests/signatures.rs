@@ -475,6 +475,12 @@ extern "C" __global__ void fine(float* y, int n) {}
     only_unusable(&c, "t", &["`t`", "reference"]);
     // A name expression that finds only an unusable kernel says why, too.
     assert!(c.kernel("t<int>").unwrap_err().to_string().contains("reference"));
+    // A plain name in two namespaces is ambiguous even when one of them is unusable.
+    let two = build(&Program::new("namespace a { __global__ void k(int& x) {} }\nnamespace b { __global__ void k(float* x) {} }\n"));
+    let e = two.kernel("k").unwrap_err().to_string();
+    assert!(e.contains("ambiguous") && e.contains("a::k") && e.contains("b::k"), "{e}");
+    assert!(two.kernel("b::k").is_ok());
+    assert!(two.kernel("a::k").unwrap_err().to_string().contains("reference"));
     // Not found at all: the notes list what is unusable.
     let e = c.kernel("nothing").unwrap_err().to_string();
     assert!(e.contains("no kernel named") && e.contains("by_ref"), "{e}");

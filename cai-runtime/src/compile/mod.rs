@@ -319,24 +319,30 @@ impl Compiled {
         let by = |f: &dyn Fn(&KernelInfo) -> bool| self.kernels.iter().filter(|k| f(k)).collect::<Vec<_>>();
         let name = name.trim();
         let plain = name.strip_prefix("::").unwrap_or(name);
-        // A rule that finds only unusable kernels answers with why they are.
-        let unusable = |f: &dyn Fn(&UnusableKernel) -> bool| self.unusable.iter().find(|k| f(k));
-        for (found, unusable) in [
+        // A rule that finds only unusable kernels answers with why they are; they count
+        // among the namespaces a plain name may mean.
+        let unusable = |f: &dyn Fn(&UnusableKernel) -> bool| self.unusable.iter().filter(|k| f(k)).collect::<Vec<_>>();
+        for (found, bad) in [
             (by(&|k| k.name_expression.as_deref() == Some(name)), unusable(&|k| k.name_expression.as_deref() == Some(name))),
             (by(&|k| k.lowered_name == name), unusable(&|k| k.lowered_name == name)),
             (by(&|k| k.qualified_name == plain), unusable(&|k| k.qualified_name == plain)),
             (by(&|k| k.base_name() == name), unusable(&|k| k.base_name() == name)),
         ] {
-            let mut qualified: Vec<&str> = found.iter().map(|k| k.qualified_name.as_str()).collect();
+            let mut qualified: Vec<&str> =
+                found.iter().map(|k| k.qualified_name.as_str()).chain(bad.iter().map(|k| k.qualified_name.as_str())).collect();
             qualified.sort_unstable();
             qualified.dedup();
-            if qualified.len() > 1 && found.iter().all(|k| k.name_expression.as_deref() != Some(name) && k.lowered_name != name) {
+            let exact = |e: &Option<String>, l: &str| e.as_deref() == Some(name) || l == name;
+            if qualified.len() > 1
+                && found.iter().all(|k| !exact(&k.name_expression, &k.lowered_name))
+                && bad.iter().all(|k| !exact(&k.name_expression, &k.lowered_name))
+            {
                 return Err(ambiguous(name, &qualified));
             }
             if !found.is_empty() {
                 return Ok(found);
             }
-            if let Some(k) = unusable {
+            if let Some(k) = bad.first() {
                 return Err(k.error());
             }
         }
