@@ -179,3 +179,73 @@ proptest! {
         }
     }
 }
+
+/// Issue #26: names of CUDA's and caijit's types that a program may give its own types.
+const LOOKALIKES: &[&str] = &["half", "nv_bfloat16", "bfloat16", "complex<float>", "complex<double>", "Array<float, 2>"];
+
+/// Attributes and specifiers NVRTC accepts before `__global__` (`MACRO` and `BOUNDS(n)`
+/// are macros the tokenizer cannot expand).
+const ATTRIBUTES: &[&str] = &[
+    "__launch_bounds__(128)",
+    "[[deprecated]]",
+    "__noinline__",
+    "__attribute__((noinline))",
+    "[[maybe_unused, deprecated(\"x\")]]",
+    "MACRO",
+    "BOUNDS(64)",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, failure_persistence: None, ..ProptestConfig::default() })]
+
+    #[test]
+    fn own_types_named_like_cudas_and_attributes_before_global_keep_the_compilers_types(
+        types in prop::collection::vec((0..LOOKALIKES.len(), 1..5usize), 1..4),
+        attrs in prop::collection::vec(0..ATTRIBUTES.len(), 0..4),
+        extern_c in any::<bool>(),
+    ) {
+        // Each lookalike a struct of its own, of `words` ints (no CUDA type is that size and
+        // alignment for every choice: the layout check would catch a misreading).
+        let mut src = "#define MACRO\n#define BOUNDS(n) __launch_bounds__(n)\n".to_string();
+        let mut declared = Vec::new();
+        for (i, (t, words)) in types.iter().enumerate() {
+            let spelled = LOOKALIKES[*t];
+            let name = spelled.split('<').next().unwrap_or(spelled);
+            let body = format!("int w[{}];", words * 3);
+            src.push_str(&format!("namespace n{i} {{ "));
+            if spelled.contains(',') {
+                src.push_str(&format!("template <class T, int N> struct {name} {{ {body} }}; }}\n"));
+            } else if spelled.contains('<') {
+                src.push_str(&format!("template <class T> struct {name} {{ {body} }}; }}\n"));
+            } else {
+                src.push_str(&format!("struct {name} {{ {body} }}; }}\n"));
+            }
+            declared.push((format!("n{i}::{spelled}"), words * 12));
+        }
+        let list = declared.iter().enumerate().map(|(i, (t, _))| format!("{t} p{i}")).collect::<Vec<_>>().join(", ");
+        let attrs = attrs.iter().map(|a| ATTRIBUTES[*a]).collect::<Vec<_>>().join(" ");
+        let linkage = if extern_c { "extern \"C\" " } else { "" };
+        src.push_str(&format!("{linkage}{attrs} __global__ void k({list}, float* out) {{}}\n"));
+        src.push_str(&format!("template <typename T> {attrs} __global__ void t(T* x, {list}) {{}}\n"));
+        src.push_str("extern \"C\" __global__ void unrelated(float* o) {}\n");
+        let p = Program::new(src.clone());
+        let decls = p.declarations();
+        let k = decls.kernels.iter().find(|d| d.name == "k").unwrap();
+        prop_assert_eq!(k.extern_c, extern_c, "{}", src);
+        let t = decls.kernels.iter().find(|d| d.name == "t").unwrap();
+        prop_assert_eq!(t.template_params.len(), 1, "{}", src);
+        let c = compile_with(&p.name_expression("t<double>"), Arch(90), &fresh()).unwrap_or_else(|e| panic!("{e}\n{src}"));
+        prop_assert!(c.unusable.is_empty(), "{:?}\n{}", c.unusable, src);
+        let want = || -> Vec<(ParamKind, usize)> { declared.iter().map(|(t, size)| (ParamKind::Struct { name: t.clone() }, *size)).collect() };
+        let got = |name: &str| -> Vec<(ParamKind, usize)> {
+            c.kernel(name).unwrap_or_else(|e| panic!("{e}\n{src}")).params.iter().map(|p| (p.kind.clone(), p.size)).collect()
+        };
+        let mut k_want = want();
+        k_want.push((ParamKind::Pointer { dtype: Some(DType::F32), is_const: false }, 8));
+        prop_assert_eq!(got("k"), k_want, "{}", src);
+        let mut t_want = vec![(ParamKind::Pointer { dtype: Some(DType::F64), is_const: false }, 8)];
+        t_want.extend(want());
+        prop_assert_eq!(got("t<double>"), t_want, "{}", src);
+        prop_assert_eq!(got("unrelated").len(), 1);
+    }
+}

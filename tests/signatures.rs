@@ -318,9 +318,235 @@ fn a_plain_name_in_two_namespaces_is_ambiguous_not_an_overload_set() {
 #[test]
 fn signature_errors_name_the_kernel_and_carry_the_parameter() {
     for src in [r#"extern "C" __global__ void k(const float& a, float* y) {}"#, "__global__ void k(const float& a, float* y) {}"] {
-        let e = compile_with(&Program::new(src), Arch(90), &fresh()).unwrap_err();
-        assert!(e.to_string().contains("`k`") && !e.to_string().contains("caijit_probe"), "{e}");
+        // The program compiles; naming the kernel is the error, and says why.
+        let c = build(&Program::new(src));
+        let e = c.kernel("k").unwrap_err();
+        assert!(e.to_string().contains("`k`") && e.to_string().contains("reference") && !e.to_string().contains("caijit_probe"), "{e}");
         let cai_runtime::Error::Argument(a) = e else { panic!("{e}") };
         assert_eq!((a.index, a.name.as_deref(), a.ctype.as_deref()), (Some(0), Some("a"), Some("float const &")));
+    }
+}
+
+/// Issue #26: the kernels of `c` other than `bad` are usable, and naming `bad` is an
+/// error whose message contains every one of `why`.
+fn only_unusable(c: &Compiled, bad: &str, why: &[&str]) {
+    let e = c.kernel(bad).unwrap_err().to_string();
+    for w in why {
+        assert!(e.contains(w), "{bad}: {e}");
+    }
+    assert!(c.unusable.iter().any(|k| k.qualified_name == bad || k.lowered_name == bad), "{:?}", c.unusable);
+    assert!(c.notes.iter().any(|n| n.contains(bad)), "{:?}", c.notes);
+    assert!(!c.kernels.is_empty());
+    for k in &c.kernels {
+        assert!(c.kernel(&k.lowered_name).is_ok());
+    }
+}
+
+#[test]
+fn a_programs_own_types_named_like_cudas_are_its_own() {
+    // Names CUDA and caijit use for their types, given by a program to its own (each of a
+    // different size than CUDA's): the compiler's (demangled) names say whose they are.
+    let own = r#"
+struct half { float lo, hi; };
+struct nv_bfloat16 { double v; };
+template <class T> struct complex { T re, im, w; };
+namespace mine { struct __half { int a, b, c; }; }
+extern "C" __global__ void span(half h, nv_bfloat16 b, float* o) {}
+__global__ void quat(complex<float> z, complex<double> d, mine::__half m, float* o) {}
+extern "C" __global__ void unrelated(float* o) {}
+"#;
+    let c = build(&Program::new(own));
+    assert!(c.unusable.is_empty(), "{:?}", c.unusable);
+    let span = c.kernel("span").unwrap();
+    assert_eq!(
+        shape(span),
+        [
+            (ParamKind::Struct { name: "half".into() }, 8, 0),
+            (ParamKind::Struct { name: "nv_bfloat16".into() }, 8, 8),
+            (ptr(DType::F32, false), 8, 16)
+        ]
+    );
+    let quat = c.kernel("quat").unwrap();
+    assert_eq!(
+        quat.params.iter().map(|p| (p.kind.clone(), p.size)).collect::<Vec<_>>(),
+        [
+            (ParamKind::Struct { name: "complex<float>".into() }, 12),
+            (ParamKind::Struct { name: "complex<double>".into() }, 24),
+            (ParamKind::Struct { name: "mine::__half".into() }, 12),
+            (ptr(DType::F32, false), 8)
+        ]
+    );
+    assert_eq!(shape(c.kernel("unrelated").unwrap()), [(ptr(DType::F32, false), 8, 0)]);
+    // CUDA's own, however the program spells them (a typedef is resolved by the compiler).
+    let cuda = r#"
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <caijit/complex.cuh>
+typedef __half my_half;
+extern "C" __global__ void k(half a, my_half b, nv_bfloat16 c, caijit::complex<float> z) {}
+"#;
+    let kinds: Vec<_> = build(&Program::new(cuda)).kernel("k").unwrap().params.iter().map(|p| p.kind.clone()).collect();
+    use ParamKind::Scalar;
+    assert_eq!(kinds, [Scalar(DType::F16), Scalar(DType::F16), Scalar(DType::BF16), Scalar(DType::C64)]);
+}
+
+#[test]
+fn builtin_types_no_dtype_is_are_opaque_values_of_their_size() {
+    let src = r#"
+__global__ void mul(unsigned __int128 x, __int128 y, unsigned long long* o) {}
+extern "C" __global__ void odd(unsigned __int128 u, long double d, wchar_t w, char16_t c16, char32_t c32, int n) {}
+extern "C" __global__ void unrelated(float* o) {}
+"#;
+    let c = build(&Program::new(src).option("-device-int128"));
+    assert!(c.unusable.is_empty(), "{:?}", c.unusable);
+    let named = |n: &str| ParamKind::Struct { name: n.into() };
+    assert_eq!(
+        shape(c.kernel("mul").unwrap()),
+        [(named("unsigned __int128"), 16, 0), (named("__int128"), 16, 16), (ptr(DType::U64, false), 8, 32)]
+    );
+    let odd = c.kernel("odd").unwrap();
+    assert_eq!(
+        odd.params.iter().map(|p| (p.kind.clone(), p.size, p.name.clone().unwrap_or_default())).collect::<Vec<_>>(),
+        [
+            (named("unsigned __int128"), 16, "u".into()),
+            (named("long double"), 8, "d".into()),
+            (named("wchar_t"), 4, "w".into()),
+            (named("char16_t"), 2, "c16".into()),
+            (named("char32_t"), 4, "c32".into()),
+            (ParamKind::Scalar(DType::I32), 4, "n".into()),
+        ]
+    );
+    assert!(c.kernel("unrelated").is_ok());
+}
+
+/// `W<W<…<int>…>>` nested `depth` deep.
+fn nested(depth: usize) -> String {
+    let mut t = "int".to_string();
+    for _ in 0..depth {
+        t = format!("W<{t}>");
+    }
+    t
+}
+
+#[test]
+fn deeply_nested_template_arguments_demangle_and_past_the_limit_spoil_only_their_kernel() {
+    let src = |depths: &[usize]| {
+        // (Pointers: the compiler need not instantiate W that deep.)
+        let mut s = "template <class T> struct W {};\ntemplate <class T> __global__ void k(T* t, int* o) {}\n".to_string();
+        for d in depths {
+            s.push_str(&format!("template __global__ void k<{0}>({0}*, int*);\n", nested(*d)));
+        }
+        s.push_str("extern \"C\" __global__ void unrelated(float* o) {}\n");
+        s
+    };
+    let depths = [18, 32, 64];
+    let c = build(&Program::new(src(&depths)));
+    assert!(c.unusable.is_empty(), "{:?}", c.unusable);
+    assert!(c.kernel("unrelated").is_ok());
+    let mut found: Vec<usize> =
+        c.kernels.iter().filter(|k| k.qualified_name == "k").map(|k| k.demangled.as_ref().unwrap().matches("W<").count() / 2).collect();
+    found.sort_unstable();
+    assert_eq!(found, depths);
+    // Past caijit's limit: that instance alone is unusable, and says why.
+    let p = Program::new(src(&[12, 260]));
+    let c = build(&p);
+    assert!(c.kernel("unrelated").is_ok());
+    assert_eq!(c.unusable.len(), 1, "{:?}", c.unusable);
+    assert_eq!(c.unusable[0].qualified_name, "k");
+    let e = c.unusable[0].error().to_string();
+    assert!(e.contains("cannot demangle") && e.contains("recursion"), "{e}");
+    // By its lowered name: the reason; by its plain name: the usable instance.
+    let lowered = c.unusable[0].lowered_name.clone();
+    only_unusable(&c, &lowered, &["cannot demangle", "recursion"]);
+    assert_eq!(c.kernel("k").unwrap().demangled.as_deref().unwrap().matches("W<").count(), 2 * 12);
+}
+
+#[test]
+fn a_kernel_whose_parameters_cannot_be_laid_out_is_unusable_alone() {
+    let src = r#"
+extern "C" __global__ void by_ref(const float& a, float* y) {}
+template <class T> __global__ void t(T& a) {}
+template __global__ void t<int>(int&);
+extern "C" __global__ void fine(float* y, int n) {}
+"#;
+    let c = build(&Program::new(src).name_expression("t<int>"));
+    assert_eq!(shape(c.kernel("fine").unwrap()), [(ptr(DType::F32, false), 8, 0), (ParamKind::Scalar(DType::I32), 4, 8)]);
+    only_unusable(&c, "by_ref", &["`by_ref`", "reference"]);
+    only_unusable(&c, "t", &["`t`", "reference"]);
+    // A name expression that finds only an unusable kernel says why, too.
+    assert!(c.kernel("t<int>").unwrap_err().to_string().contains("reference"));
+    // A plain name in two namespaces is ambiguous even when one of them is unusable.
+    let two = build(&Program::new("namespace a { __global__ void k(int& x) {} }\nnamespace b { __global__ void k(float* x) {} }\n"));
+    let e = two.kernel("k").unwrap_err().to_string();
+    assert!(e.contains("ambiguous") && e.contains("a::k") && e.contains("b::k"), "{e}");
+    assert!(two.kernel("b::k").is_ok());
+    assert!(two.kernel("a::k").unwrap_err().to_string().contains("reference"));
+    // Not found at all: the notes list what is unusable.
+    let e = c.kernel("nothing").unwrap_err().to_string();
+    assert!(e.contains("no kernel named") && e.contains("by_ref"), "{e}");
+}
+
+#[test]
+fn attributes_before_global_leave_extern_c_and_templates_launchable() {
+    for attrs in ["__launch_bounds__(256)", "[[deprecated]]", "__launch_bounds__(128, 2) [[deprecated(\"old\")]]", "__noinline__"] {
+        let src = format!("extern \"C\" {attrs} __global__ void k(float* o, int n) {{}}");
+        let c = build(&Program::new(&src));
+        assert!(c.notes.is_empty(), "{src}: {:?}", c.notes);
+        assert_eq!(shape(c.kernel("k").unwrap()), [(ptr(DType::F32, false), 8, 0), (ParamKind::Scalar(DType::I32), 4, 8)], "{src}");
+        assert_eq!(c.kernel("k").unwrap().lowered_name, "k");
+        let src = format!("template <typename T> {attrs} __global__ void t(T* o, int n) {{}}");
+        let p = Program::new(&src);
+        let d = p.declarations().kernels[0].clone();
+        let i = deduce(&d, &[ArgType::Array { dtype: DType::F64, rank: 1 }, ArgType::UntypedScalar]).unwrap();
+        assert_eq!(i.expression, "t<double>");
+        assert_eq!(shape(build(&p.name_expression(&i.expression)).kernel("t<double>").unwrap())[0].0, ptr(DType::F64, false));
+    }
+}
+
+#[test]
+fn defaults_written_before_a_deduced_argument_are_the_compilers_values() {
+    // Each: a kernel template with a default that depends on earlier parameters and must be
+    // written (a later parameter is deduced), launch arguments, and the instance the
+    // compiler makes of the same template arguments with the default left to it.
+    let cases: &[(&str, &[ArgType], &str)] = &[
+        (
+            "template <int N, bool B = (N > 4), typename T = int> __global__ void k(T* x, caijit::Array<float, N> a) {}",
+            &[ArgType::Array { dtype: DType::F64, rank: 1 }, ArgType::Array { dtype: DType::F32, rank: 2 }],
+            "void k<2, false, double>(double*, caijit::Array<float, 2>)",
+        ),
+        (
+            // Converted to the parameter's type: 2u - 5 wraps.
+            "template <unsigned N, bool B = (N - 5 > 0), typename T = int> __global__ void k(caijit::Array<T, N> a) {}",
+            &[ArgType::Array { dtype: DType::I16, rank: 2 }],
+            "void k<(unsigned int)2, true, short>(caijit::Array<short, (unsigned int)2>)",
+        ),
+        (
+            "template <typename T, int BITS = sizeof(T) * 8, typename Acc = float> __global__ void k(const T* x, Acc* y) {}",
+            &[ArgType::Array { dtype: DType::U16, rank: 1 }, ArgType::Array { dtype: DType::F64, rank: 1 }],
+            "void k<unsigned short, 16, double>(unsigned short const*, double*)",
+        ),
+        (
+            "template <class T> struct wide { using type = T; };\ntemplate <> struct wide<float> { using type = double; };\n\
+             template <typename T, typename U = typename wide<T>::type, typename O = U> __global__ void k(const T* x, O* y, U s) {}",
+            &[ArgType::Array { dtype: DType::F32, rank: 1 }, ArgType::Array { dtype: DType::I32, rank: 1 }, ArgType::UntypedScalar],
+            "void k<float, double, int>(float const*, int*, double)",
+        ),
+        (
+            // A functional cast of a type spelled in two words.
+            "template <typename T, int M = int(T(7) / 2), int K = M * 2, typename O = int> __global__ void k(T* x, O* y) {}",
+            &[ArgType::Array { dtype: DType::U32, rank: 1 }, ArgType::Array { dtype: DType::F32, rank: 1 }],
+            "void k<unsigned int, 3, 6, float>(unsigned int*, float*)",
+        ),
+    ];
+    for (src, args, want) in cases {
+        let p = Program::new(format!("#include <caijit/array.cuh>\n{src}"));
+        let d = p.declarations().kernels[0].clone();
+        let i = deduce(&d, args).unwrap_or_else(|e| panic!("{src}: {e}"));
+        let c = compile_with(&p.clone().name_expression(&i.expression), Arch(90), &fresh())
+            .unwrap_or_else(|e| panic!("{src}\n{}: {e}", i.expression));
+        let k = c.kernel(&i.expression).unwrap_or_else(|e| panic!("{src}\n{}: {e}", i.expression));
+        assert_eq!(k.demangled.as_deref(), Some(*want), "{src}\n{}", i.expression);
+        // Each parameter is read as what it is (a rank spelled `(unsigned int)2` too).
+        assert!(k.params.iter().all(|p| !matches!(p.kind, ParamKind::Struct { .. })), "{:?}", k.params);
     }
 }

@@ -136,6 +136,7 @@ def test_the_overload_casts_suggested_compile() -> None:
 
 
 def test_signature_error_names_the_kernel_and_carries_its_parameter() -> None:
+    # (The program compiles: naming the kernel is the error.)
     for src in ['extern "C" __global__ void k(const float& a, float* y) {}', '__global__ void k(const float& a, float* y) {}']:
         with pytest.raises(caijit.ArgumentError) as e:
             caijit.kernel(src, "k").params
@@ -181,3 +182,73 @@ def test_cli_notes_what_it_could_not_learn_and_instantiates_half(tmp_path: Path)
     kernels = {k["name_expression"]: k for k in json.loads(out.stdout)}
     assert [p["type"] for p in kernels["t<__half>"]["params"]] == ["__half*"]
     assert [p["type"] for p in kernels["c_double"]["params"]] == ["double*", "double"]
+
+
+# Issue #26: the compiler's types, and one kernel caijit cannot read spoils nothing else.
+
+
+@pytest.mark.parametrize(
+    "own, kernel",
+    [
+        ("struct half { float lo, hi; };", 'extern "C" __global__ void k(half h, float* o) {}'),
+        ("struct nv_bfloat16 { double v; };", "__global__ void k(nv_bfloat16 h, float* o) {}"),
+        ("template <class T> struct complex { T re, im, w; };", "__global__ void k(complex<float> h, float* o) {}"),
+        ("namespace my { struct __half { int a, b, c; }; }", 'extern "C" __global__ void k(my::__half h, float* o) {}'),
+    ],
+)
+def test_a_programs_own_type_named_like_cudas_is_its_own_struct(own: str, kernel: str) -> None:
+    src = f'{own}\n{kernel}\nextern "C" __global__ void unrelated(float* o) {{}}\n'
+    (h, o) = caijit.kernel(src, "k").params
+    assert (h["kind"], o["kind"]) == ("struct", "pointer"), h
+    assert h["type"] in kernel, h
+    assert [p["type"] for p in caijit.kernel(src, "unrelated").params] == ["float*"]
+
+
+def test_odd_builtin_types_are_opaque_values_of_their_size() -> None:
+    src = (
+        "__global__ void mul(unsigned __int128 x, __int128 y, long double d, char32_t c, unsigned long long* o) {}\n"
+        'extern "C" __global__ void unrelated(float* o) {}\n'
+    )
+    got = [(p["type"], p["kind"], p["size"], p["name"]) for p in caijit.kernel(src, "mul", options=["-device-int128"]).params]
+    assert got == [
+        ("unsigned __int128", "struct", 16, "x"),
+        ("__int128", "struct", 16, "y"),
+        ("long double", "struct", 8, "d"),
+        ("char32_t", "struct", 4, "c"),
+        ("unsigned long long*", "pointer", 8, "o"),
+    ]
+
+
+def test_an_unreadable_kernel_is_unusable_alone_and_says_why(tmp_path: Path) -> None:
+    src = 'extern "C" __global__ void by_ref(const float& a, float* y) {}\nextern "C" __global__ void fine(float* y, int n) {}\n'
+    assert [p["type"] for p in caijit.kernel(src, "fine").params] == ["float*", "int"]
+    with pytest.raises(caijit.ArgumentError, match="reference") as e:
+        caijit.kernel(src, "by_ref").params
+    assert "`by_ref`" in str(e.value) and e.value.index == 0, str(e.value)
+    # The CLI lists the usable kernels and says why the other is not.
+    f = tmp_path / "u.cu"
+    f.write_text(src)
+    out = subprocess.run([sys.executable, "-m", "caijit", "compile", str(f), "--arch", "sm_90", "--json"], capture_output=True, text=True, check=True)
+    assert {k["name"] for k in json.loads(out.stdout)} == {"fine"}
+    assert "by_ref" in out.stderr and "reference" in out.stderr, out.stderr
+
+
+def test_deeply_nested_template_arguments_are_read() -> None:
+    t = "int"
+    for _ in range(40):
+        t = f"W<{t}>"
+    src = (
+        "template <class T> struct W { T v; };\ntemplate <class T> __global__ void k(T t, int* o) {}\n"
+        f'template __global__ void k<{t}>({t}, int*);\nextern "C" __global__ void unrelated(float* o) {{}}\n'
+    )
+    assert [p["type"] for p in caijit.kernel(src, "unrelated").params] == ["float*"]
+    (w, o) = caijit.kernel(src, f"k<{t}>").params
+    assert (w["kind"], w["size"], o["type"]) == ("struct", 4, "int*"), w
+
+
+@pytest.mark.parametrize("attrs", ["__launch_bounds__(256)", "[[deprecated]]", "__launch_bounds__(64, 2) [[deprecated]] __noinline__"])
+def test_attributes_before_global_hide_neither_extern_c_nor_template(attrs: str) -> None:
+    src = f'extern "C" {attrs} __global__ void k(float* o, int n) {{}}'
+    assert [(p["type"], p["name"]) for p in caijit.kernel(src, "k").params] == [("float*", "o"), ("int", "n")]
+    ((name, extern_c, tparams, types, _),) = _native.declarations(f"template <typename T> {attrs} __global__ void t(T* o, int n) {{}}")
+    assert (name, extern_c, tparams, types) == ("t", False, ["T"], ["T*", "int"])

@@ -186,3 +186,24 @@ __global__ void axpy(T a, const T* x, T* y, int n) {
     k[(n + 127) // 128, 128](2.0, x, y, n)
     torch.cuda.synchronize()
     torch.testing.assert_close(y.double(), 2 * x.double() + y0.double(), rtol=3e-2, atol=3e-2)
+
+
+# Issue #26: a default that depends on an earlier template parameter, written out because a
+# later one is deduced, takes the compiler's value (SHIFT = 24 for 32-bit, 8 for 16-bit T).
+DEPENDENT_DEFAULT = r"""
+template <typename T, int SHIFT = sizeof(T) * 8 - 8, typename O = int>
+__global__ void top_byte(const T* x, O* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = (O)((x[i] >> SHIFT) & 0xff);
+}
+"""
+
+
+def test_a_dependent_default_before_a_deduced_argument_is_the_compilers() -> None:
+    k = caijit.kernel(DEPENDENT_DEFAULT, "top_byte")
+    for dtype, out, shift in ((np.uint32, np.int64, 24), (np.uint16, np.float32, 8)):
+        x_h = rng.integers(0, np.iinfo(dtype).max, N, dtype=dtype, endpoint=True)
+        y = caijit.to_device(np.full(N, -7, out))  # poisoned
+        k[GRID, BLOCK](caijit.to_device(x_h), caijit.to_device(np.zeros(N, out)), N)  # warm-up
+        k[GRID, BLOCK](caijit.to_device(x_h), y, N)
+        np.testing.assert_array_equal(y.copy_to_host(), ((x_h.astype(np.int64) >> shift) & 0xFF).astype(out))

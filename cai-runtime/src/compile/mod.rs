@@ -253,6 +253,36 @@ impl KernelInfo {
     }
 }
 
+/// A kernel of a compiled program that caijit cannot launch, and why: the other kernels of
+/// its program are not concerned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UnusableKernel {
+    pub name_expression: Option<String>,
+    pub lowered_name: String,
+    /// The demangled signature, where it could be demangled.
+    pub demangled: Option<String>,
+    /// The name with its namespaces (read off the mangled name where it could not be
+    /// demangled; the lowered name where neither could be read).
+    pub qualified_name: String,
+    pub reason: signature::SignatureError,
+}
+
+impl UnusableKernel {
+    fn base_name(&self) -> &str {
+        self.qualified_name.rsplit("::").next().unwrap_or(&self.qualified_name)
+    }
+
+    /// The error naming it raises: an argument error carrying the parameter at fault, when
+    /// one is.
+    pub fn error(&self) -> Error {
+        match &self.reason {
+            signature::SignatureError::Param { .. } => Error::from(self.reason.clone()),
+            r => Error::argument(format!("kernel `{}` cannot be launched: {r}", self.demangled.as_deref().unwrap_or(&self.qualified_name))),
+        }
+    }
+}
+
 /// A compiled program: its image and every kernel's parameter layout.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -266,9 +296,12 @@ pub struct Compiled {
     pub log: String,
     pub kernels: Vec<KernelInfo>,
     /// What caijit could not learn (a declaration the tokenizer could not read, an
-    /// `extern "C"` kernel whose types the compiler was not asked for): kernels it concerns
-    /// are left out of `kernels`.
+    /// `extern "C"` kernel whose types the compiler was not asked for, a kernel in
+    /// `unusable` and why): kernels it concerns are left out of `kernels`.
     pub notes: Vec<String>,
+    /// Kernels NVRTC compiled whose parameters caijit cannot read or lay out (a type it
+    /// cannot pass, a name it cannot demangle): naming one is an error that says why.
+    pub unusable: Vec<UnusableKernel>,
     pub source: CacheSource,
     /// Why NVRTC compiled this with its own search path (`None`: trusted, every header in
     /// memory and no search path). An untrusted result is never stored on disk nor kept
@@ -307,20 +340,31 @@ impl Compiled {
         let by = |f: &dyn Fn(&KernelInfo) -> bool| self.kernels.iter().filter(|k| f(k)).collect::<Vec<_>>();
         let name = name.trim();
         let plain = name.strip_prefix("::").unwrap_or(name);
-        for found in [
-            by(&|k| k.name_expression.as_deref() == Some(name)),
-            by(&|k| k.lowered_name == name),
-            by(&|k| k.qualified_name == plain),
-            by(&|k| k.base_name() == name),
+        // A rule that finds only unusable kernels answers with why they are; they count
+        // among the namespaces a plain name may mean.
+        let unusable = |f: &dyn Fn(&UnusableKernel) -> bool| self.unusable.iter().filter(|k| f(k)).collect::<Vec<_>>();
+        for (found, bad) in [
+            (by(&|k| k.name_expression.as_deref() == Some(name)), unusable(&|k| k.name_expression.as_deref() == Some(name))),
+            (by(&|k| k.lowered_name == name), unusable(&|k| k.lowered_name == name)),
+            (by(&|k| k.qualified_name == plain), unusable(&|k| k.qualified_name == plain)),
+            (by(&|k| k.base_name() == name), unusable(&|k| k.base_name() == name)),
         ] {
-            let mut qualified: Vec<&str> = found.iter().map(|k| k.qualified_name.as_str()).collect();
+            let mut qualified: Vec<&str> =
+                found.iter().map(|k| k.qualified_name.as_str()).chain(bad.iter().map(|k| k.qualified_name.as_str())).collect();
             qualified.sort_unstable();
             qualified.dedup();
-            if qualified.len() > 1 && found.iter().all(|k| k.name_expression.as_deref() != Some(name) && k.lowered_name != name) {
+            let exact = |e: &Option<String>, l: &str| e.as_deref() == Some(name) || l == name;
+            if qualified.len() > 1
+                && found.iter().all(|k| !exact(&k.name_expression, &k.lowered_name))
+                && bad.iter().all(|k| !exact(&k.name_expression, &k.lowered_name))
+            {
                 return Err(ambiguous(name, &qualified));
             }
             if !found.is_empty() {
                 return Ok(found);
+            }
+            if let Some(k) = bad.first() {
+                return Err(k.error());
             }
         }
         Ok(Vec::new())
@@ -646,7 +690,7 @@ impl Job<'_> {
         untrusted: Option<String>,
         nvrtc_options: &[String],
     ) -> Result<(Arc<Compiled>, CacheSource)> {
-        let (kernels, notes) = describe_kernels(&entry, decls, notes)?;
+        let Described { kernels, unusable, notes } = describe_kernels(&entry, decls, notes);
         // An untrusted key does not cover every file NVRTC read: the result's own key also
         // hashes the binary, so that what is cached by key downstream (a context's loaded
         // modules) never mistakes another binary for this one.
@@ -661,6 +705,7 @@ impl Job<'_> {
             ptx: entry.ptx,
             log: entry.log,
             kernels,
+            unusable,
             notes,
             source,
             untrusted,
@@ -787,12 +832,13 @@ fn rejected_options(tk: &Toolkit, program: &Program, arch_option: &str) -> Error
 
 /// Every kernel of the PTX with its parameters: types from the compiler (demangled lowered
 /// names, probes for `extern "C"` kernels), layouts from the PTX, names from the source.
-/// A kernel whose types caijit has no way to learn is left out, with a note.
-fn describe_kernels(entry: &cache::Entry, decls: &[KernelDecl], mut notes: Vec<String>) -> Result<(Vec<KernelInfo>, Vec<String>)> {
-    let entries = signature::ptx_entries(&entry.ptx)?;
+/// A kernel whose types caijit has no way to learn is left out, with a note; one whose
+/// types it cannot read or lay out is unusable, with the reason: no other kernel suffers.
+fn describe_kernels(entry: &cache::Entry, decls: &[KernelDecl], mut notes: Vec<String>) -> Described {
+    let entries = signature::ptx_entries_each(&entry.ptx);
     let probe_prefix = format!("{}<", signature::PROBE_TEMPLATE);
     // `extern "C"` kernel name → its parameter types, from its probe.
-    let mut probed: HashMap<String, Vec<signature::ParamType>> = HashMap::new();
+    let mut probed: HashMap<String, std::result::Result<Vec<signature::ParamType>, signature::SignatureError>> = HashMap::new();
     let mut probe_symbols = Vec::new();
     for (expr, lowered) in &entry.lowered {
         let Some(target) = expr.strip_prefix(&probe_prefix) else { continue };
@@ -800,26 +846,37 @@ fn describe_kernels(entry: &cache::Entry, decls: &[KernelDecl], mut notes: Vec<S
         let target = target.trim_end_matches('>').trim_start_matches("decltype(").trim_end_matches(')').trim_start_matches('&');
         let name = target.rsplit("::").next().unwrap_or(target).to_string();
         // An error names the kernel, not its probe.
-        let types = signature::probe_types(lowered).map_err(|e| e.for_kernel(&name, &agreed_names(decls, target, None)))?;
-        if let Some(types) = types {
-            probed.insert(name, types);
+        match signature::probe_types(lowered) {
+            Ok(Some(types)) => {
+                probed.insert(name, Ok(types));
+            }
+            Ok(None) => {}
+            Err(e) => {
+                let e = e.for_kernel(&name, &agreed_names(decls, target, None));
+                probed.insert(name, Err(e));
+            }
         }
     }
-    let mut out = Vec::with_capacity(entries.len());
+    let mut kernels = Vec::with_capacity(entries.len());
+    let mut unusable = Vec::new();
     for (lowered, ptx_params) in entries {
         if probe_symbols.contains(&lowered.as_str()) || lowered.starts_with("_Z13caijit_probe_") {
             continue;
         }
         let name_expression = entry.lowered.iter().find(|(e, l)| *l == lowered && !e.starts_with(&probe_prefix)).map(|(e, _)| e.clone());
-        // An error names the kernel (its qualified name), not its lowered name.
-        let named = |e: signature::SignatureError| {
-            let shown = signature::demangled(&lowered).map_or(lowered.clone(), |t| qualified_name_of(&t));
-            e.for_kernel(&shown, &agreed_names(decls, &shown, None))
+        let demangled = signature::demangled(&lowered);
+        // The kernel's name: from its demangled name, else read off its mangled name.
+        let shown = match &demangled {
+            Some(t) => qualified_name_of(t),
+            None => signature::mangled_qualified_name(&lowered).unwrap_or_else(|| lowered.clone()),
         };
-        let (demangled, qualified, types) = match signature::types_from_lowered(&lowered).map_err(named)? {
-            Some((text, types)) => (Some(text.clone()), qualified_name_of(&text), types),
-            None => match probed.get(&lowered) {
-                Some(types) => (None, lowered.clone(), types.clone()),
+        // An error names the kernel (its qualified name), not its lowered name.
+        let named = |e: signature::SignatureError| e.for_kernel(&shown, &agreed_names(decls, &shown, None));
+        let types = match signature::types_from_lowered(&lowered) {
+            Ok(Some((_, types))) => Ok(types),
+            Err(e) => Err(named(e)),
+            Ok(None) => match probed.get(&lowered) {
+                Some(types) => types.clone(),
                 None => {
                     notes.push(format!(
                         "`extern \"C\"` kernel `{lowered}` is left out: caijit found no declaration of it to ask the compiler about \
@@ -829,11 +886,27 @@ fn describe_kernels(entry: &cache::Entry, decls: &[KernelDecl], mut notes: Vec<S
                 }
             },
         };
-        let names = agreed_names(decls, &qualified, Some(&types));
-        let params = signature::layout_compiled(&qualified, &types, &names, &ptx_params)?;
-        out.push(KernelInfo { name_expression, lowered_name: lowered, demangled, qualified_name: qualified, params });
+        let params = types.and_then(|types| {
+            let names = agreed_names(decls, &shown, Some(&types));
+            signature::layout_compiled(&shown, &types, &names, &ptx_params.map_err(named)?)
+        });
+        match params {
+            Ok(params) => kernels.push(KernelInfo { name_expression, lowered_name: lowered, demangled, qualified_name: shown, params }),
+            Err(reason) => {
+                let k = UnusableKernel { name_expression, lowered_name: lowered, demangled, qualified_name: shown, reason };
+                notes.push(k.error().to_string());
+                unusable.push(k);
+            }
+        }
     }
-    Ok((out, notes))
+    Described { kernels, unusable, notes }
+}
+
+/// What [`describe_kernels`] found.
+struct Described {
+    kernels: Vec<KernelInfo>,
+    unusable: Vec<UnusableKernel>,
+    notes: Vec<String>,
 }
 
 /// Parameter names from the declarations of `qualified` (of the compiled `types`' arity,

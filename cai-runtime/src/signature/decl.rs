@@ -3,7 +3,7 @@
 //! *types* read here serve deduction only (which template argument an argument binds);
 //! the types a kernel is launched with come from the compiler ([`super::demangle`]).
 
-use super::tokens::{is_ident, join_type, matching, matching_angle_backwards, split_top_level, tokenize, Tok};
+use super::tokens::{is_ident, join_type, matching, matching_angle_backwards, matching_backwards, split_top_level, tokenize, Tok};
 use super::{CType, ParamType, Rank};
 use crate::cai::DType;
 
@@ -13,6 +13,11 @@ pub struct TemplateParam {
     pub name: String,
     /// `typename T` / `class T` (else a non-type parameter such as `int N`).
     pub is_type: bool,
+    /// A template template parameter (`template <class> class C`).
+    pub is_template: bool,
+    /// The type of a non-type parameter as written (`int`, `unsigned`, `T`, `auto`);
+    /// empty for a type or template parameter.
+    pub value_type: String,
     /// The default argument as written (`float`, `256`, `(N > 4)`).
     pub default: Option<String>,
 }
@@ -58,7 +63,36 @@ pub struct Declarations {
 
 const QUALIFIERS: &[&str] =
     &["__restrict__", "__restrict", "restrict", "volatile", "struct", "class", "typename", "enum", "__grid_constant__", "register"];
-const BUILTIN_WORDS: &[&str] = &["unsigned", "signed", "int", "long", "short", "char", "bool", "float", "double", "void"];
+/// Words that are (part of) a builtin type, never a parameter's name: `unsigned __int128`
+/// is one type, not `unsigned` named `__int128`.
+const BUILTIN_WORDS: &[&str] = &[
+    "unsigned",
+    "signed",
+    "int",
+    "long",
+    "short",
+    "char",
+    "bool",
+    "float",
+    "double",
+    "void",
+    "wchar_t",
+    "char8_t",
+    "char16_t",
+    "char32_t",
+    "__int128",
+    "__int128_t",
+    "__uint128_t",
+    "__float128",
+    "_Float16",
+    "_Float32",
+    "_Float64",
+    "_Float128",
+    "__bf16",
+    "__fp16",
+    "_Bool",
+    "_Complex",
+];
 
 /// The dtype of a builtin integer type spelled in any word order (`long unsigned int`).
 fn integer_words(words: &[&str]) -> Option<DType> {
@@ -96,20 +130,45 @@ fn integer_words(words: &[&str]) -> Option<DType> {
     })
 }
 
-/// The C++ scalar spelled by `name` (`std::`/`::` prefixes and `const` ignored).
-pub fn scalar_from_cpp(name: &str) -> Option<DType> {
-    let name = name.trim();
-    let name = name.strip_prefix("::").unwrap_or(name);
-    let name = name.strip_prefix("std::").unwrap_or(name);
+/// The words of a type's spelling, without `const` (`None` when there are none).
+fn type_words(name: &str) -> Option<Vec<&str>> {
     let words: Vec<&str> = name.split_whitespace().filter(|w| *w != "const").collect();
-    if words.is_empty() {
-        return None;
-    }
+    (!words.is_empty()).then_some(words)
+}
+
+/// The dtype of a type as the compiler spells it (a demangled name): builtin types, and
+/// CUDA's and caijit's own types by their full names only (`__half`, `__nv_bfloat16`,
+/// `caijit::complex<float>`). A typedef never reaches a mangled name, so any other name
+/// (a program's own `half` or `complex<float>`) is the program's own type.
+pub(crate) fn scalar_from_compiler(name: &str) -> Option<DType> {
+    let words = type_words(name)?;
     if let Some(d) = integer_words(&words) {
         return Some(d);
     }
     Some(match words.join(" ").as_str() {
         "bool" => DType::Bool,
+        "float" => DType::F32,
+        "double" => DType::F64,
+        "__half" => DType::F16,
+        "__nv_bfloat16" => DType::BF16,
+        "caijit::complex<float>" => DType::C64,
+        "caijit::complex<double>" => DType::C128,
+        _ => return None,
+    })
+}
+
+/// The C++ scalar spelled by `name` in a source (`std::`/`::` prefixes and `const`
+/// ignored): the compiler's names ([`scalar_from_compiler`]), `caijit::complex` and CUDA's
+/// types however qualified, and the standard integer typedefs. A name a program may give
+/// its own type (`half`, `nv_bfloat16`, `complex<float>`) is not a scalar.
+pub fn scalar_from_cpp(name: &str) -> Option<DType> {
+    let name = name.trim();
+    let name = name.strip_prefix("::").unwrap_or(name);
+    let name = name.strip_prefix("std::").unwrap_or(name);
+    if let Some(d) = scalar_from_compiler(name) {
+        return Some(d);
+    }
+    Some(match type_words(name)?.join(" ").as_str() {
         "int8_t" => DType::I8,
         "uint8_t" => DType::U8,
         "int16_t" => DType::I16,
@@ -118,19 +177,17 @@ pub fn scalar_from_cpp(name: &str) -> Option<DType> {
         "uint32_t" => DType::U32,
         "int64_t" | "ptrdiff_t" | "ssize_t" | "intptr_t" => DType::I64,
         "uint64_t" | "size_t" | "uintptr_t" => DType::U64,
-        "__half" | "half" => DType::F16,
-        "__nv_bfloat16" | "nv_bfloat16" => DType::BF16,
-        "float" => DType::F32,
-        "double" => DType::F64,
-        "caijit::complex<float>" | "complex<float>" => DType::C64,
-        "caijit::complex<double>" | "complex<double>" => DType::C128,
         _ => return None,
     })
 }
 
-fn ctype_from(toks: &[Tok], tparams: &[TemplateParam]) -> CType {
+fn ctype_from(toks: &[Tok], tparams: &[TemplateParam], spelling: Spelling) -> CType {
     let text = join_type(toks);
-    if let Some(d) = scalar_from_cpp(&text) {
+    let scalar = match spelling {
+        Spelling::Source => scalar_from_cpp(&text),
+        Spelling::Compiler => scalar_from_compiler(&text),
+    };
+    if let Some(d) = scalar {
         return CType::Scalar(d);
     }
     if tparams.iter().any(|p| p.is_type && p.name == text) {
@@ -195,11 +252,29 @@ pub(crate) fn parse_param(toks: &[Tok], tparams: &[TemplateParam], spelling: Spe
             array_suffix = true;
         }
     }
-    let name = split_name(&mut t);
+    // The compiler's text names no parameters: every word of it is the type's.
+    let name = match spelling {
+        Spelling::Source => split_name(&mut t),
+        Spelling::Compiler => None,
+    };
     if t.contains(&Tok::Punct('&')) {
         return Err(format!("reference parameters are not supported: `{}`", join_type(toks)));
     }
-    if t.contains(&Tok::Punct('(')) {
+    // A parenthesis outside template arguments (not `caijit::Array<T, (unsigned int)2>`).
+    let mut angles = 0usize;
+    let top_level_paren = t.iter().any(|x| match x {
+        Tok::Punct('<') => {
+            angles += 1;
+            false
+        }
+        Tok::Punct('>') => {
+            angles = angles.saturating_sub(1);
+            false
+        }
+        Tok::Punct('(') => angles == 0,
+        _ => false,
+    });
+    if top_level_paren {
         // A function pointer (`void (*)(int)`): opaque, passed as its bits.
         return Ok((name, ParamType::Value(CType::Named(join_type(&t)))));
     }
@@ -232,7 +307,7 @@ pub(crate) fn parse_param(toks: &[Tok], tparams: &[TemplateParam], spelling: Spe
         return Ok((name, ParamType::Value(CType::Named(join_type(&t)))));
     }
     if ptr_depth == 1 {
-        return Ok((name, ParamType::Pointer { elem: ctype_from(&base, tparams), is_const }));
+        return Ok((name, ParamType::Pointer { elem: ctype_from(&base, tparams, spelling), is_const }));
     }
     let (head, args) = match base.iter().position(|x| *x == Tok::Punct('<')) {
         Some(lt) => (&base[..lt], Some(lt)),
@@ -253,15 +328,20 @@ pub(crate) fn parse_param(toks: &[Tok], tparams: &[TemplateParam], spelling: Spe
         let elem_toks: Vec<Tok> = inner[0].to_vec();
         let elem_const = elem_toks.iter().any(|x| is_ident(Some(x), "const"));
         let elem_toks: Vec<Tok> = elem_toks.into_iter().filter(|x| !is_ident(Some(x), "const")).collect();
-        let elem = ctype_from(&elem_toks, tparams);
+        let elem = ctype_from(&elem_toks, tparams, spelling);
         let rank_text = join_type(inner[1]);
-        let rank = match rank_text.trim_end_matches(['u', 'U', 'l', 'L']).parse::<usize>() {
+        // The compiler may spell a converted rank as a cast: `(unsigned int)2`.
+        let literal = match (spelling, rank_text.strip_prefix('(').and_then(|r| r.split_once(')'))) {
+            (Spelling::Compiler, Some((_, n))) => n.trim(),
+            _ => rank_text.as_str(),
+        };
+        let rank = match literal.trim_end_matches(['u', 'U', 'l', 'L']).parse::<usize>() {
             Ok(n) => Rank::Fixed(n),
             Err(_) => Rank::TemplateParam(rank_text),
         };
         return Ok((name, ParamType::Array { elem, is_const: elem_const, rank }));
     }
-    Ok((name, ParamType::Value(ctype_from(&base, tparams))))
+    Ok((name, ParamType::Value(ctype_from(&base, tparams, spelling))))
 }
 
 fn parse_template_params(toks: &[Tok]) -> Vec<TemplateParam> {
@@ -273,9 +353,23 @@ fn parse_template_params(toks: &[Tok]) -> Vec<TemplateParam> {
                 Some(eq) => (&p[..eq], Some(join_type(&p[eq + 1..]))),
                 None => (p, None),
             };
-            let name = p.iter().rev().find_map(|t| if let Tok::Ident(n) = t { Some(n.clone()) } else { None }).unwrap_or_default();
-            let is_type = is_ident(p.first(), "typename") || is_ident(p.first(), "class");
-            TemplateParam { name, is_type, default }
+            let is_template = is_ident(p.first(), "template");
+            // `typename T`, `class... Ts`; not `typename T::type V` (a value of that type).
+            let is_type = (is_ident(p.first(), "typename") || is_ident(p.first(), "class")) && !p.contains(&Tok::Scope);
+            // The last word names the parameter, unless it is a keyword of its kind or type
+            // (`int`, `typename`, `template <class> class`: unnamed).
+            let named = match p.last() {
+                Some(Tok::Ident(n)) if p.len() > 1 => {
+                    !BUILTIN_WORDS.contains(&n.as_str()) && !matches!(n.as_str(), "typename" | "class" | "auto" | "const")
+                }
+                _ => false,
+            };
+            let name = match (named, p.last()) {
+                (true, Some(Tok::Ident(n))) => n.clone(),
+                _ => String::new(),
+            };
+            let value_type = if is_type || is_template { String::new() } else { join_type(if named { &p[..p.len() - 1] } else { p }) };
+            TemplateParam { name, is_type, is_template, value_type, default }
         })
         .collect()
 }
@@ -306,6 +400,115 @@ fn namespaces(toks: &[Tok]) -> Vec<(std::ops::Range<usize>, Vec<String>)> {
     out
 }
 
+/// Attribute and specifier keywords that may stand between `__global__`, `void` and the
+/// kernel's name, each with an optional parenthesized argument list.
+const ATTRIBUTE_WORDS: &[&str] = &[
+    "__launch_bounds__",
+    "__cluster_dims__",
+    "__maxnreg__",
+    "__attribute__",
+    "__declspec",
+    "alignas",
+    "__align__",
+    "__noinline__",
+    "__forceinline__",
+    "__inline__",
+    "inline",
+    "static",
+    "extern",
+    "constexpr",
+    "__host__",
+    "__device__",
+    "__global__",
+];
+
+/// What stands before the `__global__` at `at`: the linkage the nearest `extern "…"` gives
+/// (`Some(true)` for `extern "C"`), and the template parameters of a `template <…>` head.
+/// Every attribute and specifier in between is skipped, in any order and however spelled:
+/// keywords and macros (`static`, `__launch_bounds__(256)`, `MY_EXPORT`), `[[…]]`,
+/// `__attribute__((…))`, and template-ids or qualified names of a requires-clause.
+fn before_global(toks: &[Tok], at: usize) -> (Option<bool>, Vec<TemplateParam>) {
+    let mut linkage = None;
+    let mut j = at;
+    while j > 0 {
+        match &toks[j - 1] {
+            // `extern "C"` / `extern "C++"`: the nearest one is the kernel's linkage.
+            Tok::Str(s) if is_ident(toks.get(j.wrapping_sub(2)), "extern") => {
+                linkage = linkage.or(Some(s == "C"));
+                j -= 2;
+            }
+            // An explicit instantiation or specialization: no template head of its own.
+            Tok::Ident(w) if w == "template" => break,
+            Tok::Ident(_) | Tok::Scope => j -= 1,
+            // The arguments of an attribute (`__launch_bounds__(256)`, `__attribute__((x))`).
+            Tok::Punct(')') => match matching_backwards(toks, j - 1, '(', ')') {
+                Some(open) if matches!(toks.get(open.wrapping_sub(1)), Some(Tok::Ident(_))) => j = open,
+                _ => break,
+            },
+            // `[[…]]`
+            Tok::Punct(']') if toks.get(j.wrapping_sub(2)) == Some(&Tok::Punct(']')) => match matching_backwards(toks, j - 1, '[', ']') {
+                Some(open) if toks.get(open + 1) == Some(&Tok::Punct('[')) => j = open,
+                _ => break,
+            },
+            Tok::Punct('>') => match matching_angle_backwards(toks, j - 1) {
+                Some(open) if is_ident(toks.get(open.wrapping_sub(1)), "template") => {
+                    return (linkage, parse_template_params(&toks[open + 1..j - 1]));
+                }
+                // A template-id in a requires-clause or an attribute: skipped with its name.
+                Some(open) if matches!(toks.get(open.wrapping_sub(1)), Some(Tok::Ident(_))) => j = open,
+                _ => break,
+            },
+            _ => break,
+        }
+    }
+    (linkage, Vec::new())
+}
+
+/// The index of the kernel's name in `__global__ [attributes] void [attributes] name (`,
+/// the `__global__` being at `at`. An unknown macro with arguments (`MY_BOUNDS(256)`) is an
+/// attribute when another name or attribute follows it.
+fn name_after_global(toks: &[Tok], at: usize) -> Option<usize> {
+    let mut k = at + 1;
+    while !is_ident(toks.get(k), "void") {
+        match toks.get(k)? {
+            Tok::Punct(';' | '{' | '}') => return None,
+            _ => k += 1,
+        }
+    }
+    k += 1;
+    // Past the attribute starting at `k`, if one does.
+    let attribute_end = |k: usize| -> Option<usize> {
+        match toks.get(k)? {
+            Tok::Punct('[') if toks.get(k + 1) == Some(&Tok::Punct('[')) => matching(toks, k, '[', ']').map(|e| e + 1),
+            Tok::Ident(w) if ATTRIBUTE_WORDS.contains(&w.as_str()) => match toks.get(k + 1) {
+                Some(Tok::Punct('(')) => matching(toks, k + 1, '(', ')').map(|e| e + 1),
+                _ => Some(k + 1),
+            },
+            _ => None,
+        }
+    };
+    loop {
+        if let Some(next) = attribute_end(k) {
+            k = next;
+            continue;
+        }
+        let Some(Tok::Ident(_)) = toks.get(k) else { return None };
+        if toks.get(k + 1) != Some(&Tok::Punct('(')) {
+            return None;
+        }
+        // `NAME(...)` followed by another `name(` or an attribute is a macro attribute.
+        let after = matching(toks, k + 1, '(', ')').map(|e| e + 1);
+        let macro_attribute = after.is_some_and(|a| {
+            attribute_end(a).is_some()
+                || matches!((toks.get(a), toks.get(a + 1)), (Some(Tok::Ident(w)), Some(Tok::Punct('('))) if !matches!(w.as_str(), "noexcept" | "throw"))
+        });
+        match (macro_attribute, after) {
+            (true, Some(a)) => k = a,
+            _ => return Some(k),
+        }
+    }
+}
+
 /// Every `__global__` function declared in `source`, with notes on what could not be read.
 pub fn parse_kernels(source: &str) -> Declarations {
     let toks = tokenize(source);
@@ -325,45 +528,9 @@ pub fn parse_kernels(source: &str) -> Declarations {
         if !is_ident(toks.get(i), "__global__") {
             continue;
         }
-        // Look back over specifiers for `extern "C"` and `template <...>`.
-        let mut j = i;
-        let mut extern_c = extern_blocks.iter().any(|r| r.contains(&i));
-        let mut template_params = Vec::new();
-        while j > 0 {
-            match &toks[j - 1] {
-                Tok::Ident(w) if matches!(w.as_str(), "static" | "inline" | "__forceinline__" | "__noinline__" | "extern") => j -= 1,
-                Tok::Str(s) if s == "C" && is_ident(toks.get(j.wrapping_sub(2)), "extern") => {
-                    extern_c = true;
-                    j -= 2;
-                }
-                Tok::Punct('>') => {
-                    if let Some(k) = matching_angle_backwards(&toks, j - 1) {
-                        if k > 0 && is_ident(toks.get(k - 1), "template") {
-                            template_params = parse_template_params(&toks[k + 1..j - 1]);
-                        }
-                    }
-                    break;
-                }
-                _ => break,
-            }
-        }
-        // Forward: [specifiers] void [__launch_bounds__(...)] name ( params )
-        let mut k = i + 1;
-        while k < toks.len() && !is_ident(toks.get(k), "void") {
-            k += 1;
-        }
-        k += 1;
-        loop {
-            match toks.get(k) {
-                Some(Tok::Ident(w)) if w == "__launch_bounds__" || w == "__attribute__" || w == "__cluster_dims__" => {
-                    k = matching(&toks, k + 1, '(', ')').map_or(toks.len(), |e| e + 1);
-                }
-                Some(Tok::Punct('[')) if toks.get(k + 1) == Some(&Tok::Punct('[')) => {
-                    k = matching(&toks, k, '[', ']').map_or(toks.len(), |e| e + 1);
-                }
-                _ => break,
-            }
-        }
+        let (linkage, template_params) = before_global(&toks, i);
+        let extern_c = linkage.unwrap_or_else(|| extern_blocks.iter().any(|r| r.contains(&i)));
+        let Some(k) = name_after_global(&toks, i) else { continue };
         let Some(Tok::Ident(name)) = toks.get(k) else { continue };
         if toks.get(k + 1) != Some(&Tok::Punct('(')) {
             continue;
@@ -430,8 +597,15 @@ mod tests {
     fn ptr(d: DType, is_const: bool) -> ParamType {
         ParamType::Pointer { elem: CType::Scalar(d), is_const }
     }
-    fn tp(name: &str, is_type: bool, default: Option<&str>) -> TemplateParam {
-        TemplateParam { name: name.into(), is_type, default: default.map(Into::into) }
+    /// A type parameter (`value_type` empty) or a value of `value_type`.
+    fn tp(name: &str, value_type: &str, default: Option<&str>) -> TemplateParam {
+        TemplateParam {
+            name: name.into(),
+            is_type: value_type.is_empty(),
+            is_template: false,
+            value_type: value_type.into(),
+            default: default.map(Into::into),
+        }
     }
 
     #[test]
@@ -481,11 +655,11 @@ mod tests {
         assert_eq!(
             k.template_params,
             [
-                tp("T", true, None),
-                tp("N", false, None),
-                tp("B", false, Some("(N > 4)")),
-                tp("U", true, Some("Pair<int, float>")),
-                tp("M", false, Some("2"))
+                tp("T", "", None),
+                tp("N", "int", None),
+                tp("B", "bool", Some("(N > 4)")),
+                tp("U", "", Some("Pair<int, float>")),
+                tp("M", "unsigned", Some("2"))
             ]
         );
         assert_eq!(
@@ -543,26 +717,72 @@ mod tests {
             ("size_t", U64),
             ("uintptr_t", U64),
             ("__half", F16),
-            ("half", F16),
+            ("::__half", F16),
             ("__nv_bfloat16", BF16),
-            ("nv_bfloat16", BF16),
             ("float", F32),
             ("const float", F32),
             ("double", F64),
             ("caijit::complex<float>", C64),
-            ("complex<float>", C64),
+            ("::caijit::complex<float>", C64),
             ("caijit::complex<double>", C128),
-            ("complex<double>", C128),
         ];
         for (name, d) in table {
             assert_eq!(scalar_from_cpp(name), Some(d), "{name}");
         }
-        for other in ["void", "S", "long double", "int int", "", "long long long", "unsigned signed", "short char", "long char"] {
+        // Names a program may give its own types, and builtins no dtype is: not scalars.
+        for other in [
+            "void",
+            "S",
+            "long double",
+            "int int",
+            "",
+            "long long long",
+            "unsigned signed",
+            "short char",
+            "long char",
+            "half",
+            "nv_bfloat16",
+            "complex<float>",
+            "complex<double>",
+            "std::complex<float>",
+            "ns::__half",
+            "unsigned __int128",
+            "__int128",
+            "wchar_t",
+            "char16_t",
+        ] {
             assert_eq!(scalar_from_cpp(other), None, "{other}");
+            assert_eq!(scalar_from_compiler(other), None, "{other}");
         }
         for d in DType::ALL {
             assert_eq!(scalar_from_cpp(d.cpp_name()), Some(d), "{d}");
+            assert_eq!(scalar_from_compiler(d.cpp_name()), Some(d), "{d}");
         }
+        // Typedefs never reach the compiler's (mangled) names: they are the program's own.
+        for typedef in ["int32_t", "size_t", "std::size_t", "uint8_t"] {
+            assert_eq!(scalar_from_compiler(typedef), None, "{typedef}");
+        }
+    }
+
+    #[test]
+    fn the_compilers_text_has_no_parameter_names() {
+        let compiled = |text: &str| parse_param(&tokenize(text), &[], Spelling::Compiler).unwrap();
+        let named = |n: &str| (None, ParamType::Value(CType::Named(n.into())));
+        assert_eq!(compiled("unsigned __int128"), named("unsigned __int128"));
+        assert_eq!(compiled("__int128"), named("__int128"));
+        assert_eq!(compiled("long double"), named("long double"));
+        assert_eq!(compiled("half"), named("half"));
+        assert_eq!(compiled("complex<float>"), named("complex<float>"));
+        assert_eq!(compiled("unsigned long"), (None, ParamType::Value(CType::Scalar(DType::U64))));
+        assert_eq!(compiled("__half const*"), (None, ptr(DType::F16, true)));
+        let array = ParamType::Array { elem: CType::Scalar(DType::I16), is_const: false, rank: Rank::Fixed(2) };
+        assert_eq!(compiled("caijit::Array<short, (unsigned int)2>"), (None, array.clone()));
+        assert_eq!(compiled("caijit::Array<short, 2u>"), (None, array));
+        // In a source, the last word after a type is the name, but never a builtin word.
+        let source = |text: &str| parse_param(&tokenize(text), &[], Spelling::Source).unwrap();
+        assert_eq!(source("unsigned __int128 x"), (Some("x".into()), ParamType::Value(CType::Named("unsigned __int128".into()))));
+        assert_eq!(source("unsigned __int128"), named("unsigned __int128"));
+        assert_eq!(source("half h"), (Some("h".into()), ParamType::Value(CType::Named("half".into()))));
     }
 
     #[test]
@@ -647,6 +867,76 @@ mod tests {
         );
         assert_eq!(k[0].template_params.len(), 4);
         assert_eq!(k[7].params[0].1, ParamType::Pointer { elem: CType::Named("void".into()), is_const: false });
+    }
+
+    #[test]
+    fn any_attributes_and_specifiers_before_global_hide_neither_linkage_nor_template() {
+        // Every sequence of attributes and specifiers, in any order, before `__global__`.
+        let prefixes = [
+            "__launch_bounds__(256)",
+            "[[deprecated]]",
+            "[[nodiscard, deprecated(\"use k2\")]]",
+            "__attribute__((noinline))",
+            "__noinline__",
+            "__forceinline__",
+            "static",
+            "inline",
+            "__cluster_dims__(2, 1, 1)",
+            "__maxnreg__(32)",
+            "MY_EXPORT",
+            "MY_BOUNDS(128, (4 > 2))",
+        ];
+        for (n, a) in prefixes.iter().enumerate() {
+            let b = prefixes[(n + 5) % prefixes.len()];
+            for attrs in [a.to_string(), format!("{a} {b}"), format!("{b} {a}")] {
+                for src in [
+                    format!("extern \"C\" {attrs} __global__ void k(float* o, int n) {{}}"),
+                    format!("{attrs} extern \"C\" __global__ void k(float* o, int n) {{}}"),
+                ] {
+                    let k = one(&src);
+                    assert!(k.extern_c && !k.is_template() && k.name == "k" && k.params.len() == 2, "{src}: {k:?}");
+                }
+                let src = format!("template <typename T, int N = 4> {attrs} __global__ void k(T* o, int n) {{}}");
+                let k = one(&src);
+                assert!(!k.extern_c && k.template_params.len() == 2, "{src}: {k:?}");
+                assert_eq!(k.params[0].1, ParamType::Pointer { elem: CType::TemplateParam("T".into()), is_const: false }, "{src}");
+            }
+        }
+        // A requires-clause between the template head and `__global__`.
+        let k = one("template <typename T> requires std::is_floating_point_v<T> __global__ void k(T* o) {}");
+        assert_eq!(k.template_params.len(), 1);
+        // The nearest linkage decides; an `extern "C" {` block gives its own.
+        let k = parse_kernels(
+            r#"extern "C" { extern "C++" __launch_bounds__(64) __global__ void cpp(int x) {} [[deprecated]] __global__ void c(int x) {} }"#,
+        )
+        .kernels;
+        assert_eq!(k.iter().map(|k| (k.name.as_str(), k.extern_c)).collect::<Vec<_>>(), [("cpp", false), ("c", true)]);
+        // After `void`: an unknown macro with arguments before the name, `noexcept` after it.
+        let k = parse_kernels("__global__ void MY_BOUNDS(256) [[maybe_unused]] m(int x) {}\n__global__ void ne(int x) noexcept(true) {}")
+            .kernels;
+        assert_eq!(k.iter().map(|k| (k.name.as_str(), k.params.len())).collect::<Vec<_>>(), [("m", 1), ("ne", 1)]);
+        // An explicit instantiation declares no kernel of its own.
+        let k = parse_kernels("template <class T> __global__ void t(T x) {}\ntemplate __global__ void t<int>(int);").kernels;
+        assert_eq!(k.len(), 1);
+        assert_eq!(k[0].template_params.len(), 1);
+    }
+
+    #[test]
+    fn template_parameters_know_their_kinds_types_and_names() {
+        let k = one("template <typename T, T V = T(3), unsigned long M = sizeof(T), template <class> class C = Box, typename T::type W = 0, int, class> __global__ void k(T* x) {}");
+        let p = &k.template_params;
+        assert_eq!(
+            p.iter().map(|t| (t.name.as_str(), t.is_type, t.is_template, t.value_type.as_str())).collect::<Vec<_>>(),
+            [
+                ("T", true, false, ""),
+                ("V", false, false, "T"),
+                ("M", false, false, "unsigned long"),
+                ("C", false, true, ""),
+                ("W", false, false, "typename T::type"),
+                ("", false, false, "int"),
+                ("", true, false, ""),
+            ]
+        );
     }
 
     #[test]

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::decl::KernelDecl;
+use super::decl::{KernelDecl, TemplateParam};
 use super::error::SignatureError;
 use super::{CType, ParamType, Rank};
 use crate::cai::DType;
@@ -101,19 +101,90 @@ pub fn deduce(decl: &KernelDecl, args: &[ArgType]) -> Result<Instance, Signature
             (None, None) => return Err(SignatureError::CannotDeduce { kernel, param: tp.name.clone() }),
         }
     }
-    // Trailing defaults are left to the compiler; one before a deduced argument is written
-    // out (as the source spells it).
+    // Trailing defaults are left to the compiler. One before a deduced argument must be
+    // written out: as the source spells it, with every earlier parameter it names bound to
+    // the value chosen for it, so that the compiler evaluates it as it would the default
+    // (`(N > 4)` with N = 2 is `(static_cast<int>(2) > 4)`).
     while targs.last().is_some_and(Option::is_none) {
         targs.pop();
     }
-    let targs: Vec<String> =
-        targs.into_iter().zip(&decl.template_params).map(|(v, tp)| v.unwrap_or_else(|| tp.default.clone().unwrap_or_default())).collect();
+    let mut written: Vec<String> = Vec::with_capacity(targs.len());
+    for (i, (v, tp)) in targs.into_iter().zip(&decl.template_params).enumerate() {
+        let text = match v {
+            Some(v) => v,
+            None => {
+                let bound = bind_earlier(tp.default.as_deref().unwrap_or_default(), &decl.template_params[..i], &written);
+                if tp.is_type || tp.is_template {
+                    bound
+                } else {
+                    format!("({bound})")
+                }
+            }
+        };
+        written.push(text);
+    }
+    let targs = written;
     let mut expression = format!("{kernel}<{}>", targs.join(", "));
     if expression.ends_with(">>") {
         expression.insert(expression.len() - 1, ' ');
     }
     let headers = headers_for(&expression);
     Ok(Instance { expression, headers })
+}
+
+/// `text` (a default template argument, or a non-type parameter's type) with each earlier
+/// template parameter it names replaced by the argument written for it: a type by its
+/// spelling, a value by itself converted to its parameter's type (as the parameter's name
+/// would be), a template by its name. A name after `::`, `.` or `->` is a member, not the
+/// parameter.
+fn bind_earlier(text: &str, params: &[TemplateParam], values: &[String]) -> String {
+    let b = text.as_bytes();
+    let mut out = String::with_capacity(text.len());
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        if c.is_ascii_digit() {
+            // A number (`0x1F`, `4u`) is never a name.
+            let start = i;
+            while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_' || b[i] == b'.') {
+                i += 1;
+            }
+            out.push_str(&text[start..i]);
+            continue;
+        }
+        if !(c.is_ascii_alphabetic() || c == b'_') {
+            out.push(char::from(c));
+            i += 1;
+            continue;
+        }
+        let start = i;
+        while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
+            i += 1;
+        }
+        let word = &text[start..i];
+        let before = text[..start].trim_end();
+        let member = before.ends_with("::") || before.ends_with('.') || before.ends_with("->");
+        match params.iter().rposition(|p| p.name == word && !p.name.is_empty()).filter(|_| !member) {
+            Some(at) => {
+                let p = &params[at];
+                let value = &values[at];
+                let ty = bind_earlier(&p.value_type, &params[..at], &values[..at]);
+                let called = text[i..].trim_start().starts_with(['(', '{']);
+                if p.is_type && called && value.contains(' ') && !value.contains(['<', ':', '(']) {
+                    // A functional cast needs one name: `T(3)` with T = `unsigned int`.
+                    out.push_str(&format!("decltype(static_cast<{value}>(0))"));
+                } else if p.is_type || p.is_template {
+                    out.push_str(value);
+                } else if ty.is_empty() || ty.split(|c: char| !(c.is_alphanumeric() || c == '_')).any(|w| w == "auto") {
+                    out.push_str(&format!("({value})"));
+                } else {
+                    out.push_str(&format!("static_cast<{ty}>({value})"));
+                }
+            }
+            None => out.push_str(word),
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -162,13 +233,38 @@ mod tests {
         assert_eq!(k.template_params.len(), 3, "{k:?}");
         assert_eq!(k.template_params[1].default.as_deref(), Some("(N > 4)"));
         let a2 = ArgType::Array { dtype: DType::F32, rank: 2 };
-        assert_eq!(expr(&k, &[ArgType::Array { dtype: DType::F64, rank: 1 }, a2]), "k<2, (N > 4), double>");
+        // A default before a deduced argument is written with the earlier ones bound.
+        assert_eq!(expr(&k, &[ArgType::Array { dtype: DType::F64, rank: 1 }, a2]), "k<2, ((static_cast<int>(2) > 4)), double>");
         assert_eq!(expr(&k, &[ArgType::Opaque, a2]), "k<2>");
         let k = one("namespace a { namespace b { template <typename T> __global__ void k(T* x) {} } }");
         assert_eq!(expr(&k, &[f32a]), "a::b::k<float>");
         let k = one("template <typename T> __global__ void k(T* x) {}");
         let i = deduce(&k, &[ArgType::Array { dtype: DType::C64, rank: 1 }]).unwrap();
         assert_eq!((i.expression.as_str(), i.headers), ("k<caijit::complex<float> >", vec!["caijit/complex.cuh"]));
+    }
+
+    #[test]
+    fn written_defaults_bind_the_earlier_parameters_they_name() {
+        let f64a = ArgType::Array { dtype: DType::F64, rank: 1 };
+        let u32a = ArgType::Array { dtype: DType::U32, rank: 1 };
+        let k = one("template <typename T, typename U = typename Traits<T>::type, int B = sizeof(T) * 8, \
+                     unsigned M = B + (T(3) > 2), typename V = int> __global__ void k(T* x, V* y) {}");
+        assert_eq!(
+            expr(&k, &[u32a, f64a]),
+            "k<unsigned int, typename Traits<unsigned int>::type, (sizeof (unsigned int)* 8), \
+             (static_cast<int>((sizeof (unsigned int)* 8)) + (decltype(static_cast<unsigned int>(0)) (3) > 2)), double>"
+        );
+        // A value of a dependent type is converted to that type; `auto` keeps its own.
+        let k =
+            one("template <typename T, T Z = T(1), auto A = Z + 1, bool B = (A > Z), typename V = int> __global__ void k(T* x, V* y) {}");
+        assert_eq!(
+            expr(&k, &[f64a, u32a]),
+            "k<double, (double (1)), (static_cast<double>((double (1))) + 1), ((((static_cast<double>((double (1))) + 1)) > \
+             static_cast<double>((double (1))))), unsigned int>"
+        );
+        // Members and qualified names that spell a parameter's name are not the parameter.
+        let k = one("template <int N, int M = S::N + s.N + N, typename T = int> __global__ void k(caijit::Array<T, N> a) {}");
+        assert_eq!(expr(&k, &[ArgType::Array { dtype: DType::F32, rank: 3 }]), "k<3, (S::N + s . N + static_cast<int>(3)), float>");
     }
 
     #[test]

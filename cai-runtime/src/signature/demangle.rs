@@ -26,15 +26,90 @@ pub fn probe_expression(expr: &str) -> String {
     }
 }
 
-fn demangle(lowered: &str) -> Result<String, SignatureError> {
-    let bad = |e: &dyn std::fmt::Display| SignatureError::Demangle { lowered: lowered.into(), reason: e.to_string() };
-    let sym = cpp_demangle::Symbol::new(lowered.as_bytes()).map_err(|e| bad(&e))?;
-    sym.demangle().map_err(|e| bad(&e))
+/// cpp_demangle's default recursion limits (96 parsing, 128 printing) stop at template
+/// arguments nested about 17 deep; these allow about 200. Demangling that deep needs a few
+/// MiB of stack (more in debug builds), so it runs on a thread of its own with
+/// [`DEEP_STACK`] bytes of stack, and only for a name the defaults could not demangle.
+const DEEP_RECURSION_LIMIT: u32 = 1024;
+const DEEP_STACK: usize = 64 << 20;
+
+fn demangle_with(lowered: &str, limit: Option<u32>) -> Result<String, (bool, String)> {
+    let (parse, print) = match limit {
+        Some(l) => (cpp_demangle::ParseOptions::default().recursion_limit(l), cpp_demangle::DemangleOptions::default().recursion_limit(l)),
+        None => (cpp_demangle::ParseOptions::default(), cpp_demangle::DemangleOptions::default()),
+    };
+    let sym = cpp_demangle::Symbol::new_with_options(lowered.as_bytes(), &parse)
+        .map_err(|e| (matches!(e, cpp_demangle::error::Error::TooMuchRecursion), e.to_string()))?;
+    // Printing fails only on too much recursion (its error says no more).
+    sym.demangle_with_options(&print).map_err(|_| (true, "too much recursion printing the demangled name".to_string()))
 }
 
-/// The demangled text of a lowered name (`None` when it cannot be demangled).
+fn demangle(lowered: &str) -> Result<String, SignatureError> {
+    let bad = |reason: String| SignatureError::Demangle { lowered: lowered.into(), reason };
+    match demangle_with(lowered, None) {
+        Ok(text) => Ok(text),
+        Err((false, reason)) => Err(bad(reason)),
+        Err((true, _)) => {
+            let deep = std::thread::scope(|s| {
+                let worker = std::thread::Builder::new()
+                    .stack_size(DEEP_STACK)
+                    .spawn_scoped(s, || demangle_with(lowered, Some(DEEP_RECURSION_LIMIT)));
+                match worker {
+                    Ok(w) => w.join().unwrap_or_else(|_| Err((false, "the demangler failed".into()))),
+                    Err(e) => Err((false, format!("cannot start a thread to demangle it: {e}"))),
+                }
+            });
+            deep.map_err(|(too_deep, reason)| {
+                bad(if too_deep {
+                    format!("{reason} (nested deeper than caijit's limit of {DEEP_RECURSION_LIMIT} levels)")
+                } else {
+                    reason
+                })
+            })
+        }
+    }
+}
+
+/// The qualified name (`ns::k`) a mangled name starts with, read without demangling it:
+/// what names a kernel whose lowered name cannot be demangled. `None` for a name that is
+/// not mangled or not read here (a special name, a substitution).
+pub fn mangled_qualified_name(lowered: &str) -> Option<String> {
+    let mut rest = lowered.strip_prefix("_Z")?;
+    rest = rest.strip_prefix('L').unwrap_or(rest);
+    let nested = rest.starts_with('N');
+    if nested {
+        rest = rest[1..].trim_start_matches(['r', 'V', 'K', 'R', 'O']);
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    loop {
+        if let Some(r) = rest.strip_prefix("St") {
+            parts.push("std");
+            rest = r;
+            continue;
+        }
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            break;
+        }
+        let len: usize = rest[..digits].parse().ok()?;
+        let name = rest.get(digits..digits.checked_add(len)?)?;
+        rest = &rest[digits + len..];
+        // The anonymous namespace is found from the enclosing scope.
+        if !name.starts_with("_GLOBAL__N") {
+            parts.push(name);
+        }
+        if !nested {
+            break;
+        }
+    }
+    (!parts.is_empty()).then(|| parts.join("::"))
+}
+
+/// The demangled text of a mangled name (`None` for a name that is not mangled, such as an
+/// `extern "C"` kernel's, or that cannot be demangled).
 pub fn demangled(lowered: &str) -> Option<String> {
-    demangle(lowered).ok()
+    // Not every name demangles as a function (`s` alone is the type `short`).
+    lowered.starts_with("_Z").then(|| demangle(lowered).ok()).flatten()
 }
 
 /// The parameter list of the group closed by the last `)` in `toks`.
@@ -119,6 +194,7 @@ mod tests {
             ]
         );
         assert_eq!(types_from_lowered("scale").unwrap(), None);
+        assert_eq!((demangled("s"), demangled("scale")), (None, None));
     }
 
     #[test]
@@ -143,6 +219,45 @@ mod tests {
         let (_, params) = types_from_lowered("_Z1k5ArrayIfLi4EEN6caijit5ArrayIKfLi2EEE").unwrap().unwrap();
         assert_eq!(params[0], ParamType::Value(CType::Named("Array<float, 4>".into())));
         assert_eq!(params[1], ParamType::Array { elem: CType::Scalar(DType::F32), is_const: true, rank: Rank::Fixed(2) });
+    }
+
+    /// `void k<W<W<…<int>…>>>(W<…>, int*)` nested `depth` deep.
+    fn nested(depth: usize) -> String {
+        let mut t = String::from("i");
+        for _ in 0..depth {
+            t = format!("1WI{t}E");
+        }
+        format!("_Z1kI{t}EvT_Pi")
+    }
+
+    #[test]
+    fn template_arguments_nested_far_past_the_demanglers_defaults() {
+        for depth in [1, 16, 18, 40, 100, 180] {
+            let (text, params) = types_from_lowered(&nested(depth)).unwrap_or_else(|e| panic!("depth {depth}: {e}")).unwrap();
+            assert_eq!(text.matches("W<").count(), 2 * depth, "{text}");
+            assert_eq!(params.len(), 2);
+            assert_eq!(params[1], ptr(DType::I32, false));
+        }
+        // Past caijit's limit: an error about this name alone, saying why.
+        let e = types_from_lowered(&nested(400)).unwrap_err();
+        assert!(matches!(&e, SignatureError::Demangle { .. }) && e.to_string().contains("recursion"), "{e}");
+        assert_eq!(mangled_qualified_name(&nested(400)).as_deref(), Some("k"));
+    }
+
+    #[test]
+    fn qualified_names_read_off_mangled_names() {
+        for (lowered, name) in [
+            ("_Z1kIiEvv", Some("k")),
+            ("_ZN2ns5inner4axpyIfEEvT_", Some("ns::inner::axpy")),
+            ("_ZN12_GLOBAL__N_16hiddenEs", Some("hidden")),
+            ("_ZL1sv", Some("s")),
+            ("_ZNSt3fooEv", Some("std::foo")),
+            ("scale", None),
+            ("_Z", None),
+            ("_Z99k", None),
+        ] {
+            assert_eq!(mangled_qualified_name(lowered).as_deref(), name, "{lowered}");
+        }
     }
 
     #[test]

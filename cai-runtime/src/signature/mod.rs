@@ -43,10 +43,10 @@ mod tokens;
 
 pub use decl::{parse_kernels, scalar_from_cpp, Declarations, KernelDecl, TemplateParam};
 pub use deduce::{deduce, headers_for, ArgType, Instance};
-pub use demangle::{demangled, probe_expression, probe_types, types_from_lowered, PROBE_SOURCE, PROBE_TEMPLATE};
+pub use demangle::{demangled, mangled_qualified_name, probe_expression, probe_types, types_from_lowered, PROBE_SOURCE, PROBE_TEMPLATE};
 pub use error::SignatureError;
 pub use layout::{array_param_size, layout, layout_compiled, ArrayLayout, ParamKind, ParamLayout};
-pub use ptx::{ptx_entries, PtxClass, PtxParam};
+pub use ptx::{ptx_entries, ptx_entries_each, PtxClass, PtxParam};
 
 use std::fmt;
 

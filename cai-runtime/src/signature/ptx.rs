@@ -46,8 +46,15 @@ impl PtxParam {
     }
 }
 
-/// The parameters of every `.entry` in `ptx`, by lowered name.
+/// The parameters of every `.entry` in `ptx`, by lowered name; an error if any cannot be
+/// read.
 pub fn ptx_entries(ptx: &str) -> Result<BTreeMap<String, Vec<PtxParam>>, SignatureError> {
+    ptx_entries_each(ptx).into_iter().map(|(name, params)| params.map(|p| (name, p))).collect()
+}
+
+/// The parameters of every `.entry` in `ptx`, by lowered name, each read on its own: an
+/// entry that cannot be read spoils no other (an unterminated one ends the list).
+pub fn ptx_entries_each(ptx: &str) -> BTreeMap<String, Result<Vec<PtxParam>, SignatureError>> {
     let mut out = BTreeMap::new();
     let mut rest = ptx;
     while let Some(pos) = rest.find(".entry ") {
@@ -55,16 +62,23 @@ pub fn ptx_entries(ptx: &str) -> Result<BTreeMap<String, Vec<PtxParam>>, Signatu
         let name_end = rest.find(|c: char| c == '(' || c.is_whitespace()).unwrap_or(rest.len());
         let name = rest[..name_end].to_string();
         let after = &rest[name_end..];
-        let mut params = Vec::new();
-        if let Some(open) = after.trim_start().strip_prefix('(') {
-            let close = open.find(')').ok_or_else(|| SignatureError::PtxEntry { entry: name.clone() })?;
-            for decl in open[..close].split(',').map(str::trim).filter(|d| !d.is_empty()) {
-                params.push(ptx_param(decl).ok_or_else(|| SignatureError::PtxParam { entry: name.clone(), decl: decl.into() })?);
-            }
-        }
+        let Some(open) = after.trim_start().strip_prefix('(') else {
+            out.insert(name, Ok(Vec::new()));
+            continue;
+        };
+        let Some(close) = open.find(')') else {
+            out.insert(name.clone(), Err(SignatureError::PtxEntry { entry: name }));
+            break;
+        };
+        let params = open[..close]
+            .split(',')
+            .map(str::trim)
+            .filter(|d| !d.is_empty())
+            .map(|decl| ptx_param(decl).ok_or_else(|| SignatureError::PtxParam { entry: name.clone(), decl: decl.into() }))
+            .collect();
         out.insert(name, params);
     }
-    Ok(out)
+    out
 }
 
 fn ptx_param(decl: &str) -> Option<PtxParam> {
