@@ -227,8 +227,15 @@ def test_the_key_names_the_exact_nvrtc_build(tmp_path: Any) -> None:
     (13.0.48 and 13.0.88 make different code)."""
     (tmp_path / "other").mkdir()
     other = _nvrtc_with_another_build_id(tmp_path / "other")
-    env = {**os.environ, "CAIJIT_CACHE_DIR": str(tmp_path / "cache"), "CAIJIT_CUDA_INCLUDE": _native.nvrtc_info()[2][0]}
-    for k in ("CAIJIT_CACHE", "CAIJIT_NVRTC_PATH"):
+    # Both builds are named by path, and the loader's own search path is left out: where
+    # LD_LIBRARY_PATH holds an NVRTC (a CUDA toolkit's), caijit refuses to load a second one.
+    env = {
+        **os.environ,
+        "CAIJIT_CACHE_DIR": str(tmp_path / "cache"),
+        "CAIJIT_CUDA_INCLUDE": _native.nvrtc_info()[2][0],
+        "CAIJIT_NVRTC_PATH": os.path.realpath(_native.nvrtc_info()[0]),
+    }
+    for k in ("CAIJIT_CACHE", "LD_LIBRARY_PATH"):
         env.pop(k, None)
     code = (
         "import caijit, json\nfrom caijit import _native\n"
