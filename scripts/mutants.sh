@@ -105,7 +105,8 @@ MUTANTS = [
          original="if fingerprint_of(text) != key {", replacement="if false {",
          description="a custom call's description is compiled whatever fingerprint the call carries: another process's program can run another kernel",
          killers=["test_jax_lowering.py::test_a_description_that_does_not_match_its_fingerprint_is_refused",
-                  "test_jax_lowering.py::test_a_launch_resolves_in_a_fresh_process_from_its_attributes_alone"]),
+                  "test_jax_lowering.py::test_a_launch_resolves_in_a_fresh_process_from_its_attributes_alone",
+                  "test_jax_lowering.py::test_a_serialized_program_resolves_its_launch_in_a_fresh_process[exe]"]),
 ]
 BY_NAME = {m["name"]: m for m in MUTANTS}
 

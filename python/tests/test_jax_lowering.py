@@ -426,3 +426,88 @@ def test_nested_vmap_with_broadcast_all_is_one_launch_over_every_level() -> None
         a=2, n=lambda x, y: x.size, vmap_method="broadcast_all",
     )
     assert "-> tensor<5x4x100xf32>" in lower_for_cuda(jax.vmap(jax.vmap(g)), xs, xs)
+
+
+ROUND_TRIP = r"""
+import ctypes, json, os, sys
+import jax, jax.numpy as jnp
+import caijit
+from caijit import _native
+# caijit's handler, registered for the CPU platform under a probe name: XLA:CPU calls its
+# instantiate stage like XLA:GPU does (its execute stage then finds no CUDA stream).
+cap = jax.ffi.pycapsule(ctypes.c_void_p(_native.xla_handler_address(False)))
+jax.ffi.register_ffi_target("caijit_cpu_probe", {"instantiate": cap, "execute": cap}, platform="cpu", api_version=1)
+role, what, d = sys.argv[1:4]
+fp, desc = json.load(open(os.path.join(d, "attrs")))
+x = jnp.ones(64, jnp.float32)
+if role == "A":
+    call = jax.ffi.ffi_call("caijit_cpu_probe", jax.ShapeDtypeStruct((64,), jnp.float32))
+    f = jax.jit(lambda x, y: call(x, y, caijit_fingerprint=fp, caijit_launch=desc))
+    if what == "exe":
+        from jax.experimental.serialize_executable import serialize
+        payload, _, _ = serialize(f.lower(x, x).compile())
+    else:
+        from jax import export
+        try:
+            exp = export.export(f, platforms=("cpu",), disabled_checks=[export.DisabledSafetyCheck.custom_call("caijit_cpu_probe")])(x, x)
+            payload = exp.serialize()
+        except ImportError as e:
+            print("SKIP " + str(e)); sys.exit(0)
+    open(os.path.join(d, what), "wb").write(bytes(payload))
+    print("RESULT {}")
+    sys.exit(0)
+payload = open(os.path.join(d, what), "rb").read()
+if role == "tampered":  # the kernel's body changed, the fingerprint kept
+    assert b"+ y[i]" in payload
+    payload = payload.replace(b"+ y[i]", b"- y[i]")
+result = {}
+try:
+    if what == "exe":
+        from jax.experimental.serialize_executable import deserialize_and_load, serialize
+        _, in_tree, out_tree = serialize(jax.jit(lambda x, y: x).lower(x, x).compile())
+        loaded = deserialize_and_load(payload, in_tree, out_tree)
+    else:
+        from jax import export
+        loaded = jax.jit(export.deserialize(bytearray(payload)).call).lower(x, x).compile()
+    result["loaded"] = "yes"
+    loaded(x, x)
+    result["ran"] = "yes"
+except Exception as e:
+    result["error"] = str(e)
+# Registered by loading the program, or not: a probe with another description says which.
+try:
+    _native.xla_resolve(fp, desc + " ")
+except caijit.ArgumentError as e:
+    result["registry"] = str(e)
+print("RESULT " + json.dumps(result))
+"""
+
+
+@pytest.mark.parametrize("what", ["exe", "export"])
+def test_a_serialized_program_resolves_its_launch_in_a_fresh_process(what: str) -> None:
+    """Both round trips across processes with XLA itself (on its CPU platform): process A
+    saves a compiled program (serialize_executable) or a jax.export artifact whose custom
+    call carries an axpy launch; a fresh process loading it resolves and registers that
+    launch from the call's attributes alone (XLA's instantiate stage), and a copy whose
+    kernel body was altered fails to load with the fingerprint error, never running."""
+    import json
+    import sys
+
+    x = jnp.ones(64, jnp.float32)
+    [(fp, desc)] = launches(lower_for_cuda(axpy_call(), x, x))
+    with tempfile.TemporaryDirectory(prefix="caijit_roundtrip_") as d:
+        with open(os.path.join(d, "attrs"), "w") as f:
+            json.dump([fp, desc], f)
+        results = {}
+        for role in ("A", "fresh", "tampered"):
+            r = subprocess.run([sys.executable, "-c", ROUND_TRIP, role, what, d], capture_output=True, text=True, timeout=300)
+            assert r.returncode == 0, r.stdout + r.stderr
+            if r.stdout.startswith("SKIP "):
+                pytest.skip(f"jax.export cannot serialize here: {r.stdout[5:].strip()}")
+            results[role] = json.loads(r.stdout.split("RESULT ", 1)[1])
+    fresh, tampered = results["fresh"], results["tampered"]
+    # Loaded (instantiated) without a caijit error; only the CUDA stream is missing at run.
+    assert fresh.get("loaded") == "yes" and "caijit" not in fresh.get("error", ""), fresh
+    assert "differs from the launch registered under its fingerprint" in fresh["registry"], fresh
+    assert "loaded" not in tampered and "does not match its fingerprint" in tampered["error"], tampered
+    assert "does not match its fingerprint" in tampered["registry"], tampered
