@@ -36,7 +36,8 @@
 //! `caijit_fingerprint` the SHA-256 of that description (its first 128 bits, in hex). The
 //! process's launches live in a registry keyed by fingerprint. [`prepare`] fills it; a call
 //! whose fingerprint it lacks (a program made elsewhere) is resolved from its description,
-//! which must hash to its fingerprint, compiled through the caches, and registered. The
+//! which must hash to its fingerprint, compiled through the caches, loaded on every device
+//! the driver lists, and registered. The
 //! handler resolves at XLA's *instantiate* stage (when XLA builds the program's thunks, at
 //! compilation or deserialization: outside any CUDA graph capture), where it also checks
 //! that the description is the registered launch's byte for byte; an execute-stage call
@@ -266,23 +267,45 @@ pub fn prepare(
             }
             p
         }
-        None => register(key, build(d, description.clone(), devices)?),
+        None => register(key, build(d, description.clone(), Devices::These(devices))?),
     };
     Ok(Launch { fingerprint: format!("{key:032x}"), description, kernel: p.info.lowered_name.clone() })
 }
 
+/// The number of devices the driver lists (0 without a CUDA driver).
+fn device_count() -> Result<usize> {
+    match runtime::device_count() {
+        Ok(n) => Ok(n),
+        Err(Error::CudaNotAvailable(_)) => Ok(0),
+        Err(e) => Err(e),
+    }
+}
+
+/// Which devices [`build`] loads a launch on.
+enum Devices<'a> {
+    /// These, and a failure on any is the launch's error.
+    These(&'a [usize]),
+    /// Every device the driver lists, as far as each allows: a device the kernel cannot be
+    /// loaded on is left to its first call there (which then reports why).
+    Every,
+}
+
 /// Compile and check a described launch: load it on `devices`, lay out its plan.
-fn build(d: Description, description: String, devices: &[usize]) -> Result<Prepared> {
-    let count = match runtime::device_count() {
-        Ok(n) => n,
-        Err(Error::CudaNotAvailable(_)) => 0,
-        Err(e) => return Err(e),
-    };
+fn build(d: Description, description: String, devices: Devices<'_>) -> Result<Prepared> {
+    let count = device_count()?;
     let kernels: Vec<OnceLock<Arc<Kernel>>> = (0..count).map(|_| OnceLock::new()).collect();
     let mut info = None;
-    for &device in devices {
+    let (list, strict) = match devices {
+        Devices::These(list) => (list.to_vec(), true),
+        Devices::Every => ((0..count).collect(), false),
+    };
+    for device in list {
         let slot = kernels.get(device).ok_or_else(|| Error::argument(format!("device {device} does not exist ({count} devices)")))?;
-        let k = load(&d.program, &d.name, &d.config, device)?;
+        let k = match load(&d.program, &d.name, &d.config, device) {
+            Ok(k) => k,
+            Err(e) if strict => return Err(e),
+            Err(_) => continue,
+        };
         info.get_or_insert_with(|| k.info().clone());
         let _ = slot.set(k);
     }
@@ -307,7 +330,7 @@ fn build(d: Description, description: String, devices: &[usize]) -> Result<Prepa
 
 /// The launch a custom call's attributes name: the one registered under `fingerprint`, or,
 /// in a process that has none, the one `description` describes (it must hash to
-/// `fingerprint`), compiled and registered. With `check`, a registered launch's
+/// `fingerprint`), compiled, loaded on every device and registered. With `check`, a registered launch's
 /// description must be `description` byte for byte (once per call site, not per call).
 fn resolve(fingerprint: Option<&[u8]>, description: Option<&[u8]>, check: bool) -> Result<Arc<Prepared>> {
     let fingerprint = fingerprint.ok_or_else(|| {
@@ -331,7 +354,10 @@ fn resolve(fingerprint: Option<&[u8]>, description: Option<&[u8]>, check: bool) 
         )));
     }
     let d = Description::decode(text)?;
-    Ok(register(key, build(d, text.to_string(), &[])?))
+    // Loaded on every device now, while XLA instantiates the program (outside any graph
+    // capture): a process that did not trace the kernel does not know which devices its
+    // JAX uses, and a first call may be recorded into a CUDA graph.
+    Ok(register(key, build(d, text.to_string(), Devices::Every)?))
 }
 
 /// Resolve a launch from its custom call's attributes, as the handler's instantiate stage

@@ -65,7 +65,8 @@ _VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims", "broadcast_
 def register() -> None:
     """Register caijit's XLA FFI handler as the custom call targets ``caijit_launch``
     (command-buffer compatible) and ``caijit_launch_direct`` for CUDA (once per process;
-    :func:`kernel_call` does it)."""
+    importing this module does it, so that a process can load a program saved by another
+    without tracing anything)."""
     global _registered
     with _lock:
         if _registered:
@@ -284,3 +285,6 @@ def kernel_call(
         return call
 
     return batched(())
+
+
+register()

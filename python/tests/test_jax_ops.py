@@ -303,7 +303,7 @@ def make(body, name):
     return cj.kernel_call(k, lambda x: x, grid=lambda x: (x.size + 255) // 256, block=256, n=lambda x: x.size)
 
 x = jnp.ones(1000, jnp.float32)
-out_dir, what = sys.argv[1], sys.argv[2]
+out_dir, what, fresh = sys.argv[1], sys.argv[2], sys.argv[3] == "fresh"
 res = {}
 '''
 
@@ -327,8 +327,9 @@ print("RESULT " + json.dumps(res))
 '''
 
 CROSS_B = CROSS_COMMON + r'''
-# This process's own kernel first, with the same signature (A's kernel is not traced here).
-g = make("y[i] = x[i] * 100.0f;", "times_hundred")
+# This process's own kernel first, with the same signature (A's kernel is not traced here);
+# or nothing at all (fresh): importing caijit.jax is all a process needs to load A's program.
+g = jax.jit(lambda x: x * 100.0) if fresh else make("y[i] = x[i] * 100.0f;", "times_hundred")
 compiled_b = jax.jit(g).lower(x).compile()
 res["own"] = float(np.asarray(compiled_b(x))[0])
 with open(os.path.join(out_dir, what), "rb") as fh:
@@ -345,7 +346,7 @@ print("RESULT " + json.dumps(res))
 '''
 
 
-def _cross_process(what: str) -> dict[str, Any]:
+def _cross_process(what: str, fresh: bool) -> dict[str, Any]:
     import json
     import subprocess
     import sys
@@ -355,7 +356,8 @@ def _cross_process(what: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="caijit_xproc_") as d:
         results = []
         for code in (CROSS_A, CROSS_B):
-            r = subprocess.run([sys.executable, "-c", code, d, what], capture_output=True, text=True, timeout=300, env=env)
+            args = [sys.executable, "-c", code, d, what, "fresh" if fresh else "traced"]
+            r = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
             assert r.returncode == 0, r.stdout + r.stderr
             if r.stdout.startswith("SKIP "):
                 pytest.skip(f"jax.export cannot serialize here: {r.stdout[5:].strip()}")
@@ -363,12 +365,13 @@ def _cross_process(what: str) -> dict[str, Any]:
     return results[1]
 
 
-@pytest.mark.parametrize("what", ["exe", "export"])
-def test_a_program_runs_the_kernel_it_was_traced_with_in_another_process(jax: Any, what: str) -> None:
+@pytest.mark.parametrize("what, fresh", [("exe", False), ("export", False), ("exe", True), ("export", True)])
+def test_a_program_runs_the_kernel_it_was_traced_with_in_another_process(jax: Any, what: str, fresh: bool) -> None:
     """Process A compiles add_one (y = x + 1) and saves it (serialize_executable, or
     jax.export); process B traces times_hundred (y = 100 x, same signature) first, then runs
-    A's program: it must compute x + 1 (B compiles A's kernel from the call's attributes)."""
-    b = _cross_process(what)
+    A's program: it must compute x + 1 (B compiles A's kernel from the call's attributes).
+    With ``fresh``, B traces no caijit kernel at all before loading A's program."""
+    b = _cross_process(what, fresh)
     assert b["own"] == 100.0, b
     assert b["A"] == [2.0] * 1000, f"A's program ran another kernel in process B: {b}"
 
