@@ -243,8 +243,8 @@ def kernel_call(
             # any other would; the outputs are zeros, an aliased output its input.
             _prepare(kernel, avals, outs, aliases, values, (1, 1, 1), b, int(shared_mem))
             alias_of = {o: i for i, o in aliases.items()}
-            results = [args[alias_of[k]] if k in alias_of else jax.numpy.zeros(o.shape, o.dtype) for k, o in enumerate(outs)]
-            return results[0] if single else results
+            filled = [args[alias_of[k]] if k in alias_of else jax.numpy.zeros(o.shape, o.dtype) for k, o in enumerate(outs)]
+            return filled[0] if single else filled
         fingerprint, description = _prepare(kernel, avals, outs, aliases, values, g, b, int(shared_mem))
         call = jax.ffi.ffi_call(
             TARGET if command_buffer else TARGET_DIRECT,
