@@ -330,17 +330,19 @@ fn build(d: Description, description: String, devices: Devices<'_>) -> Result<Pr
 
 /// The launch a custom call's attributes name: the one registered under `fingerprint`, or,
 /// in a process that has none, the one `description` describes (it must hash to
-/// `fingerprint`), compiled, loaded on every device and registered. With `check`, a registered launch's
-/// description must be `description` byte for byte (once per call site, not per call).
+/// `fingerprint`), compiled, loaded on every device and registered. With `check`, a
+/// registered launch's description must be `description` byte for byte (once per call
+/// site, not per call).
 fn resolve(fingerprint: Option<&[u8]>, description: Option<&[u8]>, check: bool) -> Result<Arc<Prepared>> {
     let fingerprint = fingerprint.ok_or_else(|| {
         Error::argument(format!("the custom call has no `{FINGERPRINT}` attribute (a program lowered by an older caijit? trace it again)"))
     })?;
     let key = parse_fingerprint(fingerprint)?;
     if let Some(p) = registered(key) {
-        if check && description.is_some_and(|d| d != p.description.as_bytes()) {
+        if check && description != Some(p.description.as_bytes()) {
             return Err(Error::argument(format!(
-                "the custom call's launch description differs from the launch registered under its fingerprint {key:032x}"
+                "the custom call's launch description differs from the launch registered under its fingerprint {key:032x}{}",
+                if description.is_none() { format!(" (it has no `{TARGET}` attribute)") } else { String::new() }
             )));
         }
         return Ok(p);
@@ -858,5 +860,36 @@ mod tests {
         assert!(e.contains("no `caijit_launch` attribute"), "{e}");
         let e = resolve(Some(b"42"), Some(text.as_bytes()), false).unwrap_err().to_string();
         assert!(e.contains("32 hex digits"), "{e}");
+    }
+
+    #[test]
+    fn a_registered_launch_is_found_by_its_fingerprint_and_checked_against_its_description() {
+        let d = Description { program: Program::new("registry test"), ..sample() };
+        let text = d.encode().unwrap();
+        let key = fingerprint_of(&text);
+        let p = Prepared {
+            description: text.clone(),
+            program: d.program.clone(),
+            name: d.name.clone(),
+            info: info(),
+            plan: Vec::new(),
+            buffer_size: 0,
+            inputs: d.inputs.clone(),
+            outputs: d.outputs.clone(),
+            config: d.config,
+            kernels: Vec::new(),
+        };
+        let registered = register(key, p);
+        let fp = format!("{key:032x}");
+        let found = resolve(Some(fp.as_bytes()), Some(text.as_bytes()), true).unwrap();
+        assert!(Arc::ptr_eq(&found, &registered));
+        // An execute-stage call: the fingerprint alone finds it (no hashing, no comparison).
+        assert!(Arc::ptr_eq(&resolve(Some(fp.as_bytes()), None, false).unwrap(), &registered));
+        // Instantiation compares the description with the registered one.
+        let other = text.replace("registry test", "registry tesT");
+        let e = resolve(Some(fp.as_bytes()), Some(other.as_bytes()), true).unwrap_err().to_string();
+        assert!(e.contains("differs from the launch registered"), "{e}");
+        let e = resolve(Some(fp.as_bytes()), None, true).unwrap_err().to_string();
+        assert!(e.contains("has no `caijit_launch` attribute"), "{e}");
     }
 }
