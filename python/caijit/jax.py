@@ -59,6 +59,11 @@ _registered = False
 # Prepared launches by everything that decides them: (kernel kept alive, fingerprint, description).
 _prepared: dict[tuple[Any, ...], tuple[Kernel, str, str]] = {}
 
+# PyCapsule_New through a prototype of its own (jax.ffi.pycapsule sets the argument types of
+# ctypes.pythonapi.PyCapsule_New, which every user of ctypes shares): a capsule without a
+# name or destructor around the handler's address, as jax.ffi.register_ffi_target takes.
+_capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(("PyCapsule_New", ctypes.pythonapi))
+
 _VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims", "broadcast_all")
 
 
@@ -73,7 +78,7 @@ def register() -> None:
             return
         for target, command_buffer in ((TARGET, True), (TARGET_DIRECT, False)):
             address = _native.xla_handler_address(command_buffer)
-            capsule = jax.ffi.pycapsule(ctypes.c_void_p(address))  # type: ignore[no-untyped-call]
+            capsule = _capsule_new(address, None, None)
             # The same handler serves the instantiate stage (XLA builds the program, at
             # compilation or deserialization: the launch is resolved, and compiled in a
             # process that never traced it, outside any CUDA graph capture) and execute.
