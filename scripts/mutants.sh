@@ -121,6 +121,12 @@ MUTANTS = [
          original="if capturing {", replacement="if false && capturing {",
          description="a DLPack producer is handed the capturing launch stream: its wait on its own stream breaks the capture",
          killers=[E + "test_dlpack_only_argument_in_a_capture_is_capture_legal"]),
+    dict(name="xla_call_without_fingerprint", file="cai-runtime/src/xla.rs",
+         original="if fingerprint_of(text) != key {", replacement="if false {",
+         description="a custom call's description is compiled whatever fingerprint the call carries: another process's program can run another kernel",
+         killers=["test_jax_lowering.py::test_a_description_that_does_not_match_its_fingerprint_is_refused",
+                  "test_jax_lowering.py::test_a_launch_resolves_in_a_fresh_process_from_its_attributes_alone",
+                  "test_jax_lowering.py::test_a_serialized_program_resolves_its_launch_in_a_fresh_process[exe]"]),
 ]
 BY_NAME = {m["name"]: m for m in MUTANTS}
 

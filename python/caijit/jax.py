@@ -19,7 +19,10 @@ named by a keyword are static scalars (fixed when the function is traced); the o
 take the input arrays, then the outputs. Template instances are deduced from the arrays'
 dtypes when the function is traced, and compiled then (through caijit's caches); each call
 of the compiled program is one ``cuLaunchKernel`` on XLA's stream, made by an XLA FFI
-handler in caijit's extension, with no Python on the way.
+handler in caijit's extension, with no Python on the way. Each custom call carries its
+launch in full (program, instance, buffers, bindings, configuration) with a fingerprint,
+so a serialized executable or a ``jax.export`` artifact runs the same kernel in another
+process (the handler compiles it there when XLA loads the program).
 
 JAX is imported by this module only: ``import caijit`` does not need it.
 """
@@ -48,10 +51,18 @@ TARGET_DIRECT = "caijit_launch_direct"
 Dims = Union[int, Sequence[int]]
 ShapeFn = Callable[..., Any]
 
+#: The attribute carrying a launch's fingerprint (its description is in ``TARGET``).
+FINGERPRINT = "caijit_fingerprint"
+
 _lock = threading.Lock()
 _registered = False
-# Prepared launches by everything that decides them (the kernel is kept alive with them).
-_prepared: dict[tuple[Any, ...], tuple[Kernel, int]] = {}
+# Prepared launches by everything that decides them: (kernel kept alive, fingerprint, description).
+_prepared: dict[tuple[Any, ...], tuple[Kernel, str, str]] = {}
+
+# PyCapsule_New through a prototype of its own (jax.ffi.pycapsule sets the argument types of
+# ctypes.pythonapi.PyCapsule_New, which every user of ctypes shares): a capsule without a
+# name or destructor around the handler's address, as jax.ffi.register_ffi_target takes.
+_capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(("PyCapsule_New", ctypes.pythonapi))
 
 _VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims", "broadcast_all")
 
@@ -59,15 +70,22 @@ _VMAP_METHODS = ("sequential", "sequential_unrolled", "expand_dims", "broadcast_
 def register() -> None:
     """Register caijit's XLA FFI handler as the custom call targets ``caijit_launch``
     (command-buffer compatible) and ``caijit_launch_direct`` for CUDA (once per process;
-    :func:`kernel_call` does it)."""
+    importing this module does it, so that a process can load a program saved by another
+    without tracing anything)."""
     global _registered
     with _lock:
         if _registered:
             return
         for target, command_buffer in ((TARGET, True), (TARGET_DIRECT, False)):
             address = _native.xla_handler_address(command_buffer)
-            capsule = jax.ffi.pycapsule(ctypes.c_void_p(address))  # type: ignore[no-untyped-call]
-            jax.ffi.register_ffi_target(target, capsule, platform="CUDA", api_version=1)
+            capsule = _capsule_new(address, None, None)
+            # The same handler serves the instantiate stage (XLA builds the program, at
+            # compilation or deserialization: the launch is resolved, and compiled in a
+            # process that never traced it, outside any CUDA graph capture) and execute.
+            try:
+                jax.ffi.register_ffi_target(target, {"instantiate": capsule, "execute": capsule}, platform="CUDA", api_version=1)
+            except (TypeError, ValueError, RuntimeError):  # a jaxlib without stage bundles: resolved on first execution
+                jax.ffi.register_ffi_target(target, capsule, platform="CUDA", api_version=1)
         _registered = True
 
 
@@ -78,8 +96,8 @@ def _dims(what: str, value: Any) -> tuple[int, int, int]:
         dims = [int(v) for v in value]
     else:
         raise ArgumentError(f"{what} must be an int or a tuple of 1 to 3 ints (or a function of the shapes giving one), got {value!r}")
-    if any(d < 1 for d in dims):
-        raise ArgumentError(f"{what} dimensions must be at least 1, got {tuple(dims)}")
+    if any(d < 0 for d in dims):
+        raise ArgumentError(f"{what} dimensions must not be negative, got {tuple(dims)}")
     return tuple(dims + [1] * (3 - len(dims)))  # type: ignore[return-value]
 
 
@@ -121,7 +139,8 @@ def _prepare(
     grid: tuple[int, int, int],
     block: tuple[int, int, int],
     shared_mem: int,
-) -> int:
+) -> tuple[str, str]:
+    """The custom call's attributes for this launch: ``(fingerprint, description)``."""
     ins = [(numpy.dtype(a.dtype).name, tuple(int(d) for d in a.shape)) for a in inputs]
     outs = [(numpy.dtype(a.dtype).name, tuple(int(d) for d in a.shape)) for a in outputs]
     pairs = sorted(aliases.items())
@@ -140,8 +159,8 @@ def _prepare(
     with _lock:
         hit = _prepared.get(key)
     if hit is not None:
-        return int(hit[1])
-    launch, _name = _native.xla_prepare(
+        return hit[1], hit[2]
+    (fingerprint, description), _name = _native.xla_prepare(
         kernel,
         [(d, list(s)) for d, s in ins],
         [(d, list(s)) for d, s in outs],
@@ -152,8 +171,9 @@ def _prepare(
         shared_mem,
         devices,
     )
-    with _lock:  # a trace that prepared the same launch meanwhile wins: one id per launch
-        return int(_prepared.setdefault(key, (kernel, launch))[1])
+    with _lock:
+        entry = _prepared.setdefault(key, (kernel, fingerprint, description))
+    return entry[1], entry[2]
 
 
 def kernel_call(
@@ -209,50 +229,67 @@ def kernel_call(
     def evaluate(value: Any, avals: Sequence[Any]) -> Any:
         return value(*avals) if callable(value) and not isinstance(value, jax.ShapeDtypeStruct) else value
 
-    def launch(*args: Any, batch: Optional[int] = None) -> Any:
+    def launch(*args: Any, batch: tuple[int, ...] = ()) -> Any:
         avals = [jax.ShapeDtypeStruct(numpy.shape(a), jax.numpy.result_type(a)) for a in args]  # type: ignore[no-untyped-call]
         shapes = evaluate(out_shapes, avals)
         single = isinstance(shapes, jax.ShapeDtypeStruct)
         outs = [shapes] if single else list(shapes)
-        if batch is not None and not callable(out_shapes):
-            outs = [jax.ShapeDtypeStruct((batch, *o.shape), o.dtype) for o in outs]  # type: ignore[no-untyped-call]
+        if batch and not callable(out_shapes):
+            outs = [jax.ShapeDtypeStruct((*batch, *o.shape), o.dtype) for o in outs]  # type: ignore[no-untyped-call]
         for o in outs:
             if not hasattr(o, "shape") or not hasattr(o, "dtype"):
                 raise ArgumentError(f"out_shapes must give jax.ShapeDtypeStruct objects, got {o!r}")
         values = {n: _static_scalar(n, evaluate(v, avals)) for n, v in scalars.items()}
         g = _dims("grid", evaluate(grid, avals))
         b = _dims("block", evaluate(block, avals))
-        launch_id = _prepare(kernel, avals, outs, aliases, values, g, b, int(shared_mem))
+        if 0 in g:
+            # Nothing to launch (an empty input with grid=(n + 255) // 256): the call is
+            # still checked as one grid block would be, so that an empty input raises what
+            # any other would; the outputs are zeros, an aliased output its input.
+            _prepare(kernel, avals, outs, aliases, values, (1, 1, 1), b, int(shared_mem))
+            alias_of = {o: i for i, o in aliases.items()}
+            filled = [args[alias_of[k]] if k in alias_of else jax.numpy.zeros(o.shape, o.dtype) for k, o in enumerate(outs)]
+            return filled[0] if single else filled
+        fingerprint, description = _prepare(kernel, avals, outs, aliases, values, g, b, int(shared_mem))
         call = jax.ffi.ffi_call(
             TARGET if command_buffer else TARGET_DIRECT,
             outs,
             vmap_method=vmap_method if vmap_method in ("sequential", "sequential_unrolled") else "sequential",
             input_output_aliases=aliases or None,
         )
-        results = call(*args, **{TARGET: numpy.int64(launch_id)})
+        results = call(*args, **{FINGERPRINT: fingerprint, TARGET: description})
         return results[0] if single else list(results)
 
     if vmap_method in ("sequential", "sequential_unrolled"):
         return launch
 
-    @jax.custom_batching.custom_vmap
-    def batched(*args: Any) -> Any:
-        return launch(*args)
+    def batched(prefix: tuple[int, ...]) -> Callable[..., Any]:
+        """The launch with batch dimensions ``prefix`` in front of fixed ``out_shapes``; its
+        own vmap rule adds the next one, so nested vmaps make one launch over every level."""
 
-    @batched.def_vmap
-    def rule(axis_size: int, in_batched: Sequence[bool], *args: Any) -> Any:
-        if vmap_method is None:
-            raise ArgumentError(
-                f"this kernel_call of `{kernel.name}` was made with vmap_method=None: pass vmap_method='sequential' "
-                "(one launch per batch element) or 'broadcast_all' (the kernel handles a leading batch dimension)"
-            )
-        # Every input gets the batch dimension in front (custom_vmap puts it there), and the
-        # kernel sees one launch over the whole batch.
-        full = [
-            a if bat else jax.numpy.broadcast_to(a, (axis_size, *numpy.shape(a)))
-            for a, bat in zip(args, in_batched)
-        ]
-        out = launch(*full, batch=axis_size)
-        return out, (True if not isinstance(out, list) else [True] * len(out))
+        @jax.custom_batching.custom_vmap
+        def call(*args: Any) -> Any:
+            return launch(*args, batch=prefix)
 
-    return batched
+        @call.def_vmap
+        def rule(axis_size: int, in_batched: Sequence[bool], *args: Any) -> Any:
+            if vmap_method is None:
+                raise ArgumentError(
+                    f"this kernel_call of `{kernel.name}` was made with vmap_method=None: pass vmap_method='sequential' "
+                    "(one launch per batch element) or 'broadcast_all' (the kernel handles a leading batch dimension)"
+                )
+            # Every input gets the batch dimension in front (custom_vmap puts it there), and
+            # the kernel sees one launch over the whole batch.
+            full = [
+                a if bat else jax.numpy.broadcast_to(a, (axis_size, *numpy.shape(a)))
+                for a, bat in zip(args, in_batched)
+            ]
+            out = batched((axis_size, *prefix))(*full)
+            return out, (True if not isinstance(out, list) else [True] * len(out))
+
+        return call
+
+    return batched(())
+
+
+register()

@@ -1,5 +1,6 @@
-//! The native half of `caijit.jax`: launches prepared for XLA custom calls, and the address
-//! of the XLA FFI handler that serves them (`cai_runtime::xla`).
+//! The native half of `caijit.jax`: launches prepared for XLA custom calls (each described
+//! in full by its call's attributes), and the address of the XLA FFI handler that serves
+//! them (`cai_runtime::xla`).
 
 use cai_runtime::cai::DType;
 use cai_runtime::compile::{compile, KernelInfo};
@@ -91,8 +92,9 @@ fn bindings(
 
 /// Prepare a launch of `kernel` for XLA: deduce the template instance from the buffers'
 /// dtypes, compile it (caches as usual), load it on `devices`, bind its parameters, and
-/// return `(id, instance name)`; the custom call `caijit_launch` with attribute
-/// `caijit_launch=id` launches it.
+/// return `((fingerprint, description), kernel name)`; the custom call `caijit_launch` with
+/// the attributes `caijit_fingerprint=fingerprint` and `caijit_launch=description`
+/// launches it, in this process or any other.
 #[pyfunction]
 #[pyo3(signature = (kernel, inputs, outputs, aliases, scalars, grid, block, shared_mem, devices))]
 #[allow(clippy::too_many_arguments)] // the Python signature
@@ -107,7 +109,7 @@ pub fn xla_prepare(
     block: [u32; 3],
     shared_mem: u32,
     devices: Vec<usize>,
-) -> PyCaiResult<(u64, String)> {
+) -> PyCaiResult<((String, String), String)> {
     let inputs: Vec<BufferSpec> = inputs.iter().enumerate().map(|(i, s)| buffer_spec("input", i, s)).collect::<PyCaiResult<_>>()?;
     let outputs: Vec<BufferSpec> = outputs.iter().enumerate().map(|(i, s)| buffer_spec("output", i, s)).collect::<PyCaiResult<_>>()?;
     for &(i, o) in &aliases {
@@ -181,8 +183,18 @@ pub fn xla_prepare(
         }
     };
     let config = LaunchConfig::new(grid, block).shared_mem(shared_mem);
-    let id = py.detach(|| xla::prepare(&program, &name, &inputs, &outputs, &aliases, &bindings, config, &devices))?;
-    Ok((id, name))
+    let launch = py.detach(|| xla::prepare(&program, &name, &inputs, &outputs, &aliases, &bindings, config, &devices))?;
+    Ok(((launch.fingerprint, launch.description), name))
+}
+
+/// Resolve a launch from its custom call's attributes as the handler does when XLA
+/// instantiates the call: the launch registered under `fingerprint` (its description must
+/// be `description`), or the one `description` describes (it must hash to `fingerprint`),
+/// compiled and registered. Returns the kernel's lowered name; a mismatch is an
+/// `ArgumentError`.
+#[pyfunction]
+pub fn xla_resolve(py: Python<'_>, fingerprint: String, description: String) -> PyCaiResult<String> {
+    Ok(py.detach(|| xla::resolve_launch(&fingerprint, &description))?)
 }
 
 /// The address of caijit's XLA FFI handler (`XLA_FFI_Handler*`), to be wrapped with

@@ -197,6 +197,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     m.add_function(wrap_pyfunction!(kernel::declarations, m)?)?;
     m.add_function(wrap_pyfunction!(jax::xla_prepare, m)?)?;
+    m.add_function(wrap_pyfunction!(jax::xla_resolve, m)?)?;
     m.add_function(wrap_pyfunction!(jax::xla_handler_address, m)?)?;
     m.add_function(wrap_pyfunction!(jax::xla_ffi_layout, m)?)?;
     m.add_function(wrap_pyfunction!(stats, m)?)?;

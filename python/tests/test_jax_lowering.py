@@ -37,8 +37,33 @@ def axpy_call(**kw):  # type: ignore[no-untyped-def]
     )
 
 
-def launch_ids(text: str) -> list[int]:
-    return [int(m) for m in re.findall(r"caijit_launch = (\d+) : i64", text)]
+def launch_ids(text: str) -> list[str]:
+    """The fingerprint of each custom call's launch, in order."""
+    return re.findall(r'caijit_fingerprint = "([0-9a-f]{32})"', text)
+
+
+def unescape_mlir(text: str) -> str:
+    r"""An MLIR string literal's contents: `\\` and `\XX` (hex) escapes, as MLIR prints them."""
+    out = bytearray()
+    i = 0
+    while i < len(text):
+        if text[i] == "\\":
+            if text[i + 1] == "\\":
+                out += b"\\"
+                i += 2
+            else:
+                out.append(int(text[i + 1 : i + 3], 16))
+                i += 3
+        else:
+            out += text[i].encode()
+            i += 1
+    return out.decode()
+
+
+def launches(text: str) -> list[tuple[str, str]]:
+    """`(fingerprint, description)` of each custom call, read from its attributes."""
+    pairs = re.findall(r'caijit_fingerprint = "([0-9a-f]{32})", caijit_launch = "((?:[^"\\]|\\.)*)"', text)
+    return [(fp, unescape_mlir(desc)) for fp, desc in pairs]
 
 
 # --- the binding's layout, against the header -------------------------------------------
@@ -60,7 +85,7 @@ def test_binding_layout_matches_the_header() -> None:
         c_name = name
         for old, new in renamed.items():
             c_name = c_name.replace(old + "_STRUCT_SIZE", new + "_STRUCT_SIZE").replace(old + ".", new + ".")
-        if c_name.endswith("_STRUCT_SIZE"):
+        if c_name.endswith("_STRUCT_SIZE") or "." not in c_name:  # a size, or an enum's value
             expr = f"(unsigned long)({c_name})"
         else:
             struct, field = c_name.split(".")
@@ -183,7 +208,7 @@ def test_kernel_call_errors_name_the_parameter() -> None:
     with pytest.raises(caijit.ArgumentError, match="out of range"):
         lower_for_cuda(big, x)
     with pytest.raises(caijit.ArgumentError, match="grid"):
-        lower_for_cuda(cjax.kernel_call(k, lambda x: x, grid=0, block=16, input_output_aliases={0: 0}, a=1.0, n=16), x)
+        lower_for_cuda(cjax.kernel_call(k, lambda x: x, grid=(1, -1), block=16, input_output_aliases={0: 0}, a=1.0, n=16), x)
 
     def traced(x):  # type: ignore[no-untyped-def]
         return cjax.kernel_call(k, lambda x: x, grid=1, block=16, input_output_aliases={0: 0}, a=x[0], n=16)(x)
@@ -274,3 +299,215 @@ def test_a_plain_name_in_two_namespaces_is_ambiguous() -> None:
         lower_for_cuda(g, jnp.ones(1, jnp.float32))
     h = cjax.kernel_call(caijit.kernel(src, "a::k"), lambda x: x, grid=1, block=1, input_output_aliases={0: 0})
     assert len(launch_ids(lower_for_cuda(h, jnp.ones(1, jnp.float32)))) == 1
+
+
+# --- each call carries its launch (issue #26): fingerprint, description, registry ---------
+
+
+def test_each_call_carries_its_launch_and_its_fingerprint_not_an_index() -> None:
+    import hashlib
+
+    x = jnp.ones(1000, jnp.float32)
+    text = lower_for_cuda(axpy_call(), x, x)
+    assert not re.search(r"caijit_launch = \d", text), "a bare per-process index"
+    [(fp, desc)] = launches(text)
+    # The fingerprint is the description's SHA-256 (first 128 bits), computed independently.
+    assert fp == hashlib.sha256(desc.encode()).hexdigest()[:32]
+    # The description holds the whole program and the instance, not a reference to them.
+    assert desc.startswith("19:caijit-xla-launch/1") and AXPY.strip() in desc
+    assert "axpy" in desc and "float32" in desc
+    # Another scalar, another grid: another launch, another fingerprint.
+    other = cjax.kernel_call(caijit.kernel(AXPY), lambda x, y: x, grid=lambda x, y: (x.size + 127) // 128, block=128, a=3, n=lambda x, y: x.size)
+    [(fp2, desc2)] = launches(lower_for_cuda(other, x, x))
+    assert fp2 != fp and desc2 != desc
+
+
+def test_a_registered_launch_resolves_only_with_its_own_description() -> None:
+    x = jnp.ones(256, jnp.float32)
+    [(fp, desc)] = launches(lower_for_cuda(axpy_call(), x, x))
+    assert "axpy" in _native.xla_resolve(fp, desc)
+    tampered = desc.replace("out[i] = a * x[i] + y[i]", "out[i] = a * x[i] - y[i]")
+    assert tampered != desc
+    with pytest.raises(caijit.ArgumentError, match="differs from the launch registered under its fingerprint"):
+        _native.xla_resolve(fp, tampered)
+
+
+def test_a_description_that_does_not_match_its_fingerprint_is_refused() -> None:
+    """The handler's fingerprint check: a description is compiled only when it hashes to
+    the fingerprint its call carries (here one no launch is registered under)."""
+    x = jnp.ones(128, jnp.float32)
+    [(fp, desc)] = launches(lower_for_cuda(axpy_call(), x, x))
+    unknown = format(int(fp, 16) ^ 1, "032x")
+    with pytest.raises(caijit.ArgumentError, match="does not match its fingerprint"):
+        _native.xla_resolve(unknown, desc)
+    with pytest.raises(caijit.ArgumentError, match="32 hex digits"):
+        _native.xla_resolve("0", desc)
+
+
+FRESH_PROCESS = r"""
+import json, sys
+import caijit
+from caijit import _native
+a, b = json.loads(sys.stdin.read())
+result = {}
+# Nothing is registered in this process yet: each description must hash to its fingerprint.
+for name, pair in {"swapped": (a[0], b[1]), "garbled": (a[0], a[1][:-3]), "own": a}.items():
+    try:
+        result[name] = _native.xla_resolve(*pair)
+    except caijit.ArgumentError as e:
+        result[name] = "ArgumentError: " + str(e)
+print("RESULT " + json.dumps(result))
+"""
+
+
+def test_a_launch_resolves_in_a_fresh_process_from_its_attributes_alone() -> None:
+    """What a deserialized executable's handler does in a process that never traced the
+    kernel: compile it from the description; A's fingerprint with B's description (a
+    ×100 kernel instead of +1) is refused, never run."""
+    import json
+    import sys
+
+    x = jnp.ones(64, jnp.float32)
+    [a] = launches(lower_for_cuda(axpy_call(), x, x))
+    scale = cjax.kernel_call(caijit.kernel(SCALE_IN_PLACE), lambda x: x, grid=1, block=64, input_output_aliases={0: 0}, a=100.0, n=lambda x: x.size)
+    [b] = launches(lower_for_cuda(scale, x))
+    r = subprocess.run([sys.executable, "-c", FRESH_PROCESS], input=json.dumps([a, b]), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    result = json.loads(r.stdout.split("RESULT ", 1)[1])
+    assert "axpy" in result["own"], result
+    assert result["swapped"].startswith("ArgumentError") and "does not match its fingerprint" in result["swapped"], result
+    assert result["garbled"].startswith("ArgumentError") and "does not match its fingerprint" in result["garbled"], result
+
+
+def test_an_empty_input_launches_nothing_and_gives_empty_results() -> None:
+    f = axpy_call()
+    empty = jnp.zeros((0,), jnp.float32)
+    text = lower_for_cuda(f, empty, empty)
+    assert "custom_call" not in text and "tensor<0xf32>" in text
+    # No custom call: the program runs on any backend, this CPU one included.
+    out = jax.jit(f)(empty, empty)
+    assert out.shape == (0,) and out.dtype == jnp.float32
+    g = axpy_call(vmap_method="broadcast_all")
+    xs = jnp.zeros((0, 100), jnp.float32)
+    assert "custom_call" not in lower_for_cuda(jax.vmap(g), xs, xs)
+    assert jax.jit(jax.vmap(g))(xs, xs).shape == (0, 100)
+    # Checked all the same: an empty input of the wrong kind is the same error.
+    with pytest.raises(caijit.ArgumentError, match="non-const"):
+        bad = cjax.kernel_call(caijit.kernel(SCALE_IN_PLACE), [], grid=lambda x: x.size // 256, block=256, a=2.0, n=lambda x: x.size)
+        lower_for_cuda(bad, empty)
+
+
+def test_a_zero_grid_gives_zeros_and_an_aliased_output_its_input() -> None:
+    k = caijit.kernel(AXPY)
+    f = cjax.kernel_call(k, lambda x, y: jax.ShapeDtypeStruct((4,), x.dtype), grid=(0, 1), block=32, a=2, n=4)
+    x = jnp.ones(4, jnp.float32)
+    assert jax.device_get(jax.jit(f)(x, x)).tolist() == [0.0] * 4
+    s = cjax.kernel_call(caijit.kernel(SCALE_IN_PLACE), lambda x: x, grid=0, block=32, input_output_aliases={0: 0}, a=3.0, n=4)
+    assert jax.device_get(jax.jit(s)(x)).tolist() == [1.0] * 4
+    with pytest.raises(caijit.ArgumentError, match="must not be negative"):
+        lower_for_cuda(cjax.kernel_call(k, lambda x, y: x, grid=-1, block=32, a=2, n=4), x, x)
+
+
+def test_nested_vmap_with_broadcast_all_is_one_launch_over_every_level() -> None:
+    f = axpy_call(vmap_method="broadcast_all")
+    xs = jnp.ones((5, 4, 100), jnp.float32)
+    text = lower_for_cuda(jax.vmap(jax.vmap(f)), xs, xs)
+    assert "stablehlo.while" not in text
+    assert len(launch_ids(text)) == 1
+    assert "(tensor<5x4x100xf32>, tensor<5x4x100xf32>) -> tensor<5x4x100xf32>" in text
+    # Three levels, one of them unbatched in an argument: still one launch, broadcast.
+    xss = jnp.ones((2, 5, 4, 100), jnp.float32)
+    text = lower_for_cuda(jax.vmap(jax.vmap(jax.vmap(f)), in_axes=(0, None)), xss, xs)
+    assert "stablehlo.while" not in text and len(launch_ids(text)) == 1
+    assert "(tensor<2x5x4x100xf32>, tensor<2x5x4x100xf32>) -> tensor<2x5x4x100xf32>" in text
+    # Fixed out_shapes get every batch dimension in front.
+    g = cjax.kernel_call(
+        caijit.kernel(AXPY), jax.ShapeDtypeStruct((100,), jnp.float32), grid=lambda x, y: (x.size + 255) // 256, block=256,
+        a=2, n=lambda x, y: x.size, vmap_method="broadcast_all",
+    )
+    assert "-> tensor<5x4x100xf32>" in lower_for_cuda(jax.vmap(jax.vmap(g)), xs, xs)
+
+
+ROUND_TRIP = r"""
+import ctypes, json, os, sys
+import jax, jax.numpy as jnp
+import caijit
+from caijit import _native
+# caijit's handler, registered for the CPU platform under a probe name: XLA:CPU calls its
+# instantiate stage like XLA:GPU does (its execute stage then finds no CUDA stream).
+cap = jax.ffi.pycapsule(ctypes.c_void_p(_native.xla_handler_address(False)))
+jax.ffi.register_ffi_target("caijit_cpu_probe", {"instantiate": cap, "execute": cap}, platform="cpu", api_version=1)
+role, what, d = sys.argv[1:4]
+fp, desc = json.load(open(os.path.join(d, "attrs")))
+x = jnp.ones(64, jnp.float32)
+if role == "A":
+    call = jax.ffi.ffi_call("caijit_cpu_probe", jax.ShapeDtypeStruct((64,), jnp.float32))
+    f = jax.jit(lambda x, y: call(x, y, caijit_fingerprint=fp, caijit_launch=desc))
+    if what == "exe":
+        from jax.experimental.serialize_executable import serialize
+        payload, _, _ = serialize(f.lower(x, x).compile())
+    else:
+        from jax import export
+        try:
+            exp = export.export(f, platforms=("cpu",), disabled_checks=[export.DisabledSafetyCheck.custom_call("caijit_cpu_probe")])(x, x)
+            payload = exp.serialize()
+        except ImportError as e:
+            print("SKIP " + str(e)); sys.exit(0)
+    open(os.path.join(d, what), "wb").write(bytes(payload))
+    print("RESULT {}")
+    sys.exit(0)
+payload = open(os.path.join(d, what), "rb").read()
+if role == "tampered":  # the kernel's body changed, the fingerprint kept
+    assert b"+ y[i]" in payload
+    payload = payload.replace(b"+ y[i]", b"- y[i]")
+result = {}
+try:
+    if what == "exe":
+        from jax.experimental.serialize_executable import deserialize_and_load, serialize
+        _, in_tree, out_tree = serialize(jax.jit(lambda x, y: x).lower(x, x).compile())
+        loaded = deserialize_and_load(payload, in_tree, out_tree)
+    else:
+        from jax import export
+        loaded = jax.jit(export.deserialize(bytearray(payload)).call).lower(x, x).compile()
+    result["loaded"] = "yes"
+    loaded(x, x)
+    result["ran"] = "yes"
+except Exception as e:
+    result["error"] = str(e)
+# Registered by loading the program, or not: a probe with another description says which.
+try:
+    _native.xla_resolve(fp, desc + " ")
+except caijit.ArgumentError as e:
+    result["registry"] = str(e)
+print("RESULT " + json.dumps(result))
+"""
+
+
+@pytest.mark.parametrize("what", ["exe", "export"])
+def test_a_serialized_program_resolves_its_launch_in_a_fresh_process(what: str) -> None:
+    """Both round trips across processes with XLA itself (on its CPU platform): process A
+    saves a compiled program (serialize_executable) or a jax.export artifact whose custom
+    call carries an axpy launch; a fresh process loading it resolves and registers that
+    launch from the call's attributes alone (XLA's instantiate stage), and a copy whose
+    kernel body was altered fails to load with the fingerprint error, never running."""
+    import json
+    import sys
+
+    x = jnp.ones(64, jnp.float32)
+    [(fp, desc)] = launches(lower_for_cuda(axpy_call(), x, x))
+    with tempfile.TemporaryDirectory(prefix="caijit_roundtrip_") as d:
+        with open(os.path.join(d, "attrs"), "w") as f:
+            json.dump([fp, desc], f)
+        results = {}
+        for role in ("A", "fresh", "tampered"):
+            r = subprocess.run([sys.executable, "-c", ROUND_TRIP, role, what, d], capture_output=True, text=True, timeout=300)
+            assert r.returncode == 0, r.stdout + r.stderr
+            if r.stdout.startswith("SKIP "):
+                pytest.skip(f"jax.export cannot serialize here: {r.stdout[5:].strip()}")
+            results[role] = json.loads(r.stdout.split("RESULT ", 1)[1])
+    fresh, tampered = results["fresh"], results["tampered"]
+    # Loaded (instantiated) without a caijit error; only the CUDA stream is missing at run.
+    assert fresh.get("loaded") == "yes" and "caijit" not in fresh.get("error", ""), fresh
+    assert "differs from the launch registered under its fingerprint" in fresh["registry"], fresh
+    assert "loaded" not in tampered and "does not match its fingerprint" in tampered["error"], tampered
+    assert "does not match its fingerprint" in tampered["registry"], tampered

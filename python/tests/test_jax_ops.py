@@ -286,3 +286,141 @@ def test_scalars_never_bind_to_a_name_the_compiled_branch_may_not_give(jax: Any)
     f = cjax.kernel_call(k, lambda x: x, grid=1, block=32, a=2.0, b=10.0, n=lambda x: x.size)
     with pytest.raises(caijit.ArgumentError, match="no parameter named `a`"):
         jax.jit(f)(jax.numpy.arange(8, dtype=jax.numpy.float32))
+
+
+# --- compiled programs outside the process that traced them (issue #26) ---------------------
+
+CROSS_COMMON = r'''
+import json, os, sys
+os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+import numpy as np
+import jax, jax.numpy as jnp
+import caijit, caijit.jax as cj
+
+def make(body, name):
+    k = caijit.kernel('extern "C" __global__ void ' + name + '(const float* x, float* y, int n) {'
+                      ' int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) ' + body + ' }')
+    return cj.kernel_call(k, lambda x: x, grid=lambda x: (x.size + 255) // 256, block=256, n=lambda x: x.size)
+
+x = jnp.ones(1000, jnp.float32)
+out_dir, what, fresh = sys.argv[1], sys.argv[2], sys.argv[3] == "fresh"
+res = {}
+'''
+
+CROSS_A = CROSS_COMMON + r'''
+f = make("y[i] = x[i] + 1.0f;", "add_one")
+if what == "exe":
+    from jax.experimental.serialize_executable import serialize
+    compiled = jax.jit(f).lower(x).compile()
+    res["own"] = float(np.asarray(compiled(x))[0])
+    payload, _, _ = serialize(compiled)
+else:
+    from jax import export
+    try:
+        exp = export.export(jax.jit(f), platforms=("cuda",), disabled_checks=[export.DisabledSafetyCheck.custom_call(cj.TARGET)])(x)
+        payload = exp.serialize()
+    except (ImportError, ModuleNotFoundError) as e:
+        print("SKIP " + str(e)); sys.exit(0)
+with open(os.path.join(out_dir, what), "wb") as fh:
+    fh.write(payload)
+print("RESULT " + json.dumps(res))
+'''
+
+CROSS_B = CROSS_COMMON + r'''
+# This process's own kernel first, with the same signature (A's kernel is not traced here);
+# or nothing at all (fresh): importing caijit.jax is all a process needs to load A's program.
+g = jax.jit(lambda x: x * 100.0) if fresh else make("y[i] = x[i] * 100.0f;", "times_hundred")
+compiled_b = jax.jit(g).lower(x).compile()
+res["own"] = float(np.asarray(compiled_b(x))[0])
+with open(os.path.join(out_dir, what), "rb") as fh:
+    payload = fh.read()
+if what == "exe":
+    from jax.experimental.serialize_executable import serialize, deserialize_and_load
+    _, in_tree, out_tree = serialize(compiled_b)
+    loaded = deserialize_and_load(payload, in_tree, out_tree)
+    res["A"] = np.asarray(loaded(x)).tolist()
+else:
+    from jax import export
+    res["A"] = np.asarray(jax.jit(export.deserialize(bytearray(payload)).call)(x)).tolist()
+print("RESULT " + json.dumps(res))
+'''
+
+
+def _cross_process(what: str, fresh: bool) -> dict[str, Any]:
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    with tempfile.TemporaryDirectory(prefix="caijit_xproc_") as d:
+        results = []
+        for code in (CROSS_A, CROSS_B):
+            args = [sys.executable, "-c", code, d, what, "fresh" if fresh else "traced"]
+            r = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
+            assert r.returncode == 0, r.stdout + r.stderr
+            if r.stdout.startswith("SKIP "):
+                pytest.skip(f"jax.export cannot serialize here: {r.stdout[5:].strip()}")
+            results.append(json.loads(r.stdout.split("RESULT ", 1)[1]))
+    return results[1]
+
+
+@pytest.mark.parametrize("what, fresh", [("exe", False), ("export", False), ("exe", True), ("export", True)])
+def test_a_program_runs_the_kernel_it_was_traced_with_in_another_process(jax: Any, what: str, fresh: bool) -> None:
+    """Process A compiles add_one (y = x + 1) and saves it (serialize_executable, or
+    jax.export); process B traces times_hundred (y = 100 x, same signature) first, then runs
+    A's program: it must compute x + 1 (B compiles A's kernel from the call's attributes).
+    With ``fresh``, B traces no caijit kernel at all before loading A's program."""
+    b = _cross_process(what, fresh)
+    assert b["own"] == 100.0, b
+    assert b["A"] == [2.0] * 1000, f"A's program ran another kernel in process B: {b}"
+
+
+# --- empty inputs, nested vmap, shared memory on every GPU ------------------------------------
+
+
+def test_empty_inputs_launch_nothing(jax: Any) -> None:
+    f = jax.jit(make_axpy(jax))
+    one = jax.numpy.ones(3, jax.numpy.float32)
+    assert jax.device_get(f(one, one)).tolist() == [3.0, 3.0, 3.0]
+    empty = jax.numpy.zeros((0,), jax.numpy.float32)
+    before = caijit.stats()["launches"]
+    assert f(empty, empty).shape == (0,)
+    xs = jax.numpy.zeros((0, 100), jax.numpy.float32)
+    assert jax.jit(jax.vmap(make_axpy(jax, vmap_method="broadcast_all")))(xs, xs).shape == (0, 100)
+    assert caijit.stats()["launches"] == before
+
+
+def test_nested_vmap_with_broadcast_all_is_one_launch(jax: Any) -> None:
+    f = make_axpy(jax, vmap_method="broadcast_all", command_buffer=False)
+    xs, ys = random(jax, (5, 4, 100), "float32", 21), random(jax, (5, 4, 100), "float32", 22)
+    fn = jax.jit(jax.vmap(jax.vmap(f)))
+    jax.block_until_ready(fn(xs, ys))
+    before = caijit.stats()["launches"]
+    out = jax.block_until_ready(fn(xs, ys))
+    assert caijit.stats()["launches"] - before == 1
+    close(out, 2 * numpy.asarray(xs) + numpy.asarray(ys), "float32")
+
+
+SHARED_64K = r"""
+extern "C" __global__ void reverse_block(const float* x, float* out, int n) {
+    extern __shared__ float tile[];   // 16384 floats: 64 KiB, above the 48 KiB default
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    for (int j = threadIdx.x; j < 16384; j += blockDim.x) tile[j] = (float)j;
+    __syncthreads();
+    if (i < n) out[i] = x[i] + tile[16383 - threadIdx.x];
+}
+"""
+
+
+def test_shared_memory_above_48k_on_every_gpu(jax: Any) -> None:
+    import caijit.jax as cjax
+
+    k = caijit.kernel(SHARED_64K)
+    f = jax.jit(cjax.kernel_call(k, lambda x: x, grid=lambda x: (x.size + 255) // 256, block=256, shared_mem=65536, n=lambda x: x.size))
+    host = numpy.arange(1024, dtype=numpy.float32)
+    want = host + (16383 - numpy.arange(1024) % 256)
+    for device in jax.devices("gpu"):
+        out = f(jax.device_put(host, device))
+        assert out.devices() == {device}
+        numpy.testing.assert_array_equal(numpy.asarray(out), want)

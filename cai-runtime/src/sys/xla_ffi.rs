@@ -28,8 +28,13 @@ pub(crate) const API_VERSION: (c_int, c_int) = (0, 3);
 pub(crate) const TRAIT_COMMAND_BUFFER_COMPATIBLE: u32 = 1;
 
 const EXTENSION_METADATA: c_int = 1;
+/// `XLA_FFI_ExecutionStage_INSTANTIATE` and `XLA_FFI_ExecutionStage_EXECUTE`.
+const STAGE_INSTANTIATE: c_int = 0;
+const STAGE_EXECUTE: c_int = 3;
 const ERROR_INVALID_ARGUMENT: c_int = 3;
 const ERROR_INTERNAL: c_int = 13;
+const ATTR_STRING: c_int = 4;
+#[cfg(test)]
 const ATTR_SCALAR: c_int = 3;
 const ARG_BUFFER: c_int = 1;
 
@@ -245,9 +250,10 @@ const _: () = {
     assert!(API_SIZE == 192);
 };
 
-/// `(name, value)` of every size and offset above, named as the header names them, for the
-/// test that compiles the header (`"XLA_FFI_CallFrame.args"` is an `offsetof`,
-/// `"XLA_FFI_CallFrame_STRUCT_SIZE"` a struct size).
+/// `(name, value)` of every size and offset above, and of the enum values the handler
+/// reads, named as the header names them, for the test that compiles the header
+/// (`"XLA_FFI_CallFrame.args"` is an `offsetof`, `"XLA_FFI_CallFrame_STRUCT_SIZE"` a struct
+/// size, `"XLA_FFI_AttrType_STRING"` an enumerator).
 pub fn layout() -> Vec<(&'static str, usize)> {
     vec![
         ("XLA_FFI_Extension_Base_STRUCT_SIZE", EXTENSION_BASE_SIZE),
@@ -295,6 +301,9 @@ pub fn layout() -> Vec<(&'static str, usize)> {
         ("XLA_FFI_Api.XLA_FFI_Stream_Get", offset_of!(Api, stream_get)),
         ("XLA_FFI_Api.XLA_FFI_DeviceOrdinal_Get", offset_of!(Api, device_ordinal_get)),
         ("XLA_FFI_Api_STRUCT_SIZE", API_SIZE),
+        ("XLA_FFI_AttrType_STRING", ATTR_STRING as usize),
+        ("XLA_FFI_ExecutionStage_INSTANTIATE", STAGE_INSTANTIATE as usize),
+        ("XLA_FFI_ExecutionStage_EXECUTE", STAGE_EXECUTE as usize),
     ]
 }
 
@@ -307,13 +316,15 @@ pub(crate) struct BufferRef<'a> {
     pub dims: &'a [i64],
 }
 
+/// The string attributes named by [`Serve::ATTRIBUTES`], in that order, when present.
+pub(crate) type Attributes<'a> = [Option<&'a [u8]>; 2];
+
 /// A decoded call: what [`Serve::serve`] gets.
 #[derive(Debug)]
 pub(crate) struct Call<'a> {
     pub args: SmallVec<[BufferRef<'a>; 8]>,
     pub rets: SmallVec<[BufferRef<'a>; 8]>,
-    /// The integer scalar attribute named by [`Serve::ATTRIBUTE`], when present.
-    pub attribute: Option<i64>,
+    pub attributes: Attributes<'a>,
     /// XLA's CUDA stream for this call.
     pub stream: RawStream,
     /// XLA's device ordinal for this call (the CUDA device ordinal).
@@ -322,10 +333,13 @@ pub(crate) struct Call<'a> {
 
 /// What the handler does with a decoded call (implemented above this layer).
 pub(crate) trait Serve {
-    /// The integer attribute the handler reads.
-    const ATTRIBUTE: &'static str;
+    /// The string attributes the handler reads.
+    const ATTRIBUTES: [&'static str; 2];
     /// Handler traits reported in the metadata.
     const TRAITS: u32;
+    /// The instantiate stage: XLA builds the call into a program (at compilation or
+    /// deserialization), with its attributes and no buffers, stream or device.
+    fn instantiate(attributes: &Attributes<'_>) -> Result<(), String>;
     /// Serve one call; `Err` is reported to XLA as an invalid-argument error.
     fn serve(call: &Call<'_>) -> Result<(), String>;
 }
@@ -350,7 +364,8 @@ impl From<&str> for Failure {
 }
 
 /// The XLA FFI handler (`XLA_FFI_Handler`) for `S`. Answers XLA's metadata query at
-/// registration, and serves execute-stage calls; returns null on success.
+/// registration, and serves instantiate- and execute-stage calls (registered for both; the
+/// other stages do nothing); returns null on success.
 pub(crate) extern "C" fn handler<S: Serve>(frame: *mut CallFrame) -> *mut Error {
     if frame.is_null() {
         return ptr::null_mut();
@@ -374,12 +389,20 @@ pub(crate) extern "C" fn handler<S: Serve>(frame: *mut CallFrame) -> *mut Error 
         }
         // SAFETY: the frame has at least the fields of API 0.3 (size checked above).
         let f = unsafe { &*frame };
-        if f.stage != 3 {
-            // Only the execute stage is registered; nothing to do at the others.
-            return Ok(());
+        match f.stage {
+            STAGE_INSTANTIATE => {
+                if f.api.is_null() {
+                    return Err("XLA passed no API table".into());
+                }
+                S::instantiate(&attributes::<S>(&f.attrs)?).map_err(Failure::from)
+            }
+            STAGE_EXECUTE => {
+                let call = decode::<S>(f)?;
+                S::serve(&call).map_err(Failure::from)
+            }
+            // Prepare and initialize: nothing to do.
+            _ => Ok(()),
         }
-        let call = decode::<S>(f)?;
-        S::serve(&call).map_err(Failure::from)
     });
     let (code, message) = match outcome {
         Ok(Ok(())) => return ptr::null_mut(),
@@ -422,7 +445,7 @@ fn decode<'f, S: Serve>(f: &'f CallFrame) -> Result<Call<'f>, Failure> {
     let api = unsafe { &*f.api };
     let args = buffers(&f.args, "argument")?;
     let rets = buffers(&f.rets, "result")?;
-    let attribute = attribute(&f.attrs, S::ATTRIBUTE)?;
+    let attributes = attributes::<S>(&f.attrs)?;
 
     if api.struct_size < API_SIZE_WITH_STREAM {
         return Err("XLA's API table has no XLA_FFI_Stream_Get".into());
@@ -457,7 +480,7 @@ fn decode<'f, S: Serve>(f: &'f CallFrame) -> Result<Call<'f>, Failure> {
     } else {
         return Err("XLA's API table has no XLA_FFI_DeviceOrdinal_Get (the installed jaxlib is too old for caijit.jax)".into());
     };
-    Ok(Call { args, rets, attribute, stream: RawStream(sa.stream as _), device })
+    Ok(Call { args, rets, attributes, stream: RawStream(sa.stream as _), device })
 }
 
 fn buffers<'f>(b: &'f Buffers, what: &str) -> Result<SmallVec<[BufferRef<'f>; 8]>, String> {
@@ -483,34 +506,35 @@ fn buffers<'f>(b: &'f Buffers, what: &str) -> Result<SmallVec<[BufferRef<'f>; 8]
     Ok(out)
 }
 
-/// The integer scalar attribute `name`, if the call has one.
-fn attribute(a: &Attrs, name: &str) -> Result<Option<i64>, String> {
+/// The string attributes `S::ATTRIBUTES` of a call, each if present.
+fn attributes<'f, S: Serve>(a: &'f Attrs) -> Result<Attributes<'f>, String> {
+    let mut out: Attributes<'f> = [None; 2];
     let n = usize::try_from(a.size).map_err(|_| format!("XLA passed {} attributes", a.size))?;
     for i in 0..n {
         // SAFETY: `types`, `names` and `attrs` have `size` entries; each name is a byte span.
         let (kind, span, value) = unsafe { (*a.types.add(i), &**a.names.add(i), *a.attrs.add(i)) };
-        // SAFETY: a byte span's `ptr` has `len` bytes.
-        let key = unsafe { std::slice::from_raw_parts(span.ptr as *const u8, span.len) };
-        if key != name.as_bytes() {
-            continue;
+        // SAFETY: a byte span's `ptr` has `len` bytes, live for the call.
+        let key = unsafe { bytes(span) };
+        let Some(slot) = S::ATTRIBUTES.iter().position(|n| n.as_bytes() == key) else { continue };
+        if kind != ATTR_STRING {
+            return Err(format!("attribute {:?} is not a string (XLA FFI attribute type {kind})", S::ATTRIBUTES[slot]));
         }
-        if kind != ATTR_SCALAR {
-            return Err(format!("attribute {name:?} is not a scalar (XLA FFI attribute type {kind})"));
-        }
-        // SAFETY: a scalar attribute points to an `XLA_FFI_Scalar` whose value has its dtype.
-        let s = unsafe { &*(value as *const Scalar) };
-        // SAFETY: each arm reads the value as the type its dtype code names.
-        let v = unsafe {
-            match s.dtype {
-                dtype::S64 | dtype::U64 => *(s.value as *const i64),
-                dtype::S32 => i64::from(*(s.value as *const i32)),
-                dtype::U32 => i64::from(*(s.value as *const u32)),
-                other => return Err(format!("attribute {name:?} has XLA data type {other}; an integer was expected")),
-            }
-        };
-        return Ok(Some(v));
+        // SAFETY: a string attribute points to an `XLA_FFI_ByteSpan`, live for the call.
+        out[slot] = Some(unsafe { bytes(&*(value as *const ByteSpan)) });
     }
-    Ok(None)
+    Ok(out)
+}
+
+/// The bytes of a span (none for an empty one, whose pointer may be null).
+///
+/// # Safety
+/// A non-empty span's `ptr` points to `len` bytes that live as long as the span.
+unsafe fn bytes(span: &ByteSpan) -> &[u8] {
+    if span.len == 0 || span.ptr.is_null() {
+        return &[];
+    }
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts(span.ptr as *const u8, span.len) }
 }
 
 /// An `XLA_FFI_Error` made by XLA's own `XLA_FFI_Error_Create` (null when XLA gave no API
@@ -539,8 +563,11 @@ mod tests {
 
     struct Echo;
     impl Serve for Echo {
-        const ATTRIBUTE: &'static str = "id";
+        const ATTRIBUTES: [&'static str; 2] = ["id", "text"];
         const TRAITS: u32 = TRAIT_COMMAND_BUFFER_COMPATIBLE;
+        fn instantiate(_: &Attributes<'_>) -> Result<(), String> {
+            Ok(())
+        }
         fn serve(_: &Call<'_>) -> Result<(), String> {
             Ok(())
         }
@@ -594,24 +621,43 @@ mod tests {
     }
 
     #[test]
-    fn reads_the_integer_attribute() {
-        let name = "id";
-        let mut span = ByteSpan { ptr: name.as_ptr() as *const c_char, len: name.len() };
-        let mut value = 42i64;
-        let mut scalar = Scalar { dtype: dtype::S64, value: (&mut value as *mut i64).cast() };
-        let mut types = [ATTR_SCALAR];
-        let mut names = [&mut span as *mut ByteSpan];
-        let mut attrs = [(&mut scalar as *mut Scalar).cast::<c_void>()];
-        let a = Attrs {
+    fn reads_the_string_attributes() {
+        let (id, text, other) = ("id", "text", "other");
+        let (v_id, v_other) = ("0123abc", "x");
+        let mut spans = [
+            ByteSpan { ptr: other.as_ptr().cast(), len: other.len() },
+            ByteSpan { ptr: text.as_ptr().cast(), len: text.len() },
+            ByteSpan { ptr: id.as_ptr().cast(), len: id.len() },
+        ];
+        let mut values = [
+            ByteSpan { ptr: v_other.as_ptr().cast(), len: v_other.len() },
+            ByteSpan { ptr: ptr::null(), len: 0 },
+            ByteSpan { ptr: v_id.as_ptr().cast(), len: v_id.len() },
+        ];
+        let mut types = [ATTR_STRING, ATTR_STRING, ATTR_STRING];
+        let (s0, rest) = spans.split_at_mut(1);
+        let (s1, s2) = rest.split_at_mut(1);
+        let mut names = [s0.as_mut_ptr(), s1.as_mut_ptr(), s2.as_mut_ptr()];
+        let (w0, rest) = values.split_at_mut(1);
+        let (w1, w2) = rest.split_at_mut(1);
+        let mut attrs = [w0.as_mut_ptr().cast::<c_void>(), w1.as_mut_ptr().cast(), w2.as_mut_ptr().cast()];
+        let mut a = Attrs {
             struct_size: ATTRS_SIZE,
             extension_start: ptr::null_mut(),
-            size: 1,
+            size: 3,
             types: types.as_mut_ptr(),
             names: names.as_mut_ptr(),
             attrs: attrs.as_mut_ptr(),
         };
-        assert_eq!(attribute(&a, "id").unwrap(), Some(42));
-        assert_eq!(attribute(&a, "other").unwrap(), None);
+        assert_eq!(attributes::<Echo>(&a).unwrap(), [Some(&b"0123abc"[..]), Some(&b""[..])]);
+        a.size = 1;
+        assert_eq!(attributes::<Echo>(&a).unwrap(), [None, None]);
+        // A named attribute of another type is an error, not a silent absence.
+        a.size = 3;
+        types[2] = ATTR_SCALAR;
+        let mut a2 = Attrs { types: types.as_mut_ptr(), ..a };
+        a2.size = 3;
+        assert!(attributes::<Echo>(&a2).unwrap_err().contains("not a string"));
     }
 
     #[test]
@@ -630,8 +676,8 @@ mod tests {
 
         /// `(dtype, pointer, dims)` of a buffer.
         pub type Seen = Vec<(i32, u64, Vec<i64>)>;
-        /// Arguments, results, attribute, stream and device of a call.
-        pub type Served = (Seen, Seen, Option<i64>, u64, i32);
+        /// Arguments, results, first attribute, stream and device of a call.
+        pub type Served = (Seen, Seen, Option<Vec<u8>>, u64, i32);
 
         thread_local! {
             /// Arguments, results, attribute, stream and device of the last call served.
@@ -692,24 +738,30 @@ mod tests {
 
         pub struct Record;
         impl Serve for Record {
-            const ATTRIBUTE: &'static str = "caijit_launch";
+            const ATTRIBUTES: [&'static str; 2] = ["caijit_fingerprint", "caijit_launch"];
             const TRAITS: u32 = 0;
+            fn instantiate(attributes: &Attributes<'_>) -> Result<(), String> {
+                match attributes[0] {
+                    Some(b"13") => Err("unlucky at instantiation".into()),
+                    _ => Ok(()),
+                }
+            }
             fn serve(call: &Call<'_>) -> Result<(), String> {
                 let list = |b: &[BufferRef<'_>]| b.iter().map(|b| (b.dtype, b.ptr, b.dims.to_vec())).collect::<Vec<_>>();
-                SEEN.with_borrow_mut(|s| {
-                    *s = Some((list(&call.args), list(&call.rets), call.attribute, call.stream.0 as u64, call.device))
-                });
-                match call.attribute {
-                    Some(13) => Err("unlucky".into()),
-                    Some(666) => panic!("a bug"),
+                let first = call.attributes[0].map(<[u8]>::to_vec);
+                SEEN.with_borrow_mut(|s| *s = Some((list(&call.args), list(&call.rets), first, call.stream.0 as u64, call.device)));
+                match call.attributes[0] {
+                    Some(b"13") => Err("unlucky".into()),
+                    Some(b"666") => panic!("a bug"),
                     _ => Ok(()),
                 }
             }
         }
     }
 
-    /// Run the handler on a frame with two argument buffers, one result and the attribute.
-    fn call_with_attribute(value: i64) -> *mut Error {
+    /// Run the handler at `stage` on a frame with two argument buffers, one result, the
+    /// string attribute `caijit_fingerprint` and an integer attribute.
+    fn call_with_attribute(value: &str, stage: c_int) -> *mut Error {
         let api = fake::api();
         let (mut d0, mut d1, mut d2) = ([4i64], [2i64, 3], [4i64]);
         let b = |dtype, data: u64, dims: &mut [i64]| Buffer {
@@ -725,21 +777,19 @@ mod tests {
         let mut args = [(&mut x as *mut Buffer).cast::<c_void>(), (&mut y as *mut Buffer).cast()];
         let mut ret_types = [ARG_BUFFER];
         let mut rets = [(&mut out as *mut Buffer).cast::<c_void>()];
-        let (other, name) = ("other", "caijit_launch");
+        let (other, name) = ("other", "caijit_fingerprint");
         let mut spans =
             [ByteSpan { ptr: name.as_ptr().cast(), len: name.len() }, ByteSpan { ptr: other.as_ptr().cast(), len: other.len() }];
-        let (mut v, mut w) = (value, 5i32);
-        let mut scalars = [
-            Scalar { dtype: dtype::S64, value: (&mut v as *mut i64).cast() },
-            Scalar { dtype: dtype::S32, value: (&mut w as *mut i32).cast() },
-        ];
-        let mut attr_types = [ATTR_SCALAR, ATTR_SCALAR];
+        let mut text = ByteSpan { ptr: value.as_ptr().cast(), len: value.len() };
+        let mut w = 5i32;
+        let mut scalar = Scalar { dtype: dtype::S32, value: (&mut w as *mut i32).cast() };
+        let mut attr_types = [ATTR_STRING, ATTR_SCALAR];
         let (s0, s1) = spans.split_at_mut(1);
         let mut names = [s0.as_mut_ptr(), s1.as_mut_ptr()];
-        let (c0, c1) = scalars.split_at_mut(1);
-        let mut attrs = [c0.as_mut_ptr().cast::<c_void>(), c1.as_mut_ptr().cast()];
+        let mut attrs = [(&mut text as *mut ByteSpan).cast::<c_void>(), (&mut scalar as *mut Scalar).cast()];
         let mut frame = empty_frame(ptr::null_mut());
         frame.api = &api;
+        frame.stage = stage;
         frame.args = Buffers {
             struct_size: ARGS_SIZE,
             extension_start: ptr::null_mut(),
@@ -767,20 +817,33 @@ mod tests {
 
     #[test]
     fn decodes_buffers_the_attribute_the_stream_and_the_device() {
-        assert!(call_with_attribute(7).is_null());
+        assert!(call_with_attribute("7", STAGE_EXECUTE).is_null());
         let seen = fake::SEEN.with_borrow_mut(|s| s.take()).unwrap();
         assert_eq!(seen.0, vec![(dtype::F32, 0x1000, vec![4]), (dtype::S32, 0x2000, vec![2, 3])]);
         assert_eq!(seen.1, vec![(dtype::F32, 0x3000, vec![4])]);
-        assert_eq!((seen.2, seen.3, seen.4), (Some(7), 0x5151, 1));
+        assert_eq!((seen.2, seen.3, seen.4), (Some(b"7".to_vec()), 0x5151, 1));
     }
 
     #[test]
     fn failures_and_panics_become_xla_errors() {
-        assert!(!call_with_attribute(13).is_null());
+        assert!(!call_with_attribute("13", STAGE_EXECUTE).is_null());
         assert_eq!(fake::ERROR.with_borrow_mut(|e| e.take()), Some((ERROR_INVALID_ARGUMENT, "unlucky".to_string())));
-        assert!(!call_with_attribute(666).is_null());
+        assert!(!call_with_attribute("666", STAGE_EXECUTE).is_null());
         let (code, message) = fake::ERROR.with_borrow_mut(|e| e.take()).unwrap();
         assert_eq!(code, ERROR_INTERNAL);
         assert!(message.contains("panicked"), "{message}");
+    }
+
+    #[test]
+    fn the_instantiate_stage_gets_the_attributes_and_other_stages_do_nothing() {
+        assert!(call_with_attribute("7", STAGE_INSTANTIATE).is_null());
+        assert!(!call_with_attribute("13", STAGE_INSTANTIATE).is_null());
+        let (code, message) = fake::ERROR.with_borrow_mut(|e| e.take()).unwrap();
+        assert_eq!((code, message.as_str()), (ERROR_INVALID_ARGUMENT, "unlucky at instantiation"));
+        fake::SEEN.with_borrow_mut(|s| *s = None);
+        for stage in [1, 2] {
+            assert!(call_with_attribute("13", stage).is_null());
+        }
+        assert!(fake::SEEN.with_borrow_mut(|s| s.take()).is_none(), "prepare and initialize serve nothing");
     }
 }
