@@ -211,6 +211,16 @@ class _Gen:
         self.features.add(feature)
         self.slot_forms.setdefault(slot, set()).add(feature)
 
+    def own_slot(self, h: Header, nslots: int) -> None:
+        """Make configuration or pre-include header `h` define a slot (most of the time): it
+        is read first, so its definitions win and an edit of it shows."""
+        if self.rng.random() < 0.6:
+            h.slot = self.rng.randrange(nslots)
+            h.type_form = self.rng.choice(["typedef", "using", "define"])
+            h.value_form = self.rng.choice(["define", "enum", "constexpr"])
+            h.type, h.value = self.type_value()
+            self.features.add("slot_in_config")
+
     def uniq(self) -> int:
         self.counter += 1
         return self.counter
@@ -363,9 +373,9 @@ class _Gen:
             assert h.slot is not None
             if h.guard != "none":
                 h.noise = self.noise()
-            for t in range(h.slot + 1, nslots):
+            for to in range(h.slot + 1, nslots):
                 if r.random() < 0.4:
-                    h.includes += self.include(os.path.dirname(h.path), t, variants[t])
+                    h.includes += self.include(os.path.dirname(h.path), to, variants[to])
         # Selectors: in a configuration header, a pre-include, an option or an API define.
         selectors = {f"SEL{i}": r.randrange(1, 3) for i in range(3)}
         defines: list[tuple[str, Optional[str]]] = []
@@ -376,10 +386,12 @@ class _Gen:
         if where == "cfg" or r.random() < 0.3:
             cfg = Header(f"{r.choice(['src', 'inc2'])}/cfg.h", None, r.choice(["guard", "once", "none"]), "CFG_GUARD", "typedef", "define")
             cfg.selectors = dict(selectors) if where == "cfg" else {}
+            self.own_slot(cfg, nslots)
             headers[cfg.path] = cfg
         if where == "pre" or r.random() < 0.4:
             pre = Header(r.choice(["pre.h", "inc3/pre.h"]), None, r.choice(["guard", "once", "none"]), "PRE_GUARD", "typedef", "define")
             pre.selectors = dict(selectors) if where == "pre" else {}
+            self.own_slot(pre, nslots)
             if r.random() < 0.5:
                 s = r.randrange(nslots)
                 pre.includes = self.include(os.path.dirname(pre.path), s, variants[s])
@@ -388,7 +400,11 @@ class _Gen:
             form = r.choice(["-include f", "-include=f", "--pre-include=f", "--pre-include f"])
             self.features.add(f"pre:{form}")
             self.pre_form = form
-            ppath = {"rel": f"{self.name}/{pre.path}", "abs": os.path.join(self.root, self.name, pre.path)}[r.choice(["rel", "abs"])]
+            spellings = ["rel", "abs", "dot"] + (["name"] if pre.path.startswith("inc3/") and "inc3" in inc else [])
+            spelling = r.choice(spellings)
+            self.features.add(f"pre_path:{spelling}")
+            ppath = {"rel": f"{self.name}/{pre.path}", "abs": os.path.join(self.root, self.name, pre.path), "dot": f"./{self.name}/{pre.path}",
+                     "name": os.path.basename(pre.path)}[spelling]  # fmt: skip
             options += {"-include f": ["-include", ppath], "-include=f": ["-include=" + ppath], "--pre-include=f": ["--pre-include=" + ppath],
                         "--pre-include f": ["--pre-include", ppath]}[form]  # fmt: skip
         if where == "option":
@@ -434,14 +450,15 @@ class _Gen:
         source = "\n".join(src) + "\n"
         file = f"{self.name}/src/k.cu" if r.random() < 0.8 else os.path.join(self.root, self.name, "src/k.cu")
         # The edit: a random header; a slot's type and constant, or a selector.
-        path = r.choice(sorted(headers))
+        path = pre.path if pre is not None and r.random() < 0.25 else r.choice(sorted(headers))
         old = headers[path]
         new = Header(**{**old.__dict__, "selectors": dict(old.selectors), "noise": list(old.noise), "includes": list(old.includes)})
         if old.slot is not None:
             new.type, new.value = self.type_value((old.type, old.value))
             self.features.add("edit:slot")
             # How the edited header's name is included, and how it is protected.
-            self.features |= {"edited_" + f for f in self.slot_forms.get(old.slot, set())}
+            if old is not pre and old is not cfg:
+                self.features |= {"edited_" + f for f in self.slot_forms.get(old.slot, set())}
             self.features.add(f"edited_guard:{old.guard}")
         elif old.selectors:
             k = r.choice(sorted(old.selectors))
@@ -668,7 +685,7 @@ class Failure:
     def describe(self) -> str:
         def show(d: dict[str, Any]) -> str:
             if not d["ok"]:
-                return "FAILED: " + d["log"].replace("\n", "\n    ")
+                return "FAILED: " + str(d["log"]).replace("\n", "\n    ")
             rows = [f"{k}: symbol {v['symbol']} params {v['params']} ptx params {v['ptx_params']}\n      body {v['body']}" for k, v in d["kernels"].items()]
             extra = f" (cache: {d.get('cache')}; types {d.get('types')})" if "cache" in d else ""
             return ("\n    ".join(rows) or "no kernels") + extra
