@@ -600,6 +600,7 @@ def _worker() -> None:
                 with open(job["file"]) as f:
                     src = f.read()
                 ptx: list[str] = []
+                before = _native.stats()["disk_cache_untrusted_keys"]
                 infos = _native.compile_program(src, ARCH, job["file"], [], job["options"], job["include_dirs"], [tuple(d) for d in job["defines"]], [], ptx)
                 k, e = job["kernels"]
                 symbols: dict[str, tuple[str, list[str]]] = {}
@@ -611,6 +612,9 @@ def _worker() -> None:
                         symbols[k] = (i["lowered_name"], [CODE_OF.get(t, "?" + t) for t in types])
                     elif i["name"] == e:
                         symbols[e] = (i["lowered_name"], [PTX_OF_CODE.get(CODE_OF.get(t, ""), "?" + t) for t in types])
+                # Compiled from the file system and kept off the disk (caijit could not
+                # name every header): its memory-cache key may miss a header.
+                res["untrusted"] = _native.stats()["disk_cache_untrusted_keys"] > before
                 res.update(ok=True, log="", kernels=summarize([k, e], symbols, ptx[0] if ptx else ""), cache=sorted(cache),
                            types={i["name"]: [p["type"] for p in i["params"]] for i in infos})  # fmt: skip
             except caijit.CaijitError as ex:
@@ -687,7 +691,7 @@ class Failure:
             if not d["ok"]:
                 return "FAILED: " + str(d["log"]).replace("\n", "\n    ")
             rows = [f"{k}: symbol {v['symbol']} params {v['params']} ptx params {v['ptx_params']}\n      body {v['body']}" for k, v in d["kernels"].items()]
-            extra = f" (cache: {d.get('cache')}; types {d.get('types')})" if "cache" in d else ""
+            extra = f" (cache: {d.get('cache')}; untrusted key: {d.get('untrusted')}; types {d.get('types')})" if "cache" in d else ""
             return ("\n    ".join(rows) or "no kernels") + extra
 
         return (
@@ -762,6 +766,9 @@ def run(indices: list[int], seed: int, root: str, progress: bool = False) -> Rep
         t = first.start(jobs)
         truth1 = [nvrtc.compile(c) for c in cases]
         v1 = dict(first.finish(t, jobs))
+        for c in cases:  # what caijit made of the case, for the feature table
+            if v1[c.index].get("untrusted"):
+                c.features.add("observed:caijit_untrusted_key")
         if progress:
             print(f"  cases {indices[0]}..{indices[-1]}: version 1 compiled ({time.monotonic() - t0:.0f} s)", file=sys.stderr, flush=True)
         for c in cases:
