@@ -65,11 +65,12 @@ TYPES = [
 #: caijit's spelling of a parameter type -> mangling code (anything else is a mismatch).
 #: caijit names a scalar by its dtype: `char` (int8 on CUDA) is "signed char"; the lowered
 #: name, compared too, still tells `char` from `signed char`.
-CODE_OF = {"signed char": "c", 
-    "int": "i", "unsigned": "j", "unsigned int": "j", "float": "f", "double": "d", "long long": "x",
+CODE_OF = {
+    "signed char": "c", "int": "i", "unsigned": "j", "unsigned int": "j", "float": "f", "double": "d", "long long": "x",
     "long long int": "x", "unsigned long long": "y", "unsigned long long int": "y", "short": "s",
     "short int": "s", "unsigned short": "t", "unsigned short int": "t", "char": "c", "int*": "Pi", "int *": "Pi",
 }  # fmt: skip
+MANGLED = {spelling: code for spelling, code, _ in TYPES}
 PTX_OF_CODE = {code: ptx for _, code, ptx in TYPES} | {"Pi": ".u64"}
 FALLBACK_TYPE = "char"  # a slot no header defined
 DIRS = ["src", "inc1", "inc2", "inc3", "inc1/sub"]
@@ -234,10 +235,11 @@ class _Gen:
         return {"rel": rel, "abs": os.path.join(self.root, rel), "dot": "./" + rel, "slash": rel + "/"}[form]
 
     def type_value(self, avoid: Optional[tuple[str, int]] = None) -> tuple[str, int]:
+        """A type and a constant for a slot; with `avoid`, a different type and constant."""
         while True:
             t = self.rng.choice(TYPES)[0]
             v = self.rng.randrange(1000, 99999)
-            if avoid is None or (dict((s, c) for s, c, _ in TYPES)[t] != dict((s, c) for s, c, _ in TYPES)[avoid[0]] and v != avoid[1]):
+            if avoid is None or (MANGLED[t] != MANGLED[avoid[0]] and v != avoid[1]):
                 return t, v
 
     def noise(self) -> list[str]:
