@@ -612,9 +612,10 @@ pub fn make_kernel(
 
 /// Compile a program without a GPU: `compile_program(source, arch, ...)` → kernel infos.
 /// Each name expression's types get their headers (`axpy<__half>`: `cuda_fp16.h`). With
-/// `notes`, what caijit could not learn (see `Compiled::notes`) is appended to it.
+/// `notes`, what caijit could not learn (see `Compiled::notes`) is appended to it; with
+/// `ptx`, the program's PTX (what a differential test compares with NVRTC's own).
 #[pyfunction]
-#[pyo3(signature = (source, arch, filename = None, name_expressions = Vec::new(), options = Vec::new(), include_dirs = Vec::new(), defines = Vec::new(), notes = None))]
+#[pyo3(signature = (source, arch, filename = None, name_expressions = Vec::new(), options = Vec::new(), include_dirs = Vec::new(), defines = Vec::new(), notes = None, ptx = None))]
 #[allow(clippy::too_many_arguments)] // the Python signature
 pub fn compile_program<'py>(
     py: Python<'py>,
@@ -626,6 +627,7 @@ pub fn compile_program<'py>(
     include_dirs: Vec<std::path::PathBuf>,
     defines: Vec<(String, Option<String>)>,
     notes: Option<&Bound<'py, PyList>>,
+    ptx: Option<&Bound<'py, PyList>>,
 ) -> PyCaiResult<Bound<'py, PyList>> {
     let mut p = program_from_py(source, filename, options, include_dirs, defines);
     let mut headers = Vec::new();
@@ -642,6 +644,9 @@ pub fn compile_program<'py>(
         for n in &c.notes {
             list.append(n)?;
         }
+    }
+    if let Some(list) = ptx {
+        list.append(&c.ptx)?;
     }
     kernel_infos(py, &c, source)
 }
