@@ -84,7 +84,7 @@ pub const TARGET: &str = "caijit_launch";
 /// The attribute carrying the launch's fingerprint (32 hex digits).
 pub const FINGERPRINT: &str = "caijit_fingerprint";
 /// The first token of every description: its format (bumped when the format changes).
-const FORMAT: &str = "caijit-xla-launch/1";
+const FORMAT: &str = "caijit-xla-launch/2";
 
 /// The abstract value of a buffer: dtype and shape (row-major, dense).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -135,6 +135,8 @@ enum Slot {
 #[derive(Clone, Debug, PartialEq)]
 struct Description {
     program: Program,
+    /// [`crate::compile::headers_digest`] of `program` where it was traced.
+    headers: String,
     name: String,
     inputs: Vec<BufferSpec>,
     outputs: Vec<BufferSpec>,
@@ -251,6 +253,7 @@ pub fn prepare(
 ) -> Result<Launch> {
     let d = Description {
         program: program.clone(),
+        headers: crate::compile::headers_digest(program)?,
         name: name.to_string(),
         inputs: inputs.to_vec(),
         outputs: outputs.to_vec(),
@@ -356,6 +359,14 @@ fn resolve(fingerprint: Option<&[u8]>, description: Option<&[u8]>, check: bool) 
         )));
     }
     let d = Description::decode(text)?;
+    let here = crate::compile::headers_digest(&d.program)?;
+    if here != d.headers {
+        return Err(Error::argument(format!(
+            "the custom call's kernel `{}` was traced with other headers than {} includes here (header digest {} there, {here} here): \
+             trace the program again",
+            d.name, d.program.name, d.headers
+        )));
+    }
     // Loaded on every device now, while XLA instantiates the program (outside any graph
     // capture): a process that did not trace the kernel does not know which devices its
     // JAX uses, and a first call may be recorded into a CUDA graph.
@@ -419,7 +430,7 @@ impl Description {
         // description carries it.
         let Program { source, name, options, include_dirs, defines, name_expressions, source_dir } = &self.program;
         let mut w = Writer(String::with_capacity(source.len() + 256));
-        w.field(FORMAT).field(source).field(name);
+        w.field(FORMAT).field(source).field(name).field(&self.headers);
         w.num(options.len());
         for o in options {
             w.field(o);
@@ -490,6 +501,7 @@ impl Description {
         };
         let source = r.field()?.to_string();
         let name = r.field()?.to_string();
+        let headers = r.field()?.to_string();
         let options = r.list(|r| Ok(r.field()?.to_string()))?;
         let include_dirs = r.list(|r| Ok(PathBuf::from(r.field()?)))?;
         let defines = r.list(|r| {
@@ -528,7 +540,7 @@ impl Description {
             return Err(Reader::malformed("text after its last field"));
         }
         let config = LaunchConfig { grid, block, shared_mem, cluster: (cluster != [0, 0, 0]).then_some(cluster), cooperative };
-        Ok(Description { program, name: kernel, inputs, outputs, aliases, bindings, config })
+        Ok(Description { program, headers, name: kernel, inputs, outputs, aliases, bindings, config })
     }
 }
 
@@ -779,6 +791,7 @@ mod tests {
             .located_at("/tmp/src/k.cu");
         Description {
             program,
+            headers: "0123abcd".into(),
             name: "k".into(),
             inputs: vec![f32s(4), BufferSpec { dtype: DType::C64, shape: vec![] }],
             outputs: vec![BufferSpec { dtype: DType::BF16, shape: vec![2, 0, 3] }],

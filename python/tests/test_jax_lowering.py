@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from typing import Any
 
 import pytest
 
@@ -314,7 +315,7 @@ def test_each_call_carries_its_launch_and_its_fingerprint_not_an_index() -> None
     # The fingerprint is the description's SHA-256 (first 128 bits), computed independently.
     assert fp == hashlib.sha256(desc.encode()).hexdigest()[:32]
     # The description holds the whole program and the instance, not a reference to them.
-    assert desc.startswith("19:caijit-xla-launch/1") and AXPY.strip() in desc
+    assert desc.startswith("19:caijit-xla-launch/2") and AXPY.strip() in desc
     assert "axpy" in desc and "float32" in desc
     # Another scalar, another grid: another launch, another fingerprint.
     other = cjax.kernel_call(caijit.kernel(AXPY), lambda x, y: x, grid=lambda x, y: (x.size + 127) // 128, block=128, a=3, n=lambda x, y: x.size)
@@ -377,6 +378,29 @@ def test_a_launch_resolves_in_a_fresh_process_from_its_attributes_alone() -> Non
     assert "axpy" in result["own"], result
     assert result["swapped"].startswith("ArgumentError") and "does not match its fingerprint" in result["swapped"], result
     assert result["garbled"].startswith("ArgumentError") and "does not match its fingerprint" in result["garbled"], result
+
+
+def test_a_header_edited_after_tracing_is_refused_in_a_fresh_process(tmp_path: Any) -> None:
+    """The description names the program's headers by their contents: a process that finds
+    other headers than the tracing one did (an edited `scale.h`) refuses the launch instead
+    of compiling another kernel under the traced program's fingerprint."""
+    import json
+    import sys
+
+    (tmp_path / "scale.h").write_text("#define FACTOR 2.0f\n")
+    src = '#include "scale.h"\nextern "C" __global__ void k(float* y, int n) { if ((int)threadIdx.x < n) y[threadIdx.x] *= FACTOR; }\n'
+    k = caijit.kernel(src, include_dirs=[str(tmp_path)])
+    x = jnp.ones(8, jnp.float32)
+    [a] = launches(lower_for_cuda(cjax.kernel_call(k, lambda x: x, grid=1, block=8, input_output_aliases={0: 0}, n=8), x))
+    run = lambda: subprocess.run([sys.executable, "-c", FRESH_PROCESS], input=json.dumps([a, a]), capture_output=True, text=True, timeout=300)
+    r = run()
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.split("RESULT ", 1)[1])["own"] == "k"
+    (tmp_path / "scale.h").write_text("#define FACTOR 100.0f\n")
+    r = run()
+    assert r.returncode == 0, r.stderr
+    own = json.loads(r.stdout.split("RESULT ", 1)[1])["own"]
+    assert own.startswith("ArgumentError") and "other headers" in own, own
 
 
 def test_an_empty_input_launches_nothing_and_gives_empty_results() -> None:
