@@ -227,15 +227,8 @@ def test_the_key_names_the_exact_nvrtc_build(tmp_path: Any) -> None:
     (13.0.48 and 13.0.88 make different code)."""
     (tmp_path / "other").mkdir()
     other = _nvrtc_with_another_build_id(tmp_path / "other")
-    # Both builds are named by path, and the loader's own search path is left out: where
-    # LD_LIBRARY_PATH holds an NVRTC (a CUDA toolkit's), caijit refuses to load a second one.
-    env = {
-        **os.environ,
-        "CAIJIT_CACHE_DIR": str(tmp_path / "cache"),
-        "CAIJIT_CUDA_INCLUDE": _native.nvrtc_info()[2][0],
-        "CAIJIT_NVRTC_PATH": os.path.realpath(_native.nvrtc_info()[0]),
-    }
-    for k in ("CAIJIT_CACHE", "LD_LIBRARY_PATH"):
+    env = {**os.environ, "CAIJIT_CACHE_DIR": str(tmp_path / "cache"), "CAIJIT_CUDA_INCLUDE": _native.nvrtc_info()[2][0]}
+    for k in ("CAIJIT_CACHE", "CAIJIT_NVRTC_PATH"):
         env.pop(k, None)
     code = (
         "import caijit, json\nfrom caijit import _native\n"
@@ -244,7 +237,17 @@ def test_the_key_names_the_exact_nvrtc_build(tmp_path: Any) -> None:
     )
     first = _subprocess_compile(tmp_path, env, code)
     again = _subprocess_compile(tmp_path, env, code)
-    theirs = _subprocess_compile(tmp_path, {**env, "CAIJIT_NVRTC_PATH": other}, code)
+    # The copy is also first on the loader's path under NVRTC's sonames: where the machine
+    # has an NVRTC of its own (a CUDA toolkit in the loader's cache), cudarc's lookup by
+    # soname must find the copy, not that one.
+    lib_dir = os.path.dirname(other)
+    for alias in ("libnvrtc.so", f"libnvrtc.so.{_native.nvrtc_info()[1][0]}"):
+        if alias != os.path.basename(other):
+            if os.path.lexists(os.path.join(lib_dir, alias)):
+                os.remove(os.path.join(lib_dir, alias))  # an unaltered copy of the same build
+            os.symlink(os.path.basename(other), os.path.join(lib_dir, alias))
+    loader_path = os.pathsep.join(p for p in (lib_dir, os.environ.get("LD_LIBRARY_PATH", "")) if p)
+    theirs = _subprocess_compile(tmp_path, {**env, "CAIJIT_NVRTC_PATH": other, "LD_LIBRARY_PATH": loader_path}, code)
     assert (first[0], again[0]) == ("compiled", "disk")
     assert theirs[1] == first[1], "the same version and headers: only the build differs"
     assert theirs[2] != first[2]

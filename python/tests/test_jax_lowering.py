@@ -524,7 +524,9 @@ def test_a_serialized_program_resolves_its_launch_in_a_fresh_process(what: str) 
             json.dump([fp, desc], f)
         results = {}
         for role in ("A", "fresh", "tampered"):
-            r = subprocess.run([sys.executable, "-c", ROUND_TRIP, role, what, d], capture_output=True, text=True, timeout=300)
+            # XLA's CPU platform, also where JAX has a GPU (the probe is registered for CPU).
+            env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+            r = subprocess.run([sys.executable, "-c", ROUND_TRIP, role, what, d], capture_output=True, text=True, timeout=300, env=env)
             assert r.returncode == 0, r.stdout + r.stderr
             if r.stdout.startswith("SKIP "):
                 pytest.skip(f"jax.export cannot serialize here: {r.stdout[5:].strip()}")
