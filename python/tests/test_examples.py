@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import gpu_unavailable_reason
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Type-checked for the lowest Python caijit supports (pyproject.toml's requires-python).
@@ -37,6 +38,18 @@ def test_example_runs(path: str) -> None:
     r = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=600, cwd="/tmp")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "ok" in r.stdout
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=os.path.basename)
+def test_example_without_a_gpu_says_what_it_needs(path: str) -> None:
+    """Where an example cannot run (no GPU, or a library it needs is missing), it says so
+    in one line and exits with status 0, without a traceback."""
+    if gpu_unavailable_reason() is None:
+        pytest.skip("a GPU is present: test_example_runs runs the examples")
+    r = subprocess.run([sys.executable, path], capture_output=True, text=True, timeout=300, cwd="/tmp")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout + r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("this example needs "), r.stdout + r.stderr
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="mypy is not installed")
