@@ -51,7 +51,7 @@ pub fn through_disk(cache: &std::path::Path) -> cai_runtime::compile::CompileOpt
     o
 }
 
-/// Device 0's context, or why there is none (for [`skip_unless!`]).
+/// Device 0's context, or why there is none (for [`run_gpu_tests`]).
 pub fn gpu_context() -> Result<std::sync::Arc<cai_runtime::runtime::Context>, cai_runtime::Error> {
     cai_runtime::runtime::device_count()?;
     cai_runtime::runtime::Context::new(0)
@@ -99,7 +99,8 @@ pub type GpuTest = (&'static str, fn(std::sync::Arc<cai_runtime::runtime::Contex
 pub fn run_gpu_tests(tests: &[GpuTest]) -> std::process::ExitCode {
     use libtest_mimic::{Completion, Trial};
     let args = libtest_mimic::Arguments::from_args();
-    let gpu = gpu_context().map_err(|e| e.to_string());
+    // The reason's first clause (the whole message lists every library tried).
+    let gpu = gpu_context().map_err(|e| e.to_string().split(" (tried").next().unwrap_or_default().to_string());
     let trials = tests
         .iter()
         .map(|&(name, test)| {
