@@ -1,5 +1,5 @@
-//! Launches on the GPU: arguments, layouts, the stream protocol. Skips without a device;
-//! fails instead with CAIJIT_REQUIRE_GPU=1.
+//! Launches on the GPU: arguments, layouts, the stream protocol. Without a device each
+//! test is reported ignored, with the reason; it fails instead with CAIJIT_REQUIRE_GPU=1.
 
 use std::sync::Arc;
 
@@ -11,7 +11,18 @@ use cai_runtime::runtime::{driver_version, Context, Stream};
 use cai_runtime::stats::stats;
 use caijit_integration::{f32_bytes as bytes, f32s, randoms, seed};
 
-caijit_integration::gpu_main!(smoke_driver_nvrtc_device, axpy_template_on_device_arrays, strided_views_and_argument_errors, stream_protocol_orders_both_ways, cai_stream_values_and_export, struct_parameters_from_derived_rust_twins, cudarc_slices_as_arguments, every_spelling_of_a_kernel_is_one_kernel);
+// Every test of this file: a `fn(Arc<Context>)` named here. (This binary has its own
+// harness, `caijit_integration::run_gpu_tests`: a `#[test]` function would not run.)
+caijit_integration::gpu_main!(
+    smoke_driver_nvrtc_device,
+    axpy_template_on_device_arrays,
+    strided_views_and_argument_errors,
+    stream_protocol_orders_both_ways,
+    cai_stream_values_and_export,
+    struct_parameters_from_derived_rust_twins,
+    cudarc_slices_as_arguments,
+    every_spelling_of_a_kernel_is_one_kernel
+);
 
 fn smoke_driver_nvrtc_device(ctx: Arc<Context>) {
     let tk = toolkit().expect("NVRTC");

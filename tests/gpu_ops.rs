@@ -8,7 +8,13 @@ use cai_runtime::ops;
 use cai_runtime::runtime::{Context, Stream};
 use caijit_integration::{f32_bytes, f32s};
 
-caijit_integration::gpu_main!(rust_ops_match_cpu_references, contiguous_copies_check_their_arrays, rust_ops_fill_cast_broadcast_rows_softmax);
+// Every test of this file: a `fn(Arc<Context>)` named here. (This binary has its own
+// harness, `caijit_integration::run_gpu_tests`: a `#[test]` function would not run.)
+caijit_integration::gpu_main!(
+    rust_ops_match_cpu_references,
+    contiguous_copies_check_their_arrays,
+    rust_ops_fill_cast_broadcast_rows_softmax
+);
 
 fn rust_ops_match_cpu_references(ctx: Arc<Context>) {
     let s = Arc::new(Stream::new(&ctx).unwrap());
