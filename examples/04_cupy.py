@@ -43,8 +43,8 @@ def main() -> int:
     try:
         devices = caijit.device_count()
         why = "the CUDA driver reports no device"
-    except caijit.CudaNotAvailable as e:
-        devices, why = 0, str(e)
+    except caijit.CudaNotAvailable as error:
+        devices, why = 0, str(error)
     if devices == 0:
         print(f"this example needs an NVIDIA GPU: {why}")
         return 0
