@@ -19,6 +19,7 @@ os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
 
 import numpy as np
+import numpy.typing as npt
 
 try:
     import torch
@@ -39,11 +40,11 @@ extern "C" __global__ void affine(float* x, float a, float b, long long n) {
 """
 
 
-def rank_input(rank: int) -> np.ndarray:
+def rank_input(rank: int) -> npt.NDArray[np.float32]:
     return np.random.default_rng(rank).standard_normal(N).astype(np.float32)
 
 
-def reference(world: int) -> np.ndarray:
+def reference(world: int) -> npt.NDArray[np.float64]:
     """What every rank must end with: 0.5 * sum_r (2 x_r + r) - 1, in float64."""
     total = np.zeros(N)
     for r in range(world):

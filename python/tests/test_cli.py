@@ -267,6 +267,9 @@ def test_a_misspelt_kernel_lists_the_kernels_in_both(tmp_path: "os.PathLike[str]
     message = str(e.value)
     assert "scael" in message and "scale" in message and "axpy" in message, message
     assert "__nv_name_map" not in message and "nv_mangled_name" not in message, message
+    # A kernel a macro makes is not visibly declared, and is found all the same.
+    made = '#define KERNEL(n) extern "C" __global__ void n(float* y) { y[0] = 1; }\nKERNEL(made)\n'
+    assert [p["type"] for p in caijit.kernel(made, "made").params] == ["float*"]
 
 
 def test_info_json() -> None:
