@@ -18,7 +18,7 @@ t0=$SECONDS
 # Each step says what it does and how long it took; the times in brackets are what the
 # steps typically take on a 2-core machine (first set-up / later runs).
 step() {
-    [ -z "${step_name:-}" ] || printf '    (%s: %d s)\n' "$step_name" $((SECONDS - t0))
+    [ -z "${step_name:-}" ] || printf '    (took %d s)\n' $((SECONDS - t0))
     step_name=$1 t0=$SECONDS
     printf '\n==> %s\n' "$*"
 }
@@ -48,7 +48,7 @@ else
 fi
 venv_dir=$(cd "$VENV" && pwd)
 PY=$venv_dir/bin/python
-step "installing maturin, NumPy, pytest, mypy, JAX (CPU) and NVRTC $NVRTC from pip into $VENV [60-90 s / 3 s]"
+step "installing maturin, NumPy, pytest, mypy, JAX (CPU, for Python >= 3.11) and NVRTC $NVRTC from pip into $VENV [60-90 s / 3 s]"
 other=$([ "$NVRTC" = 12 ] && echo 13 || echo 12)
 # One NVRTC in the environment: caijit would take the newest it finds.
 "$PY" -m pip uninstall -y -q $(sed -n 's/^\(nvidia-[a-z0-9-]*\)==.*/\1/p' "python/requirements-nvrtc$other.txt") 2>/dev/null || true

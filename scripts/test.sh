@@ -8,7 +8,7 @@ VENV=${VENV:-.venv}
 export VENV
 t0=$SECONDS
 step() {
-    [ -z "${step_name:-}" ] || printf '    (%s: %d s)\n' "$step_name" $((SECONDS - t0))
+    [ -z "${step_name:-}" ] || printf '    (took %d s)\n' $((SECONDS - t0))
     step_name=$1 t0=$SECONDS
     printf '\n==> %s\n' "$*"
 }
