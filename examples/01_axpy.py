@@ -4,6 +4,7 @@ they are installed. Runs on any machine with an NVIDIA GPU: python examples/01_a
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 import numpy as np
 
@@ -18,7 +19,21 @@ __global__ void axpy(T a, const T* x, T* y, long long n) {
 """)
 
 
-def main() -> None:
+def missing_gpu() -> str | None:
+    """None where a GPU can be used, else why not."""
+    try:
+        if caijit.device_count() > 0:
+            return None
+        return "the CUDA driver reports no device"
+    except caijit.CudaNotAvailable as e:
+        return str(e)
+
+
+def main() -> int:
+    why = missing_gpu()
+    if why is not None:
+        print(f"this example needs an NVIDIA GPU: {why}")
+        return 0
     n = 1 << 20
     rng = np.random.default_rng()
     x_h = rng.standard_normal(n).astype(np.float32)
@@ -42,7 +57,8 @@ def main() -> None:
         assert np.allclose(ty.cpu().numpy(), 2 * x_h + y_h)
         print("PyTorch tensors: ok")
     print(caijit.stats())
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

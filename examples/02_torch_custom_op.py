@@ -4,9 +4,14 @@ python examples/02_torch_custom_op.py"""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
-import torch
+try:
+    import torch
+except ImportError:
+    print("this example needs PyTorch with CUDA (pip install torch) and an NVIDIA GPU: PyTorch is not installed")
+    sys.exit(0)
 
 import caijit.ops
 
@@ -39,7 +44,10 @@ def _backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor,
 scaled_add.register_autograd(_backward, setup_context=_setup_context)
 
 
-def main() -> None:
+def main() -> int:
+    if not torch.cuda.is_available():
+        print(f"this example needs an NVIDIA GPU that PyTorch can use: torch.cuda.is_available() is False (PyTorch {torch.__version__})")
+        return 0
     x = torch.randn(1000, device="cuda")
     y = torch.randn(1000, device="cuda")
     torch.testing.assert_close(scaled_add(x, y, 0.5), 0.5 * x + y)
@@ -61,7 +69,8 @@ def main() -> None:
 
     torch.testing.assert_close(layer(x, y), torch.relu(0.5 * x + y) * 2)
     print("custom op (eager, autograd, opcheck, torch.compile): ok")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

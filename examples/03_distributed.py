@@ -19,9 +19,15 @@ os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
 
 import numpy as np
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+import numpy.typing as npt
+
+try:
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+except ImportError:
+    print("this example needs PyTorch with CUDA and NCCL (pip install torch) and 2 or more NVIDIA GPUs: PyTorch is not installed")
+    sys.exit(0)
 
 import caijit
 
@@ -34,11 +40,11 @@ extern "C" __global__ void affine(float* x, float a, float b, long long n) {
 """
 
 
-def rank_input(rank: int) -> np.ndarray:
+def rank_input(rank: int) -> npt.NDArray[np.float32]:
     return np.random.default_rng(rank).standard_normal(N).astype(np.float32)
 
 
-def reference(world: int) -> np.ndarray:
+def reference(world: int) -> npt.NDArray[np.float64]:
     """What every rank must end with: 0.5 * sum_r (2 x_r + r) - 1, in float64."""
     total = np.zeros(N)
     for r in range(world):
@@ -74,7 +80,7 @@ def free_port() -> int:
 def main() -> int:
     world = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if world < 2:
-        print(f"this example needs 2 or more GPUs; {world} visible")
+        print(f"this example needs 2 or more NVIDIA GPUs that PyTorch can use; {world} visible")
         return 0
     mp.spawn(worker, args=(world, free_port()), nprocs=world)
     print(f"{world} ranks agree with the single-process reference")

@@ -38,7 +38,15 @@ def main() -> int:
     try:
         import cupy
     except ImportError:
-        print("this example needs CuPy")
+        print("this example needs CuPy (pip install cupy-cuda13x) and an NVIDIA GPU: CuPy is not installed")
+        return 0
+    try:
+        devices = caijit.device_count()
+        why = "the CUDA driver reports no device"
+    except caijit.CudaNotAvailable as error:
+        devices, why = 0, str(error)
+    if devices == 0:
+        print(f"this example needs an NVIDIA GPU: {why}")
         return 0
     rng = np.random.default_rng()
     h = rng.standard_normal((300, 500)).astype(np.float32)

@@ -17,8 +17,14 @@ from typing import Any
 # Let JAX allocate as it goes, so that it shares the GPU with other libraries.
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
-import jax
-import jax.numpy as jnp
+import sys
+
+try:
+    import jax
+    import jax.numpy as jnp
+except ImportError:
+    print("this example needs JAX with CUDA (pip install 'jax[cuda13]') and an NVIDIA GPU: JAX is not installed")
+    sys.exit(0)
 import numpy
 
 import caijit
@@ -134,7 +140,20 @@ def sgd(loss_fn: Any, lr: float = 50.0) -> Any:
 train_step = sgd(loss)
 
 
-def main() -> None:
+def missing_gpu() -> str | None:
+    """None where JAX has a CUDA device, else why not."""
+    try:
+        jax.devices("gpu")
+        return None
+    except RuntimeError as e:  # no CUDA backend (a CPU-only jaxlib) or no device
+        return f"JAX {jax.__version__} has no GPU ({str(e).splitlines()[0]})"
+
+
+def main() -> int:
+    why = missing_gpu()
+    if why is not None:
+        print(f"this example needs JAX with CUDA (pip install 'jax[cuda13]') and an NVIDIA GPU: {why}")
+        return 0
     rng = numpy.random.default_rng(0)
     features = 256
     x = jnp.asarray(rng.standard_normal((64, features)), jnp.float32)
@@ -161,7 +180,8 @@ def main() -> None:
     assert finals[0] < 0.01 * float(first), "training did not converge"
     assert abs(finals[0] - finals[1]) < 1e-3 * float(first), "training differs from jax.numpy's"
     print("ok")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -2,26 +2,63 @@
 # Set up a fresh machine: a virtualenv with the build and test requirements (NVRTC from
 # pip included) and caijit built into it. Idempotent; safe to run again (later runs are
 # quick: pip finds everything installed and cargo rebuilds only what changed).
+#
+#   PYTHON=python3.13   the interpreter of the virtualenv (default python3; >= 3.10)
+#   VENV=.venv-3.13     where the virtualenv lives (default .venv)
+#   NVRTC=12            NVRTC 12.x from pip (python/requirements-nvrtc12.txt) instead of 13.x
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+explicit_python=${PYTHON:+yes}
 PYTHON=${PYTHON:-python3}
-step() { printf '\n==> %s\n' "$*"; }
+VENV=${VENV:-.venv}
+NVRTC=${NVRTC:-13}
 start=$SECONDS
+t0=$SECONDS
+# Each step says what it does and how long it took; the times in brackets are what the
+# steps typically take on a 2-core machine (first set-up / later runs).
+step() {
+    [ -z "${step_name:-}" ] || printf '    (took %d s)\n' $((SECONDS - t0))
+    step_name=$1 t0=$SECONDS
+    printf '\n==> %s\n' "$*"
+}
 
 if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
     echo "caijit needs Python >= 3.10; $PYTHON is $("$PYTHON" --version 2>&1). Set PYTHON=python3.12 (say)." >&2
     exit 1
 fi
-if [ ! -x .venv/bin/python ]; then
-    step "creating the virtualenv .venv ($("$PYTHON" --version))"
-    "$PYTHON" -m venv .venv
+case "$NVRTC" in
+    12 | 13) ;;
+    *) echo "NVRTC=$NVRTC: caijit installs NVRTC 12 or 13 from pip (NVRTC=12 or NVRTC=13)" >&2; exit 1 ;;
+esac
+if [ -x "$VENV/bin/python" ] && ! "$VENV/bin/python" -c 'import sys' 2>/dev/null; then
+    echo "$VENV exists but its Python does not run (moved, or its interpreter is gone): remove $VENV and run again" >&2
+    exit 1
 fi
-step "installing maturin, NumPy, pytest and NVRTC from pip into .venv (about 20 s the first time)"
-.venv/bin/python -m pip install -q --disable-pip-version-check -r python/requirements-dev.txt
-step "building caijit (Rust, release) into .venv (about 1.5 min the first time)"
-(cd python && ../.venv/bin/maturin develop --release --locked)
+want=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+if [ -x "$VENV/bin/python" ]; then
+    have=$("$VENV/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+    if [ "$have" != "$want" ] && [ -n "$explicit_python" ]; then
+        echo "$VENV has Python $have but PYTHON=$PYTHON is $want: remove $VENV, or set VENV=.venv-$want" >&2
+        exit 1
+    fi
+else
+    step "creating the virtualenv $VENV (Python $want) [5 s]"
+    "$PYTHON" -m venv "$VENV"
+fi
+venv_dir=$(cd "$VENV" && pwd)
+PY=$venv_dir/bin/python
+step "installing maturin, NumPy, pytest, mypy, JAX (CPU, for Python >= 3.11) and NVRTC $NVRTC from pip into $VENV [60-90 s / 3 s]"
+other=$([ "$NVRTC" = 12 ] && echo 13 || echo 12)
+# One NVRTC in the environment: caijit would take the newest it finds.
+"$PY" -m pip uninstall -y -q $(sed -n 's/^\(nvidia-[a-z0-9-]*\)==.*/\1/p' "python/requirements-nvrtc$other.txt") 2>/dev/null || true
+"$PY" -m pip install --disable-pip-version-check --progress-bar off \
+    -r python/requirements-dev.txt -r "python/requirements-nvrtc$NVRTC.txt" | { grep -v '^Requirement already satisfied' || true; }
+step "building caijit (Rust, release) into $VENV [90-150 s / 5 s]"
+# VIRTUAL_ENV: maturin installs into this virtualenv (without it, into a .venv it finds).
+(cd python && VIRTUAL_ENV=$venv_dir "$PY" -m maturin develop --release --locked)
 # The example extension of #[derive(CudaArrayInterface)] with #[cai(python)] (tested by pytest).
-step "building the example extension examples/rust-extension into .venv (about 1.5 min the first time)"
-(cd examples/rust-extension && ../../.venv/bin/maturin develop --release --locked)
-step "set up in $((SECONDS - start)) s; run caijit with .venv/bin/python -m caijit (or: source .venv/bin/activate)"
+step "building the example extension examples/rust-extension into $VENV [60-90 s / 3 s]"
+(cd examples/rust-extension && VIRTUAL_ENV=$venv_dir "$PY" -m maturin develop --release --locked)
+step "done"
+echo "set up in $((SECONDS - start)) s; run caijit with $VENV/bin/python -m caijit (or: source $VENV/bin/activate)"

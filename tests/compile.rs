@@ -213,6 +213,24 @@ fn concurrent_writers_leave_one_good_entry() {
 
 #[test]
 fn default_compile_uses_the_global_caches() {
+    // The default path reads its disk cache from the environment: run this test again in a
+    // child process whose CAIJIT_CACHE_DIR is a temporary directory (no test changes the
+    // environment under its neighbours, and none writes into the user's ~/.cache).
+    if std::env::var_os("CAIJIT_TEST_CHILD").is_none() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache");
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "default_compile_uses_the_global_caches", "--test-threads=1"])
+            .env("CAIJIT_TEST_CHILD", "1")
+            .env("CAIJIT_CACHE_DIR", &cache)
+            .env_remove("CAIJIT_CACHE")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && stdout.contains("1 passed"), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert!(std::fs::read_dir(&cache).unwrap().next().is_some(), "the default compile wrote into CAIJIT_CACHE_DIR");
+        return;
+    }
     let p = Program::new("extern \"C\" __global__ void default_path(int* y) { y[0] = 4; }");
     let a = compile(&p, Arch(90)).unwrap();
     let b = compile(&p, Arch(90)).unwrap();

@@ -1,5 +1,5 @@
-//! Launches on the GPU: arguments, layouts, the stream protocol. Skips without a device;
-//! fails instead with CAIJIT_REQUIRE_GPU=1.
+//! Launches on the GPU: arguments, layouts, the stream protocol. Without a device each
+//! test is reported ignored, with the reason; it fails instead with CAIJIT_REQUIRE_GPU=1.
 
 use std::sync::Arc;
 
@@ -7,13 +7,24 @@ use cai_runtime::array::DeviceArray;
 use cai_runtime::cai::{ArrayView, DType, StreamRef};
 use cai_runtime::compile::{toolkit, Program};
 use cai_runtime::launch::{Arg, LaunchConfig, Num};
-use cai_runtime::runtime::{driver_version, Stream};
+use cai_runtime::runtime::{driver_version, Context, Stream};
 use cai_runtime::stats::stats;
-use caijit_integration::{f32_bytes as bytes, f32s, gpu_context as ctx, randoms, seed, skip_unless};
+use caijit_integration::{f32_bytes as bytes, f32s, randoms, seed};
 
-#[test]
-fn smoke_driver_nvrtc_device() {
-    let ctx = skip_unless!(ctx(), "no CUDA device");
+// Every test of this file: a `fn(Arc<Context>)` named here. (This binary has its own
+// harness, `caijit_integration::run_gpu_tests`: a `#[test]` function would not run.)
+caijit_integration::gpu_main!(
+    smoke_driver_nvrtc_device,
+    axpy_template_on_device_arrays,
+    strided_views_and_argument_errors,
+    stream_protocol_orders_both_ways,
+    cai_stream_values_and_export,
+    struct_parameters_from_derived_rust_twins,
+    cudarc_slices_as_arguments,
+    every_spelling_of_a_kernel_is_one_kernel
+);
+
+fn smoke_driver_nvrtc_device(ctx: Arc<Context>) {
     let tk = toolkit().expect("NVRTC");
     println!(
         "device 0: {} (compute capability {}.{}, {}), driver {}, NVRTC {}.{} at {}",
@@ -50,9 +61,7 @@ extern "C" __global__ void copy(const float* x, float* y, long long n) {
 }
 "#;
 
-#[test]
-fn axpy_template_on_device_arrays() {
-    let ctx = skip_unless!(ctx(), "no CUDA device");
+fn axpy_template_on_device_arrays(ctx: Arc<Context>) {
     let s = Arc::new(Stream::new(&ctx).unwrap());
     let n = 100_003;
     let xs = randoms(n, seed());
@@ -77,9 +86,7 @@ fn axpy_template_on_device_arrays() {
     }
 }
 
-#[test]
-fn strided_views_and_argument_errors() {
-    let ctx = skip_unless!(ctx(), "no CUDA device");
+fn strided_views_and_argument_errors(ctx: Arc<Context>) {
     let s = Arc::new(Stream::new(&ctx).unwrap());
     let (r, c) = (37, 53);
     let av = randoms(r * c, seed());
@@ -132,9 +139,7 @@ fn strided_views_and_argument_errors() {
 
 /// Producer on stream A (slow), consumer launched on stream C: the launch waits for A.
 /// Then stream A copies the consumer's output: the reverse edge orders it after the launch.
-#[test]
-fn stream_protocol_orders_both_ways() {
-    let ctx = skip_unless!(ctx(), "no CUDA device");
+fn stream_protocol_orders_both_ways(ctx: Arc<Context>) {
     let a_stream = Arc::new(Stream::new(&ctx).unwrap());
     let c_stream = Stream::new(&ctx).unwrap();
     let n = 1 << 16;
@@ -164,9 +169,7 @@ fn stream_protocol_orders_both_ways() {
     assert!(got.iter().all(|&v| v == 7.0));
 }
 
-#[test]
-fn cai_stream_values_and_export() {
-    let ctx = skip_unless!(ctx(), "no CUDA device");
+fn cai_stream_values_and_export(ctx: Arc<Context>) {
     let s = Arc::new(Stream::new(&ctx).unwrap());
     let a = DeviceArray::zeros(&ctx, &[3, 4], DType::I32, &s).unwrap();
     let d = a.view().to_descriptor();
@@ -199,10 +202,8 @@ extern "C" __global__ void use_params(Params p, double* out) {
 }
 "#;
 
-#[test]
-fn struct_parameters_from_derived_rust_twins() {
+fn struct_parameters_from_derived_rust_twins(ctx: Arc<Context>) {
     use cai_runtime::ParamBytes;
-    let ctx = skip_unless!(ctx(), "no CUDA device");
     let s = Arc::new(Stream::new(&ctx).unwrap());
     let m = ctx.compile(&Program::new(PARAMS_SRC)).unwrap();
     let k = m.kernel("use_params").unwrap();
@@ -219,10 +220,8 @@ fn struct_parameters_from_derived_rust_twins() {
 }
 
 /// cudarc slices are arguments like any other CAI array, ordered against their stream.
-#[test]
-fn cudarc_slices_as_arguments() {
+fn cudarc_slices_as_arguments(ctx: Arc<Context>) {
     use cai_runtime::interop::cudarc_view;
-    let ctx = skip_unless!(ctx(), "no CUDA device");
     let cctx = cudarc::driver::CudaContext::new(0).unwrap();
     let cstream = cctx.new_stream().unwrap();
     let n = 10_001;
@@ -249,9 +248,7 @@ fn cudarc_slices_as_arguments() {
     }
 }
 
-#[test]
-fn every_spelling_of_a_kernel_is_one_kernel() {
-    let ctx = skip_unless!(ctx(), "no CUDA device");
+fn every_spelling_of_a_kernel_is_one_kernel(ctx: Arc<Context>) {
     // A source of its own (its module is loaded here first), asked for by eight threads at once.
     let program = Program::new(format!("{AXPY}\n// every_spelling_of_a_kernel_is_one_kernel {}\n", seed())).name_expression("axpy<float>");
     let modules: Vec<_> = std::thread::scope(|s| {

@@ -5,12 +5,18 @@ use std::sync::Arc;
 use cai_runtime::array::DeviceArray;
 use cai_runtime::cai::{ArrayView, DType};
 use cai_runtime::ops;
-use cai_runtime::runtime::Stream;
-use caijit_integration::{f32_bytes, f32s, gpu_context as ctx, skip_unless};
+use cai_runtime::runtime::{Context, Stream};
+use caijit_integration::{f32_bytes, f32s};
 
-#[test]
-fn rust_ops_match_cpu_references() {
-    let ctx = skip_unless!(ctx(), "no CUDA device");
+// Every test of this file: a `fn(Arc<Context>)` named here. (This binary has its own
+// harness, `caijit_integration::run_gpu_tests`: a `#[test]` function would not run.)
+caijit_integration::gpu_main!(
+    rust_ops_match_cpu_references,
+    contiguous_copies_check_their_arrays,
+    rust_ops_fill_cast_broadcast_rows_softmax
+);
+
+fn rust_ops_match_cpu_references(ctx: Arc<Context>) {
     let s = Arc::new(Stream::new(&ctx).unwrap());
     let (r, c) = (129usize, 77usize);
     let xs: Vec<f32> = (0..r * c).map(|i| ((i * 7919) % 1000) as f32 / 7.0 - 50.0).collect();
@@ -52,10 +58,8 @@ fn rust_ops_match_cpu_references() {
     assert_eq!(cai_runtime::stats::stats().copies, copies + 1);
 }
 
-#[test]
-fn contiguous_copies_check_their_arrays() {
+fn contiguous_copies_check_their_arrays(ctx: Arc<Context>) {
     use cai_runtime::launch::{copy_contiguous, Arg};
-    let ctx = skip_unless!(ctx(), "no CUDA device");
     let s = Arc::new(Stream::new(&ctx).unwrap());
     let a = DeviceArray::zeros(&ctx, &[4, 6], DType::F32, &s).unwrap();
     let b = DeviceArray::zeros(&ctx, &[24], DType::F32, &s).unwrap();
@@ -82,10 +86,8 @@ fn i32s(b: &[u8]) -> Vec<i32> {
     b.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect()
 }
 
-#[test]
-fn rust_ops_fill_cast_broadcast_rows_softmax() {
+fn rust_ops_fill_cast_broadcast_rows_softmax(ctx: Arc<Context>) {
     use cai_runtime::ops::BinaryOp;
-    let ctx = skip_unless!(ctx(), "no CUDA device");
     let s = Arc::new(Stream::new(&ctx).unwrap());
     let (r, c) = (33usize, 70usize);
     let xs: Vec<f32> = (0..r * c).map(|i| ((i * 7919) % 1000) as f32 / 7.0 - 50.0).collect();

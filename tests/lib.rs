@@ -51,7 +51,7 @@ pub fn through_disk(cache: &std::path::Path) -> cai_runtime::compile::CompileOpt
     o
 }
 
-/// Device 0's context, or why there is none (for [`skip_unless!`]).
+/// Device 0's context, or why there is none (for [`run_gpu_tests`]).
 pub fn gpu_context() -> Result<std::sync::Arc<cai_runtime::runtime::Context>, cai_runtime::Error> {
     cai_runtime::runtime::device_count()?;
     cai_runtime::runtime::Context::new(0)
@@ -89,19 +89,42 @@ pub fn require_gpu() -> bool {
     std::env::var("CAIJIT_REQUIRE_GPU").is_ok_and(|v| v == "1")
 }
 
-/// Skip (return `None` after printing why) or fail, as `CAIJIT_REQUIRE_GPU` says.
-#[macro_export]
-macro_rules! skip_unless {
-    ($cond:expr, $why:expr) => {
-        match $cond {
-            Ok(v) => v,
-            Err(e) => {
-                if $crate::require_gpu() {
-                    panic!("CAIJIT_REQUIRE_GPU=1 but {}: {}", $why, e);
+/// A GPU test: it gets device 0's context and panics on a failure.
+pub type GpuTest = (&'static str, fn(std::sync::Arc<cai_runtime::runtime::Context>));
+
+/// The `main` of a GPU test binary (`harness = false`, through [`gpu_main!`]): runs the tests
+/// as libtest would (filters, `--list`, `--exact`, `--test-threads`), each on device 0.
+/// Where there is no device each test is reported *ignored*, with the reason, or fails with
+/// it under `CAIJIT_REQUIRE_GPU=1`. (libtest itself cannot skip at run time.)
+pub fn run_gpu_tests(tests: &[GpuTest]) -> std::process::ExitCode {
+    use libtest_mimic::{Completion, Trial};
+    let args = libtest_mimic::Arguments::from_args();
+    // The reason's first clause (the whole message lists every library tried).
+    let gpu = gpu_context().map_err(|e| e.to_string().split(" (tried").next().unwrap_or_default().to_string());
+    let trials = tests
+        .iter()
+        .map(|&(name, test)| {
+            let gpu = gpu.clone();
+            Trial::ignorable_test(name, move || match gpu {
+                Ok(ctx) => {
+                    test(ctx);
+                    Ok(Completion::Completed)
                 }
-                eprintln!("SKIPPED: {}: {}", $why, e);
-                return;
-            }
+                Err(why) if require_gpu() => Err(format!("CAIJIT_REQUIRE_GPU=1 but there is no CUDA device: {why}").into()),
+                Err(why) => Ok(Completion::ignored_with(format!("no CUDA device: {why}"))),
+            })
+        })
+        .collect();
+    libtest_mimic::run(&args, trials).exit_code()
+}
+
+/// `fn main` running the named test functions (each `fn(Arc<Context>)`) through
+/// [`run_gpu_tests`].
+#[macro_export]
+macro_rules! gpu_main {
+    ($($test:ident),+ $(,)?) => {
+        fn main() -> std::process::ExitCode {
+            $crate::run_gpu_tests(&[$((stringify!($test), $test as fn(_))),+])
         }
     };
 }

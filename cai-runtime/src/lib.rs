@@ -7,9 +7,33 @@
 //! | element type | `T` | C++ type | [`cai::DType`] (typestr) |
 //! | producer's pending work | — | `CUstream` | [`cai::StreamRef`] |
 //!
-//! # Example
+//! # Examples
 //!
-//! Compile a kernel with NVRTC, launch it on two CUDA arrays (here described by a type of
+//! Without a GPU, NVRTC alone compiles a kernel and says how its parameters are laid out
+//! (what `python -m caijit compile` prints); here for sm_90, without the disk cache:
+//!
+//! ```
+//! use cai_runtime::compile::{compile_with, Arch, CompileOptions, Program};
+//!
+//! # fn main() -> Result<(), cai_runtime::Error> {
+//! let program = Program::new(
+//!     r#"extern "C" __global__ void scale(float* y, double a, int n) {
+//!         int i = blockIdx.x * blockDim.x + threadIdx.x;
+//!         if (i < n) y[i] *= a;
+//!     }"#,
+//! );
+//! let mut options = CompileOptions::default();
+//! options.disk_cache = Some(None);
+//! let compiled = compile_with(&program, Arch(90), &options)?;
+//! let scale = compiled.kernel("scale")?;
+//! let layout: Vec<(&str, usize, usize)> = scale.params.iter().map(|p| (p.cpp_type.as_str(), p.offset, p.size)).collect();
+//! assert_eq!(layout, [("float*", 0, 8), ("double", 8, 8), ("int", 16, 4)]);
+//! assert_eq!(scale.param_buffer_size(), 20);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! With a GPU: compile a kernel with NVRTC, launch it on two CUDA arrays (here described by a type of
 //! your own that derives the CUDA Array Interface; any producer's `__cuda_array_interface__`
 //! works the same through [`cai::Descriptor`]), and read a producer's array back into that
 //! type. The launch waits for the work pending on each array's stream first, as CAI v3

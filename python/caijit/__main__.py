@@ -80,29 +80,63 @@ def demo() -> int:
     return 0 if err < 1e-5 else 1
 
 
-def info() -> int:
-    print(f"caijit {caijit.__version__} (Python {sys.version.split()[0]})")
+def info_data() -> dict[str, Any]:
+    """What `info` shows: the driver and devices, NVRTC and its headers, the disk cache
+    (each part with an "error" where it is not available)."""
+    data: dict[str, Any] = {"caijit": caijit.__version__, "python": sys.version.split()[0]}
     try:
-        checks = "cross-checked by the driver" if _native.driver_checks_parameters() else "not cross-checked (the driver predates CUDA 12.4)"
-        print(f"CUDA driver: {_native.driver_version()}; kernel parameters {checks}")
+        driver: dict[str, Any] = {"version": _native.driver_version(), "checks_parameters": _native.driver_checks_parameters(), "devices": []}
         for d in range(caijit.device_count()):
             name, cc, mem = _native.device_info(d)
-            print(f"  device {d}: {name}, compute capability {cc[0]}.{cc[1]}, {mem / 2**30:.0f} GiB")
+            driver["devices"].append({"index": d, "name": name, "compute_capability": list(cc), "memory_bytes": mem})
     except caijit.CudaNotAvailable as e:
-        print(f"CUDA driver: not available ({e})")
+        driver = {"error": str(e)}
+    data["driver"] = driver
     try:
         path, ver, inc, archs = _native.nvrtc_info()
-        print(f"NVRTC {ver[0]}.{ver[1]}: {path}")
-        print(f"  build (in every cache key): {_native.nvrtc_build()}")
-        print(f"  CUDA headers: {', '.join(inc) or 'not found'}")
-        print(f"  architectures: {', '.join(f'sm_{a}' for a in archs)}")
+        data["nvrtc"] = {
+            "path": path,
+            "version": list(ver),
+            "build": _native.nvrtc_build(),
+            "include_dirs": list(inc),
+            "architectures": [f"sm_{a}" for a in archs],
+        }
     except caijit.CudaNotAvailable as e:
-        print(f"NVRTC: not available ({e})")
-    print(f"disk cache: {_cache_line(_native.cache_info())}")
+        data["nvrtc"] = {"error": str(e)}
+    data["disk_cache"] = _native.cache_info()
     s = caijit.stats()
+    data["untrusted"] = {"compiles": s["untrusted_compiles"], "fallbacks": s["trusted_fallbacks"]}
+    return data
+
+
+def info(as_json: bool = False) -> int:
+    data = info_data()
+    if as_json:
+        print(json.dumps(data, indent=2))
+        return 0
+    print(f"caijit {data['caijit']} (Python {data['python']})")
+    driver = data["driver"]
+    if "error" in driver:
+        print(f"CUDA driver: not available ({driver['error']})")
+    else:
+        checks = "cross-checked by the driver" if driver["checks_parameters"] else "not cross-checked (the driver predates CUDA 12.4)"
+        print(f"CUDA driver: {driver['version']}; kernel parameters {checks}")
+        for d in driver["devices"]:
+            cc = d["compute_capability"]
+            print(f"  device {d['index']}: {d['name']}, compute capability {cc[0]}.{cc[1]}, {d['memory_bytes'] / 2**30:.0f} GiB")
+    nvrtc = data["nvrtc"]
+    if "error" in nvrtc:
+        print(f"NVRTC: not available ({nvrtc['error']})")
+    else:
+        print(f"NVRTC {nvrtc['version'][0]}.{nvrtc['version'][1]}: {nvrtc['path']}")
+        print(f"  build (in every cache key): {nvrtc['build']}")
+        print(f"  CUDA headers: {', '.join(nvrtc['include_dirs']) or 'not found'}")
+        print(f"  architectures: {', '.join(nvrtc['architectures'])}")
+    print(f"disk cache: {_cache_line(data['disk_cache'])}")
+    u = data["untrusted"]
     print(
-        f"  this process: {s['untrusted_compiles']} untrusted compilations (NVRTC's own search path; never cached), "
-        f"{s['trusted_fallbacks']} of them after NVRTC asked for a header caijit had not found"
+        f"  this process: {u['compiles']} untrusted compilations (NVRTC's own search path; never cached), "
+        f"{u['fallbacks']} of them after NVRTC asked for a header caijit had not found"
     )
     return 0
 
@@ -133,6 +167,10 @@ def compile_cmd(args: argparse.Namespace) -> int:
     if not decls:
         raise UsageError(f"{args.file}: declares no __global__ function")
     exprs = list(args.instantiate or [])
+    # A name that is an expression (`axpy<float>`, an overload cast) names an instance: it
+    # is instantiated as `caijit.kernel(source, name)` would, without --instantiate.
+    if args.name is not None and any(c in args.name for c in "<(") and args.name not in exprs:
+        exprs.append(args.name)
     notes: list[str] = []
     kernels: list[dict[str, Any]] = _native.compile_program(
         source, args.arch, args.file, exprs, list(args.option or []), list(args.include or []), [], notes
@@ -187,6 +225,7 @@ COMPILE_EPILOG = """\
 examples:
   python -m caijit compile kernels/ops/elementwise.cu
   python -m caijit compile k.cu --name scale --arch sm_80
+  python -m caijit compile k.cu --name 'axpy<float>'
   python -m caijit compile k.cu --instantiate 'axpy<float>' --instantiate 'axpy<double>'
   python -m caijit compile k.cu -I include --option=-DTILE=32 --json
 
@@ -215,13 +254,14 @@ def parser() -> argparse.ArgumentParser:
         epilog="example:\n  python -m caijit demo",
         formatter_class=fmt,
     )
-    sub.add_parser(
+    i = sub.add_parser(
         "info",
         help="show the CUDA driver, devices, NVRTC and disk cache caijit uses",
         description="Show the CUDA driver, the devices, the NVRTC library and headers, and the disk cache.",
-        epilog="example:\n  python -m caijit info",
+        epilog="examples:\n  python -m caijit info\n  python -m caijit info --json",
         formatter_class=fmt,
     )
+    i.add_argument("--json", action="store_true", help="print it as JSON, e.g. for scripts")
     c = sub.add_parser(
         "compile",
         help="compile a .cu file (no GPU needed) and print each kernel's parameter layout",
@@ -230,7 +270,11 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=fmt,
     )
     c.add_argument("file", metavar="FILE", help="the CUDA C++ source file, e.g. kernels.cu")
-    c.add_argument("--arch", default="sm_90", metavar="ARCH", help="the GPU architecture to compile for, e.g. sm_80 (default: sm_90)")
+    c.add_argument(
+        "--arch",
+        metavar="ARCH",
+        help="the GPU architecture to compile for, e.g. sm_80 (default: device 0's; without a GPU, CAIJIT_ARCH, else sm_90)",
+    )
     c.add_argument("--name", metavar="NAME", help="only this kernel, e.g. --name scale or --name 'axpy<float>'")
     c.add_argument(
         "--instantiate", action="append", metavar="EXPR", help="instantiate a template, e.g. --instantiate 'axpy<float>' (repeatable)"
@@ -249,13 +293,23 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _json_error(e: Exception, status: int) -> int:
+    """With --json an error is JSON too, on stdout: its type, message and (a CompileError)
+    NVRTC's log."""
+    error: dict[str, Any] = {"type": "UsageError" if isinstance(e, UsageError) else type(e).__name__, "message": str(e)}
+    if isinstance(e, caijit.CompileError):
+        error["log"] = e.log
+    print(json.dumps({"error": error}, indent=2))
+    return status
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     args = parser().parse_args(argv)
     try:
         if args.cmd == "demo":
             return demo()
         if args.cmd == "info":
-            return info()
+            return info(args.json)
         if args.cmd == "compile":
             return compile_cmd(args)
         if args.action == "clear":
@@ -267,9 +321,13 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(_cache_line(_native.cache_info()))
         return 0
     except (UsageError, caijit.ArgumentError) as e:  # a mistake in what was asked
+        if getattr(args, "json", False):
+            return _json_error(e, 2)
         print(f"python -m caijit {args.cmd}: error: {e}", file=sys.stderr)
         return 2
     except caijit.CaijitError as e:
+        if getattr(args, "json", False):
+            return _json_error(e, 1)
         print(f"error: {e}", file=sys.stderr)
         return 1
     except BrokenPipeError:

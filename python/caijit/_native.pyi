@@ -160,7 +160,7 @@ def make_kernel(
 ) -> Kernel: ...
 def compile_program(
     source: str,
-    arch: str,
+    arch: Optional[str],
     filename: Optional[str] = None,
     name_expressions: Sequence[str] = ...,
     options: Sequence[str] = ...,

@@ -135,6 +135,29 @@ impl Kernel {
         self.decl.is_none() || !plain
     }
 
+    /// A compile error of the program given this kernel's name as a name expression, when
+    /// the source declares no kernel of that name (a misspelt one, most likely): NVRTC's
+    /// log would show the name map it generates. Say instead which kernels the program has,
+    /// as `python -m caijit compile` does, when it compiles without the name.
+    fn unknown_name(&self, py: Python<'_>, e: Error, arch: Arch) -> Error {
+        if self.decl.is_some() || !self.needs_name_expression() || !matches!(e, Error::Compile(_)) {
+            return e;
+        }
+        let program = self.program.clone();
+        match py.detach(|| compile(&program, arch)) {
+            Ok(c) if c.kernels_named(&self.name).is_ok_and(|found| found.is_empty()) => {
+                // The compiled kernels and the declared ones (templates nobody instantiated).
+                let compiled = c.kernels.iter().map(|k| k.name_expression.clone().unwrap_or_else(|| k.qualified_name.clone()));
+                let mut names: Vec<String> =
+                    compiled.chain(program.declarations().kernels.iter().map(KernelDecl::qualified_name)).collect();
+                names.sort();
+                names.dedup();
+                Error::argument(format!("no kernel named {:?} in the program (it has: {})", self.name, names.join(", ")))
+            }
+            _ => e,
+        }
+    }
+
     /// Whether several non-template kernels share this kernel's qualified name.
     pub fn is_overloaded(&self) -> bool {
         self.overloaded
@@ -180,15 +203,20 @@ impl Kernel {
         }
         let (program, expr) = self.instance(&key.1)?;
         let overloaded = self.overloaded;
-        let k = py.detach(|| -> cai_runtime::Result<_> {
-            let ctx = Context::new(device)?;
-            let module = ctx.compile(&program)?;
-            if !overloaded {
-                return module.kernel(&expr);
-            }
-            let lowered = pick_overload(module.compiled().kernels_named(&expr)?, &key.1)?;
-            module.kernel(&lowered)
-        })?;
+        let k = py
+            .detach(|| -> cai_runtime::Result<_> {
+                let ctx = Context::new(device)?;
+                let module = ctx.compile(&program)?;
+                if !overloaded {
+                    return module.kernel(&expr);
+                }
+                let lowered = pick_overload(module.compiled().kernels_named(&expr)?, &key.1)?;
+                module.kernel(&lowered)
+            })
+            .map_err(|e| match Context::new(device) {
+                Ok(ctx) => self.unknown_name(py, e, ctx.arch()),
+                Err(_) => e,
+            })?;
         lock(&self.instances).insert(key, k.clone());
         if !by_types {
             let _ = self.first.set((device, k.clone()));
@@ -489,7 +517,8 @@ impl Kernel {
             Vec::new()
         };
         let program = self.program_for(launched);
-        let (compiled, source) = py.detach(|| compile_reporting(&program, arch, &CompileOptions::default()))?;
+        let (compiled, source) =
+            py.detach(|| compile_reporting(&program, arch, &CompileOptions::default())).map_err(|e| self.unknown_name(py, e, arch))?;
         if !self.namespaces.is_empty() {
             // A plain name declared in several namespaces: an error unless one is compiled.
             compiled.kernels_named(&self.name)?;
@@ -512,7 +541,7 @@ impl Kernel {
         }
         let arch = inspection_arch(py)?;
         let program = self.program_for([]);
-        let compiled = py.detach(|| compile(&program, arch))?;
+        let compiled = py.detach(|| compile(&program, arch)).map_err(|e| self.unknown_name(py, e, arch))?;
         Ok(param_dicts(py, compiled.kernel(&self.name)?)?)
     }
     #[getter]
@@ -610,7 +639,8 @@ pub fn make_kernel(
     Kernel::new(program_from_py(source, filename, options, include_dirs, defines), name)
 }
 
-/// Compile a program without a GPU: `compile_program(source, arch, ...)` → kernel infos.
+/// Compile a program without a GPU: `compile_program(source, arch, ...)` → kernel infos
+/// (`arch=None`: the architecture `k.params` uses).
 /// Each name expression's types get their headers (`axpy<__half>`: `cuda_fp16.h`). With
 /// `notes`, what caijit could not learn (see `Compiled::notes`) is appended to it; with
 /// `ptx`, the program's PTX (what a differential test compares with NVRTC's own).
@@ -620,7 +650,7 @@ pub fn make_kernel(
 pub fn compile_program<'py>(
     py: Python<'py>,
     source: &str,
-    arch: &str,
+    arch: Option<&str>,
     filename: Option<&str>,
     name_expressions: Vec<String>,
     options: Vec<String>,
@@ -638,7 +668,11 @@ pub fn compile_program<'py>(
     headers.sort_unstable();
     headers.dedup();
     let p = p.including(&headers);
-    let arch = Arch::parse(arch)?;
+    // No architecture: the one `k.params` and `k.compile()` use (the device's, else CAIJIT_ARCH).
+    let arch = match arch {
+        Some(a) => Arch::parse(a)?,
+        None => inspection_arch(py)?,
+    };
     let (c, source) = py.detach(|| compile_reporting(&p, arch, &CompileOptions::default()))?;
     if let Some(list) = notes {
         for n in &c.notes {

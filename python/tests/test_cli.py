@@ -7,6 +7,11 @@ import os
 import subprocess
 import sys
 
+import pytest
+from conftest import gpu_unavailable_reason
+
+import caijit
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -192,3 +197,98 @@ def test_another_libnvrtc_first_on_the_loader_path_is_an_error_not_a_panic(tmp_p
     r = run("info", LD_LIBRARY_PATH=os.fspath(tmp_path))
     assert "Panic" not in r.stderr + r.stdout and "Traceback" not in r.stderr, r.stderr
     assert "NVRTC" in r.stdout
+
+
+# The command line and the Python API agree: a name, an architecture, CAIJIT_ARCH and a
+# misspelt kernel mean the same in both; --json is JSON for every command that has it,
+# errors included.
+
+TEMPLATE = """
+template <typename T>
+__global__ void axpy(T a, const T* x, T* y, long long n) { long long i = threadIdx.x; if (i < n) y[i] = a * x[i] + y[i]; }
+extern "C" __global__ void scale(float* y, float a) { y[threadIdx.x] *= a; }
+"""
+
+
+def _source(tmp_path: "os.PathLike[str]") -> str:
+    path = os.path.join(tmp_path, "axpy.cu")
+    with open(path, "w") as f:
+        f.write(TEMPLATE)
+    return path
+
+
+def _no_gpu() -> bool:
+    return gpu_unavailable_reason() is not None
+
+
+def test_a_template_instance_by_name_is_instantiated(tmp_path: "os.PathLike[str]") -> None:
+    """`--name 'axpy<float>'` (the example in --help) compiles that instance, as
+    `caijit.kernel(source, "axpy<float>")` does, without --instantiate."""
+    r = run("compile", _source(tmp_path), "--name", "axpy<float>", "--arch", "sm_80", "--json")
+    assert r.returncode == 0, r.stderr
+    (k,) = json.loads(r.stdout)
+    assert k["demangled"] == "void axpy<float>(float, float const*, float*, long long)"
+    (api,) = caijit.kernel(TEMPLATE, "axpy<float>").compile(arch="sm_80")
+    assert [p["offset"] for p in k["params"]] == [p["offset"] for p in api["params"]] == [0, 8, 16, 24]
+
+
+def test_a_virtual_architecture_is_refused_by_both(tmp_path: "os.PathLike[str]") -> None:
+    """compute_90 names PTX for a virtual architecture: refused (an sm_90 CUBIN would be
+    something else than was asked for), by the command line and by the API."""
+    r = run("compile", _source(tmp_path), "--arch", "compute_90")
+    assert r.returncode == 2 and "virtual architecture" in r.stderr and "sm_90" in r.stderr, r.stderr
+    with pytest.raises(caijit.ArgumentError, match="virtual architecture"):
+        caijit.kernel(TEMPLATE, "scale").compile(arch="compute_90")
+
+
+def test_caijit_arch_is_read_by_both(tmp_path: "os.PathLike[str]") -> None:
+    """Without a GPU, `compile` without --arch compiles for CAIJIT_ARCH, as `k.params`
+    does; a CAIJIT_ARCH that is no architecture is an error naming it, in both."""
+    if not _no_gpu():
+        pytest.skip("with a GPU both compile for the device's architecture")
+    source = _source(tmp_path)
+    r = run("compile", source, "--name", "scale", "--json", CAIJIT_ARCH="sm_75")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)[0]["arch"] == "sm_75"
+    r = run("compile", source, "--name", "scale", CAIJIT_ARCH="bogus")
+    assert r.returncode == 2 and "CAIJIT_ARCH" in r.stderr and "bogus" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    code = "import caijit; caijit.kernel(open(%r).read(), 'scale').params" % source
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={**os.environ, "CAIJIT_ARCH": "bogus"})
+    assert p.returncode != 0 and "CAIJIT_ARCH" in p.stderr and "bogus" in p.stderr, p.stderr
+
+
+def test_a_misspelt_kernel_lists_the_kernels_in_both(tmp_path: "os.PathLike[str]") -> None:
+    """A name the program does not have: both list the kernels it has, and neither shows
+    NVRTC's generated name map."""
+    r = run("compile", _source(tmp_path), "--name", "scael")
+    assert r.returncode == 2 and "no kernel named 'scael'" in r.stderr and "scale" in r.stderr, r.stderr
+    with pytest.raises(caijit.ArgumentError) as e:
+        caijit.kernel(TEMPLATE, "scael").params
+    message = str(e.value)
+    assert "scael" in message and "scale" in message and "axpy" in message, message
+    assert "__nv_name_map" not in message and "nv_mangled_name" not in message, message
+    # A kernel a macro makes is not visibly declared, and is found all the same.
+    made = '#define KERNEL(n) extern "C" __global__ void n(float* y) { y[0] = 1; }\nKERNEL(made)\n'
+    assert [p["type"] for p in caijit.kernel(made, "made").params] == ["float*"]
+
+
+def test_info_json() -> None:
+    r = run("info", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert set(data) >= {"caijit", "python", "driver", "nvrtc", "disk_cache"}
+    assert ("error" in data["driver"]) or isinstance(data["driver"]["devices"], list)
+    assert data["disk_cache"]["state"] in ("usable", "disabled", "refused") or "dir" in data["disk_cache"]
+
+
+def test_errors_are_json_with_json(tmp_path: "os.PathLike[str]") -> None:
+    bad = os.path.join(tmp_path, "bad.cu")
+    with open(bad, "w") as f:
+        f.write('extern "C" __global__ void k(float* y) {\n  y[0] = nope;\n}\n')
+    r = run("compile", bad, "--json")
+    assert r.returncode == 1
+    error = json.loads(r.stdout)["error"]
+    assert error["type"] == "CompileError" and "nope" in error["log"] and "bad.cu(2)" in error["message"] + error["log"]
+    r = run("compile", bad, "--name", "nosuch", "--json", "--arch", "compute_90")
+    assert r.returncode == 2
+    assert json.loads(r.stdout)["error"]["type"] in ("ArgumentError", "UsageError")

@@ -173,9 +173,13 @@ impl Program {
 pub struct Arch(pub u32);
 
 impl Arch {
-    /// Parse `sm_90`, `sm_90a`, `compute_90` or `90`.
+    /// Parse `sm_90`, `sm_90a` or `90`. A virtual architecture (`compute_90`) is refused:
+    /// caijit compiles CUBINs for a real one.
     pub fn parse(s: &str) -> Result<Arch> {
-        let digits = s.trim().trim_start_matches("sm_").trim_start_matches("compute_").trim_end_matches('a');
+        if let Some(n) = s.trim().strip_prefix("compute_") {
+            return Err(Error::argument(format!("{s:?} is a virtual architecture (PTX); caijit compiles for a real one: give sm_{n}")));
+        }
+        let digits = s.trim().trim_start_matches("sm_").trim_end_matches('a');
         digits
             .parse::<u32>()
             .ok()

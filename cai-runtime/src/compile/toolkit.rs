@@ -202,12 +202,12 @@ fn find_include_dirs(nvrtc: &Path) -> Vec<PathBuf> {
     }
     let Some(dir) = candidates.into_iter().find(|d| d.join("cuda_fp16.h").is_file()) else { return Vec::new() };
     // CUDA 13 keeps CCCL (libcu++, needed by cooperative_groups and <cuda/std/...>) in
-    // include/cccl; the pip layout is the same (nvidia-cuda-cccl).
-    let cccl = dir.join("cccl");
+    // include/cccl; the pip layout is the same (nvidia-cuda-cccl). CUDA 12's wheels put it
+    // beside the runtime's headers: nvidia/cuda_cccl/include (nvidia-cuda-cccl-cu12).
+    let beside = dir.parent().and_then(Path::parent).map(|nvidia| nvidia.join("cuda_cccl/include"));
+    let cccl = [Some(dir.join("cccl")), beside].into_iter().flatten().find(|d| d.is_dir());
     let mut found = vec![dir];
-    if cccl.is_dir() {
-        found.push(cccl);
-    }
+    found.extend(cccl);
     found
 }
 
