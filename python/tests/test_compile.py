@@ -171,6 +171,51 @@ def test_a_trusted_compile_gives_nvrtc_no_search_path(tmp_path: Any) -> None:
     assert [p["type"] for p in info["params"]] == ["float*", "float"]
 
 
+@pytest.mark.parametrize(
+    "spelling",
+    [[" -I{d}"], ["-I{d} "], ["\t-I", " {d} "], [" --include-path={d}\t"], [" -include={d}/t.h"], ["--pre-include", "{d}/t.h "]],
+)
+def test_options_are_read_as_nvrtc_reads_them(tmp_path: Any, spelling: list[str]) -> None:
+    """NVRTC strips the blanks at both ends of every option string: caijit reads each one
+    the same way, so a header found through a blank-padded option is in the key (an edit
+    recompiles) and NVRTC is still given no search path."""
+    d = tmp_path / "inc"
+    d.mkdir()
+    (d / "t.h").write_text("typedef int T;\n")
+    options = [o.format(d=d) for o in spelling]
+    src = ("" if any("include=" in o or "pre-include" in o for o in options) else "#include <t.h>\n") + _KERNEL_T
+
+    def types() -> tuple[list[str], Any]:
+        (info,) = caijit.kernel(src, "k", options=options).compile(arch="sm_90")
+        assert not any(o.lstrip().startswith(("-I", "--include-path")) for o in info["nvrtc_options"]), info["nvrtc_options"]
+        return [p["type"] for p in info["params"]], info["untrusted"]
+
+    assert types() == (["int*", "int"], None)
+    (d / "t.h").write_text("typedef double T;\n")
+    assert types() == (["double*", "double"], None)
+
+
+def test_a_blank_after_the_equals_sign_is_part_of_the_directory(tmp_path: Any, monkeypatch: Any) -> None:
+    """`-I= inc` names the directory ` inc` (NVRTC trims blanks after `-I`, not after `=`)."""
+    (tmp_path / "inc").mkdir()
+    (tmp_path / " inc").mkdir()
+    (tmp_path / "inc" / "t.h").write_text("typedef int T;\n")
+    (tmp_path / " inc" / "t.h").write_text("typedef double T;\n")
+    monkeypatch.chdir(tmp_path)
+    (info,) = caijit.kernel("#include <t.h>\n" + _KERNEL_T, "k", options=["-I= inc"]).compile(arch="sm_90")
+    assert [p["type"] for p in info["params"]] == ["double*", "double"]
+
+
+def test_a_pre_cxx11_program_is_compiled_untrusted(tmp_path: Any) -> None:
+    """Under -std=c++03 `R"(` opens no raw string: caijit's scanner (C++11) would misread the
+    program, so it is compiled untrusted (NVRTC's own search; never cached)."""
+    (tmp_path / "a.h").write_text("#define V 1111.0f\n")
+    src = f'#if 0\nconst char* s = R"(\n#endif\n#include "{tmp_path}/a.h"\n#if 0\n)";\n#endif\nextern "C" __global__ void k(float* o) {{ o[0] = V; }}\n'
+    before = caijit.stats()["untrusted_compiles"]
+    caijit.kernel(src, "k", options=["-std=c++03"]).compile(arch="sm_90")  # (no C++11 probe: no kernel is described)
+    assert caijit.stats()["untrusted_compiles"] == before + 1
+
+
 def _subprocess_compile(cwd: Any, env: dict[str, str], code: str) -> Any:
     import json
     import subprocess

@@ -441,6 +441,9 @@ pub(crate) fn resolve(program: &Program, options: &options::Sorted, toolkit_dirs
         untrusted: None,
         not_a_file: None,
     };
+    if let Some(std) = options::pre_cxx11_standard(&options.rest) {
+        r.distrust(format!("-std={std} has no raw string literals, and caijit's include scanner reads C++11 and later"));
+    }
     if let Some(o) = &options.explicit_pch {
         r.distrust(format!("the option {o:?} makes NVRTC read or write a precompiled header file no key covers"));
     }

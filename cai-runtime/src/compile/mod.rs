@@ -402,7 +402,7 @@ fn nvrtc_options(
     sorted: &options::Sorted,
     trusted: Option<&includes::Includes>,
 ) -> Result<(Vec<String>, bool)> {
-    for o in &program.options {
+    for o in program.options.iter().map(|o| options::nvrtc_trim(o)) {
         if o.starts_with("-arch") || o.starts_with("--gpu-architecture") {
             return Err(Error::argument(format!("option {o:?}: give the architecture as the `arch` of the compilation, not as an option")));
         }
@@ -418,7 +418,7 @@ fn nvrtc_options(
         })?;
         opts.push(format!("-arch=compute_{best}"));
     }
-    if !program.options.iter().any(|o| o.starts_with("-std") || o.starts_with("--std")) {
+    if !sorted.rest.iter().any(|o| o.starts_with("-std") || o.starts_with("--std")) {
         opts.push("-std=c++17".into());
     }
     opts.push("-DCAIJIT=1".into());
@@ -435,23 +435,22 @@ fn nvrtc_options(
                 opts.push("-no-source-include".into());
             }
             for name in &includes.pre_includes {
-                opts.push("-include".into());
-                opts.push(name.clone());
+                opts.push(format!("--pre-include={name}"));
             }
         }
         None => {
             // The search order of `includes::resolve`: the program's directories, its
             // options', the toolkit's.
+            // `=` spellings: NVRTC takes what follows `=` as it is (blanks included).
             for d in program.include_dirs.iter().chain(&sorted.include_dirs) {
-                opts.push(format!("-I{}", d.display()));
+                opts.push(format!("--include-path={}", d.display()));
             }
             for name in &sorted.pre_includes {
-                opts.push("-include".into());
-                opts.push(name.clone());
+                opts.push(format!("--pre-include={name}"));
             }
             opts.extend(sorted.rest.iter().cloned());
             for d in &tk.include_dirs {
-                opts.push(format!("-I{}", d.display()));
+                opts.push(format!("--include-path={}", d.display()));
             }
         }
     }

@@ -36,37 +36,62 @@ fn is_explicit_pch(o: &str) -> bool {
     ["-create-pch=", "--create-pch=", "-use-pch=", "--use-pch="].iter().any(|p| o.starts_with(p))
 }
 
-/// Sort `options`. NVRTC trims the blanks before a separate value (`-I`, ` dir`) and after
-/// `-I` (`-I dir`), not after `=` of a pre-include (`-include= f` names ` f`).
+/// The blanks NVRTC strips from both ends of every option string (13.0.88: spaces and tabs,
+/// also around a separate value such as the directory after `-I`).
+pub(crate) fn nvrtc_trim(o: &str) -> &str {
+    o.trim_matches(|c: char| c.is_ascii_whitespace())
+}
+
+/// Sort `options`, each read as NVRTC reads it: the blanks at both ends of an option string
+/// are not part of it (`" -Iinc "` is `-Iinc`); NVRTC also trims the blanks after `-I`
+/// (`-I dir`), but not after `=` (`-I= inc` and `-include= f` name ` inc` and ` f`).
+/// Every option NVRTC is given is the trimmed one, so what caijit reads is what NVRTC does.
 pub(crate) fn sort(options: &[String]) -> Sorted {
     let mut s = Sorted::default();
-    let mut it = options.iter();
+    let mut it = options.iter().map(|o| nvrtc_trim(o));
     while let Some(o) = it.next() {
         if o == "-I" || o == "--include-path" {
             match it.next() {
-                Some(d) => s.include_dirs.push(PathBuf::from(d.trim_start())),
-                None => s.rest.push(o.clone()), // NVRTC's own error
+                Some(d) => s.include_dirs.push(PathBuf::from(d)),
+                None => s.rest.push(o.to_string()), // NVRTC's own error
             }
         } else if let Some(d) = o.strip_prefix("--include-path=") {
             s.include_dirs.push(PathBuf::from(d));
         } else if let Some(d) = o.strip_prefix("-I") {
-            s.include_dirs.push(PathBuf::from(d.strip_prefix('=').unwrap_or(d).trim_start()));
+            s.include_dirs.push(PathBuf::from(d.strip_prefix('=').unwrap_or_else(|| d.trim_start())));
         } else if o == "-include" || o == "--pre-include" {
             match it.next() {
-                Some(h) => s.pre_includes.push(h.trim_start().to_string()),
-                None => s.rest.push(o.clone()),
+                Some(h) => s.pre_includes.push(h.to_string()),
+                None => s.rest.push(o.to_string()),
             }
         } else if let Some(h) = o.strip_prefix("-include=").or_else(|| o.strip_prefix("--pre-include=")) {
             s.pre_includes.push(h.to_string());
         } else if is_auto_pch(o) {
         } else {
             if is_explicit_pch(o) {
-                s.explicit_pch.get_or_insert_with(|| o.clone());
+                s.explicit_pch.get_or_insert_with(|| o.to_string());
             }
-            s.rest.push(o.clone());
+            s.rest.push(o.to_string());
         }
     }
     s
+}
+
+/// The C++ standard the options ask for, when it is older than C++11 (`-std=c++03`): a
+/// language without raw string literals, which caijit's include scanner reads as C++11.
+pub(crate) fn pre_cxx11_standard(rest: &[String]) -> Option<&str> {
+    let mut it = rest.iter().map(String::as_str).peekable();
+    while let Some(o) = it.next() {
+        let value = match o.strip_prefix("--std").or_else(|| o.strip_prefix("-std")) {
+            Some(v) if v.starts_with('=') => &v[1..],
+            Some("") => it.peek().copied().unwrap_or(""),
+            _ => continue,
+        };
+        if matches!(value, "c++03" | "c++98" | "gnu++03" | "gnu++98") {
+            return Some(value);
+        }
+    }
+    None
 }
 
 /// Whether `o` turns off NVRTC's search next to the including file.
@@ -90,6 +115,8 @@ mod tests {
             " b",
             "-I=c",
             "-I d",
+            " -Ig\t",
+            "-I= h",
             "--include-path=e",
             "--include-path",
             "f",
@@ -100,22 +127,32 @@ mod tests {
             "-include=r.h",
             "--pre-include",
             "s.h",
+            " -include=t.h",
             "-lineinfo",
+            "-no-source-include ",
         ]);
         let s = sort(&o);
-        assert_eq!(s.include_dirs, ["a", "b", "c", "d", "e", "f"].map(PathBuf::from));
-        assert_eq!(s.pre_includes, ["p.h", "q.h", "r.h", "s.h"]);
-        assert_eq!(s.rest, ["-DX", "-lineinfo"]);
+        assert_eq!(s.include_dirs, ["a", "b", "c", "d", "g", " h", "e", "f"].map(PathBuf::from));
+        assert_eq!(s.pre_includes, ["p.h", "q.h", "r.h", "s.h", "t.h"]);
+        assert_eq!(s.rest, ["-DX", "-lineinfo", "-no-source-include"]);
         assert_eq!(s.explicit_pch, None);
     }
 
     #[test]
     fn automatic_pch_is_dropped_and_explicit_pch_is_noted() {
-        let s = sort(&strings(&["-pch", "--pch", "--pch-dir=/tmp/p", "-pch-verbose=true", "--instantiate-templates-in-pch=false", "-G"]));
+        let s =
+            sort(&strings(&[" -pch", "--pch\t", " --pch-dir=/tmp/p", "-pch-verbose=true", "--instantiate-templates-in-pch=false", "-G"]));
         assert_eq!(s.rest, ["-G"]);
         let s = sort(&strings(&["-use-pch=/tmp/x.pch"]));
         assert_eq!(s.explicit_pch.as_deref(), Some("-use-pch=/tmp/x.pch"));
         assert_eq!(s.rest, ["-use-pch=/tmp/x.pch"]);
         assert!(!is_auto_pch("-pchx") && !is_auto_pch("--pch-dir"));
+    }
+
+    #[test]
+    fn standards_without_raw_strings_are_told() {
+        assert_eq!(pre_cxx11_standard(&sort(&strings(&[" -std=c++03"])).rest), Some("c++03"));
+        assert_eq!(pre_cxx11_standard(&strings(&["--std", "c++98"])), Some("c++98"));
+        assert_eq!(pre_cxx11_standard(&strings(&["-std=c++17", "-DX"])), None);
     }
 }
