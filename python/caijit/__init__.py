@@ -20,6 +20,7 @@ from . import _native
 from ._native import DeviceArray, Interface, Kernel, Launcher, Stream, __version__, parse_interface
 from .errors import (
     ArgumentError,
+    BundleError,
     CacheError,
     CaijitError,
     CompileError,
@@ -56,7 +57,13 @@ __all__ = [
     "LaunchError",
     "CudaNotAvailable",
     "CacheError",
+    "BundleError",
+    "load_bundle",
+    "record",
 ]
+
+from . import bundles
+from .bundles import load_bundle, record
 
 # pip-installed NVRTC (nvidia-cuda-nvrtc) lives in site-packages: tell the runtime where.
 _native.add_site_dirs([p for p in sys.path if p and os.path.isdir(p)])
