@@ -124,7 +124,7 @@ pub struct Bundle {
 }
 
 fn bad(origin: &str, what: impl std::fmt::Display) -> Error {
-    Error::Bundle(format!("bundle {origin}: {what}"))
+    Error::Bundle(format!("bundle {origin} {what}"))
 }
 
 impl Bundle {

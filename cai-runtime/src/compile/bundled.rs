@@ -121,7 +121,7 @@ fn hit(b: &Arc<Bundle>, p: &BundledProgram, program: &Program, arch: Arch) -> Re
         let image = match im.kind {
             ImageKind::Cubin => Image::Cubin(bytes),
             ImageKind::Ptx => Image::Ptx(
-                String::from_utf8(bytes).map_err(|_| Error::Bundle(format!("bundle {}: is corrupt (its PTX is not text)", b.origin())))?,
+                String::from_utf8(bytes).map_err(|_| Error::Bundle(format!("bundle {} is corrupt (its PTX is not text)", b.origin())))?,
             ),
         };
         let entry = cache::Entry { image, ptx: b.entries(p)?, log: String::new(), lowered: p.lowered.clone() };
