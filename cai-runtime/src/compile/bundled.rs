@@ -181,7 +181,11 @@ pub(super) fn record(program: &Program, arch: Arch, compiled: &Compiled) {
     if lock(&WRITTEN).get_or_insert_with(HashSet::new).contains(&id) {
         return;
     }
-    let mut line = serde_json::to_string(&manifest_entry(program, arch, &key, compiled)).unwrap_or_default();
+    let mut line = match serde_json::to_string(&manifest_entry(program, arch, &key, compiled)) {
+        Ok(line) => line,
+        // A path that is not UTF-8 (JSON has no way to spell it).
+        Err(e) => return warn_once(&format!("caijit: warning: not recording {}: {e}", program.name)),
+    };
     line.push('\n');
     match append_line(&path, line.as_bytes()) {
         Ok(()) => {
