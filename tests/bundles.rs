@@ -44,9 +44,31 @@ fn a_baked_program_is_found_by_key_and_architecture_and_matches_a_compilation() 
     let newer = compile_with(&program, Arch(100), &fresh()).unwrap();
     assert!(matches!((&newer.image, newer.source), (Image::Ptx(p), CacheSource::Bundle) if p.contains(".target sm_90")));
     assert_eq!(compile_with(&program, Arch(75), &fresh()).unwrap().source, CacheSource::Compiled);
+    // Fewer of its instances: served by the same program (its family).
+    let double = Program::new(program.source.clone()).name_expression("axpy_b<double>");
+    assert_eq!(compile_with(&double, Arch(90), &fresh()).unwrap().source, CacheSource::Bundle);
     // Another instance, other options: not in the bundle.
     assert_eq!(compile_with(&program.clone().name_expression("axpy_b<int>"), Arch(90), &fresh()).unwrap().source, CacheSource::Compiled);
     assert_eq!(compile_with(&program.clone().option("-DX=1"), Arch(90), &fresh()).unwrap().source, CacheSource::Compiled);
+}
+
+#[test]
+fn programs_of_one_source_are_baked_as_one() {
+    let source = format!("// merged\n{AXPY}");
+    let programs: Vec<Program> = ["axpy_b<float>", "axpy_b<int>"]
+        .iter()
+        .map(|e| Program::new(source.clone()).name_expression(*e))
+        .chain([Program::new(source.clone())])
+        .collect();
+    let bundle = bake_for(&programs, &[90], false);
+    let [p] = bundle.programs() else { panic!("{}", bundle.describe()) };
+    assert_eq!(p.name_expressions, ["axpy_b<float>", "axpy_b<int>"]);
+    let names: Vec<&str> = p.kernels.iter().map(|k| k.name.as_str()).collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+    bundle::install(bundle);
+    for program in &programs {
+        assert_eq!(compile_with(program, Arch(90), &fresh()).unwrap().source, CacheSource::Bundle);
+    }
 }
 
 #[test]

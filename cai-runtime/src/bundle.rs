@@ -95,6 +95,9 @@ pub struct KernelSummary {
 pub struct BundledProgram {
     /// The bundle key (see `compile::bundle_key`): what lookups find it by.
     pub key: String,
+    /// The family key: the bundle key without the name expressions. The program also
+    /// serves a program of its family whose name expressions are among its own.
+    pub family: String,
     /// The program's file name (`kernel.cu`).
     pub name: String,
     pub source_sha256: String,
@@ -279,6 +282,7 @@ impl Bundle {
             }
             programs.push(BundledProgram {
                 key: text("key")?,
+                family: text("family")?,
                 name: text("name")?,
                 source_sha256: text("source_sha256")?,
                 options: strings(&p["options"], "options")?,
@@ -336,6 +340,13 @@ impl Bundle {
     /// The program of bundle key `key`.
     pub fn program(&self, key: &str) -> Option<&BundledProgram> {
         self.programs.iter().find(|p| p.key == key)
+    }
+
+    /// The program of bundle key `key`, else one of family `family` that has every name
+    /// expression of `exprs`.
+    pub fn find(&self, key: &str, family: &str, exprs: &[String]) -> Option<&BundledProgram> {
+        self.program(key)
+            .or_else(|| self.programs.iter().find(|p| p.family == family && exprs.iter().all(|e| p.name_expressions.contains(e))))
     }
 
     /// The PTX `.entry` declarations of `program` (what its parameter layouts are read from).
@@ -560,7 +571,7 @@ mod tests {
     fn sample() -> Vec<u8> {
         let p = ProgramBlobs {
             description: json!({
-                "key": "ab".repeat(32), "name": "k.cu", "source_sha256": "cd".repeat(32), "options": ["-O3"],
+                "key": "ab".repeat(32), "family": "ef".repeat(32), "name": "k.cu", "source_sha256": "cd".repeat(32), "options": ["-O3"],
                 "name_expressions": ["k<float>"], "nvrtc_options": ["-arch=sm_90"], "lowered": [["k<float>", "_Z1kIfEvPT_"]],
                 "kernels": [{"name": "k<float>", "lowered": "_Z1kIfEvPT_", "params": [{"name": "x", "type": "float*", "offset": 0, "size": 8}]}],
             }),
@@ -576,6 +587,12 @@ mod tests {
         let b = Bundle::from_vec(sample(), "t").unwrap();
         assert_eq!(b.archs(), &[80, 90]);
         let p = b.program(&"ab".repeat(32)).unwrap();
+        // By family: a subset of its name expressions, not another one.
+        let (family, float) = ("ef".repeat(32), vec!["k<float>".to_string()]);
+        assert_eq!(b.find("other", &family, &float).map(|p| &p.key), Some(&p.key));
+        assert_eq!(b.find("other", &family, &[]).map(|p| &p.key), Some(&p.key));
+        assert!(b.find("other", &family, &["k<int>".to_string()]).is_none());
+        assert!(b.find("other", "other", &float).is_none());
         assert_eq!(p.lowered, vec![("k<float>".to_string(), "_Z1kIfEvPT_".to_string())]);
         assert!(b.entries(p).unwrap().contains(".param .u64"));
         // sm_86 runs the sm_80 CUBIN, sm_90 its own, sm_100 JITs the PTX.

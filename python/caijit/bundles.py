@@ -60,9 +60,10 @@ def build(
     ptx: bool = True,
     jobs: Optional[int] = None,
     progress: bool = False,
-) -> tuple[int, int]:
+) -> tuple[int, int, int]:
     """Compile every instance of ``manifests`` (one or several) and every kernel of
-    ``files`` for ``archs`` into the bundle ``output``; returns ``(programs, bytes)``.
+    ``files`` for ``archs`` into the bundle ``output``; returns ``(programs read, programs
+    in the bundle, bytes)`` (the instances of one source are compiled as one program).
     Needs NVRTC."""
     if manifests is None:
         manifests = []
@@ -118,6 +119,6 @@ def run(args: argparse.Namespace) -> int:
     manifests = [i for i in args.inputs if not i.endswith((".cu", ".cuh"))]
     files = [i for i in args.inputs if i.endswith((".cu", ".cuh"))]
     archs = [a.strip() for a in args.arch.split(",") if a.strip()]
-    n, size = build(manifests, files, archs, args.output, ptx=args.ptx, jobs=args.jobs, progress=sys.stderr.isatty())
-    print(f"wrote {args.output}: {n} programs for {', '.join(archs)}, {size} bytes")
+    read, baked, size = build(manifests, files, archs, args.output, ptx=args.ptx, jobs=args.jobs, progress=sys.stderr.isatty())
+    print(f"wrote {args.output}: {read} programs as {baked} for {', '.join(archs)}, {size} bytes")
     return 0

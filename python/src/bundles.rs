@@ -41,7 +41,8 @@ pub fn bundle_info(py: Python<'_>, path: PathBuf) -> PyCaiResult<String> {
 }
 
 /// Bake the programs of `manifests` and of `files` (every kernel of each) for
-/// `archs` into `output`; returns the number of programs and the file's size.
+/// `archs` into `output`; returns the number of programs read, the number in the bundle
+/// (programs of one source are merged) and the file's size.
 #[pyfunction]
 #[pyo3(signature = (manifests, files, archs, output, ptx = true, jobs = None, progress = false))]
 #[allow(clippy::too_many_arguments)]
@@ -54,8 +55,8 @@ pub fn bundle_build(
     ptx: bool,
     jobs: Option<usize>,
     progress: bool,
-) -> PyCaiResult<(usize, usize)> {
-    Ok(py.detach(|| -> cai_runtime::Result<(usize, usize)> {
+) -> PyCaiResult<(usize, usize, usize)> {
+    Ok(py.detach(|| -> cai_runtime::Result<(usize, usize, usize)> {
         let archs = archs.iter().map(|a| Arch::parse(a)).collect::<cai_runtime::Result<Vec<_>>>()?;
         let mut programs = Vec::new();
         for m in &manifests {
@@ -71,7 +72,8 @@ pub fn bundle_build(
         let bytes = bake(&programs, &options)?;
         std::fs::write(&output, &bytes)
             .map_err(|e| cai_runtime::Error::argument(format!("cannot write the bundle {}: {e}", output.display())))?;
-        Ok((programs.len(), bytes.len()))
+        let written = Bundle::open(&output)?;
+        Ok((programs.len(), written.programs().len(), bytes.len()))
     })?)
 }
 

@@ -1,7 +1,9 @@
 //! Baking kernel bundles: every program compiled by NVRTC for every architecture asked
 //! for, in parallel, and written as one bundle ([`crate::bundle`]).
 //!
-//! Each (program, architecture) is compiled trusted (every header in memory, no search
+//! Programs of one family (the same but for their name expressions: the instances of one
+//! source's templates) are merged into one program with all their name expressions, so
+//! each source is compiled once per architecture. Each (program, architecture) is compiled trusted (every header in memory, no search
 //! path) through a private disk cache, whose entry gives the CUBIN, the PTX and the lowered
 //! name of every name expression; a program caijit cannot compile trusted cannot be
 //! bundled (its key would not cover what NVRTC read) and is an error naming it. The PTX of
@@ -75,6 +77,8 @@ pub fn bake(programs: &[Program], options: &BakeOptions) -> Result<Vec<u8>> {
     if programs.is_empty() {
         return Err(Error::argument("no program to bake (the manifest is empty and no file was given)"));
     }
+    let programs = merged(programs)?;
+    let programs = programs.as_slice();
     let dir = tempfile::Builder::new()
         .prefix("caijit-bake-")
         .tempdir()
@@ -131,12 +135,13 @@ pub fn bake(programs: &[Program], options: &BakeOptions) -> Result<Vec<u8>> {
             last = Some((c, entry));
         }
         let Some((c, entry)) = last else { continue };
-        let key = match bundled::bundle_key(program)? {
-            Ok(k) => k,
-            Err(why) => return Err(Error::argument(format!("{} cannot be bundled: {why}", program.name))),
+        let (key, family) = match (bundled::bundle_key(program)?, bundled::family_key(program)?) {
+            (Ok(k), Ok(f)) => (k, f),
+            (Err(why), _) | (_, Err(why)) => return Err(Error::argument(format!("{} cannot be bundled: {why}", program.name))),
         };
         let description = json!({
             "key": key,
+            "family": family,
             "name": program.name,
             "source_sha256": sha256_hex(&[program.source.as_bytes()]),
             "options": program.options,
@@ -155,6 +160,29 @@ pub fn bake(programs: &[Program], options: &BakeOptions) -> Result<Vec<u8>> {
     }
     let archs: Vec<u32> = archs.iter().map(|a| a.0).collect();
     Ok(bundle::write(&format!("{}.{}", tk.version.0, tk.version.1), &tk.build, &archs, blobs))
+}
+
+/// Programs of one family merged into one (every name expression of each, in the order
+/// first seen), in the order each family is first seen.
+fn merged(programs: &[Program]) -> Result<Vec<Program>> {
+    let mut out: Vec<(String, Program)> = Vec::new();
+    for p in programs {
+        let family = match bundled::family_key(p)? {
+            Ok(f) => f,
+            Err(why) => return Err(Error::argument(format!("{} cannot be bundled: {why}", p.name))),
+        };
+        match out.iter_mut().find(|(f, _)| *f == family) {
+            Some((_, m)) => {
+                for e in &p.name_expressions {
+                    if !m.name_expressions.contains(e) {
+                        m.name_expressions.push(e.clone());
+                    }
+                }
+            }
+            None => out.push((family, p.clone())),
+        }
+    }
+    Ok(out.into_iter().map(|(_, p)| p).collect())
 }
 
 fn progress(done: usize, total: usize, name: &str, arch: Arch) {

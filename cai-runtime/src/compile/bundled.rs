@@ -8,6 +8,10 @@
 //! headers are not searched, they belong to the NVRTC build the bundle records). Include
 //! directories are not in it, so a bundle works wherever the program's headers are found.
 //!
+//! A bundled program also serves a program of its *family* (the same key without the name
+//! expressions) whose name expressions it has: baking compiles each family once, with the
+//! name expressions of all its recorded programs, and the one module serves them all.
+//!
 //! Recording (`CAIJIT_RECORD=manifest.json`, or [`record_to`]) appends one JSON line per
 //! program and architecture compiled or loaded, each written whole under an exclusive lock
 //! on the file, so processes can record into one manifest at the same time.
@@ -32,6 +36,12 @@ const BUNDLE_KEY_VERSION: u32 = 1;
 /// cannot have one (caijit cannot name every header it may read; it is then compiled, and
 /// never bundled).
 pub fn bundle_key(program: &Program) -> Result<std::result::Result<String, String>> {
+    Ok(keys(program)?.map(|(key, _)| key))
+}
+
+/// The bundle key, and the *family* key: the same without the name expressions (a bundled
+/// program of the same family whose name expressions include the program's serves it).
+fn keys(program: &Program) -> Result<std::result::Result<(String, String), String>> {
     let sorted = options::sort(&program.options);
     let found = includes::resolve(program, &sorted, &[])?;
     if let Some(why) = found.untrusted {
@@ -50,12 +60,18 @@ pub fn bundle_key(program: &Program) -> Result<std::result::Result<String, Strin
     parts.extend(program.options.iter().map(|o| o.as_bytes()));
     parts.push(b"--defines");
     parts.extend(defines.iter().map(|d| d.as_bytes()));
-    parts.push(b"--exprs");
-    parts.extend(program.name_expressions.iter().map(|e| e.as_bytes()));
     parts.push(b"--headers");
     parts.push(embedded_headers_digest());
     parts.push(&found.digest);
-    Ok(Ok(sha256_hex(&parts)))
+    let family = sha256_hex(&parts);
+    parts.push(b"--exprs");
+    parts.extend(program.name_expressions.iter().map(|e| e.as_bytes()));
+    Ok(Ok((sha256_hex(&parts), family)))
+}
+
+/// The family key of `program` (its bundle key without the name expressions).
+pub(super) fn family_key(program: &Program) -> Result<std::result::Result<String, String>> {
+    Ok(keys(program)?.map(|(_, family)| family))
 }
 
 /// `program` for `arch` from the loaded bundles: `Ok(None)` when none is loaded or none
@@ -66,10 +82,10 @@ pub(super) fn lookup(program: &Program, arch: Arch, nvrtc_available: impl Fn() -
     if bundles.is_empty() {
         return Ok(None);
     }
-    let Ok(key) = bundle_key(program)? else { return Ok(None) };
+    let Ok((key, family)) = keys(program)? else { return Ok(None) };
     let mut unusable = None;
     for b in &bundles {
-        let Some(p) = b.program(&key) else { continue };
+        let Some(p) = b.find(&key, &family, &program.name_expressions) else { continue };
         match hit(b, p, program, arch) {
             Ok(c) => return Ok(Some(c)),
             Err(e) => {
