@@ -555,7 +555,25 @@ pub fn loaded() -> Result<Vec<Arc<Bundle>>> {
     if let Err(e) = env {
         return Err(Error::Bundle(e.clone()));
     }
+    let defaults = std::mem::take(&mut *crate::sync::lock(&DEFAULTS));
+    for path in defaults {
+        match Bundle::open(&path) {
+            Ok(b) => {
+                install(b);
+            }
+            Err(e) => eprintln!("caijit: warning: not using a shipped kernel bundle: {e}; compiling with NVRTC instead"),
+        }
+    }
     Ok(LOADED.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone())
+}
+
+static DEFAULTS: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// A bundle shipped with a package (the Python wheel's precompiled kernel library): opened
+/// at the next lookup, after those of `CAIJIT_BUNDLES`. One that cannot be used is skipped
+/// with a warning (compilation goes on with NVRTC), not an error.
+pub fn add_default(path: impl Into<std::path::PathBuf>) {
+    crate::sync::lock(&DEFAULTS).push(path.into());
 }
 
 /// Forget every bundle loaded explicitly (tests).

@@ -22,6 +22,12 @@ __all__ = ["load_bundle", "loaded_bundles", "record", "bundle_info", "build"]
 
 PathLike = Union[str, "os.PathLike[str]"]
 
+#: The precompiled kernel library a wheel carries (``caijit.ops`` then needs no NVRTC).
+OPS_BUNDLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_ops.caijit")
+
+#: The architectures it is baked for (CUBINs; PTX of the newest for newer GPUs).
+OPS_ARCHS = ["sm_80", "sm_90", "sm_100", "sm_120"]
+
 
 def load_bundle(path: PathLike) -> dict[str, Any]:
     """Read and verify the bundle at ``path`` and look every later kernel instance up in it
@@ -60,11 +66,12 @@ def build(
     ptx: bool = True,
     jobs: Optional[int] = None,
     progress: bool = False,
+    ops: bool = False,
 ) -> tuple[int, int, int]:
     """Compile every instance of ``manifests`` (one or several) and every kernel of
     ``files`` for ``archs`` into the bundle ``output``; returns ``(programs read, programs
     in the bundle, bytes)`` (the instances of one source are compiled as one program).
-    Needs NVRTC."""
+    ``ops``: also every instance of the kernel library (``caijit.ops``). Needs NVRTC."""
     if manifests is None:
         manifests = []
     elif not isinstance(manifests, list):
@@ -77,6 +84,7 @@ def build(
         ptx=ptx,
         jobs=jobs,
         progress=progress,
+        ops=ops,
     )
 
 
@@ -102,7 +110,8 @@ def add_parser(sub: Any, fmt: Any) -> None:
     )
     bs = b.add_subparsers(dest="bundle_cmd", metavar="ACTION", required=True)
     build_p = bs.add_parser("build", help="compile a manifest's instances (and .cu files) into a bundle")
-    build_p.add_argument("inputs", nargs="+", metavar="INPUT", help="a manifest (.json, recorded) and/or .cu files")
+    build_p.add_argument("inputs", nargs="*", metavar="INPUT", help="manifests (recorded) and/or .cu files")
+    build_p.add_argument("--ops", action="store_true", help="also every instance of the kernel library (caijit.ops), every dtype")
     build_p.add_argument("--arch", required=True, metavar="ARCHS", help="comma-separated architectures, e.g. sm_80,sm_90,sm_100,sm_120")
     build_p.add_argument("--ptx", dest="ptx", action="store_true", default=True, help="also store PTX of the newest architecture (default)")
     build_p.add_argument("--no-ptx", dest="ptx", action="store_false", help="store CUBINs only (no forward compatibility)")
@@ -119,6 +128,8 @@ def run(args: argparse.Namespace) -> int:
     manifests = [i for i in args.inputs if not i.endswith((".cu", ".cuh"))]
     files = [i for i in args.inputs if i.endswith((".cu", ".cuh"))]
     archs = [a.strip() for a in args.arch.split(",") if a.strip()]
-    read, baked, size = build(manifests, files, archs, args.output, ptx=args.ptx, jobs=args.jobs, progress=sys.stderr.isatty())
+    read, baked, size = build(
+        manifests, files, archs, args.output, ptx=args.ptx, jobs=args.jobs, progress=sys.stderr.isatty(), ops=args.ops
+    )
     print(f"wrote {args.output}: {read} programs as {baked} for {', '.join(archs)}, {size} bytes")
     return 0

@@ -40,11 +40,11 @@ pub fn bundle_info(py: Python<'_>, path: PathBuf) -> PyCaiResult<String> {
     Ok(py.detach(|| Bundle::open(&path).map(|b| b.describe()))?)
 }
 
-/// Bake the programs of `manifests` and of `files` (every kernel of each) for
+/// Bake the programs of `manifests` (and with `ops`, every instance of the kernel library) and of `files` (every kernel of each) for
 /// `archs` into `output`; returns the number of programs read, the number in the bundle
 /// (programs of one source are merged) and the file's size.
 #[pyfunction]
-#[pyo3(signature = (manifests, files, archs, output, ptx = true, jobs = None, progress = false))]
+#[pyo3(signature = (manifests, files, archs, output, ptx = true, jobs = None, progress = false, ops = false))]
 #[allow(clippy::too_many_arguments)]
 pub fn bundle_build(
     py: Python<'_>,
@@ -55,6 +55,7 @@ pub fn bundle_build(
     ptx: bool,
     jobs: Option<usize>,
     progress: bool,
+    ops: bool,
 ) -> PyCaiResult<(usize, usize, usize)> {
     Ok(py.detach(|| -> cai_runtime::Result<(usize, usize, usize)> {
         let archs = archs.iter().map(|a| Arch::parse(a)).collect::<cai_runtime::Result<Vec<_>>>()?;
@@ -64,6 +65,9 @@ pub fn bundle_build(
         }
         for f in &files {
             programs.push(Program::from_file(f)?);
+        }
+        if ops {
+            programs.extend(cai_runtime::ops::library_programs());
         }
         let mut options = BakeOptions::new(archs).ptx(ptx).progress(progress);
         if let Some(j) = jobs {
@@ -82,4 +86,11 @@ pub fn bundle_build(
 #[pyo3(signature = (path))]
 pub fn record(path: Option<PathBuf>) -> Option<PathBuf> {
     record_to(path)
+}
+
+/// A bundle shipped with the package (the precompiled kernel library): opened at the first
+/// compilation; one that cannot be used is skipped with a warning.
+#[pyfunction]
+pub fn add_default_bundle(path: PathBuf) {
+    bundle::add_default(path);
 }

@@ -218,6 +218,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(bundles::bundle_info, m)?)?;
     m.add_function(wrap_pyfunction!(bundles::bundle_build, m)?)?;
     m.add_function(wrap_pyfunction!(bundles::record, m)?)?;
+    m.add_function(wrap_pyfunction!(bundles::add_default_bundle, m)?)?;
     m.add_function(wrap_pyfunction!(cache_info, m)?)?;
     m.add_function(wrap_pyfunction!(cache_clear, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

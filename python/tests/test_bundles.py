@@ -232,3 +232,11 @@ def test_two_processes_recording_into_one_manifest_lose_nothing(tmp_path: Path) 
     lines = (tmp_path / "m.json").read_text().splitlines()
     slots = sorted(int(json.loads(line)["source"].split("\n", 1)[0][3:]) for line in lines)
     assert slots == [*range(0, 40), *range(1000, 1040)]
+
+
+def test_a_shipped_bundle_that_cannot_be_used_is_skipped_with_a_warning(tmp_path: Path) -> None:
+    (tmp_path / "bad.caijit").write_bytes(b"CAIJITBN" + bytes(40))
+    code = "import caijit; caijit._native.add_default_bundle('bad.caijit'); print(caijit.kernel('__global__ void k(int* x) {}').params[0]['type'])"
+    r = python(["-c", code], {}, tmp_path)
+    assert r.returncode == 0 and r.stdout.strip() == "int*", r.stderr
+    assert "warning: not using a shipped kernel bundle: bundle bad.caijit" in r.stderr

@@ -41,7 +41,7 @@ def check(got, want, tol=1e-5):
 
 # A template kernel in several dtypes, deduced from its arguments.
 k = caijit.kernel(AXPY_T)
-for dtype in ["float32", "float64", "int32"]:
+for dtype in (["float32", "float64", "int32"] if "template" in sys.argv else []):
     x = (rng.uniform(-5, 5, 1000)).astype(dtype)
     y = (rng.uniform(-5, 5, 1000)).astype(dtype)
     dy = caijit.to_device(y)
@@ -118,7 +118,7 @@ def test_ops_template_kernels_and_jax_launch_from_a_bundle_without_nvrtc(tmp_pat
     jax_ok = has("jax") and jax_gpus() > 0
     if REQUIRE_GPU and (len(peers) < 2 or not jax_ok):
         pytest.fail(f"CAIJIT_REQUIRE_GPU=1 but not all of PyTorch, CuPy and JAX on the GPU are here (found {peers}, JAX: {jax_ok})")
-    recorded = run(tmp_path, peers, CAIJIT_RECORD=str(tmp_path / "manifest.json"))
+    recorded = run(tmp_path, ["template", *peers], CAIJIT_RECORD=str(tmp_path / "manifest.json"))
     if jax_ok:
         # JAX in its own processes (its runtime is not mixed with PyTorch's here).
         run(tmp_path, ["jax"], CAIJIT_RECORD=str(tmp_path / "manifest.json"))
@@ -130,7 +130,7 @@ def test_ops_template_kernels_and_jax_launch_from_a_bundle_without_nvrtc(tmp_pat
     )
     assert b.returncode == 0, b.stderr
     no_nvrtc = {"CAIJIT_BUNDLES": str(tmp_path / "app.caijit"), "CAIJIT_NVRTC_PATH": "/nonexistent/libnvrtc.so.13"}
-    replay = run(tmp_path, [*peers, "miss"], **no_nvrtc)
+    replay = run(tmp_path, ["template", *peers, "miss"], **no_nvrtc)
     assert replay["done"][: len(recorded["done"])] == recorded["done"]
     assert replay["compiles"] == 0 and replay["bundle_hits"] > 0, replay
     assert replay["nvrtc_mapped"] is False
@@ -140,3 +140,15 @@ def test_ops_template_kernels_and_jax_launch_from_a_bundle_without_nvrtc(tmp_pat
     if jax_ok:
         j = run(tmp_path, ["jax"], **no_nvrtc)
         assert j["done"][-1] == "jax kernel_call" and j["compiles"] == 0 and j["nvrtc_mapped"] is False, j
+
+
+@gpu
+@pytest.mark.skipif(not os.path.isfile(caijit.bundles.OPS_BUNDLE), reason="no precompiled kernel library here (scripts/build-wheel.sh bakes it)")
+def test_the_precompiled_kernel_library_needs_no_nvrtc(tmp_path: Path) -> None:
+    (tmp_path / "work.py").write_text(WORK)
+    peers = [p for p in ("torch", "cupy") if has(p)]
+    if not peers:
+        pytest.skip("neither PyTorch nor CuPy is installed")
+    got = run(tmp_path, ["packaged", *peers], CAIJIT_NVRTC_PATH="/nonexistent/libnvrtc.so.13")
+    assert any(d.startswith("ops ") for d in got["done"]), got
+    assert got["compiles"] == 0 and got["bundle_hits"] > 0 and got["nvrtc_mapped"] is False, got

@@ -70,7 +70,7 @@ fn keys(program: &Program) -> Result<std::result::Result<(String, String), Strin
 }
 
 /// The family key of `program` (its bundle key without the name expressions).
-pub(super) fn family_key(program: &Program) -> Result<std::result::Result<String, String>> {
+pub fn family_key(program: &Program) -> Result<std::result::Result<String, String>> {
     Ok(keys(program)?.map(|(_, family)| family))
 }
 

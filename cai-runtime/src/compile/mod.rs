@@ -60,7 +60,7 @@ use std::sync::{Arc, OnceLock};
 
 use sha2::{Digest, Sha256};
 
-pub use bundled::{bundle_key, manifest_entry, read_manifest, record_to, recording};
+pub use bundled::{bundle_key, family_key, manifest_entry, read_manifest, record_to, recording};
 pub use cache::{CacheStatus, DiskCache};
 pub use headers::{HEADERS, OPS};
 pub use toolkit::{add_site_dirs, toolkit, Toolkit};
