@@ -6,11 +6,11 @@
 # installs it); baking takes a few minutes of CPU. Usage: scripts/build-wheel.sh [OUT_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=${1:-target/wheels}
+out=$(realpath -m "${1:-target/wheels}")
 scripts/setup.sh
 printf '\n==> baking the kernel library into python/caijit/_ops.caijit\n'
 .venv/bin/python -m caijit bundle build --ops --arch "$(.venv/bin/python -c 'import caijit.bundles as b; print(",".join(b.OPS_ARCHS))')" \
     -o python/caijit/_ops.caijit
 printf '\n==> building the wheel into %s\n' "$out"
-(cd python && ../.venv/bin/maturin build --release -q -o "../$out")
+(cd python && ../.venv/bin/maturin build --release -q -o "$out")
 ls -l "$out"/caijit-*.whl

@@ -576,12 +576,6 @@ pub fn add_default(path: impl Into<std::path::PathBuf>) {
     crate::sync::lock(&DEFAULTS).push(path.into());
 }
 
-/// Forget every bundle loaded explicitly (tests).
-#[doc(hidden)]
-pub fn unload_all() {
-    LOADED.write().unwrap_or_else(std::sync::PoisonError::into_inner).clear();
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
