@@ -21,6 +21,8 @@ const LAYERS: &[&[&str]] = &[
     &["array", "python"],
     // Compilation: kernel signatures, parameter layouts, NVRTC and its caches.
     &["signature"],
+    // Kernel bundles: the file format and the bundles loaded (no CUDA).
+    &["bundle"],
     &["params", "compile"],
     // Compiled programs loaded into a context, and their kernels.
     &["kernel"],

@@ -21,6 +21,7 @@ pub use crate::sys::{DriverError, NvrtcError};
 /// | [`Error::Launch`] | `caijit.LaunchError` | (`code` is `None`) |
 /// | [`Error::Cache`] | `caijit.CacheError` (also `OSError`) | `path`, `errno` |
 /// | [`Error::CudaNotAvailable`] | `caijit.CudaNotAvailable` | |
+/// | [`Error::Bundle`] | `caijit.BundleError` | |
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -46,6 +47,11 @@ pub enum Error {
     /// No CUDA driver or no NVRTC could be loaded; the message lists where caijit looked.
     #[error("{0}")]
     CudaNotAvailable(String),
+    /// A kernel bundle that cannot be used (unreadable, corrupt, truncated, of another
+    /// format or caijit version, without code for the device), or an instance that no
+    /// loaded bundle holds when NVRTC is not available.
+    #[error("{0}")]
+    Bundle(String),
 }
 
 /// An argument that does not match its parameter: which argument (its index, and the

@@ -102,6 +102,7 @@ pub mod cai;
 mod error;
 
 pub use error::{ArgumentError, CompileError, DriverError, Error, NvrtcError, Result};
+pub mod bundle;
 pub mod compile;
 pub mod interop;
 pub mod kernel;

@@ -75,9 +75,7 @@ fn kernel(ctx: &Arc<Context>, file: &'static str, name: &'static str, targs: &[T
     }
     let list: Vec<String> = targs.iter().map(TArg::to_string).collect();
     let expr = format!("{name}<{}>", list.join(", "));
-    let source = OPS.iter().find(|(n, _)| *n == file).map(|(_, s)| *s).expect("a library file");
-    let program = Program::new(source).name(format!("{file}.cu")).name_expression(expr.clone());
-    let k = ctx.compile(&program)?.kernel(&expr)?;
+    let k = ctx.compile(&instance_program(file, &expr))?.kernel(&expr)?;
     lock(cache).insert(key, k.clone());
     Ok(k)
 }
@@ -517,6 +515,83 @@ pub fn softmax(ctx: &Arc<Context>, x: &ArrayView, out: &ArrayView, stream: Optio
     k.launch(&LaunchConfig::new(grid, [block, 1, 1]), &args, stream, true).map(drop)
 }
 
+/// The program of one instance (`expr`) of library file `file`.
+fn instance_program(file: &str, expr: &str) -> Program {
+    let source = OPS.iter().find(|(n, _)| *n == file).map(|(_, s)| *s).expect("a library file");
+    Program::new(source).name(format!("{file}.cu")).name_expression(expr)
+}
+
+/// Every kernel instance the library can launch, as one program per library file (its
+/// instances as name expressions): what the precompiled bundle of the library is baked
+/// from (`python -m caijit bundle build --ops`). A bundled program serves each instance's
+/// own program ([`kernel`] asks for one instance at a time) as a member of its family.
+pub fn library_programs() -> Vec<Program> {
+    let all = DType::ALL;
+    let real: Vec<DType> = all.into_iter().filter(|d| !matches!(d, DType::C64 | DType::C128)).collect();
+    let reducible: Vec<DType> = real.iter().copied().filter(|d| *d != DType::Bool).collect();
+    let floats = [DType::F16, DType::BF16, DType::F32, DType::F64];
+    let t = TArg::T;
+    let mut files: Vec<(&'static str, Vec<String>)> = Vec::new();
+    let mut add = |file: &'static str, name: &str, targs: &[TArg]| {
+        let list: Vec<String> = targs.iter().map(TArg::to_string).collect();
+        let expr = format!("{name}<{}>", list.join(", "));
+        match files.iter_mut().find(|(f, _)| *f == file) {
+            Some((_, exprs)) if !exprs.contains(&expr) => exprs.push(expr),
+            Some(_) => {}
+            None => files.push((file, vec![expr])),
+        }
+    };
+    for op in UNARY_OPS {
+        for d in op.dtypes() {
+            add(op.name, "unary", &[t(d)]);
+        }
+    }
+    for &d in &all {
+        for name in ["axpy", "scale", "fill"] {
+            add("elementwise", name, &[t(d)]);
+        }
+    }
+    for &d in &real {
+        for &o in &real {
+            add("elementwise", "cast", &[t(d), t(o)]);
+        }
+        add("elementwise", "binary_contiguous", &[t(d)]);
+        for n in 1..=8 {
+            add("elementwise", "binary_broadcast", &[t(d), TArg::N(n)]);
+        }
+    }
+    for &d in &all {
+        for n in 1..=8 {
+            add("strided_copy", "strided_copy", &[t(d), TArg::N(n)]);
+        }
+        add("transpose", "transpose", &[t(d)]);
+    }
+    for &d in &reducible {
+        for sum in [true, false] {
+            let a = accumulator(d, sum);
+            add("reduce", "reduce_partial", &[t(d), t(a)]);
+            for &o in &real {
+                add("reduce", "reduce_final", &[t(a), t(o)]);
+                add("reduce", "reduce_rows", &[t(d), t(a), t(o)]);
+            }
+        }
+    }
+    for d in floats {
+        add("softmax", "softmax_rows_reg", &[t(d), TArg::N(SOFTMAX_VPT)]);
+        add("softmax", "softmax_rows", &[t(d)]);
+    }
+    files
+        .into_iter()
+        .map(|(file, exprs)| {
+            let mut p = instance_program(file, &exprs[0]);
+            for e in exprs {
+                p = p.name_expression(e);
+            }
+            p
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -529,6 +604,26 @@ mod tests {
             assert!(source.contains("void unary("), "kernels/ops/{}.cu defines no `unary` kernel", op.name);
             assert!(op.dtypes().next().is_some() && !op.doc.is_empty(), "op {}", op.name);
         }
+    }
+
+    #[test]
+    fn the_library_programs_serve_each_instance_program() {
+        use crate::compile::family_key;
+        let programs = library_programs();
+        let files: Vec<&str> = programs.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(files, ["abs.cu", "elementwise.cu", "strided_copy.cu", "transpose.cu", "reduce.cu", "softmax.cu"]);
+        for p in &programs {
+            let family = family_key(p).unwrap().unwrap();
+            let file = p.name.trim_end_matches(".cu");
+            for e in &p.name_expressions {
+                assert_eq!(family_key(&instance_program(file, e)).unwrap().unwrap(), family, "{e}");
+            }
+        }
+        let elementwise = &programs[1].name_expressions;
+        for e in ["axpy<__half>", "cast<bool, __nv_bfloat16>", "binary_broadcast<double, 8>", "fill<caijit::complex<double>>"] {
+            assert!(elementwise.contains(&e.to_string()), "{e} is not in {elementwise:?}");
+        }
+        assert!(programs[4].name_expressions.contains(&"reduce_rows<__half, float, long long>".to_string()));
     }
 
     #[test]

@@ -38,6 +38,7 @@ counters! {
     disk_cache_untrusted_keys: "Compilations kept out of the disk cache because caijit could not name every header NVRTC may read (a computed include, one name for two files, ...).",
     untrusted_compiles: "NVRTC compilations run untrusted: with NVRTC's own search path, because caijit could not hand it every header in memory; never stored on disk nor kept in memory.",
     trusted_fallbacks: "Trusted compilations (every header in memory, no search path) in which NVRTC asked for a header caijit had not found, compiled again untrusted.",
+    bundle_hits: "Programs made ready from a loaded kernel bundle instead of NVRTC (once per process per program and architecture).",
     waits: "Launch-stream waits on a producer stream (before a launch).",
     reverse_waits: "Producer-stream waits on the launch stream (after a launch).",
     host_syncs: "Host synchronisations caijit made itself: never on a successful launch; only the fallbacks that keep memory safe when an edge cannot be enqueued, and frees of per-thread-stream arrays on another thread.",

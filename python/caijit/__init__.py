@@ -20,6 +20,7 @@ from . import _native
 from ._native import DeviceArray, Interface, Kernel, Launcher, Stream, __version__, parse_interface
 from .errors import (
     ArgumentError,
+    BundleError,
     CacheError,
     CaijitError,
     CompileError,
@@ -56,7 +57,18 @@ __all__ = [
     "LaunchError",
     "CudaNotAvailable",
     "CacheError",
+    "BundleError",
+    "load_bundle",
+    "record",
 ]
+
+from . import bundles
+from .bundles import load_bundle, record
+
+# The kernel library precompiled for sm_80 to sm_120 (+PTX), when the wheel carries it
+# (scripts/build-wheel.sh bakes it): opened at the first compilation, not here.
+if os.path.isfile(bundles.OPS_BUNDLE):
+    _native.add_default_bundle(bundles.OPS_BUNDLE)
 
 # pip-installed NVRTC (nvidia-cuda-nvrtc) lives in site-packages: tell the runtime where.
 _native.add_site_dirs([p for p in sys.path if p and os.path.isdir(p)])

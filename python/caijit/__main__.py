@@ -238,7 +238,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         if "required: COMMAND" in message:
-            message = "missing a command: one of demo, info, compile, cache (python -m caijit --help says what each does)"
+            message = "missing a command: one of demo, info, compile, cache, bundle (python -m caijit --help says what each does)"
         super().error(message)
 
 
@@ -290,6 +290,7 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=fmt,
     )
     cache.add_argument("action", choices=["info", "clear"], metavar="ACTION", help="info: path, entries and size; clear: remove every entry")
+    caijit.bundles.add_parser(sub, fmt)
     return p
 
 
@@ -312,6 +313,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             return info(args.json)
         if args.cmd == "compile":
             return compile_cmd(args)
+        if args.cmd == "bundle":
+            return caijit.bundles.run(args)
         if args.action == "clear":
             try:
                 print(f"removed {_native.cache_clear()} entries")

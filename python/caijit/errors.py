@@ -10,6 +10,7 @@ __all__ = [
     "LaunchError",
     "CudaNotAvailable",
     "CacheError",
+    "BundleError",
 ]
 
 
@@ -66,3 +67,10 @@ class CacheError(CaijitError, OSError):
     directory, ``.errno`` the operating system's error number (``None`` if there is none)."""
 
     path: str | None = None
+
+
+class BundleError(CaijitError):
+    """A kernel bundle that cannot be used (unreadable, corrupt, truncated, built by
+    another caijit version, without code for the device), or a kernel instance that no
+    loaded bundle holds while NVRTC cannot be loaded. The message names the bundle(s) and
+    what to do (see ``docs/bundles.md``)."""

@@ -13,6 +13,7 @@ pyo3::import_exception!(caijit.errors, ArgumentError);
 pyo3::import_exception!(caijit.errors, CompileError);
 pyo3::import_exception!(caijit.errors, LaunchError);
 pyo3::import_exception!(caijit.errors, CudaNotAvailable);
+pyo3::import_exception!(caijit.errors, BundleError);
 pyo3::import_exception!(caijit.errors, CacheError);
 
 /// An error on its way to Python: caijit's own, or a Python exception raised by a
@@ -103,6 +104,7 @@ fn cai_to_py(e: Error) -> PyErr {
                 vec![("path", path.display().to_string().into_py_any(py)), ("errno", source.raw_os_error().into_py_any(py))],
             ),
             Error::CudaNotAvailable(_) => (CudaNotAvailable::new_err(message), vec![]),
+            Error::Bundle(_) => (BundleError::new_err(message), vec![]),
             _ => (LaunchError::new_err(message), vec![]),
         };
         for (name, value) in attrs {

@@ -6,6 +6,7 @@
 
 mod args;
 mod array;
+mod bundles;
 mod errors;
 mod interface;
 mod jax;
@@ -213,6 +214,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(nvrtc_info, m)?)?;
     m.add_function(wrap_pyfunction!(nvrtc_build, m)?)?;
     m.add_function(wrap_pyfunction!(add_site_dirs, m)?)?;
+    m.add_function(wrap_pyfunction!(bundles::load_bundle, m)?)?;
+    m.add_function(wrap_pyfunction!(bundles::loaded_bundles, m)?)?;
+    m.add_function(wrap_pyfunction!(bundles::bundle_info, m)?)?;
+    m.add_function(wrap_pyfunction!(bundles::bundle_build, m)?)?;
+    m.add_function(wrap_pyfunction!(bundles::record, m)?)?;
+    m.add_function(wrap_pyfunction!(bundles::add_default_bundle, m)?)?;
     m.add_function(wrap_pyfunction!(cache_info, m)?)?;
     m.add_function(wrap_pyfunction!(cache_clear, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -46,6 +46,8 @@
 //! every call. A header that is not a regular file (a FIFO, a device, a directory) is an
 //! error naming it, before NVRTC runs.
 
+pub mod bake;
+mod bundled;
 mod cache;
 mod headers;
 mod includes;
@@ -58,6 +60,7 @@ use std::sync::{Arc, OnceLock};
 
 use sha2::{Digest, Sha256};
 
+pub use bundled::{bundle_key, family_key, manifest_entry, read_manifest, record_to, recording};
 pub use cache::{CacheStatus, DiskCache};
 pub use headers::{HEADERS, OPS};
 pub use toolkit::{add_site_dirs, toolkit, Toolkit};
@@ -223,6 +226,8 @@ pub enum CacheSource {
     Compiled,
     Memory,
     Disk,
+    /// A loaded kernel bundle ([`crate::bundle`]).
+    Bundle,
 }
 
 /// One kernel of a compiled program.
@@ -541,6 +546,8 @@ pub struct CompileOptions {
     pub disk_cache: Option<Option<DiskCache>>,
     /// Skip the in-memory cache (benchmarks, tests).
     pub skip_memory_cache: bool,
+    /// Do not look in loaded bundles (baking a bundle).
+    pub skip_bundles: bool,
 }
 
 /// Compile `program` for `arch`, through the memory and disk caches.
@@ -577,8 +584,23 @@ pub fn headers_digest(program: &Program) -> Result<String> {
 /// A trusted compilation (the module's documentation says when) gives NVRTC every header
 /// in memory and no search path; if NVRTC still asks for a header, it is compiled again
 /// untrusted. An untrusted result is never stored on disk nor kept in memory.
+///
+/// Loaded kernel bundles ([`crate::bundle`]) are looked in first; with a bundle loaded and
+/// NVRTC absent, a program no bundle holds is an [`Error::Bundle`] naming it. With
+/// `CAIJIT_RECORD` (or [`record_to`]), the program is recorded in the manifest.
 pub fn compile_reporting(program: &Program, arch: Arch, options: &CompileOptions) -> Result<(Arc<Compiled>, CacheSource)> {
-    let tk = toolkit()?;
+    let found = compile_unrecorded(program, arch, options)?;
+    bundled::record(program, arch, &found.0);
+    Ok(found)
+}
+
+fn compile_unrecorded(program: &Program, arch: Arch, options: &CompileOptions) -> Result<(Arc<Compiled>, CacheSource)> {
+    if !options.skip_bundles {
+        if let Some(hit) = bundled::lookup(program, arch, || toolkit().is_ok())? {
+            return Ok((hit, CacheSource::Bundle));
+        }
+    }
+    let tk = toolkit().map_err(|e| if options.skip_bundles { e } else { bundled::miss(program, arch, e) })?;
     let sorted = options::sort(&program.options);
     let includes = includes::resolve(program, &sorted, &tk.include_dirs)?;
     let (untrusted_opts, cubin) = nvrtc_options(program, arch, tk, &sorted, None)?;

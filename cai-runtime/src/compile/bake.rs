@@ -1,0 +1,194 @@
+//! Baking kernel bundles: every program compiled by NVRTC for every architecture asked
+//! for, in parallel, and written as one bundle ([`crate::bundle`]).
+//!
+//! Programs of one family (the same but for their name expressions: the instances of one
+//! source's templates) are merged into one program with all their name expressions, so
+//! each source is compiled once per architecture. Each (program, architecture) is compiled trusted (every header in memory, no search
+//! path) through a private disk cache, whose entry gives the CUBIN, the PTX and the lowered
+//! name of every name expression; a program caijit cannot compile trusted cannot be
+//! bundled (its key would not cover what NVRTC read) and is an error naming it. The PTX of
+//! the newest architecture is stored too unless [`BakeOptions::ptx`] is off; the `.entry`
+//! declarations (all that parameter layouts are read from) always are.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use serde_json::json;
+
+use super::{bundled, compile_with, sha256_hex, toolkit, Arch, CompileOptions, Compiled, DiskCache, Image, Program};
+use crate::bundle::{self, ProgramBlobs};
+use crate::sync::lock;
+use crate::{Error, Result};
+
+/// How to bake a bundle.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct BakeOptions {
+    /// Real architectures to compile CUBINs for.
+    pub archs: Vec<Arch>,
+    /// Also store PTX of the newest architecture (the driver JIT-compiles it on newer devices).
+    pub ptx: bool,
+    /// Compilations run at once.
+    pub jobs: usize,
+    /// Draw a progress bar on stderr.
+    pub progress: bool,
+}
+
+impl BakeOptions {
+    pub fn new(archs: Vec<Arch>) -> BakeOptions {
+        let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+        BakeOptions { archs, ptx: true, jobs, progress: false }
+    }
+    pub fn ptx(mut self, ptx: bool) -> Self {
+        self.ptx = ptx;
+        self
+    }
+    pub fn jobs(mut self, jobs: usize) -> Self {
+        self.jobs = jobs.max(1);
+        self
+    }
+    pub fn progress(mut self, progress: bool) -> Self {
+        self.progress = progress;
+        self
+    }
+}
+
+/// One compilation's result: the compiled program and its cache entry.
+type Made = (std::sync::Arc<Compiled>, super::cache::Entry);
+
+/// Compile every program for every architecture of `options` and write the bundle.
+pub fn bake(programs: &[Program], options: &BakeOptions) -> Result<Vec<u8>> {
+    let tk = toolkit()?;
+    let mut archs = options.archs.clone();
+    archs.sort_unstable();
+    archs.dedup();
+    let Some(&newest) = archs.last() else { return Err(Error::argument("no architecture to bake for (give --arch sm_90, say)")) };
+    for a in &archs {
+        if !tk.supported_archs.contains(&(a.0 as i32)) {
+            return Err(Error::argument(format!(
+                "NVRTC {}.{} cannot compile CUBIN for {a} (it knows: {})",
+                tk.version.0,
+                tk.version.1,
+                tk.supported_archs.iter().map(|a| format!("sm_{a}")).collect::<Vec<_>>().join(", ")
+            )));
+        }
+    }
+    if programs.is_empty() {
+        return Err(Error::argument("no program to bake (the manifest is empty and no file was given)"));
+    }
+    let programs = merged(programs)?;
+    let programs = programs.as_slice();
+    let dir = tempfile::Builder::new()
+        .prefix("caijit-bake-")
+        .tempdir()
+        .map_err(|e| Error::argument(format!("cannot make a temporary directory: {e}")))?;
+    let disk = DiskCache::at(dir.path().join("cache"));
+    let jobs: Vec<(usize, Arch)> = (0..programs.len()).flat_map(|p| archs.iter().map(move |&a| (p, a))).collect();
+    let results: Mutex<Vec<Option<Result<Made>>>> = Mutex::new((0..jobs.len()).map(|_| None).collect());
+    let (next, done) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let one = |program: &Program, arch: Arch| -> Result<Made> {
+        let opts = CompileOptions { disk_cache: Some(Some(disk.clone())), skip_memory_cache: true, skip_bundles: true };
+        let c = compile_with(program, arch, &opts)?;
+        if let Some(why) = &c.untrusted {
+            return Err(Error::argument(format!("{} cannot be bundled: {why}", program.name)));
+        }
+        if !matches!(c.image, Image::Cubin(_)) {
+            return Err(Error::argument(format!("NVRTC made no CUBIN of {} for {arch}", program.name)));
+        }
+        match disk.load(&c.key) {
+            Ok(Some(entry)) => Ok((c, entry)),
+            Ok(None) => Err(Error::argument(format!(
+                "the compilation of {} for {arch} was not stored (is the temporary directory writable?)",
+                program.name
+            ))),
+            Err(e) => Err(Error::argument(e)),
+        }
+    };
+    std::thread::scope(|s| {
+        for _ in 0..options.jobs.clamp(1, jobs.len()) {
+            s.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(&(p, arch)) = jobs.get(i) else { break };
+                let r = one(&programs[p], arch);
+                lock(&results)[i] = Some(r);
+                let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                if options.progress {
+                    progress(n, jobs.len(), &programs[p].name, arch);
+                }
+            });
+        }
+    });
+    if options.progress {
+        eprintln!();
+    }
+    let mut results = results.into_inner().unwrap_or_else(std::sync::PoisonError::into_inner).into_iter();
+    let mut blobs = Vec::new();
+    for program in programs {
+        let mut cubins = Vec::new();
+        let mut last = None;
+        for &arch in &archs {
+            let (c, entry) = results.next().flatten().unwrap_or_else(|| Err(Error::argument("a compilation did not finish")))?;
+            if let Image::Cubin(b) = &entry.image {
+                cubins.push((arch.0, b.clone()));
+            }
+            last = Some((c, entry));
+        }
+        let Some((c, entry)) = last else { continue };
+        let (key, family) = match (bundled::bundle_key(program)?, bundled::family_key(program)?) {
+            (Ok(k), Ok(f)) => (k, f),
+            (Err(why), _) | (_, Err(why)) => return Err(Error::argument(format!("{} cannot be bundled: {why}", program.name))),
+        };
+        let description = json!({
+            "key": key,
+            "family": family,
+            "name": program.name,
+            "source_sha256": sha256_hex(&[program.source.as_bytes()]),
+            "options": program.options,
+            "defines": program.defines,
+            "name_expressions": program.name_expressions,
+            "nvrtc_options": c.nvrtc_options,
+            "lowered": entry.lowered,
+            "kernels": bundled::kernels_json(&c),
+        });
+        blobs.push(ProgramBlobs {
+            description,
+            entries: bundle::entry_declarations(&entry.ptx),
+            cubins,
+            ptx: options.ptx.then(|| (newest.0, entry.ptx.clone())),
+        });
+    }
+    let archs: Vec<u32> = archs.iter().map(|a| a.0).collect();
+    Ok(bundle::write(&format!("{}.{}", tk.version.0, tk.version.1), &tk.build, &archs, blobs))
+}
+
+/// Programs of one family merged into one (every name expression of each, in the order
+/// first seen), in the order each family is first seen.
+fn merged(programs: &[Program]) -> Result<Vec<Program>> {
+    let mut out: Vec<(String, Program)> = Vec::new();
+    for p in programs {
+        let family = match bundled::family_key(p)? {
+            Ok(f) => f,
+            Err(why) => return Err(Error::argument(format!("{} cannot be bundled: {why}", p.name))),
+        };
+        match out.iter_mut().find(|(f, _)| *f == family) {
+            Some((_, m)) => {
+                for e in &p.name_expressions {
+                    if !m.name_expressions.contains(e) {
+                        m.name_expressions.push(e.clone());
+                    }
+                }
+            }
+            None => out.push((family, p.clone())),
+        }
+    }
+    Ok(out.into_iter().map(|(_, p)| p).collect())
+}
+
+fn progress(done: usize, total: usize, name: &str, arch: Arch) {
+    const WIDTH: usize = 30;
+    let filled = done * WIDTH / total.max(1);
+    let mut err = std::io::stderr().lock();
+    let _ = write!(err, "\rcaijit bundle [{}{}] {done}/{total} {name} {arch}\x1b[K", "#".repeat(filled), ".".repeat(WIDTH - filled));
+    let _ = err.flush();
+}

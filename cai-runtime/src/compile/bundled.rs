@@ -1,0 +1,317 @@
+//! Programs from kernel bundles ([`crate::bundle`]), and recording the programs a run uses.
+//!
+//! A bundle finds a program by its *bundle key*: the part of the cache key that does not
+//! depend on the NVRTC found at run time (which a process without NVRTC cannot name):
+//! the source, the file name, the options and defines, the name expressions, caijit's
+//! embedded headers, and every header of the program's own (found in its directories and
+//! its `-I` options, hashed by name and contents as for the cache key; the toolkit's
+//! headers are not searched, they belong to the NVRTC build the bundle records). Include
+//! directories are not in it, so a bundle works wherever the program's headers are found.
+//!
+//! A bundled program also serves a program of its *family* (the same key without the name
+//! expressions) whose name expressions it has: baking compiles each family once, with the
+//! name expressions of all its recorded programs, and the one module serves them all.
+//!
+//! Recording (`CAIJIT_RECORD=manifest.json`, or [`record_to`]) appends one JSON line per
+//! program and architecture compiled or loaded, each written whole under an exclusive lock
+//! on the file, so processes can record into one manifest at the same time.
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use serde_json::{json, Value};
+
+use super::{cache, describe_kernels, embedded_headers_digest, includes, options, sha256_hex, Arch, Compiled, Image, Program};
+use crate::bundle::{self, Bundle, BundledProgram, ImageKind};
+use crate::signature::Declarations;
+use crate::sync::{lock, OnceMap};
+use crate::{Error, Result};
+
+/// Bumped whenever what a bundle key covers changes.
+const BUNDLE_KEY_VERSION: u32 = 1;
+
+/// The bundle key of `program` (see the module's documentation): `Ok(Err(why))` when it
+/// cannot have one (caijit cannot name every header it may read; it is then compiled, and
+/// never bundled).
+pub fn bundle_key(program: &Program) -> Result<std::result::Result<String, String>> {
+    Ok(keys(program)?.map(|(key, _)| key))
+}
+
+/// The bundle key, and the *family* key: the same without the name expressions (a bundled
+/// program of the same family whose name expressions include the program's serves it).
+fn keys(program: &Program) -> Result<std::result::Result<(String, String), String>> {
+    let sorted = options::sort(&program.options);
+    let found = includes::resolve(program, &sorted, &[])?;
+    if let Some(why) = found.untrusted {
+        return Ok(Err(why));
+    }
+    let version = BUNDLE_KEY_VERSION.to_le_bytes();
+    let defines: Vec<String> = program
+        .defines
+        .iter()
+        .map(|(k, v)| match v {
+            Some(v) => format!("-D{k}={v}"),
+            None => format!("-D{k}"),
+        })
+        .collect();
+    let mut parts: Vec<&[u8]> = vec![b"caijit-bundle-key", &version, program.source.as_bytes(), program.name.as_bytes(), b"--options"];
+    parts.extend(program.options.iter().map(|o| o.as_bytes()));
+    parts.push(b"--defines");
+    parts.extend(defines.iter().map(|d| d.as_bytes()));
+    parts.push(b"--headers");
+    parts.push(embedded_headers_digest());
+    parts.push(&found.digest);
+    let family = sha256_hex(&parts);
+    parts.push(b"--exprs");
+    parts.extend(program.name_expressions.iter().map(|e| e.as_bytes()));
+    Ok(Ok((sha256_hex(&parts), family)))
+}
+
+/// The family key of `program` (its bundle key without the name expressions).
+pub fn family_key(program: &Program) -> Result<std::result::Result<String, String>> {
+    Ok(keys(program)?.map(|(_, family)| family))
+}
+
+/// `program` for `arch` from the loaded bundles: `Ok(None)` when none is loaded or none
+/// holds it. A bundle that holds it without code for `arch` is an error only when NVRTC
+/// cannot compile it instead (`nvrtc_available`).
+pub(super) fn lookup(program: &Program, arch: Arch, nvrtc_available: impl Fn() -> bool) -> Result<Option<Arc<Compiled>>> {
+    let bundles = bundle::loaded()?;
+    if bundles.is_empty() {
+        return Ok(None);
+    }
+    let Ok((key, family)) = keys(program)? else { return Ok(None) };
+    let mut unusable = None;
+    for b in &bundles {
+        let Some(p) = b.find(&key, &family, &program.name_expressions) else { continue };
+        match hit(b, p, program, arch) {
+            Ok(c) => return Ok(Some(c)),
+            Err(e) => {
+                unusable.get_or_insert(e);
+            }
+        }
+    }
+    match unusable {
+        Some(e) if !nvrtc_available() => Err(e),
+        _ => Ok(None),
+    }
+}
+
+/// The error for a program no loaded bundle holds, when NVRTC cannot be loaded (`why`);
+/// without bundles, `why` itself.
+pub(super) fn miss(program: &Program, arch: Arch, why: Error) -> Error {
+    let Ok(bundles) = bundle::loaded() else { return why };
+    if bundles.is_empty() {
+        return why;
+    }
+    let searched: Vec<&str> = bundles.iter().map(|b| b.origin()).collect();
+    let instance = match program.name_expressions.as_slice() {
+        [] => program.name.clone(),
+        exprs => format!("{} ({})", program.name, exprs.join(", ")),
+    };
+    let key = match bundle_key(program) {
+        Ok(Ok(k)) => format!("bundle key {}", &k[..16]),
+        Ok(Err(why)) => format!("it cannot be bundled: {why}"),
+        Err(e) => format!("its bundle key cannot be computed: {e}"),
+    };
+    Error::Bundle(format!(
+        "no loaded bundle holds the kernel instance {instance} for {arch} ({key}; searched: {}), and NVRTC is not available \
+         to compile it ({why}). Record it: run once where NVRTC is installed with CAIJIT_RECORD=manifest.json, then \
+         `python -m caijit bundle build manifest.json --arch {arch} -o app.caijit`, and load that bundle",
+        searched.join(", ")
+    ))
+}
+
+/// A bundled program made a [`Compiled`] (once per process per bundle, program and
+/// architecture): its parameter layouts read from its `.entry` declarations and lowered
+/// names, as after a compilation, with no NVRTC.
+fn hit(b: &Arc<Bundle>, p: &BundledProgram, program: &Program, arch: Arch) -> Result<Arc<Compiled>> {
+    type Hits = OnceMap<(usize, String, u32), Arc<Compiled>>;
+    static HITS: OnceLock<Hits> = OnceLock::new();
+    let id = (Arc::as_ptr(b) as usize, p.key.clone(), arch.0);
+    HITS.get_or_init(Hits::default).get_or_try_insert_with(id, || {
+        let (im, bytes) = b.image(p, arch.0)?;
+        let key = sha256_hex(&[b"bundled", p.key.as_bytes(), &bytes]);
+        let image = match im.kind {
+            ImageKind::Cubin => Image::Cubin(bytes),
+            ImageKind::Ptx => Image::Ptx(
+                String::from_utf8(bytes).map_err(|_| Error::Bundle(format!("bundle {} is corrupt (its PTX is not text)", b.origin())))?,
+            ),
+        };
+        let entry = cache::Entry { image, ptx: b.entries(p)?, log: String::new(), lowered: p.lowered.clone() };
+        let Declarations { kernels: decls, notes } = program.declarations();
+        let super::Described { kernels, unusable, notes } = describe_kernels(&entry, &decls, notes);
+        crate::stats::bump(&crate::stats::COUNTERS.bundle_hits);
+        Ok(Arc::new(Compiled {
+            key,
+            arch,
+            image: entry.image,
+            ptx: entry.ptx,
+            log: String::new(),
+            kernels,
+            unusable,
+            notes,
+            source: super::CacheSource::Bundle,
+            untrusted: None,
+            nvrtc_options: p.nvrtc_options.clone(),
+        }))
+    })
+}
+
+// ----- Recording -----
+
+/// `None`: not read from the environment yet; `Some(None)`: not recording.
+static RECORDING: Mutex<Option<Option<PathBuf>>> = Mutex::new(None);
+
+/// Record every program compiled or loaded from now on into the manifest at `path`
+/// (`None`: stop). Returns the manifest recorded into before. Overrides `CAIJIT_RECORD`.
+pub fn record_to(path: Option<PathBuf>) -> Option<PathBuf> {
+    let mut r = lock(&RECORDING);
+    let before = r.take().unwrap_or_else(from_env);
+    *r = Some(path);
+    before
+}
+
+fn from_env() -> Option<PathBuf> {
+    std::env::var_os("CAIJIT_RECORD").filter(|p| !p.is_empty()).map(PathBuf::from)
+}
+
+/// The manifest recorded into, if any.
+pub fn recording() -> Option<PathBuf> {
+    lock(&RECORDING).get_or_insert_with(from_env).clone()
+}
+
+/// Append `program` (compiled for `arch` as `compiled`) to the manifest, if recording, once
+/// per process per manifest, key and architecture. Recording never fails a compilation:
+/// a manifest that cannot be written is reported once on stderr.
+pub(super) fn record(program: &Program, arch: Arch, compiled: &Compiled) {
+    let Some(path) = recording() else { return };
+    static WRITTEN: Mutex<Option<HashSet<(PathBuf, String, u32)>>> = Mutex::new(None);
+    let key = match bundle_key(program) {
+        Ok(Ok(k)) => k,
+        Ok(Err(why)) => return warn_once(&format!("caijit: warning: not recording {}: it cannot be bundled ({why})", program.name)),
+        Err(e) => return warn_once(&format!("caijit: warning: not recording {}: {e}", program.name)),
+    };
+    let id = (path.clone(), key.clone(), arch.0);
+    if lock(&WRITTEN).get_or_insert_with(HashSet::new).contains(&id) {
+        return;
+    }
+    let mut line = match serde_json::to_string(&manifest_entry(program, arch, &key, compiled)) {
+        Ok(line) => line,
+        // A path that is not UTF-8 (JSON has no way to spell it).
+        Err(e) => return warn_once(&format!("caijit: warning: not recording {}: {e}", program.name)),
+    };
+    line.push('\n');
+    match append_line(&path, line.as_bytes()) {
+        Ok(()) => {
+            lock(&WRITTEN).get_or_insert_with(HashSet::new).insert(id);
+        }
+        Err(e) => warn_once(&format!("caijit: warning: cannot record into the manifest {}: {e}", path.display())),
+    }
+}
+
+fn warn_once(message: &str) {
+    static WARNED: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let mut warned = lock(&WARNED);
+    if !warned.iter().any(|m| m == message) {
+        warned.push(message.to_string());
+        eprintln!("{message}");
+    }
+}
+
+/// One line, whole, under an exclusive lock (other processes append to the same file).
+fn append_line(path: &Path, line: &[u8]) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+    f.lock()?;
+    let written = f.write_all(line).and_then(|()| f.flush());
+    let _ = f.unlock();
+    written
+}
+
+/// What the manifest records of one program (`docs/bundles.md`).
+pub fn manifest_entry(program: &Program, arch: Arch, key: &str, compiled: &Compiled) -> Value {
+    json!({
+        "caijit_manifest": 1,
+        "caijit": bundle::CAIJIT_VERSION,
+        "key": key,
+        "arch": arch.0,
+        "name": program.name,
+        "source": program.source,
+        "source_sha256": sha256_hex(&[program.source.as_bytes()]),
+        "options": program.options,
+        "defines": program.defines,
+        "name_expressions": program.name_expressions,
+        "include_dirs": program.include_dirs,
+        "source_dir": program.source_dir,
+        "kernels": kernels_json(compiled),
+    })
+}
+
+/// The kernels of `compiled` with their parameters, as the manifest and bundle index list them.
+pub(super) fn kernels_json(compiled: &Compiled) -> Value {
+    let kernels: Vec<Value> = compiled
+        .kernels
+        .iter()
+        .map(|k| {
+            let params: Vec<Value> = k
+                .params
+                .iter()
+                .map(|q| json!({"name": q.name, "type": q.cpp_type, "offset": q.offset, "size": q.size, "align": q.align}))
+                .collect();
+            json!({
+                "name": k.name_expression.clone().unwrap_or_else(|| k.qualified_name.clone()),
+                "lowered": k.lowered_name,
+                "params": params,
+            })
+        })
+        .collect();
+    Value::Array(kernels)
+}
+
+/// The programs of a manifest, each once (by bundle key, in the order first recorded).
+/// A line that is not a manifest entry is an error naming its line number.
+pub fn read_manifest(path: &Path) -> Result<Vec<Program>> {
+    let text = std::fs::read_to_string(path).map_err(|e| Error::argument(format!("cannot read the manifest {}: {e}", path.display())))?;
+    let mut seen = HashSet::new();
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let bad = |what: &str| Error::argument(format!("manifest {} line {}: {what}", path.display(), n + 1));
+        let v: Value = serde_json::from_str(line).map_err(|e| bad(&format!("not JSON ({e})")))?;
+        if v["caijit_manifest"] != json!(1) {
+            return Err(bad("not a caijit manifest entry (no \"caijit_manifest\": 1)"));
+        }
+        let strings = |k: &str| -> Result<Vec<String>> {
+            match &v[k] {
+                Value::Null => Ok(vec![]),
+                Value::Array(a) => {
+                    a.iter().map(|s| s.as_str().map(str::to_owned).ok_or_else(|| bad(&format!("{k:?} is not a list of strings")))).collect()
+                }
+                _ => Err(bad(&format!("{k:?} is not a list of strings"))),
+            }
+        };
+        let source = v["source"].as_str().ok_or_else(|| bad("no \"source\""))?;
+        let mut p = Program::new(source);
+        p.name = v["name"].as_str().unwrap_or("kernel.cu").to_string();
+        p.options = strings("options")?;
+        p.name_expressions = strings("name_expressions")?;
+        p.include_dirs = strings("include_dirs")?.into_iter().map(PathBuf::from).collect();
+        p.source_dir = v["source_dir"].as_str().map(PathBuf::from);
+        for d in v["defines"].as_array().map(Vec::as_slice).unwrap_or_default() {
+            match d.as_array().map(Vec::as_slice) {
+                Some([Value::String(k), Value::Null]) => p.defines.push((k.clone(), None)),
+                Some([Value::String(k), Value::String(val)]) => p.defines.push((k.clone(), Some(val.clone()))),
+                _ => return Err(bad("\"defines\" is not a list of [name, value or null]")),
+            }
+        }
+        let key = match bundle_key(&p)? {
+            Ok(k) => k,
+            Err(why) => return Err(bad(&format!("{} cannot be bundled: {why}", p.name))),
+        };
+        if seen.insert(key) {
+            out.push(p);
+        }
+    }
+    Ok(out)
+}

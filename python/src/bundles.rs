@@ -1,0 +1,96 @@
+//! Kernel bundles from Python: load, inspect, bake, record (`caijit.bundles`).
+
+use std::path::PathBuf;
+
+use cai_runtime::bundle::{self, Bundle};
+use cai_runtime::compile::bake::{bake, BakeOptions};
+use cai_runtime::compile::{read_manifest, record_to, Arch, Program};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::errors::PyCaiResult;
+
+fn summary<'py>(py: Python<'py>, b: &Bundle) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("path", b.origin())?;
+    d.set_item("archs", b.archs().iter().map(|a| format!("sm_{a}")).collect::<Vec<_>>())?;
+    d.set_item("nvrtc", b.nvrtc_version())?;
+    d.set_item("programs", b.programs().iter().map(|p| p.name.clone()).collect::<Vec<_>>())?;
+    d.set_item("kernels", b.programs().iter().flat_map(|p| p.kernels.iter().map(|k| k.name.clone())).collect::<Vec<_>>())?;
+    Ok(d)
+}
+
+/// Read, verify and load a bundle for every later compilation; its summary.
+#[pyfunction]
+pub fn load_bundle(py: Python<'_>, path: PathBuf) -> PyCaiResult<Bound<'_, PyDict>> {
+    let b = py.detach(|| bundle::load(&path))?;
+    Ok(summary(py, &b)?)
+}
+
+/// The bundles loaded (`CAIJIT_BUNDLES` first), as summaries.
+#[pyfunction]
+pub fn loaded_bundles(py: Python<'_>) -> PyCaiResult<Vec<Bound<'_, PyDict>>> {
+    let all = bundle::loaded()?;
+    Ok(all.iter().map(|b| summary(py, b)).collect::<PyResult<_>>()?)
+}
+
+/// A bundle's listing (`python -m caijit bundle info`); the file is verified, not loaded.
+#[pyfunction]
+pub fn bundle_info(py: Python<'_>, path: PathBuf) -> PyCaiResult<String> {
+    Ok(py.detach(|| Bundle::open(&path).map(|b| b.describe()))?)
+}
+
+/// Bake the programs of `manifests` (and with `ops`, every instance of the kernel library) and of `files` (every kernel of each) for
+/// `archs` into `output`; returns the number of programs read, the number in the bundle
+/// (programs of one source are merged) and the file's size.
+#[pyfunction]
+#[pyo3(signature = (manifests, files, archs, output, ptx = true, jobs = None, progress = false, ops = false))]
+#[allow(clippy::too_many_arguments)]
+pub fn bundle_build(
+    py: Python<'_>,
+    manifests: Vec<PathBuf>,
+    files: Vec<PathBuf>,
+    archs: Vec<String>,
+    output: PathBuf,
+    ptx: bool,
+    jobs: Option<usize>,
+    progress: bool,
+    ops: bool,
+) -> PyCaiResult<(usize, usize, usize)> {
+    Ok(py.detach(|| -> cai_runtime::Result<(usize, usize, usize)> {
+        let archs = archs.iter().map(|a| Arch::parse(a)).collect::<cai_runtime::Result<Vec<_>>>()?;
+        let mut programs = Vec::new();
+        for m in &manifests {
+            programs.extend(read_manifest(m)?);
+        }
+        for f in &files {
+            programs.push(Program::from_file(f)?);
+        }
+        if ops {
+            programs.extend(cai_runtime::ops::library_programs());
+        }
+        let mut options = BakeOptions::new(archs).ptx(ptx).progress(progress);
+        if let Some(j) = jobs {
+            options = options.jobs(j);
+        }
+        let bytes = bake(&programs, &options)?;
+        std::fs::write(&output, &bytes)
+            .map_err(|e| cai_runtime::Error::argument(format!("cannot write the bundle {}: {e}", output.display())))?;
+        let written = Bundle::open(&output)?;
+        Ok((programs.len(), written.programs().len(), bytes.len()))
+    })?)
+}
+
+/// Record into the manifest `path` (`None`: stop); returns the manifest recorded into before.
+#[pyfunction]
+#[pyo3(signature = (path))]
+pub fn record(path: Option<PathBuf>) -> Option<PathBuf> {
+    record_to(path)
+}
+
+/// A bundle shipped with the package (the precompiled kernel library): opened at the first
+/// compilation; one that cannot be used is skipped with a warning.
+#[pyfunction]
+pub fn add_default_bundle(path: PathBuf) {
+    bundle::add_default(path);
+}

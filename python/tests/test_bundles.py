@@ -1,0 +1,242 @@
+"""Kernel bundles on the CPU (NVRTC from pip, no GPU): record → build → info → load, with
+parameter inspection in a process where NVRTC cannot be loaded; damaged, other-version
+and other-architecture bundles; two processes recording into one manifest. The bundle is
+also read here with the standard library only, as docs/bundles.md describes it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import caijit
+
+TEMPLATE = r"""
+template <typename T> __global__ void axpy_t(T a, const T* x, T* y, long long n) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+extern "C" __global__ void scale_c(float* __restrict__ v, float s, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) v[i] *= s;
+}
+"""
+
+# Prints the parameters of each instance named on the command line ("scale_c" is the
+# extern "C" kernel), as JSON; with --compile also where compile() found it.
+INSPECT = r"""
+import json, sys, caijit
+src = open(sys.argv[1]).read()
+out = {}
+for name in sys.argv[2:]:
+    k = caijit.kernel(src, "scale_c") if name == "scale_c" else caijit.kernel(src, "axpy_t").specialize(name)
+    out[name] = {"params": k.params, "cache": k.compile(arch="sm_90")[0]["cache"]}
+maps = open("/proc/self/maps").read()
+out["nvrtc_loaded"] = "libnvrtc" in maps
+print(json.dumps(out))
+"""
+
+NO_NVRTC = {"CAIJIT_NVRTC_PATH": "/nonexistent/libnvrtc.so", "CAIJIT_ARCH": "sm_90"}
+
+
+def nvrtc_missing() -> str | None:
+    try:
+        caijit._native.nvrtc_info()
+    except caijit.CudaNotAvailable as e:
+        return f"NVRTC is not installed: {str(e)[:80]}"
+    return None
+
+
+pytestmark = pytest.mark.skipif(nvrtc_missing() is not None, reason=str(nvrtc_missing()))
+
+
+def python(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    full = {k: v for k, v in os.environ.items() if k not in ("CAIJIT_RECORD", "CAIJIT_BUNDLES")}
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=300, env={**full, **env}, cwd=cwd)
+
+
+def inspect(tmp: Path, names: list[str], **env: str) -> dict[str, Any]:
+    (tmp / "inspect.py").write_text(INSPECT)
+    (tmp / "k.cu.txt").write_text(TEMPLATE)
+    r = python(["inspect.py", "k.cu.txt", *names], env, tmp)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def cli(tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return python(["-m", "caijit", *args], {}, tmp)
+
+
+@pytest.fixture(scope="module")
+def baked(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """A manifest recorded by one run and the bundle built from it (sm_80, sm_90 + PTX)."""
+    tmp = tmp_path_factory.mktemp("bundle")
+    ref = inspect(tmp, ["float", "double", "scale_c"], CAIJIT_RECORD=str(tmp / "manifest.json"))
+    r = cli(tmp, "bundle", "build", "manifest.json", "--arch", "sm_80,sm_90", "-o", "app.caijit")
+    assert r.returncode == 0, r.stderr
+    # One source: its three recorded programs are compiled as one.
+    assert "wrote app.caijit: 3 programs as 1 for sm_80, sm_90" in r.stdout
+    return tmp, ref
+
+
+def test_record_build_info_load_round_trip_without_nvrtc(baked: tuple[Path, dict[str, Any]]) -> None:
+    tmp, ref = baked
+    lines = (tmp / "manifest.json").read_text().splitlines()
+    entries = [json.loads(line) for line in lines]
+    assert {tuple(e["name_expressions"]) for e in entries} == {("axpy_t<float>",), ("axpy_t<double>",), ()}
+    assert all(e["caijit_manifest"] == 1 and e["source"] == TEMPLATE for e in entries)
+    info = cli(tmp, "bundle", "info", "app.caijit")
+    assert info.returncode == 0, info.stderr
+    assert "architectures: sm_80, sm_90" in info.stdout
+    assert "kernel axpy_t<double>(double a @0+8, const double* x @8+8, double* y @16+8, long long n @24+8)" in info.stdout
+    assert "kernel scale_c(float* v @0+8, float s @8+4, int n @12+4)" in info.stdout
+    # NVRTC cannot be loaded: every instance's parameters come from the bundle.
+    got = inspect(tmp, ["float", "double", "scale_c"], CAIJIT_BUNDLES=str(tmp / "app.caijit"), **NO_NVRTC)
+    assert got.pop("nvrtc_loaded") is False
+    for name in ("float", "double", "scale_c"):
+        assert got[name]["params"] == ref[name]["params"], name
+        assert got[name]["cache"] == "bundle"
+    # caijit.load_bundle() does what CAIJIT_BUNDLES does.
+    code = (
+        "import caijit, json; s = caijit.load_bundle('app.caijit'); "
+        "k = caijit.kernel(open('k.cu.txt').read(), 'axpy_t').specialize('float'); "
+        "print(json.dumps([s['archs'], sorted(set(s['kernels'])), k.params[1]['type']]))"
+    )
+    r = python(["-c", code], NO_NVRTC, tmp)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == [["sm_80", "sm_90"], ["axpy_t<double>", "axpy_t<float>", "scale_c"], "const float*"]
+
+
+def test_a_miss_without_nvrtc_names_the_instance_the_bundles_and_the_remedy(baked: tuple[Path, dict[str, Any]]) -> None:
+    tmp, _ = baked
+    code = "import caijit; caijit.kernel(open('k.cu.txt').read(), 'axpy_t').specialize('int').params"
+    r = python(["-c", code], {"CAIJIT_BUNDLES": str(tmp / "app.caijit"), **NO_NVRTC}, tmp)
+    assert r.returncode != 0
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("caijit.errors.BundleError: no loaded bundle holds the kernel instance"), last
+    for part in ("axpy_t<int>", "app.caijit", "CAIJIT_RECORD=manifest.json", "bundle build", "NVRTC is not available"):
+        assert part in last, (part, last)
+
+
+def test_a_device_without_code_in_the_bundle_is_an_error_naming_what_it_has(baked: tuple[Path, dict[str, Any]]) -> None:
+    tmp, _ = baked
+    code = "import caijit; print(caijit.kernel(open('k.cu.txt').read(), 'axpy_t').specialize('float').compile(arch=ARCH)[0]['image'])"
+    env = {"CAIJIT_BUNDLES": str(tmp / "app.caijit"), **NO_NVRTC}
+    older = python(["-c", code.replace("ARCH", "'sm_75'")], env, tmp)
+    assert "BundleError" in older.stderr and "no code for this device's architecture sm_75" in older.stderr, older.stderr
+    assert "(it has: sm_80, sm_90, PTX for compute_90)" in older.stderr
+    # A newer device gets the PTX (the driver compiles it); a minor revision the CUBIN.
+    assert python(["-c", code.replace("ARCH", "'sm_100'")], env, tmp).stdout.strip() == "ptx"
+    assert python(["-c", code.replace("ARCH", "'sm_86'")], env, tmp).stdout.strip() == "cubin"
+
+
+def read_sections(data: bytes) -> tuple[int, list[tuple[int, int, bytes, int]]]:
+    """docs/bundles.md's format, read with the standard library."""
+    assert data[:8] == b"CAIJITBN"
+    version, count = struct.unpack_from("<II", data, 8)
+    assert hashlib.sha256(data[:-32]).digest() == data[-32:]
+    at, sections = 16, []
+    for _ in range(count):
+        kind, flags, stored, length = struct.unpack_from("<IIQQ", data, at)
+        at += 24
+        sections.append((kind, flags, data[at : at + stored], length))
+        at += stored
+    assert at == len(data) - 32
+    return version, sections
+
+
+def write_sections(version: int, sections: list[tuple[int, int, bytes, int]]) -> bytes:
+    out = bytearray(b"CAIJITBN" + struct.pack("<II", version, len(sections)))
+    for kind, flags, stored, length in sections:
+        out += struct.pack("<IIQQ", kind, flags, len(stored), length) + stored
+    return bytes(out + hashlib.sha256(out).digest())
+
+
+def test_the_format_is_readable_without_caijit(baked: tuple[Path, dict[str, Any]]) -> None:
+    tmp, _ = baked
+    version, sections = read_sections((tmp / "app.caijit").read_bytes())
+    assert version == 1
+    kind, flags, stored, length = sections[0]
+    index = json.loads(zlib.decompress(stored, -15) if flags & 1 else stored)
+    assert kind == 1 and index["caijit"] == caijit.__version__ and index["archs"] == [80, 90]
+    for p in index["programs"]:
+        for image in p["images"]:
+            k, f, s, n = sections[image["section"]]
+            raw = zlib.decompress(s, -15) if f & 1 else s
+            assert len(raw) == n
+            assert raw.startswith(b"\x7fELF") if image["kind"] == "cubin" else b".target sm_90" in raw
+
+
+def load_error(tmp: Path, data: bytes) -> str:
+    (tmp / "bad.caijit").write_bytes(data)
+    r = python(["-c", "import caijit; caijit.load_bundle('bad.caijit')"], NO_NVRTC, tmp)
+    assert r.returncode != 0
+    return r.stderr.strip().splitlines()[-1]
+
+
+def test_damaged_and_other_version_bundles_are_clear_errors(baked: tuple[Path, dict[str, Any]]) -> None:
+    tmp, _ = baked
+    good = (tmp / "app.caijit").read_bytes()
+    flipped = bytearray(good)
+    flipped[len(good) // 2] ^= 0x40
+    cases = {
+        "corrupt (its SHA-256 checksum does not match": bytes(flipped),
+        "is truncated": good[: len(good) // 2],
+        "is not a caijit bundle": b"\x7fELF" + good[4:],
+        "has format version 2; this caijit": good[:8] + struct.pack("<I", 2) + good[12:],
+    }
+    version, sections = read_sections(good)
+    kind, flags, stored, _ = sections[0]
+    index = json.loads(zlib.decompress(stored, -15) if flags & 1 else stored)
+    index["caijit"] = "0.0.1"
+    raw = json.dumps(index).encode()
+    cases["was built by caijit 0.0.1; this is caijit"] = write_sections(version, [(kind, 0, raw, len(raw)), *sections[1:]])
+    for expected, data in cases.items():
+        err = load_error(tmp, data)
+        assert err.startswith("caijit.errors.BundleError: bundle bad.caijit") and expected in err, (expected, err)
+    # Through CAIJIT_BUNDLES: the first compilation says so.
+    (tmp / "bad.caijit").write_bytes(good[:100])
+    r = python(["-c", "import caijit; caijit.kernel('__global__ void k(int* x) {}').params"], {"CAIJIT_BUNDLES": "bad.caijit"}, tmp)
+    assert "BundleError: CAIJIT_BUNDLES: bundle bad.caijit is truncated" in r.stderr, r.stderr
+
+
+RECORDER = r"""
+import sys, caijit
+src = open(sys.argv[1]).read()
+with caijit.record(sys.argv[2]):
+    for i in range(int(sys.argv[3]), int(sys.argv[3]) + 40):
+        caijit.kernel(src.replace("SLOT", str(i)), "axpy_t").specialize("float").params
+"""
+
+
+def test_two_processes_recording_into_one_manifest_lose_nothing(tmp_path: Path) -> None:
+    (tmp_path / "rec.py").write_text(RECORDER)
+    (tmp_path / "k.txt").write_text("// SLOT\n" + TEMPLATE)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "rec.py", "k.txt", "m.json", str(start)], cwd=tmp_path, stderr=subprocess.PIPE, text=True,
+            env={k: v for k, v in os.environ.items() if k != "CAIJIT_RECORD"},
+        )
+        for start in (0, 1000)
+    ]
+    for p in procs:
+        assert p.wait(timeout=600) == 0, p.stderr.read() if p.stderr else ""
+    lines = (tmp_path / "m.json").read_text().splitlines()
+    slots = sorted(int(json.loads(line)["source"].split("\n", 1)[0][3:]) for line in lines)
+    assert slots == [*range(0, 40), *range(1000, 1040)]
+
+
+def test_a_shipped_bundle_that_cannot_be_used_is_skipped_with_a_warning(tmp_path: Path) -> None:
+    (tmp_path / "bad.caijit").write_bytes(b"CAIJITBN" + bytes(40))
+    code = "import caijit; caijit._native.add_default_bundle('bad.caijit'); print(caijit.kernel('__global__ void k(int* x) {}').params[0]['type'])"
+    r = python(["-c", code], {}, tmp_path)
+    assert r.returncode == 0 and r.stdout.strip() == "int*", r.stderr
+    assert "warning: not using a shipped kernel bundle: bundle bad.caijit" in r.stderr

@@ -1,0 +1,123 @@
+//! Kernel bundles on the CPU: baking with NVRTC, the index, lookups before compiling (by
+//! bundle key and architecture), recording. Needs NVRTC (pip wheels in the virtualenv).
+//! Bundles installed here are process-wide: each test uses sources of its own.
+
+use cai_runtime::bundle::{self, Bundle};
+use cai_runtime::compile::bake::{bake, BakeOptions};
+use cai_runtime::compile::{bundle_key, compile_with, read_manifest, record_to, Arch, CacheSource, Image, Program};
+use caijit_integration::fresh;
+
+const AXPY: &str = r#"
+template <typename T> __global__ void axpy_b(T a, const T* x, T* y, long long n) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+extern "C" __global__ void scale_b(float* __restrict__ v, float s, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) v[i] *= s;
+}
+"#;
+
+fn bake_for(programs: &[Program], archs: &[u32], ptx: bool) -> Bundle {
+    let options = BakeOptions::new(archs.iter().map(|&a| Arch(a)).collect()).ptx(ptx).jobs(2);
+    let bytes = bake(programs, &options).unwrap();
+    Bundle::from_vec(bytes, "test.caijit").unwrap()
+}
+
+#[test]
+fn a_baked_program_is_found_by_key_and_architecture_and_matches_a_compilation() {
+    let program = Program::new(format!("// a_baked_program\n{AXPY}")).name_expression("axpy_b<float>").name_expression("axpy_b<double>");
+    let compiled = compile_with(&program, Arch(90), &fresh()).unwrap();
+    let bundle = bake_for(std::slice::from_ref(&program), &[80, 90], true);
+    assert_eq!(bundle.archs(), &[80, 90]);
+    let listing = bundle.describe();
+    assert!(listing.contains("kernel axpy_b<double>(double a @0+8, const double* x @8+8"), "{listing}");
+    assert!(listing.contains("kernel scale_b(float* v @0+8, float s @8+4, int n @12+4)"), "{listing}");
+    bundle::install(bundle);
+
+    let hit = compile_with(&program, Arch(90), &fresh()).unwrap();
+    assert_eq!(hit.source, CacheSource::Bundle);
+    assert_eq!(hit.kernels, compiled.kernels, "layouts from the bundle differ from a compilation's");
+    assert!(matches!(&hit.image, Image::Cubin(b) if b.starts_with(b"\x7fELF")));
+    // sm_86 runs the sm_80 CUBIN; sm_100 the PTX; sm_75 has nothing: NVRTC compiles it.
+    assert_eq!(compile_with(&program, Arch(86), &fresh()).unwrap().source, CacheSource::Bundle);
+    let newer = compile_with(&program, Arch(100), &fresh()).unwrap();
+    assert!(matches!((&newer.image, newer.source), (Image::Ptx(p), CacheSource::Bundle) if p.contains(".target sm_90")));
+    assert_eq!(compile_with(&program, Arch(75), &fresh()).unwrap().source, CacheSource::Compiled);
+    // Fewer of its instances: served by the same program (its family).
+    let double = Program::new(program.source.clone()).name_expression("axpy_b<double>");
+    assert_eq!(compile_with(&double, Arch(90), &fresh()).unwrap().source, CacheSource::Bundle);
+    // Another instance, other options: not in the bundle.
+    assert_eq!(compile_with(&program.clone().name_expression("axpy_b<int>"), Arch(90), &fresh()).unwrap().source, CacheSource::Compiled);
+    assert_eq!(compile_with(&program.clone().option("-DX=1"), Arch(90), &fresh()).unwrap().source, CacheSource::Compiled);
+}
+
+#[test]
+fn programs_of_one_source_are_baked_as_one() {
+    let source = format!("// merged\n{AXPY}");
+    let programs: Vec<Program> = ["axpy_b<float>", "axpy_b<int>"]
+        .iter()
+        .map(|e| Program::new(source.clone()).name_expression(*e))
+        .chain([Program::new(source.clone())])
+        .collect();
+    let bundle = bake_for(&programs, &[90], false);
+    let [p] = bundle.programs() else { panic!("{}", bundle.describe()) };
+    assert_eq!(p.name_expressions, ["axpy_b<float>", "axpy_b<int>"]);
+    let names: Vec<&str> = p.kernels.iter().map(|k| k.name.as_str()).collect();
+    assert_eq!(names.len(), 3, "{names:?}");
+    bundle::install(bundle);
+    for program in &programs {
+        assert_eq!(compile_with(program, Arch(90), &fresh()).unwrap().source, CacheSource::Bundle);
+    }
+}
+
+#[test]
+fn without_ptx_a_newer_device_is_not_served() {
+    let program = Program::new(format!("// without_ptx\n{AXPY}")).name_expression("axpy_b<float>");
+    let bundle = bake_for(std::slice::from_ref(&program), &[80], false);
+    let p = &bundle.programs()[0];
+    let e = bundle.image(p, 90).unwrap_err().to_string();
+    assert!(e.contains("no code for this device's architecture sm_90") && e.contains("(it has: sm_80)"), "{e}");
+    bundle::install(bundle);
+    // NVRTC is here: the program is compiled instead.
+    assert_eq!(compile_with(&program, Arch(90), &fresh()).unwrap().source, CacheSource::Compiled);
+}
+
+#[test]
+fn the_bundle_key_covers_headers_but_not_where_they_are() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    for d in [&a, &b] {
+        std::fs::write(d.path().join("k.cu"), "#include \"v.cuh\"\n__global__ void k(V* v) {}\n").unwrap();
+        std::fs::write(d.path().join("v.cuh"), "typedef float V;\n").unwrap();
+    }
+    let key = |d: &tempfile::TempDir| bundle_key(&Program::from_file(d.path().join("k.cu")).unwrap()).unwrap().unwrap();
+    assert_eq!(key(&a), key(&b));
+    std::fs::write(b.path().join("v.cuh"), "typedef double V;\n").unwrap();
+    assert_ne!(key(&a), key(&b));
+}
+
+#[test]
+fn recording_writes_what_baking_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("manifest.json");
+    let program = Program::new(format!("// recording\n{AXPY}")).name_expression("axpy_b<float>").define("N", Some("4".into()));
+    let before = record_to(Some(manifest.clone()));
+    let compiled = compile_with(&program, Arch(90), &fresh());
+    // Twice: recorded once.
+    let again = compile_with(&program, Arch(90), &fresh());
+    record_to(before);
+    compiled.unwrap();
+    again.unwrap();
+    let text = std::fs::read_to_string(&manifest).unwrap();
+    let ours: Vec<&str> = text.lines().filter(|l| l.contains("// recording")).collect();
+    assert_eq!(ours.len(), 1, "{text}");
+    assert!(ours[0].contains("\"caijit_manifest\":1") && ours[0].contains("axpy_b<float>"), "{}", ours[0]);
+    let programs = read_manifest(&manifest).unwrap();
+    let read = programs.iter().find(|p| p.source == program.source).expect("the recorded program");
+    assert_eq!((&read.name_expressions, &read.defines, &read.name), (&program.name_expressions, &program.defines, &program.name));
+    assert_eq!(bundle_key(read).unwrap(), bundle_key(&program).unwrap());
+
+    std::fs::write(&manifest, "{\"not\": 1}\n").unwrap();
+    let e = read_manifest(&manifest).unwrap_err().to_string();
+    assert!(e.contains("line 1") && e.contains("not a caijit manifest entry"), "{e}");
+}
