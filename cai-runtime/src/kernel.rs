@@ -123,8 +123,12 @@ impl Module {
         let attributes = d.func_attributes(raw)?;
         let max_dynamic_shared = AtomicI32::new(attributes.max_dynamic_shared_size_bytes);
         let pointee_alignment = info.params.iter().map(pointee_alignment).collect();
+        // Kept for the life of the process, as the kernel itself is (modules are never
+        // unloaded): launch records then carry the name as a plain `&'static str`.
+        let instance: &'static str = Box::leak(instance_name(&info).into_boxed_str());
         Ok(Arc::new(Kernel {
             module: self.clone(),
+            instance,
             info,
             raw,
             attributes,
@@ -139,6 +143,8 @@ impl Module {
 #[derive(Debug)]
 pub struct Kernel {
     pub(crate) module: Arc<Module>,
+    /// The name diagnostics give it ([`instance_name`]).
+    pub(crate) instance: &'static str,
     pub(crate) info: KernelInfo,
     pub(crate) raw: RawFunction,
     /// The driver's attributes at load; `max_dynamic_shared_size_bytes` is the one a
@@ -158,6 +164,10 @@ pub struct Kernel {
 impl Kernel {
     pub fn info(&self) -> &KernelInfo {
         &self.info
+    }
+    /// The name diagnostics give this kernel ([`instance_name`]).
+    pub fn instance(&self) -> &'static str {
+        self.instance
     }
     pub fn context(&self) -> &Arc<Context> {
         &self.module.ctx
@@ -198,6 +208,12 @@ impl Kernel {
         }
         Ok(block)
     }
+}
+
+/// The name launch records, NVTX ranges and profiles give a kernel: its name expression
+/// (`axpy<float>`), else its demangled signature, else its lowered name.
+pub fn instance_name(info: &KernelInfo) -> String {
+    info.name_expression.clone().unwrap_or_else(|| info.display_name().to_string())
 }
 
 /// The alignment a pointer parameter's pointee needs beyond its elements' size: its CUDA

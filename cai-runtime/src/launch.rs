@@ -35,6 +35,9 @@ use crate::sys::{Driver, RawStream};
 use crate::{Error, Result};
 
 pub use crate::sys::LaunchConfig;
+pub use trace::{ProfileRow, Profiler};
+
+mod trace;
 
 impl LaunchConfig {
     pub fn new(grid: [u32; 3], block: [u32; 3]) -> Self {
@@ -432,7 +435,9 @@ impl Kernel {
             _ => None,
         });
         let named = |i: usize, what: String| err(&params[i], what);
-        enqueue_ordered(self.context(), arrays, stream, sync, named, |d, launch_stream| {
+        let mut recorded = None;
+        let on = enqueue_ordered(self.context(), arrays, stream, sync, named, |d, launch_stream| {
+            let span = trace::begin(self, d, launch_stream)?;
             // The arguments were checked against the compiled parameter list above: each
             // pointer refers to a value of exactly the parameter's size; device pointers come
             // from validated CAI descriptors whose owners keep them alive (CAI contract).
@@ -441,8 +446,13 @@ impl Kernel {
             probe.stop(Phase::LaunchDriver);
             launched?;
             bump(&COUNTERS.launches);
-            Ok(())
-        })
+            recorded = Some(trace::record(self, cfg, args, launch_stream));
+            trace::end(span, self, d, launch_stream)
+        })?;
+        if let Some(r) = recorded.filter(|_| crate::diag::flags() & crate::diag::BLOCKING != 0) {
+            trace::block(self.context(), &r)?;
+        }
+        Ok(on)
     }
 
     /// Launch over `n` elements with the occupancy-maximising block size.

@@ -49,8 +49,10 @@
 mod cache;
 mod headers;
 mod includes;
+mod lineinfo;
 mod options;
 mod toolkit;
+pub use lineinfo::LINEINFO;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -25,6 +25,8 @@ mod capture;
 #[cfg(feature = "python")]
 pub(crate) mod dlpack;
 pub(crate) mod xla_ffi;
+/// Timing events (profiling).
+mod timing;
 
 // ---------------------------------------------------------------------------------------
 // Loading libraries
