@@ -39,12 +39,15 @@ pub const BLOCKING: u32 = 1;
 pub const NVTX: u32 = 2;
 /// Time each launch with events (`caijit.profile()`).
 pub const PROFILE: u32 = 4;
+/// Launch kernels' bounds-checked debug instances (`CAIJIT_DEBUG=1`, `caijit.debug(True)`,
+/// which also turn [`BLOCKING`] on).
+pub const BOUNDS: u32 = 8;
 /// The word has been read from the environment.
 const READ: u32 = 1 << 31;
 
 static FLAGS: AtomicU32 = AtomicU32::new(0);
 
-/// The switches (a mask of [`BLOCKING`], [`NVTX`], [`PROFILE`]): one relaxed load once
+/// The switches (a mask of [`BLOCKING`], [`NVTX`], [`PROFILE`], [`BOUNDS`]): one relaxed load once
 /// the environment has been read.
 #[inline]
 pub fn flags() -> u32 {
@@ -62,6 +65,9 @@ fn from_env() -> u32 {
     let mut f = READ;
     if on("CAIJIT_LAUNCH_BLOCKING") {
         f |= BLOCKING;
+    }
+    if on("CAIJIT_DEBUG") {
+        f |= BLOCKING | BOUNDS;
     }
     if on("CAIJIT_NVTX") {
         f |= NVTX;

@@ -11,6 +11,10 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, LazyLock, OnceLock};
 
 use crate::compile::{self, Arch, Compiled, KernelInfo, Program};
+pub use debug::BOUNDS_CHECK;
+
+mod debug;
+pub(crate) use debug::check_bounds;
 use crate::runtime::Context;
 use crate::signature::{ParamKind, ParamLayout};
 use crate::stats::{bump, COUNTERS};
@@ -53,6 +57,7 @@ impl Context {
     /// Compile `program` for this device's architecture and load it.
     pub fn compile(self: &Arc<Self>, program: &Program) -> Result<Arc<Module>> {
         let compiled = compile::compile(program, self.arch())?;
+        debug::remember(&compiled.key, program);
         self.load(compiled)
     }
 
@@ -125,10 +130,13 @@ impl Module {
         let pointee_alignment = info.params.iter().map(pointee_alignment).collect();
         // Kept for the life of the process, as the kernel itself is (modules are never
         // unloaded): launch records then carry the name as a plain `&'static str`.
-        let instance: &'static str = Box::leak(instance_name(&info).into_boxed_str());
+        let named: &'static str = Box::leak(format!("{}\0", instance_name(&info)).into_boxed_str());
+        let instance = &named[..named.len() - 1];
+        let instance_c = std::ffi::CStr::from_bytes_with_nul(named.as_bytes()).ok();
         Ok(Arc::new(Kernel {
             module: self.clone(),
             instance,
+            instance_c,
             info,
             raw,
             attributes,
@@ -145,6 +153,8 @@ pub struct Kernel {
     pub(crate) module: Arc<Module>,
     /// The name diagnostics give it ([`instance_name`]).
     pub(crate) instance: &'static str,
+    /// The same, NUL-terminated (NVTX range names); `None` if it has a NUL inside.
+    pub(crate) instance_c: Option<&'static std::ffi::CStr>,
     pub(crate) info: KernelInfo,
     pub(crate) raw: RawFunction,
     /// The driver's attributes at load; `max_dynamic_shared_size_bytes` is the one a

@@ -35,7 +35,7 @@ use crate::sys::{Driver, RawStream};
 use crate::{Error, Result};
 
 pub use crate::sys::LaunchConfig;
-pub use trace::{ProfileRow, Profiler};
+pub use trace::{nvtx_tool, ProfileRow, Profiler};
 
 mod trace;
 
@@ -413,7 +413,31 @@ impl Kernel {
     /// Launch with arguments checked against the kernel's parameters, on `stream` (or the
     /// stream the protocol picks), ordered against every producer stream unless `sync` is
     /// false. Returns the stream the kernel was launched on (its CAI value).
+    ///
+    /// With bounds checks on (`caijit.debug(True)`, `CAIJIT_DEBUG=1`), the kernel's
+    /// bounds-checked debug instance is launched instead, waited for, and an out-of-bounds
+    /// `caijit::Array` access is an argument error naming the argument, index and shape.
     pub fn launch(&self, cfg: &LaunchConfig, args: &[Arg<'_>], stream: Option<&Stream>, sync: bool) -> Result<u64> {
+        if crate::diag::flags() & crate::diag::BOUNDS != 0 {
+            if let Some(twin) = self.debug_instance()? {
+                let (on, launched) = twin.launch_traced(cfg, args, stream, sync)?;
+                if let Some(r) = launched {
+                    crate::kernel::check_bounds(&twin, &r, args)?;
+                }
+                return Ok(on);
+            }
+        }
+        self.launch_traced(cfg, args, stream, sync).map(|(on, _)| on)
+    }
+
+    /// [`Kernel::launch`] of this very instance; also returns its ring record.
+    fn launch_traced(
+        &self,
+        cfg: &LaunchConfig,
+        args: &[Arg<'_>],
+        stream: Option<&Stream>,
+        sync: bool,
+    ) -> Result<(u64, Option<crate::diag::LaunchRecord>)> {
         let probe = timing::start();
         let params = &self.info.params;
         if params.len() != args.len() {
@@ -452,7 +476,7 @@ impl Kernel {
         if let Some(r) = recorded.filter(|_| crate::diag::flags() & crate::diag::BLOCKING != 0) {
             trace::block(self.context(), &r)?;
         }
-        Ok(on)
+        Ok((on, recorded))
     }
 
     /// Launch over `n` elements with the occupancy-maximising block size.

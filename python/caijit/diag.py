@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from typing import Any, Optional, Sequence, TextIO
 
 from . import _native
@@ -13,18 +14,37 @@ __all__ = ["debug", "nvtx", "profile", "Profile", "recent_launches"]
 
 
 def debug(on: bool = True) -> bool:
-    """Launch-blocking mode on or off (``CAIJIT_LAUNCH_BLOCKING=1`` sets it at start-up):
-    every launch waits for its kernel, and a fault is raised at the launch that caused it
-    as a :class:`caijit.LaunchError` carrying ``.kernel``, ``.grid``, ``.block``,
-    ``.arguments`` and ``.site`` (the Python ``file:line`` of the call). Costs a host
-    synchronisation per launch. Returns the previous state."""
-    return _native._set_switch("blocking", bool(on))
+    """Debug mode on or off (``CAIJIT_DEBUG=1`` sets it at start-up). Two things:
+
+    * launch-blocking mode (alone: ``CAIJIT_LAUNCH_BLOCKING=1``): every launch waits for
+      its kernel, and a fault is raised at the launch that caused it as a
+      :class:`caijit.LaunchError` carrying ``.kernel``, ``.grid``, ``.block``,
+      ``.arguments`` and ``.site`` (the Python ``file:line`` of the call);
+    * bounds checks: kernels launch as their bounds-checked debug instance (compiled
+      again with ``CAIJIT_BOUNDS_CHECK`` defined, cached apart), in which every
+      ``caijit::Array`` access is checked against the shape; the first violation raises a
+      :class:`caijit.ArgumentError` naming the argument, the index and the shape. Raw
+      pointer parameters cannot be checked.
+
+    Costs a host synchronisation per launch, and the checks in the kernel. Returns the
+    previous state (of launch-blocking mode)."""
+    was = _native._set_switch("blocking", bool(on))
+    _native._set_switch("bounds", bool(on))
+    return was
 
 
 def nvtx(on: bool = True) -> bool:
-    """NVTX ranges named by kernel instance around every launch and compile on or off
-    (``CAIJIT_NVTX=1``). Returns the previous state."""
-    return _native._set_switch("nvtx", bool(on))
+    """NVTX ranges named by kernel instance (``axpy<float>``) around every launch, and
+    ``caijit compile <name>`` around every compile, on or off (``CAIJIT_NVTX=1``). The
+    ranges go to the tool ``NVTX_INJECTION64_PATH`` names (Nsight Systems sets it); without
+    one they cost nothing. A tool that cannot be loaded is a warning. Returns the previous
+    state."""
+    was = _native._set_switch("nvtx", bool(on))
+    if on:
+        _, why = _native._nvtx_tool()
+        if why is not None:
+            warnings.warn(f"caijit.nvtx: the NVTX tool could not be attached: {why}", RuntimeWarning, stacklevel=2)
+    return was
 
 
 def recent_launches() -> list[dict[str, Any]]:

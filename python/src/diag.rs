@@ -10,7 +10,7 @@ use pyo3::types::PyDict;
 
 use crate::errors::PyCaiResult;
 
-/// Turn switches on or off: `which` is `"blocking"` or `"nvtx"`. Returns the previous state.
+/// Turn a switch on or off (`"blocking"`, `"bounds"`, `"nvtx"`). Returns its previous state.
 #[pyfunction]
 pub fn _set_switch(which: &str, on: bool) -> PyCaiResult<bool> {
     let mask = switch(which)?;
@@ -19,7 +19,7 @@ pub fn _set_switch(which: &str, on: bool) -> PyCaiResult<bool> {
     Ok(was)
 }
 
-/// Whether a switch is on (`"blocking"`, `"nvtx"`, `"profile"`).
+/// Whether a switch is on (`"blocking"`, `"bounds"`, `"nvtx"`, `"profile"`).
 #[pyfunction]
 pub fn _switch(which: &str) -> PyCaiResult<bool> {
     Ok(diag::enabled(switch(which)?))
@@ -30,8 +30,19 @@ fn switch(which: &str) -> PyCaiResult<u32> {
         "blocking" => diag::BLOCKING,
         "nvtx" => diag::NVTX,
         "profile" => diag::PROFILE,
+        "bounds" => diag::BOUNDS,
         other => return Err(crate::errors::PyCaiError::argument(format!("unknown switch {other:?}"))),
     })
+}
+
+/// `(attached, why not)`: whether an NVTX tool is attached, and why the one
+/// `NVTX_INJECTION64_PATH` names could not be.
+#[pyfunction]
+pub fn _nvtx_tool() -> (bool, Option<String>) {
+    match cai_runtime::launch::nvtx_tool() {
+        Ok(attached) => (attached, None),
+        Err(e) => (false, Some(e)),
+    }
 }
 
 /// Whether `CAIJIT_LINEINFO` asks for line-info builds.

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from typing import Any
 
 import pytest
 
@@ -107,6 +108,86 @@ def test_an_empty_profile_has_a_header_and_no_rows(capsys: pytest.CaptureFixture
     assert q.rows == []
 
 
+@pytest.fixture(scope="module")
+def nvtx_recorder(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The test NVTX tool (tests/data/nvtx_recorder.c), built with the C compiler."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler to build the NVTX test tool")
+    src = os.path.join(os.path.dirname(__file__), "data", "nvtx_recorder.c")
+    lib = str(tmp_path_factory.mktemp("nvtx") / "libnvtx_recorder.so")
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", lib, src], check=True)
+    return lib
+
+
+def test_nvtx_ranges_reach_the_tool_through_the_injection_interface(nvtx_recorder: str, tmp_path: os.PathLike[str]) -> None:
+    log = os.path.join(tmp_path, "nvtx.log")
+    code = """
+        import caijit
+        caijit.kernel('extern "C" __global__ void nvtx_probe(float* y) { y[0] = 1.f; }').compile(arch="sm_90")
+        """
+    r = run_subprocess(code, NVTX_INJECTION64_PATH=nvtx_recorder, NVTX_TEST_LOG=log, CAIJIT_NVTX="1")
+    assert r.returncode == 0, r.stderr
+    lines = open(log).read().splitlines()
+    assert lines[0] == "attached 16", lines
+    pushes = [l for l in lines if l.startswith("push ")]
+    assert pushes and all(l.startswith("push caijit compile") for l in pushes), lines
+    assert "nvtx_probe" in " ".join(pushes) or "kernel.cu" in " ".join(pushes), lines
+    assert lines.count("pop") == len(pushes), lines
+    # Off: the tool is never even loaded.
+    os.remove(log)
+    r = run_subprocess(code, NVTX_INJECTION64_PATH=nvtx_recorder, NVTX_TEST_LOG=log, CAIJIT_NVTX="0")
+    assert r.returncode == 0, r.stderr
+    assert not os.path.exists(log)
+
+
+def test_an_nvtx_tool_that_cannot_be_loaded_is_a_warning(tmp_path: os.PathLike[str]) -> None:
+    missing = os.path.join(tmp_path, "no-such-tool.so")
+    code = """
+        import warnings, caijit
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            caijit.nvtx(True)
+        print([str(x.message) for x in w])
+        """
+    r = run_subprocess(code, NVTX_INJECTION64_PATH=missing)
+    assert r.returncode == 0, r.stderr
+    assert "could not be attached" in r.stdout and "no-such-tool.so" in r.stdout, r.stdout
+    r = run_subprocess(code)
+    assert r.stdout.strip() == "[]", r.stdout
+
+
+BOUNDS = r"""
+#include <caijit/array.cuh>
+template <typename T>
+__global__ void row(caijit::Array<T, 1> x, long long at) { if (threadIdx.x == 0) x(at) = T(5); }
+template <typename T>
+__global__ void grid2(caijit::Array<const T, 2> x, caijit::Array<T, 1> out, long long r, long long c) {
+    if (threadIdx.x == 0) out(0) = x(r, c);
+}
+template <typename T>
+__global__ void flat(caijit::Array<T, 2> x, long long i) { if (threadIdx.x == 0) x[i] = T(1); }
+"""
+
+
+def test_the_bounds_checked_header_compiles_for_every_accessor() -> None:
+    for name in ("row<float>", "grid2<double>", "flat<int>"):
+        for defines in ({}, {"CAIJIT_BOUNDS_CHECK": "1"}):
+            info = caijit.kernel(BOUNDS, name, defines=defines).compile(arch="sm_90")[0]
+            assert info["name_expression"] == name
+
+
+def test_debug_turns_on_launch_blocking_and_bounds_checks() -> None:
+    try:
+        assert caijit.debug(True) is False
+        assert _native._switch("blocking") and _native._switch("bounds")
+    finally:
+        caijit.debug(False)
+    assert not _native._switch("blocking") and not _native._switch("bounds")
+    r = run_subprocess("import caijit; from caijit import _native; print(_native._switch('blocking'), _native._switch('bounds'))", CAIJIT_DEBUG="1")
+    assert r.stdout.strip() == "True True", r.stdout + r.stderr
+
+
 def test_recent_launches_is_a_list_of_records() -> None:
     launches = caijit.recent_launches()
     assert isinstance(launches, list)
@@ -174,6 +255,93 @@ def test_launch_blocking_raises_at_the_faulting_launch_with_its_call_site() -> N
     # caijit.debug(True) does the same without the environment.
     r = run_subprocess(code.replace("import caijit", "import caijit; caijit.debug(True)"))
     assert "kernel bad<float>" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.gpu
+def test_nvtx_sees_one_range_per_launch_named_by_the_instance(nvtx_recorder: str, tmp_path: os.PathLike[str]) -> None:
+    log = os.path.join(tmp_path, "nvtx.log")
+    code = f"""
+        import caijit
+        src = {FAULTING!r}
+        good = caijit.kernel(src, "good")
+        y = caijit.zeros(64, "float32")
+        good[1, 64](y, 64)          # warm up (compile and load: not counted below)
+        y.copy_to_host()
+        open({log!r}, "a").write("-- launches\\n")
+        for _ in range(5):
+            good[1, 64](y, 64)
+        y64 = caijit.zeros(8, "float64")
+        good[1, 8](y64, 8)
+        y.copy_to_host()
+        """
+    r = run_subprocess(code, NVTX_INJECTION64_PATH=nvtx_recorder, NVTX_TEST_LOG=log, CAIJIT_NVTX="1")
+    assert r.returncode == 0, r.stderr
+    lines = open(log).read().splitlines()
+    after = lines[lines.index("-- launches") + 1 :]
+    launches = [l for l in after if l.startswith("push ") and "caijit compile" not in l]
+    assert launches.count("push good<float>") == 5, after
+    assert launches.count("push good<double>") == 1, after
+    assert len(launches) == 6, after
+
+
+@pytest.mark.gpu
+def test_bounds_checks_name_the_argument_index_and_shape() -> None:
+    import numpy
+
+    x1 = caijit.to_device(numpy.arange(10, dtype="float32"))
+    x2 = caijit.to_device(numpy.arange(12, dtype="float64").reshape(3, 4))
+    out = caijit.zeros(1, "float64")
+    row, grid2, flat = caijit.kernel(BOUNDS, "row"), caijit.kernel(BOUNDS, "grid2"), caijit.kernel(BOUNDS, "flat")
+    row[1, 32](x1, 3)  # warm up: the plain instances
+    grid2[1, 32](x2, out, 2, 3)
+    assert float(numpy.asarray(out.copy_to_host())[0]) == 11.0
+    rev = _reversed_rows(x2)
+    caijit.debug(True)
+    try:
+        row[1, 32](x1, 9)  # in bounds: no error
+        with pytest.raises(caijit.ArgumentError) as e:
+            row[1, 32](x1, 10)
+        assert e.value.index == 0 and e.value.argument == "x", str(e.value)
+        assert "index (10)" in str(e.value) and "shape (10)" in str(e.value), str(e.value)
+        with pytest.raises(caijit.ArgumentError) as e:
+            grid2[1, 32](x2, out, 1, 4)
+        assert e.value.index == 0 and "index (1, 4)" in str(e.value) and "shape (3, 4)" in str(e.value), str(e.value)
+        assert "dimension 1" in str(e.value)
+        # A negative-stride view: the shape is checked, whatever the strides.
+        with pytest.raises(caijit.ArgumentError) as e:
+            grid2[1, 32](rev, out, -1, 0)
+        assert e.value.index == 0 and "index (-1, 0)" in str(e.value) and "shape (3, 4)" in str(e.value), str(e.value)
+        grid2[1, 32](rev, out, 0, 1)  # row 0 of the reversed view is row 2
+        assert float(numpy.asarray(out.copy_to_host())[0]) == 9.0
+        with pytest.raises(caijit.ArgumentError, match=r"flat index 12 is out of bounds for shape \(3, 4\)"):
+            flat[1, 32](caijit.to_device(numpy.zeros((3, 4), "int32")), 12)
+        # The record was cleared: the next in-bounds launch is fine.
+        row[1, 32](x1, 0)
+    finally:
+        caijit.debug(False)
+    row[1, 32](x1, 2)  # debug off: the plain instance again
+
+
+class _Reversed:
+    """A view of a 2-D float64 caijit array with its rows reversed (a negative byte
+    stride), through a CAI dict; it keeps the array alive."""
+
+    def __init__(self, a: Any) -> None:
+        cai = a.__cuda_array_interface__
+        rows, cols = cai["shape"]
+        self.owner = a
+        self.__cuda_array_interface__ = {
+            "shape": (rows, cols),
+            "typestr": cai["typestr"],
+            "data": (cai["data"][0] + (rows - 1) * cols * 8, False),
+            "strides": (-cols * 8, 8),
+            "version": 3,
+            "stream": cai.get("stream"),
+        }
+
+
+def _reversed_rows(a: Any) -> _Reversed:
+    return _Reversed(a)
 
 
 SPIN = r"""

@@ -1,8 +1,21 @@
+//! Diagnostics of compilation: `-lineinfo` builds, and the NVTX range of a compile.
+//!
 //! `-lineinfo` builds: optimized code with a line table, so that compute-sanitizer and
 //! Nsight Compute name the `.cu` file and line of a fault or a hot spot. Not a debug build
 //! (`-G`): the code is the same optimized code, the line table is extra.
 
 use super::Program;
+
+/// With NVTX on (`CAIJIT_NVTX=1`), an NVTX range around a compilation, named
+/// `caijit compile <name expressions or file name>`.
+pub(super) fn nvtx_range(program: &Program) -> Option<crate::sys::nvtx::Range> {
+    if !crate::diag::enabled(crate::diag::NVTX) {
+        return None;
+    }
+    let what = if program.name_expressions.is_empty() { program.name.clone() } else { program.name_expressions.join(", ") };
+    let name = std::ffi::CString::new(format!("caijit compile {what}")).ok()?;
+    Some(crate::sys::nvtx::Range::push(&name))
+}
 
 /// The option NVRTC takes.
 pub const LINEINFO: &str = "-lineinfo";

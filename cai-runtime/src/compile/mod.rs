@@ -515,6 +515,7 @@ pub fn compile_with(program: &Program, arch: Arch, options: &CompileOptions) -> 
 /// in memory and no search path; if NVRTC still asks for a header, it is compiled again
 /// untrusted. An untrusted result is never stored on disk nor kept in memory.
 pub fn compile_reporting(program: &Program, arch: Arch, options: &CompileOptions) -> Result<(Arc<Compiled>, CacheSource)> {
+    let _range = lineinfo::nvtx_range(program);
     let tk = toolkit()?;
     let sorted = options::sort(&program.options);
     let includes = includes::resolve(program, &sorted, &tk.include_dirs)?;

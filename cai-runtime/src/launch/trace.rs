@@ -11,7 +11,7 @@ use super::{Arg, LaunchConfig, Num};
 use crate::diag::{self, ArgSummary, LaunchRecord, ScalarShown, ARGS_KEPT};
 use crate::kernel::Kernel;
 use crate::runtime::Context;
-use crate::sys::{Driver, DriverError, RawEvent, RawStream};
+use crate::sys::{nvtx, Driver, DriverError, RawEvent, RawStream};
 use crate::{Error, Result};
 
 /// What the ring keeps of a launch's arguments.
@@ -66,6 +66,12 @@ fn fault_at(launched: &LaunchRecord, e: DriverError) -> Error {
     }
 }
 
+/// Whether an NVTX tool is attached: `Ok(false)` when `NVTX_INJECTION64_PATH` names none
+/// (ranges are then no-ops), `Err` naming the library when it could not be loaded.
+pub fn nvtx_tool() -> std::result::Result<bool, String> {
+    nvtx::tool()
+}
+
 // ---------------------------------------------------------------------------------------
 // Profiling
 
@@ -100,33 +106,41 @@ fn collector() -> std::sync::MutexGuard<'static, Collector> {
     COLLECTOR.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The start of a launch being timed.
+/// A launch being enqueued: its NVTX range and the start of its timing.
 pub(super) struct Span {
     start: Option<(RawEvent, Instant)>,
+    _range: Option<nvtx::Range>,
 }
 
-/// Before the launch: while profiling, record a timing event on `stream` (outside graph
-/// captures, where an event is a graph node and times nothing).
+/// Before the launch: with NVTX on, push a range named by the kernel instance; while
+/// profiling, record a timing event on `stream` (outside graph captures, where an event is
+/// a graph node and times nothing). With both off: one relaxed load.
 #[inline]
 pub(super) fn begin(k: &Kernel, d: &Driver, stream: RawStream) -> Result<Span> {
-    if diag::flags() & diag::PROFILE == 0 {
-        return Ok(Span { start: None });
+    let flags = diag::flags();
+    if flags & (diag::PROFILE | diag::NVTX) == 0 {
+        return Ok(Span { start: None, _range: None });
     }
-    begin_timed(k, d, stream)
+    begin_traced(flags, k, d, stream)
 }
 
 #[cold]
-fn begin_timed(k: &Kernel, d: &Driver, stream: RawStream) -> Result<Span> {
+fn begin_traced(flags: u32, k: &Kernel, d: &Driver, stream: RawStream) -> Result<Span> {
+    let range = if flags & diag::NVTX != 0 { k.instance_c.map(nvtx::Range::push) } else { None };
+    if flags & diag::PROFILE == 0 {
+        return Ok(Span { start: None, _range: range });
+    }
     if stream != RawStream::from_cai(1) && d.capture_id(stream)? != 0 {
         *collector().untimed.entry(k.instance()).or_default() += 1;
-        return Ok(Span { start: None });
+        return Ok(Span { start: None, _range: range });
     }
     let e = take_event(d, k.context().ordinal())?;
     d.event_record(e, stream)?;
-    Ok(Span { start: Some((e, Instant::now())) })
+    Ok(Span { start: Some((e, Instant::now())), _range: range })
 }
 
-/// After the launch was enqueued: record the end event and keep both for the profile.
+/// After the launch was enqueued: record the end event and keep both for the profile; the
+/// NVTX range ends with the span.
 #[inline]
 pub(super) fn end(span: Span, k: &Kernel, d: &Driver, stream: RawStream) -> Result<()> {
     let Some((start, t0)) = span.start else { return Ok(()) };

@@ -25,6 +25,8 @@ mod capture;
 #[cfg(feature = "python")]
 pub(crate) mod dlpack;
 pub(crate) mod xla_ffi;
+/// NVTX ranges through NVTX's injection interface.
+pub(crate) mod nvtx;
 /// Timing events (profiling).
 mod timing;
 

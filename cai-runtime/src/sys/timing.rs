@@ -1,5 +1,7 @@
-//! Events that record time, for `caijit.profile()`: created only while profiling (the
-//! launch path's pooled events disable timing, which makes them cheaper).
+//! Driver calls only diagnostics make: events that record time, for `caijit.profile()`
+//! (created only while profiling: the launch path's pooled events disable timing, which
+//! makes them cheaper), and the address of a module's `__device__` variable (the
+//! bounds-check record of debug instances).
 
 use std::ptr;
 
@@ -30,5 +32,20 @@ impl Driver {
         // SAFETY: valid out-pointer; both events are live timing events that have completed.
         check("cuEventElapsedTime", unsafe { cu::cuEventElapsedTime_v2(&mut ms, start.0, end.0) })?;
         Ok(Some(ms))
+    }
+}
+
+impl Driver {
+    /// The address and size of the `__device__` variable `name` of a loaded module; `None`
+    /// when the module has none of that name.
+    pub fn module_global(&self, module: super::RawModule, name: &std::ffi::CStr) -> Result<Option<(u64, usize)>, DriverError> {
+        let (mut ptr, mut size) = (0u64, 0usize);
+        // SAFETY: valid out-pointers; the module is loaded and the name NUL-terminated.
+        let r = unsafe { cu::cuModuleGetGlobal_v2(&mut ptr, &mut size, module.0, name.as_ptr()) };
+        if r == cu::CUresult::CUDA_ERROR_NOT_FOUND {
+            return Ok(None);
+        }
+        check("cuModuleGetGlobal", r)?;
+        Ok(Some((ptr, size)))
     }
 }
