@@ -29,7 +29,8 @@ fn a_debug_instance_carries_the_bounds_record_and_has_its_own_key() {
     let src = "#include <caijit/array.cuh>\n\
                template <typename T> __global__ void at(caijit::Array<T, 2> x, long long i, long long j) { x(i, j) = T(1); x[i] = T(2); }\n";
     let plain = compile_with(&Program::new(src).name_expression("at<float>"), ARCH, &fresh()).unwrap();
-    let debug = compile_with(&Program::new(src).name_expression("at<float>").define(BOUNDS_CHECK, Some("1".into())), ARCH, &fresh()).unwrap();
+    let debug =
+        compile_with(&Program::new(src).name_expression("at<float>").define(BOUNDS_CHECK, Some("1".into())), ARCH, &fresh()).unwrap();
     assert_ne!(plain.key, debug.key);
     assert!(debug.ptx.contains("caijit_bounds_record"), "the debug instance must define the record");
     assert!(!plain.ptx.contains("caijit_bounds_record"), "the plain instance must not check");

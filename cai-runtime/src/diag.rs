@@ -112,7 +112,7 @@ pub const ARGS_KEPT: usize = 8;
 /// Dimensions kept per array argument (the rank is always kept).
 pub const DIMS_KEPT: usize = 4;
 /// Devices with a ring.
-const DEVICES: usize = 64;
+const DEVICES: usize = 32;
 
 /// A scalar argument's value, as the launch saw it.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -127,7 +127,12 @@ pub enum ScalarShown {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum ArgSummary {
     /// An array: its dtype, rank, first [`DIMS_KEPT`] extents and data pointer.
-    Array { dtype: DType, ndim: u8, shape: [usize; DIMS_KEPT], ptr: u64 },
+    Array {
+        dtype: DType,
+        ndim: u8,
+        shape: [usize; DIMS_KEPT],
+        ptr: u64,
+    },
     Scalar(ScalarShown),
     /// A struct argument of this many bytes.
     Bytes(usize),
@@ -207,32 +212,58 @@ impl std::fmt::Display for LaunchRecord {
     }
 }
 
+impl LaunchRecord {
+    /// A record with nothing in it (`seq` 0).
+    pub const EMPTY: LaunchRecord = LaunchRecord {
+        seq: 0,
+        device: 0,
+        kernel: "",
+        grid: [0; 3],
+        block: [0; 3],
+        shared_mem: 0,
+        stream: 0,
+        nargs: 0,
+        args: [None; ARGS_KEPT],
+    };
+}
+
 struct Ring {
-    records: [Option<LaunchRecord>; RING_LEN],
+    /// Slot `(seq - 1) % RING_LEN` holds launch `seq`; `seq` 0 is an empty slot.
+    records: [LaunchRecord; RING_LEN],
     /// Launches recorded so far on the device.
     count: u64,
 }
 
-static RINGS: [Mutex<Ring>; DEVICES] = [const { Mutex::new(Ring { records: [None; RING_LEN], count: 0 }) }; DEVICES];
+static RINGS: [Mutex<Ring>; DEVICES] = [const { Mutex::new(Ring { records: [LaunchRecord::EMPTY; RING_LEN], count: 0 }) }; DEVICES];
 
-/// Write a launch into its device's ring (its `seq` is set here). Allocates nothing.
+/// Write a launch on `device` into its ring: `fill` writes every field but `seq` and
+/// `device` straight into the slot (no copy of the record, no allocation). Returns `seq`.
 #[inline]
-pub fn record(mut r: LaunchRecord) {
-    let Some(ring) = RINGS.get(r.device) else { return };
+pub fn record_with(device: usize, fill: impl FnOnce(&mut LaunchRecord)) -> u64 {
+    let Some(ring) = RINGS.get(device) else { return 0 };
     // A poisoned lock only means a panic elsewhere while holding it: the records are plain
     // values, still consistent.
     let mut ring = ring.lock().unwrap_or_else(|p| p.into_inner());
     ring.count += 1;
-    r.seq = ring.count;
-    let slot = ((ring.count - 1) % RING_LEN as u64) as usize;
-    ring.records[slot] = Some(r);
+    let seq = ring.count;
+    let slot = &mut ring.records[((seq - 1) % RING_LEN as u64) as usize];
+    fill(slot);
+    slot.seq = seq;
+    slot.device = device;
+    seq
+}
+
+/// Write a whole record into its device's ring; returns it with its `seq`.
+pub fn record(r: LaunchRecord) -> LaunchRecord {
+    let seq = record_with(r.device, |slot| *slot = r);
+    LaunchRecord { seq, ..r }
 }
 
 /// The launches kept for `device`, newest first.
 pub fn recent(device: usize) -> Vec<LaunchRecord> {
     let Some(ring) = RINGS.get(device) else { return Vec::new() };
     let ring = ring.lock().unwrap_or_else(|p| p.into_inner());
-    let mut v: Vec<LaunchRecord> = ring.records.iter().flatten().copied().collect();
+    let mut v: Vec<LaunchRecord> = ring.records.iter().filter(|r| r.seq != 0).copied().collect();
     v.sort_by_key(|r| std::cmp::Reverse(r.seq));
     v
 }
@@ -246,7 +277,7 @@ pub fn recent_all() -> Vec<LaunchRecord> {
 pub fn clear() {
     for ring in &RINGS {
         let mut ring = ring.lock().unwrap_or_else(|p| p.into_inner());
-        ring.records = [None; RING_LEN];
+        ring.records = [LaunchRecord::EMPTY; RING_LEN];
         ring.count = 0;
     }
 }

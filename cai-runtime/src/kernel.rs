@@ -11,10 +11,9 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, LazyLock, OnceLock};
 
 use crate::compile::{self, Arch, Compiled, KernelInfo, Program};
-pub use debug::BOUNDS_CHECK;
+pub use debug::{BoundsRecord, BOUNDS_CHECK};
 
 mod debug;
-pub(crate) use debug::check_bounds;
 use crate::runtime::Context;
 use crate::signature::{ParamKind, ParamLayout};
 use crate::stats::{bump, COUNTERS};

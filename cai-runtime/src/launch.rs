@@ -37,6 +37,7 @@ use crate::{Error, Result};
 pub use crate::sys::LaunchConfig;
 pub use trace::{nvtx_tool, ProfileRow, Profiler};
 
+mod bounds;
 mod trace;
 
 impl LaunchConfig {
@@ -422,7 +423,7 @@ impl Kernel {
             if let Some(twin) = self.debug_instance()? {
                 let (on, launched) = twin.launch_traced(cfg, args, stream, sync)?;
                 if let Some(r) = launched {
-                    crate::kernel::check_bounds(&twin, &r, args)?;
+                    bounds::check_bounds(&twin, &r, args)?;
                 }
                 return Ok(on);
             }
@@ -470,11 +471,11 @@ impl Kernel {
             probe.stop(Phase::LaunchDriver);
             launched?;
             bump(&COUNTERS.launches);
-            recorded = Some(trace::record(self, cfg, args, launch_stream));
+            recorded = trace::record(self, cfg, args, launch_stream);
             trace::end(span, self, d, launch_stream)
         })?;
-        if let Some(r) = recorded.filter(|_| crate::diag::flags() & crate::diag::BLOCKING != 0) {
-            trace::block(self.context(), &r)?;
+        if let Some(r) = recorded.as_ref().filter(|_| crate::diag::flags() & crate::diag::BLOCKING != 0) {
+            trace::block(self.context(), r)?;
         }
         Ok((on, recorded))
     }

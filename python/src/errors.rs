@@ -109,7 +109,14 @@ fn cai_to_py(e: Error) -> PyErr {
                     ("grid", launched.map(|l| (l.grid[0], l.grid[1], l.grid[2])).into_py_any(py)),
                     ("block", launched.map(|l| (l.block[0], l.block[1], l.block[2])).into_py_any(py)),
                     ("arguments", launched.map(|l| l.arguments()).into_py_any(py)),
-                    ("recent_launches", f.recent.iter().map(|r| crate::diag::record_dict(py, r)).collect::<PyResult<Vec<_>>>().and_then(|v| v.into_py_any(py))),
+                    (
+                        "recent_launches",
+                        f.recent
+                            .iter()
+                            .map(|r| crate::diag::record_dict(py, r))
+                            .collect::<PyResult<Vec<_>>>()
+                            .and_then(|v| v.into_py_any(py)),
+                    ),
                     ("site", site.into_py_any(py)),
                 ];
                 (LaunchError::new_err(message), attrs)

@@ -8,47 +8,55 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use super::{Arg, LaunchConfig, Num};
-use crate::diag::{self, ArgSummary, LaunchRecord, ScalarShown, ARGS_KEPT};
+use crate::diag::{self, ArgSummary, LaunchRecord, ScalarShown};
 use crate::kernel::Kernel;
 use crate::runtime::Context;
 use crate::sys::{nvtx, Driver, DriverError, RawEvent, RawStream};
 use crate::{Error, Result};
 
-/// What the ring keeps of a launch's arguments.
-fn summarize(args: &[Arg<'_>]) -> [Option<ArgSummary>; ARGS_KEPT] {
-    let mut kept = [None; ARGS_KEPT];
-    for (k, a) in kept.iter_mut().zip(args) {
-        *k = Some(match *a {
-            Arg::Array(v) | Arg::ArrayOn(v, _) => ArgSummary::array(v.dtype(), v.shape(), v.ptr()),
-            Arg::Scalar { value, .. } => ArgSummary::Scalar(match value {
-                Num::Bool(b) => ScalarShown::Bool(b),
-                Num::Int(i) => ScalarShown::Int(i),
-                Num::Float(f) => ScalarShown::Float(f),
-                Num::Complex(re, im) => ScalarShown::Complex(re, im),
-            }),
-            Arg::Bytes(b) => ArgSummary::Bytes(b.len()),
-            Arg::Pointer(p) => ArgSummary::Pointer(p),
-        });
+/// What the ring keeps of one argument.
+#[inline]
+fn summary(a: &Arg<'_>) -> ArgSummary {
+    match *a {
+        Arg::Array(v) | Arg::ArrayOn(v, _) => ArgSummary::array(v.dtype(), v.shape(), v.ptr()),
+        Arg::Scalar { value, .. } => ArgSummary::Scalar(match value {
+            Num::Bool(b) => ScalarShown::Bool(b),
+            Num::Int(i) => ScalarShown::Int(i),
+            Num::Float(f) => ScalarShown::Float(f),
+            Num::Complex(re, im) => ScalarShown::Complex(re, im),
+        }),
+        Arg::Bytes(b) => ArgSummary::Bytes(b.len()),
+        Arg::Pointer(p) => ArgSummary::Pointer(p),
     }
-    kept
 }
 
-/// Write a launch enqueued on `stream` into its device's ring; returns the record.
+/// Fill a ring slot with a launch enqueued on `stream`.
 #[inline]
-pub(super) fn record(k: &Kernel, cfg: &LaunchConfig, args: &[Arg<'_>], stream: RawStream) -> LaunchRecord {
-    let r = LaunchRecord {
-        seq: 0,
-        device: k.context().ordinal(),
-        kernel: k.instance(),
-        grid: cfg.grid,
-        block: cfg.block,
-        shared_mem: cfg.shared_mem,
-        stream: stream.as_u64(),
-        nargs: args.len(),
-        args: summarize(args),
-    };
-    diag::record(r);
-    r
+fn fill(r: &mut LaunchRecord, k: &Kernel, cfg: &LaunchConfig, args: &[Arg<'_>], stream: RawStream) {
+    r.kernel = k.instance();
+    r.grid = cfg.grid;
+    r.block = cfg.block;
+    r.shared_mem = cfg.shared_mem;
+    r.stream = stream.as_u64();
+    r.nargs = args.len();
+    for (i, slot) in r.args.iter_mut().enumerate() {
+        *slot = args.get(i).map(summary);
+    }
+}
+
+/// Write a launch enqueued on `stream` into its device's ring, in place. With
+/// launch-blocking mode or bounds checks on (which need it after the launch), also returns
+/// a copy of the record.
+#[inline]
+pub(super) fn record(k: &Kernel, cfg: &LaunchConfig, args: &[Arg<'_>], stream: RawStream) -> Option<LaunchRecord> {
+    let device = k.context().ordinal();
+    if diag::flags() & (diag::BLOCKING | diag::BOUNDS) == 0 {
+        diag::record_with(device, |r| fill(r, k, cfg, args, stream));
+        return None;
+    }
+    let mut r = LaunchRecord { device, ..LaunchRecord::EMPTY };
+    fill(&mut r, k, cfg, args, stream);
+    Some(diag::record(r))
 }
 
 /// Launch-blocking mode: wait for the launch and report a fault as an error naming it.
@@ -95,12 +103,8 @@ struct Collector {
     pool: BTreeMap<usize, Vec<RawEvent>>,
 }
 
-static COLLECTOR: Mutex<Collector> = Mutex::new(Collector {
-    active: false,
-    timed: Vec::new(),
-    untimed: BTreeMap::new(),
-    pool: BTreeMap::new(),
-});
+static COLLECTOR: Mutex<Collector> =
+    Mutex::new(Collector { active: false, timed: Vec::new(), untimed: BTreeMap::new(), pool: BTreeMap::new() });
 
 fn collector() -> std::sync::MutexGuard<'static, Collector> {
     COLLECTOR.lock().unwrap_or_else(|p| p.into_inner())
@@ -215,7 +219,14 @@ impl Profiler {
                     let row = match rows.iter_mut().position(|r| r.kernel == t.kernel && r.device == t.device) {
                         Some(i) => &mut rows[i],
                         None => {
-                            rows.push(ProfileRow { kernel: t.kernel.into(), device: t.device, launches: 0, untimed: 0, gpu_ms: 0.0, host_ms: 0.0 });
+                            rows.push(ProfileRow {
+                                kernel: t.kernel.into(),
+                                device: t.device,
+                                launches: 0,
+                                untimed: 0,
+                                gpu_ms: 0.0,
+                                host_ms: 0.0,
+                            });
                             rows.last_mut().expect("just pushed")
                         }
                     };
