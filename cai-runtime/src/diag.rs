@@ -114,14 +114,20 @@ pub const DIMS_KEPT: usize = 4;
 /// Devices with a ring.
 const DEVICES: usize = 32;
 
-/// A scalar argument's value, as the launch saw it.
+/// A scalar argument's value, as the launch saw it (integers beyond 64 bits are kept as
+/// their nearest 64-bit bound: no parameter is wider).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum ScalarShown {
     Bool(bool),
-    Int(i128),
+    Int(i64),
+    UInt(u64),
     Float(f64),
-    Complex(f64, f64),
+    Complex(f32, f32),
 }
+
+/// An extent as the ring keeps it: 32 bits, so that a summary is 32 bytes and a launch
+/// writes it with a few stores; larger extents are kept as `u32::MAX` ("at least that").
+pub type Extent = u32;
 
 /// What a launch record keeps of one argument: plain values, no allocation.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -130,7 +136,7 @@ pub enum ArgSummary {
     Array {
         dtype: DType,
         ndim: u8,
-        shape: [usize; DIMS_KEPT],
+        shape: [Extent; DIMS_KEPT],
         ptr: u64,
     },
     Scalar(ScalarShown),
@@ -142,10 +148,11 @@ pub enum ArgSummary {
 
 impl ArgSummary {
     /// An array's summary from its dtype, shape and pointer.
+    #[inline]
     pub fn array(dtype: DType, shape: &[usize], ptr: u64) -> Self {
         let mut kept = [0; DIMS_KEPT];
         for (k, &n) in kept.iter_mut().zip(shape) {
-            *k = n;
+            *k = Extent::try_from(n).unwrap_or(Extent::MAX);
         }
         ArgSummary::Array { dtype, ndim: shape.len().min(u8::MAX as usize) as u8, shape: kept, ptr }
     }
@@ -156,12 +163,14 @@ impl std::fmt::Display for ArgSummary {
         match *self {
             ArgSummary::Array { dtype, ndim, shape, ptr } => {
                 let n = (ndim as usize).min(DIMS_KEPT);
-                let dims: Vec<String> = shape[..n].iter().map(usize::to_string).collect();
+                let dims: Vec<String> =
+                    shape[..n].iter().map(|&e| if e == Extent::MAX { format!("≥{e}") } else { e.to_string() }).collect();
                 let more = if ndim as usize > DIMS_KEPT { ", …" } else { "" };
                 write!(f, "{}[{}{more}] at {ptr:#x}", dtype.name(), dims.join(", "))
             }
             ArgSummary::Scalar(ScalarShown::Bool(b)) => write!(f, "{b}"),
             ArgSummary::Scalar(ScalarShown::Int(i)) => write!(f, "{i}"),
+            ArgSummary::Scalar(ScalarShown::UInt(u)) => write!(f, "{u}"),
             ArgSummary::Scalar(ScalarShown::Float(x)) => write!(f, "{x:?}"),
             ArgSummary::Scalar(ScalarShown::Complex(re, im)) => write!(f, "({re:?}{im:+?}j)"),
             ArgSummary::Bytes(n) => write!(f, "struct of {n} bytes"),
@@ -184,7 +193,8 @@ pub struct LaunchRecord {
     pub shared_mem: u32,
     /// The launch stream's CAI value.
     pub stream: u64,
-    /// How many arguments the launch had (the first [`ARGS_KEPT`] are in `args`).
+    /// How many arguments the launch had (the first [`ARGS_KEPT`] are in `args`; slots
+    /// after `nargs` are not this launch's).
     pub nargs: usize,
     pub args: [Option<ArgSummary>; ARGS_KEPT],
 }
@@ -192,7 +202,8 @@ pub struct LaunchRecord {
 impl LaunchRecord {
     /// The arguments kept, each formatted, with a note for those left out.
     pub fn arguments(&self) -> Vec<String> {
-        let mut shown: Vec<String> = self.args.iter().flatten().map(ToString::to_string).collect();
+        let kept = self.nargs.min(ARGS_KEPT);
+        let mut shown: Vec<String> = self.args[..kept].iter().flatten().map(ToString::to_string).collect();
         if self.nargs > ARGS_KEPT {
             shown.push(format!("… {} more", self.nargs - ARGS_KEPT));
         }
@@ -290,12 +301,24 @@ mod tests {
         let mut args = [None; ARGS_KEPT];
         args[0] = Some(ArgSummary::array(DType::F32, &[3, 4], 0x7000));
         args[1] = Some(ArgSummary::Scalar(ScalarShown::Int(12)));
+        assert_eq!(std::mem::size_of::<Option<ArgSummary>>(), 32, "a summary is written with a few stores");
         LaunchRecord { seq: 0, device, kernel, grid: [2, 1, 1], block: [128, 1, 1], shared_mem: 0, stream: 1, nargs: 2, args }
     }
 
     #[test]
     fn the_ring_keeps_the_newest_launches_per_device_and_formats_them() {
         clear();
+        // A slot reused by a launch with fewer arguments shows only that launch's.
+        record_with(11, |r| *r = rec(11, "two"));
+        for _ in 1..RING_LEN {
+            record(rec(11, "filler"));
+        }
+        record_with(11, |r| {
+            r.kernel = "none";
+            r.nargs = 0;
+        });
+        let newest = recent(11)[0];
+        assert_eq!((newest.kernel, newest.arguments().len()), ("none", 0));
         for _ in 0..RING_LEN + 3 {
             record(rec(7, "old<float>"));
         }
@@ -324,6 +347,8 @@ mod tests {
         r.nargs = ARGS_KEPT + 2;
         assert_eq!(r.arguments().last().unwrap(), "… 2 more");
         assert_eq!(ArgSummary::Scalar(ScalarShown::Complex(1.0, -2.0)).to_string(), "(1.0-2.0j)");
+        let huge = ArgSummary::array(DType::U8, &[1 << 33], 0x10);
+        assert_eq!(huge.to_string(), format!("uint8[≥{}] at 0x10", u32::MAX));
     }
 
     #[test]

@@ -432,13 +432,14 @@ impl Kernel {
     }
 
     /// [`Kernel::launch`] of this very instance; also returns its ring record.
+    #[inline]
     fn launch_traced(
         &self,
         cfg: &LaunchConfig,
         args: &[Arg<'_>],
         stream: Option<&Stream>,
         sync: bool,
-    ) -> Result<(u64, Option<crate::diag::LaunchRecord>)> {
+    ) -> Result<(u64, Option<Box<crate::diag::LaunchRecord>>)> {
         let probe = timing::start();
         let params = &self.info.params;
         if params.len() != args.len() {

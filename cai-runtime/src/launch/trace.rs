@@ -21,9 +21,13 @@ fn summary(a: &Arg<'_>) -> ArgSummary {
         Arg::Array(v) | Arg::ArrayOn(v, _) => ArgSummary::array(v.dtype(), v.shape(), v.ptr()),
         Arg::Scalar { value, .. } => ArgSummary::Scalar(match value {
             Num::Bool(b) => ScalarShown::Bool(b),
-            Num::Int(i) => ScalarShown::Int(i),
+            Num::Int(i) => match i64::try_from(i) {
+                Ok(i) => ScalarShown::Int(i),
+                Err(_) if i > 0 => ScalarShown::UInt(u64::try_from(i).unwrap_or(u64::MAX)),
+                Err(_) => ScalarShown::Int(i64::MIN),
+            },
             Num::Float(f) => ScalarShown::Float(f),
-            Num::Complex(re, im) => ScalarShown::Complex(re, im),
+            Num::Complex(re, im) => ScalarShown::Complex(re as f32, im as f32),
         }),
         Arg::Bytes(b) => ArgSummary::Bytes(b.len()),
         Arg::Pointer(p) => ArgSummary::Pointer(p),
@@ -38,25 +42,34 @@ fn fill(r: &mut LaunchRecord, k: &Kernel, cfg: &LaunchConfig, args: &[Arg<'_>], 
     r.block = cfg.block;
     r.shared_mem = cfg.shared_mem;
     r.stream = stream.as_u64();
+    // Only the arguments this launch has are written: `nargs` says how many of the slots
+    // are this launch's (those after it may hold an older launch's).
     r.nargs = args.len();
-    for (i, slot) in r.args.iter_mut().enumerate() {
-        *slot = args.get(i).map(summary);
+    for (slot, a) in r.args.iter_mut().zip(args) {
+        *slot = Some(summary(a));
     }
 }
 
 /// Write a launch enqueued on `stream` into its device's ring, in place. With
 /// launch-blocking mode or bounds checks on (which need it after the launch), also returns
-/// a copy of the record.
+/// a copy of the record (boxed: a record is some 500 bytes, and the launch path moves
+/// only a pointer-sized `None` when both are off).
 #[inline]
-pub(super) fn record(k: &Kernel, cfg: &LaunchConfig, args: &[Arg<'_>], stream: RawStream) -> Option<LaunchRecord> {
+pub(super) fn record(k: &Kernel, cfg: &LaunchConfig, args: &[Arg<'_>], stream: RawStream) -> Option<Box<LaunchRecord>> {
     let device = k.context().ordinal();
+    let seq = diag::record_with(device, |r| fill(r, k, cfg, args, stream));
     if diag::flags() & (diag::BLOCKING | diag::BOUNDS) == 0 {
-        diag::record_with(device, |r| fill(r, k, cfg, args, stream));
         return None;
     }
-    let mut r = LaunchRecord { device, ..LaunchRecord::EMPTY };
+    kept(seq, device, k, cfg, args, stream)
+}
+
+/// The record of the launch just written, for launch-blocking mode and bounds checks.
+#[cold]
+fn kept(seq: u64, device: usize, k: &Kernel, cfg: &LaunchConfig, args: &[Arg<'_>], stream: RawStream) -> Option<Box<LaunchRecord>> {
+    let mut r = Box::new(LaunchRecord { seq, device, ..LaunchRecord::EMPTY });
     fill(&mut r, k, cfg, args, stream);
-    Some(diag::record(r))
+    Some(r)
 }
 
 /// Launch-blocking mode: wait for the launch and report a fault as an error naming it.
