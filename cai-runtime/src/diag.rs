@@ -110,7 +110,7 @@ pub const RING_LEN: usize = 16;
 /// Arguments kept per launch (the count is always kept).
 pub const ARGS_KEPT: usize = 8;
 /// Dimensions kept per array argument (the rank is always kept).
-pub const DIMS_KEPT: usize = 4;
+pub const DIMS_KEPT: usize = 4; // `ArgSummary::array` writes exactly these four
 /// Devices with a ring.
 const DEVICES: usize = 32;
 
@@ -150,10 +150,9 @@ impl ArgSummary {
     /// An array's summary from its dtype, shape and pointer.
     #[inline]
     pub fn array(dtype: DType, shape: &[usize], ptr: u64) -> Self {
-        let mut kept = [0; DIMS_KEPT];
-        for (k, &n) in kept.iter_mut().zip(shape) {
-            *k = Extent::try_from(n).unwrap_or(Extent::MAX);
-        }
+        // Unrolled (no iterator): this runs on every launch, per array argument.
+        let at = |d: usize| shape.get(d).map_or(0, |&n| n.min(Extent::MAX as usize) as Extent);
+        let kept = [at(0), at(1), at(2), at(3)];
         ArgSummary::Array { dtype, ndim: shape.len().min(u8::MAX as usize) as u8, shape: kept, ptr }
     }
 }
