@@ -12,6 +12,8 @@ use syn::visit::Visit;
 const LAYERS: &[&[&str]] = &[
     // The CUDA Array Interface model and the process-wide counters: nothing of caijit below.
     &["cai", "stats", "sync"],
+    // Diagnostics' switches and the ring of recent launches (plain data, no CUDA).
+    &["diag"],
     // FFI: the driver, NVRTC, C libraries; the only `unsafe`.
     &["sys"],
     // The error type every layer above returns.
@@ -40,6 +42,7 @@ const ROOT_REEXPORTS: &[(&str, &str)] = &[
     ("ArgumentError", "error"),
     ("CompileError", "error"),
     ("DriverError", "error"),
+    ("Fault", "error"),
     ("NvrtcError", "error"),
     ("CudaArrayInterface", "cai"),
     ("FromCudaArrayInterface", "cai"),

@@ -18,6 +18,7 @@ pub use crate::sys::{DriverError, NvrtcError};
 /// | [`Error::Argument`] | `caijit.ArgumentError` (also `TypeError`) | `index`, `argument`, `ctype` |
 /// | [`Error::Compile`] | `caijit.CompileError` | `log`, `code`, `code_name` |
 /// | [`Error::Driver`] | `caijit.LaunchError` | `code`, `code_name`, `call` |
+/// | [`Error::Fault`] | `caijit.LaunchError` | `code`, `code_name`, `call`, `kernel`, `grid`, `block`, `arguments`, `recent_launches`, `site` |
 /// | [`Error::Launch`] | `caijit.LaunchError` | (`code` is `None`) |
 /// | [`Error::Cache`] | `caijit.CacheError` (also `OSError`) | `path`, `errno` |
 /// | [`Error::CudaNotAvailable`] | `caijit.CudaNotAvailable` | |
@@ -37,6 +38,11 @@ pub enum Error {
     /// `context` says what caijit was doing.
     #[error("{context}{error}")]
     Driver { context: String, error: DriverError },
+    /// A sticky CUDA error ([`crate::diag::is_sticky`]: a kernel faulted, and the context
+    /// is unusable): the driver's error, with the launch that caused it where caijit knows
+    /// it (launch-blocking mode) and the recent launches that may have.
+    #[error(transparent)]
+    Fault(Box<Fault>),
     /// A launch caijit refuses before asking the driver (a grid beyond the device's limits,
     /// a parameter layout the driver disagrees with).
     #[error("{0}")]
@@ -67,6 +73,38 @@ pub struct ArgumentError {
     pub name: Option<String>,
     /// The parameter's C++ type.
     pub ctype: Option<String>,
+}
+
+/// A sticky CUDA error and the launches that may have caused it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Fault {
+    /// What caijit was doing when the driver reported it.
+    pub context: String,
+    pub error: DriverError,
+    /// The launch that faulted, when caijit knows it (launch-blocking mode synchronizes
+    /// after each launch).
+    pub launch: Option<crate::diag::LaunchRecord>,
+    /// The launches kept in the rings when the error was reported, newest first.
+    pub recent: Vec<crate::diag::LaunchRecord>,
+}
+
+impl std::error::Error for Fault {}
+
+impl std::fmt::Display for Fault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{}", self.context, self.error)?;
+        match &self.launch {
+            Some(l) => write!(f, "\nthe faulting launch: {l}")?,
+            None if self.recent.is_empty() => write!(f, "\n(caijit launched no kernel before it)")?,
+            None => write!(f, "\nthe kernel that faulted is one of caijit's recent launches (newest first; set CAIJIT_LAUNCH_BLOCKING=1 to stop at the faulting one):")?,
+        }
+        if self.launch.is_none() {
+            for r in &self.recent {
+                write!(f, "\n  {r}")?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// NVRTC's verdict on a program: the message, NVRTC's whole log verbatim, and the
@@ -103,8 +141,22 @@ impl Error {
     }
 
     /// A driver error while doing `context` ("allocating 4096 bytes on device 0", say).
+    /// A sticky error becomes an [`Error::Fault`] naming the recent launches.
     pub fn driver(context: impl std::fmt::Display, error: DriverError) -> Self {
-        Error::Driver { context: format!("{context}: "), error }
+        Error::from_driver(format!("{context}: "), error)
+    }
+
+    fn from_driver(context: String, error: DriverError) -> Self {
+        if crate::diag::is_sticky(error.code) {
+            return Error::Fault(Box::new(Fault { context, error, launch: None, recent: crate::diag::recent_all() }));
+        }
+        Error::Driver { context, error }
+    }
+
+    /// A sticky error at a known launch (launch-blocking mode).
+    pub fn fault_at(context: impl std::fmt::Display, error: DriverError, launch: crate::diag::LaunchRecord) -> Self {
+        let recent = crate::diag::recent_all();
+        Error::Fault(Box::new(Fault { context: format!("{context}: "), error, launch: Some(launch), recent }))
     }
 
     /// A compile error: `message`, then NVRTC's log (empty when there is none).
@@ -116,6 +168,7 @@ impl Error {
     pub fn driver_code(&self) -> Option<u32> {
         match self {
             Error::Driver { error, .. } => Some(error.code),
+            Error::Fault(f) => Some(f.error.code),
             _ => None,
         }
     }
@@ -123,7 +176,7 @@ impl Error {
 
 impl From<DriverError> for Error {
     fn from(error: DriverError) -> Self {
-        Error::Driver { context: String::new(), error }
+        Error::from_driver(String::new(), error)
     }
 }
 
@@ -156,6 +209,18 @@ mod tests {
         assert_eq!(e.driver_code(), Some(2));
         assert_eq!(e.to_string(), "allocating 8 bytes on device 0: cuMemAllocAsync failed: CUDA_ERROR_OUT_OF_MEMORY (2): out of memory");
         assert_eq!(Error::launch("grid too large").driver_code(), None);
+    }
+
+    #[test]
+    fn sticky_driver_errors_name_the_recent_launches() {
+        let error = DriverError { call: "cuMemcpyDtoH", code: 700, name: "CUDA_ERROR_ILLEGAL_ADDRESS".into(), message: "illegal".into() };
+        let e = Error::driver("copying", error.clone());
+        assert_eq!(e.driver_code(), Some(700));
+        let Error::Fault(f) = &e else { panic!("{e:?}") };
+        assert!(f.launch.is_none());
+        assert!(e.to_string().starts_with("copying: cuMemcpyDtoH failed: CUDA_ERROR_ILLEGAL_ADDRESS (700)"));
+        let not_sticky = DriverError { code: 2, ..error };
+        assert!(matches!(Error::from(not_sticky), Error::Driver { .. }));
     }
 
     #[test]

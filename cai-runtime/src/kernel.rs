@@ -11,6 +11,9 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, LazyLock, OnceLock};
 
 use crate::compile::{self, Arch, Compiled, KernelInfo, Program};
+pub use debug::{BoundsRecord, BOUNDS_CHECK};
+
+mod debug;
 use crate::runtime::Context;
 use crate::signature::{ParamKind, ParamLayout};
 use crate::stats::{bump, COUNTERS};
@@ -53,6 +56,7 @@ impl Context {
     /// Compile `program` for this device's architecture and load it.
     pub fn compile(self: &Arc<Self>, program: &Program) -> Result<Arc<Module>> {
         let compiled = compile::compile(program, self.arch())?;
+        debug::remember(&compiled.key, program);
         self.load(compiled)
     }
 
@@ -123,8 +127,15 @@ impl Module {
         let attributes = d.func_attributes(raw)?;
         let max_dynamic_shared = AtomicI32::new(attributes.max_dynamic_shared_size_bytes);
         let pointee_alignment = info.params.iter().map(pointee_alignment).collect();
+        // Kept for the life of the process, as the kernel itself is (modules are never
+        // unloaded): launch records then carry the name as a plain `&'static str`.
+        let named: &'static str = Box::leak(format!("{}\0", instance_name(&info)).into_boxed_str());
+        let instance = &named[..named.len() - 1];
+        let instance_c = std::ffi::CStr::from_bytes_with_nul(named.as_bytes()).ok();
         Ok(Arc::new(Kernel {
             module: self.clone(),
+            instance,
+            instance_c,
             info,
             raw,
             attributes,
@@ -139,6 +150,10 @@ impl Module {
 #[derive(Debug)]
 pub struct Kernel {
     pub(crate) module: Arc<Module>,
+    /// The name diagnostics give it ([`instance_name`]).
+    pub(crate) instance: &'static str,
+    /// The same, NUL-terminated (NVTX range names); `None` if it has a NUL inside.
+    pub(crate) instance_c: Option<&'static std::ffi::CStr>,
     pub(crate) info: KernelInfo,
     pub(crate) raw: RawFunction,
     /// The driver's attributes at load; `max_dynamic_shared_size_bytes` is the one a
@@ -158,6 +173,10 @@ pub struct Kernel {
 impl Kernel {
     pub fn info(&self) -> &KernelInfo {
         &self.info
+    }
+    /// The name diagnostics give this kernel ([`instance_name`]).
+    pub fn instance(&self) -> &'static str {
+        self.instance
     }
     pub fn context(&self) -> &Arc<Context> {
         &self.module.ctx
@@ -198,6 +217,12 @@ impl Kernel {
         }
         Ok(block)
     }
+}
+
+/// The name launch records, NVTX ranges and profiles give a kernel: its name expression
+/// (`axpy<float>`), else its demangled signature, else its lowered name.
+pub fn instance_name(info: &KernelInfo) -> String {
+    info.name_expression.clone().unwrap_or_else(|| info.display_name().to_string())
 }
 
 /// The alignment a pointer parameter's pointee needs beyond its elements' size: its CUDA

@@ -35,6 +35,10 @@ use crate::sys::{Driver, RawStream};
 use crate::{Error, Result};
 
 pub use crate::sys::LaunchConfig;
+pub use trace::{nvtx_tool, ProfileRow, Profiler};
+
+mod bounds;
+mod trace;
 
 impl LaunchConfig {
     pub fn new(grid: [u32; 3], block: [u32; 3]) -> Self {
@@ -410,7 +414,32 @@ impl Kernel {
     /// Launch with arguments checked against the kernel's parameters, on `stream` (or the
     /// stream the protocol picks), ordered against every producer stream unless `sync` is
     /// false. Returns the stream the kernel was launched on (its CAI value).
+    ///
+    /// With bounds checks on (`caijit.debug(True)`, `CAIJIT_DEBUG=1`), the kernel's
+    /// bounds-checked debug instance is launched instead, waited for, and an out-of-bounds
+    /// `caijit::Array` access is an argument error naming the argument, index and shape.
     pub fn launch(&self, cfg: &LaunchConfig, args: &[Arg<'_>], stream: Option<&Stream>, sync: bool) -> Result<u64> {
+        if crate::diag::flags() & crate::diag::BOUNDS != 0 {
+            if let Some(twin) = self.debug_instance()? {
+                let (on, launched) = twin.launch_traced(cfg, args, stream, sync)?;
+                if let Some(r) = launched {
+                    bounds::check_bounds(&twin, &r, args)?;
+                }
+                return Ok(on);
+            }
+        }
+        self.launch_traced(cfg, args, stream, sync).map(|(on, _)| on)
+    }
+
+    /// [`Kernel::launch`] of this very instance; also returns its ring record.
+    #[inline]
+    fn launch_traced(
+        &self,
+        cfg: &LaunchConfig,
+        args: &[Arg<'_>],
+        stream: Option<&Stream>,
+        sync: bool,
+    ) -> Result<(u64, Option<Box<crate::diag::LaunchRecord>>)> {
         let probe = timing::start();
         let params = &self.info.params;
         if params.len() != args.len() {
@@ -432,7 +461,9 @@ impl Kernel {
             _ => None,
         });
         let named = |i: usize, what: String| err(&params[i], what);
-        enqueue_ordered(self.context(), arrays, stream, sync, named, |d, launch_stream| {
+        let mut recorded = None;
+        let on = enqueue_ordered(self.context(), arrays, stream, sync, named, |d, launch_stream| {
+            let span = trace::begin(self, d, launch_stream)?;
             // The arguments were checked against the compiled parameter list above: each
             // pointer refers to a value of exactly the parameter's size; device pointers come
             // from validated CAI descriptors whose owners keep them alive (CAI contract).
@@ -441,8 +472,13 @@ impl Kernel {
             probe.stop(Phase::LaunchDriver);
             launched?;
             bump(&COUNTERS.launches);
-            Ok(())
-        })
+            recorded = trace::record(self, cfg, args, launch_stream);
+            trace::end(span, self, d, launch_stream)
+        })?;
+        if let Some(r) = recorded.as_ref().filter(|_| crate::diag::flags() & crate::diag::BLOCKING != 0) {
+            trace::block(self.context(), r)?;
+        }
+        Ok((on, recorded))
     }
 
     /// Launch over `n` elements with the occupancy-maximising block size.

@@ -101,9 +101,10 @@ pub mod array;
 pub mod cai;
 mod error;
 
-pub use error::{ArgumentError, CompileError, DriverError, Error, NvrtcError, Result};
+pub use error::{ArgumentError, CompileError, DriverError, Error, Fault, NvrtcError, Result};
 pub mod bundle;
 pub mod compile;
+pub mod diag;
 pub mod interop;
 pub mod kernel;
 pub mod launch;

@@ -18,6 +18,8 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 from . import _native
 from ._native import DeviceArray, Interface, Kernel, Launcher, Stream, __version__, parse_interface
+from .diag import debug, nvtx, profile, recent_launches
+from .diag import _options as _with_lineinfo
 from .errors import (
     ArgumentError,
     BundleError,
@@ -48,6 +50,10 @@ __all__ = [
     "device_count",
     "empty_cache",
     "ops",
+    "debug",
+    "nvtx",
+    "profile",
+    "recent_launches",
     "__version__",
     # The exception hierarchy (errors.py), listed here too so type checkers see the export.
     "CaijitError",
@@ -131,6 +137,7 @@ def kernel(
     options: Sequence[str] = (),
     include_dirs: Iterable[Source] = (),
     defines: Optional[Mapping[str, Any]] = None,
+    lineinfo: Optional[bool] = None,
 ) -> Kernel:
     """A kernel from CUDA C++ source text or a ``.cu`` path.
 
@@ -144,13 +151,15 @@ def kernel(
     PTX), so what ``#ifdef`` chose is what the launch checks against.
     Launch with ``k[grid, block](*args)``, ``k[grid, block, stream, shared_mem](*args)`` or
     ``k.forall(n)(*args)``.
+    ``lineinfo=True`` (default: ``CAIJIT_LINEINFO=1``) compiles with ``-lineinfo``, the
+    file named by its absolute path, for compute-sanitizer and Nsight Compute.
     """
     text, path = _read_source(source)
     return _native.make_kernel(
         text,
         name,
         path,
-        list(options),
+        _with_lineinfo(options, lineinfo),
         [os.fspath(d) for d in include_dirs],
         _defines(defines),
     )
@@ -166,9 +175,10 @@ class Module:
         options: Sequence[str] = (),
         include_dirs: Iterable[Source] = (),
         defines: Optional[Mapping[str, Any]] = None,
+        lineinfo: Optional[bool] = None,
     ) -> None:
         self._source, self._path = _read_source(source)
-        self._options = list(options)
+        self._options = _with_lineinfo(options, lineinfo)
         self._include_dirs = [os.fspath(d) for d in include_dirs]
         self._defines = _defines(defines)
         self._kernels: dict[str, Kernel] = {}
@@ -198,9 +208,10 @@ def module(
     options: Sequence[str] = (),
     include_dirs: Iterable[Source] = (),
     defines: Optional[Mapping[str, Any]] = None,
+    lineinfo: Optional[bool] = None,
 ) -> Module:
     """A program with several kernels."""
-    return Module(source, options=options, include_dirs=include_dirs, defines=defines)
+    return Module(source, options=options, include_dirs=include_dirs, defines=defines, lineinfo=lineinfo)
 
 
 def empty(shape: Union[int, Sequence[int]], dtype: Any = "float32", *, stream: Any = None, device: int = 0) -> DeviceArray:

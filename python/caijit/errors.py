@@ -51,11 +51,24 @@ class LaunchError(CaijitError):
     """The driver refused a launch, an allocation or a copy, or caijit refused a launch
     before asking it. When the driver refused, ``.code`` is its ``CUresult``,
     ``.code_name`` the name of it (``"CUDA_ERROR_OUT_OF_MEMORY"``, say) and ``.call`` the
-    driver function; otherwise all three are ``None``."""
+    driver function; otherwise all three are ``None``.
+
+    A sticky error (a kernel faulted: illegal address, misaligned access, trap, ...) also
+    carries ``.recent_launches``, caijit's last launches (newest first, each a dict: the
+    kernels that may have caused it) and ``.site``, the Python ``file:line`` that reported
+    it. In launch-blocking mode (``caijit.debug(True)``) the error is raised by the faulting
+    launch itself, and ``.kernel``, ``.grid``, ``.block`` and ``.arguments`` describe it
+    (``None`` otherwise). See ``docs/debugging.md``."""
 
     code: int | None = None
     code_name: str | None = None
     call: str | None = None
+    kernel: str | None = None
+    grid: tuple[int, int, int] | None = None
+    block: tuple[int, int, int] | None = None
+    arguments: list[str] | None = None
+    recent_launches: list[dict] | None = None
+    site: str | None = None
 
 
 class CudaNotAvailable(CaijitError):

@@ -99,6 +99,29 @@ fn cai_to_py(e: Error) -> PyErr {
                 LaunchError::new_err(message),
                 vec![("code", error.code.into_py_any(py)), ("code_name", error.name.into_py_any(py)), ("call", error.call.into_py_any(py))],
             ),
+            Error::Fault(f) => {
+                let (message, site) = crate::diag::with_call_site(py, message);
+                let launched = f.launch.as_ref();
+                let attrs = vec![
+                    ("code", f.error.code.into_py_any(py)),
+                    ("code_name", f.error.name.clone().into_py_any(py)),
+                    ("call", f.error.call.into_py_any(py)),
+                    ("kernel", launched.map(|l| l.kernel).into_py_any(py)),
+                    ("grid", launched.map(|l| (l.grid[0], l.grid[1], l.grid[2])).into_py_any(py)),
+                    ("block", launched.map(|l| (l.block[0], l.block[1], l.block[2])).into_py_any(py)),
+                    ("arguments", launched.map(|l| l.arguments()).into_py_any(py)),
+                    (
+                        "recent_launches",
+                        f.recent
+                            .iter()
+                            .map(|r| crate::diag::record_dict(py, r))
+                            .collect::<PyResult<Vec<_>>>()
+                            .and_then(|v| v.into_py_any(py)),
+                    ),
+                    ("site", site.into_py_any(py)),
+                ];
+                (LaunchError::new_err(message), attrs)
+            }
             Error::Cache { path, source } => (
                 CacheError::new_err(message),
                 vec![("path", path.display().to_string().into_py_any(py)), ("errno", source.raw_os_error().into_py_any(py))],

@@ -622,6 +622,11 @@ pub fn program_from_py(
     p.options = options;
     p.include_dirs.extend(include_dirs);
     p.defines = defines;
+    // `-lineinfo` (from `lineinfo=True`, `CAIJIT_LINEINFO=1` or the options): name a file
+    // program by its absolute path, so that tools show the real file.
+    if p.has_lineinfo() {
+        p = p.lineinfo();
+    }
     p
 }
 

@@ -7,6 +7,7 @@
 mod args;
 mod array;
 mod bundles;
+mod diag;
 mod errors;
 mod interface;
 mod jax;
@@ -205,6 +206,12 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(op_source, m)?)?;
     m.add_function(wrap_pyfunction!(order_streams, m)?)?;
     m.add_function(wrap_pyfunction!(_inject_fault, m)?)?;
+    m.add_class::<diag::Profile>()?;
+    m.add_function(wrap_pyfunction!(diag::_set_switch, m)?)?;
+    m.add_function(wrap_pyfunction!(diag::_switch, m)?)?;
+    m.add_function(wrap_pyfunction!(diag::_lineinfo_by_env, m)?)?;
+    m.add_function(wrap_pyfunction!(diag::_nvtx_tool, m)?)?;
+    m.add_function(wrap_pyfunction!(diag::recent_launches, m)?)?;
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(empty_cache, m)?)?;
     m.add_function(wrap_pyfunction!(pointer_device, m)?)?;

@@ -51,8 +51,10 @@ mod bundled;
 mod cache;
 mod headers;
 mod includes;
+mod lineinfo;
 mod options;
 mod toolkit;
+pub use lineinfo::LINEINFO;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -595,6 +597,7 @@ pub fn compile_reporting(program: &Program, arch: Arch, options: &CompileOptions
 }
 
 fn compile_unrecorded(program: &Program, arch: Arch, options: &CompileOptions) -> Result<(Arc<Compiled>, CacheSource)> {
+    let _range = lineinfo::nvtx_range(program);
     if !options.skip_bundles {
         if let Some(hit) = bundled::lookup(program, arch, || toolkit().is_ok())? {
             return Ok((hit, CacheSource::Bundle));

@@ -24,6 +24,10 @@ mod capture;
 /// DLPack's structs, capsules and C exchange API (Python objects, so feature `python`).
 #[cfg(feature = "python")]
 pub(crate) mod dlpack;
+/// NVTX ranges through NVTX's injection interface.
+pub(crate) mod nvtx;
+/// Timing events (profiling).
+mod timing;
 pub(crate) mod xla_ffi;
 
 // ---------------------------------------------------------------------------------------

@@ -9,9 +9,44 @@
 // dtype is T and rank is N; `Array<const T, N>` also accepts readonly arrays.
 #pragma once
 
+// Bounds checks (debug instances only: caijit compiles a kernel with CAIJIT_BOUNDS_CHECK
+// defined, as a separate cache entry, when caijit.debug(True) or CAIJIT_DEBUG=1 is on).
+// Every access through operator() and operator[] is checked against the shape; the first
+// violation of a launch is written to caijit_bounds_record, which the host reads (and
+// clears) after the launch, and the access goes to a scratch buffer instead of memory.
+// Raw pointers cannot be checked.
+//   caijit_bounds_record: [0] set, [1] data pointer, [2] rank, [3] dimension (-1: a flat
+//   index), [4] the flat index, [5..13) the indices, [13..21) the shape (first 8 dims).
+#ifdef CAIJIT_BOUNDS_CHECK
+__device__ long long caijit_bounds_record[21];
+__device__ __align__(16) unsigned char caijit_bounds_scratch[256];
+#endif
+
 namespace caijit {
 
 using index_t = long long;
+
+#ifdef CAIJIT_BOUNDS_CHECK
+namespace detail {
+// Record the first out-of-bounds access of the launch; the access goes to scratch memory.
+template <typename T>
+__device__ __noinline__ T& out_of_bounds(const void* data, int n, int dim, const index_t* is, const index_t* shape, index_t flat) {
+    static_assert(sizeof(T) <= sizeof(caijit_bounds_scratch), "caijit::Array bounds checks: element type too large");
+    if (atomicCAS(reinterpret_cast<unsigned long long*>(&caijit_bounds_record[0]), 0ull, 1ull) == 0ull) {
+        caijit_bounds_record[1] = reinterpret_cast<long long>(data);
+        caijit_bounds_record[2] = n;
+        caijit_bounds_record[3] = dim;
+        caijit_bounds_record[4] = flat;
+        for (int d = 0; d < n && d < 8; ++d) {
+            caijit_bounds_record[5 + d] = is ? is[d] : 0;
+            caijit_bounds_record[13 + d] = shape[d];
+        }
+        __threadfence();
+    }
+    return *reinterpret_cast<T*>(caijit_bounds_scratch);
+}
+}  // namespace detail
+#endif
 
 template <typename T, int N>
 struct Array {
@@ -35,6 +70,11 @@ struct Array {
     __device__ __forceinline__ T& operator()(I... idx) const {
         static_assert(sizeof...(I) == N, "caijit::Array: one index per dimension");
         const index_t is[N] = {static_cast<index_t>(idx)...};
+#ifdef CAIJIT_BOUNDS_CHECK
+#pragma unroll
+        for (int d = 0; d < N; ++d)
+            if (is[d] < 0 || is[d] >= shape[d]) return detail::out_of_bounds<T>(data, N, d, is, shape, -1);
+#endif
         index_t off = 0;
 #pragma unroll
         for (int d = 0; d < N; ++d) off += is[d] * strides[d];
@@ -43,6 +83,9 @@ struct Array {
 
     // Element at a flat C-order index in [0, size()).
     __device__ __forceinline__ T& operator[](index_t flat) const {
+#ifdef CAIJIT_BOUNDS_CHECK
+        if (flat < 0 || flat >= size()) return detail::out_of_bounds<T>(data, N, -1, nullptr, shape, flat);
+#endif
         index_t off = 0;
 #pragma unroll
         for (int d = N - 1; d >= 0; --d) {

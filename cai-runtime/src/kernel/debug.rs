@@ -1,0 +1,101 @@
+//! Bounds-checked debug instances of kernels (`caijit.debug(True)`, `CAIJIT_DEBUG=1`).
+//!
+//! A debug instance is the kernel's program compiled again with `CAIJIT_BOUNDS_CHECK`
+//! defined: a define like any other, so a separate cache entry. In it, `caijit::Array`'s
+//! accessors check every index against the shape and write the first violation of a launch
+//! to the module's `caijit_bounds_record` (kernels/include/caijit/array.cuh); after the
+//! launch, [`Kernel::take_bounds_record`] reads and clears it (and the launch layer names
+//! the argument whose data pointer it recorded).
+//!
+//! # Limitations
+//! Raw pointer parameters cannot be checked (a pointer carries no extent). Only kernels
+//! compiled from a program in this process ([`Context::compile`]) have a debug instance;
+//! one loaded from a compiled image alone launches unchecked.
+
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::sync::{Arc, LazyLock, Mutex};
+
+use super::{Context, Kernel};
+use crate::compile::Program;
+use crate::sync::OnceMap;
+use crate::Result;
+
+/// The define that makes a debug instance.
+pub const BOUNDS_CHECK: &str = "CAIJIT_BOUNDS_CHECK";
+const RECORD: &CStr = c"caijit_bounds_record";
+const WORDS: usize = 21;
+
+/// The program each module compiled in this process came from, by cache key (what a
+/// debug instance is compiled from).
+static PROGRAMS: LazyLock<Mutex<HashMap<String, Arc<Program>>>> = LazyLock::new(Default::default);
+/// Debug instances by device, module key and lowered name.
+static TWINS: LazyLock<OnceMap<(usize, String, String), Arc<Kernel>>> = LazyLock::new(Default::default);
+
+/// Keep the program a module with `key` was compiled from.
+pub(super) fn remember(key: &str, program: &Program) {
+    crate::sync::lock(&PROGRAMS).entry(key.to_string()).or_insert_with(|| Arc::new(program.clone()));
+}
+
+fn is_debug_program(p: &Program) -> bool {
+    p.defines.iter().any(|(n, _)| n == BOUNDS_CHECK)
+}
+
+impl Kernel {
+    /// Whether this is a bounds-checked debug instance.
+    pub fn is_debug_instance(&self) -> bool {
+        self.module.ctx_program().is_some_and(|p| is_debug_program(&p))
+    }
+
+    /// The bounds-checked debug instance of this kernel: itself if it is one; `None` when
+    /// its program is unknown (loaded from a compiled image alone).
+    pub fn debug_instance(&self) -> Result<Option<Arc<Kernel>>> {
+        let Some(program) = self.module.ctx_program() else { return Ok(None) };
+        if is_debug_program(&program) {
+            return Ok(None);
+        }
+        let ctx: &Arc<Context> = self.context();
+        let key = (ctx.ordinal(), self.module.compiled.key.clone(), self.info.lowered_name.clone());
+        TWINS
+            .get_or_try_insert_with(key, || {
+                let debug = (*program).clone().define(BOUNDS_CHECK, Some("1".into()));
+                ctx.compile(&debug)?.kernel(&self.info.lowered_name)
+            })
+            .map(Some)
+    }
+}
+
+impl super::Module {
+    fn ctx_program(&self) -> Option<Arc<Program>> {
+        crate::sync::lock(&PROGRAMS).get(&self.compiled.key).cloned()
+    }
+}
+
+/// Words of the bounds record (kernels/include/caijit/array.cuh): [0] set, [1] data
+/// pointer, [2] rank, [3] dimension (-1: a flat index), [4] the flat index, [5..13) the
+/// indices, [13..21) the shape.
+pub type BoundsRecord = [i64; WORDS];
+
+impl Kernel {
+    /// After a launch of this debug instance on `stream` (CAI value): wait for it, read
+    /// the bounds record and, if an access was out of bounds, clear it and return it.
+    pub(crate) fn take_bounds_record(&self, stream: u64) -> Result<Option<BoundsRecord>> {
+        let d = self.context().bind()?;
+        let Some((ptr, size)) = d.module_global(self.module.raw, RECORD)? else { return Ok(None) };
+        let stream = crate::sys::RawStream::from_cai(stream);
+        d.stream_synchronize(stream)?;
+        let mut bytes = [0u8; WORDS * 8];
+        let n = bytes.len().min(size);
+        d.copy_from_owned(&mut bytes[..n], ptr, stream)?;
+        let mut w = [0i64; WORDS];
+        for (i, word) in w.iter_mut().enumerate() {
+            *word = i64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+        }
+        if w[0] == 0 {
+            return Ok(None);
+        }
+        d.zero_owned(ptr, n, stream)?;
+        d.stream_synchronize(stream)?;
+        Ok(Some(w))
+    }
+}

@@ -1,0 +1,300 @@
+//! What a launch does for diagnostics ([`crate::diag`]): write its record into the ring
+//! (always), time it with events (while a [`Profiler`] is active), and wait for it and
+//! report its fault at it (launch-blocking mode). With every switch off, a launch pays
+//! the record and one relaxed load.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use super::{Arg, LaunchConfig, Num};
+use crate::diag::{self, ArgSummary, LaunchRecord, ScalarShown, ARGS_KEPT};
+use crate::kernel::Kernel;
+use crate::runtime::Context;
+use crate::sys::{nvtx, Driver, DriverError, RawEvent, RawStream};
+use crate::{Error, Result};
+
+/// What the ring keeps of one argument.
+#[inline]
+fn summary(a: &Arg<'_>) -> ArgSummary {
+    match *a {
+        Arg::Array(v) | Arg::ArrayOn(v, _) => ArgSummary::array(v.dtype(), v.shape(), v.ptr()),
+        Arg::Scalar { value, .. } => ArgSummary::Scalar(match value {
+            Num::Bool(b) => ScalarShown::Bool(b),
+            Num::Int(i) => match i64::try_from(i) {
+                Ok(i) => ScalarShown::Int(i),
+                Err(_) if i > 0 => ScalarShown::UInt(u64::try_from(i).unwrap_or(u64::MAX)),
+                Err(_) => ScalarShown::Int(i64::MIN),
+            },
+            Num::Float(f) => ScalarShown::Float(f),
+            Num::Complex(re, im) => ScalarShown::Complex(re as f32, im as f32),
+        }),
+        Arg::Bytes(b) => ArgSummary::Bytes(b.len()),
+        Arg::Pointer(p) => ArgSummary::Pointer(p),
+    }
+}
+
+/// Fill a ring slot with a launch enqueued on `stream`.
+#[inline]
+fn fill(r: &mut LaunchRecord, k: &Kernel, cfg: &LaunchConfig, args: &[Arg<'_>], stream: RawStream) {
+    r.kernel = k.instance();
+    r.grid = cfg.grid;
+    r.block = cfg.block;
+    r.shared_mem = cfg.shared_mem;
+    r.stream = stream.as_u64();
+    // Only the arguments this launch has are written: `nargs` says how many of the slots
+    // are this launch's (those after it may hold an older launch's).
+    r.nargs = args.len();
+    #[allow(clippy::needless_range_loop)] // indexed: fewer instructions per launch than a zip
+    for i in 0..args.len().min(ARGS_KEPT) {
+        r.args[i] = Some(summary(&args[i]));
+    }
+}
+
+/// Write a launch enqueued on `stream` into its device's ring, in place. With
+/// launch-blocking mode or bounds checks on (which need it after the launch), also returns
+/// a copy of the record (boxed: a record is some 500 bytes, and the launch path moves
+/// only a pointer-sized `None` when both are off).
+#[inline]
+pub(super) fn record(k: &Kernel, cfg: &LaunchConfig, args: &[Arg<'_>], stream: RawStream) -> Option<Box<LaunchRecord>> {
+    let device = k.context().ordinal();
+    let seq = diag::record_with(device, |r| fill(r, k, cfg, args, stream));
+    if diag::flags() & (diag::BLOCKING | diag::BOUNDS) == 0 {
+        return None;
+    }
+    kept(seq, device, k, cfg, args, stream)
+}
+
+/// The record of the launch just written, for launch-blocking mode and bounds checks.
+#[cold]
+fn kept(seq: u64, device: usize, k: &Kernel, cfg: &LaunchConfig, args: &[Arg<'_>], stream: RawStream) -> Option<Box<LaunchRecord>> {
+    let mut r = Box::new(LaunchRecord { seq, device, ..LaunchRecord::EMPTY });
+    fill(&mut r, k, cfg, args, stream);
+    Some(r)
+}
+
+/// Launch-blocking mode: wait for the launch and report a fault as an error naming it.
+pub(super) fn block(ctx: &Context, launched: &LaunchRecord) -> Result<()> {
+    let d = ctx.bind()?;
+    d.stream_synchronize(RawStream::from_cai(launched.stream)).map_err(|e| fault_at(launched, e))
+}
+
+fn fault_at(launched: &LaunchRecord, e: DriverError) -> Error {
+    let what = format!("kernel {} (launch-blocking mode)", launched.kernel);
+    if diag::is_sticky(e.code) {
+        Error::fault_at(what, e, *launched)
+    } else {
+        Error::driver(what, e)
+    }
+}
+
+/// Whether an NVTX tool is attached: `Ok(false)` when `NVTX_INJECTION64_PATH` names none
+/// (ranges are then no-ops), `Err` naming the library when it could not be loaded.
+pub fn nvtx_tool() -> std::result::Result<bool, String> {
+    nvtx::tool()
+}
+
+// ---------------------------------------------------------------------------------------
+// Profiling
+
+/// A launch being timed: its events and host enqueue time, read when the profile ends.
+struct Timed {
+    device: usize,
+    kernel: &'static str,
+    start: RawEvent,
+    end: RawEvent,
+    host_ns: u64,
+}
+
+#[derive(Default)]
+struct Collector {
+    /// Whether a profile is active.
+    active: bool,
+    timed: Vec<Timed>,
+    /// Launches seen that could not be timed (inside a graph capture), by kernel.
+    untimed: BTreeMap<&'static str, u64>,
+    /// Timing events no longer in use, by device (created once, reused by later profiles).
+    pool: BTreeMap<usize, Vec<RawEvent>>,
+}
+
+static COLLECTOR: Mutex<Collector> =
+    Mutex::new(Collector { active: false, timed: Vec::new(), untimed: BTreeMap::new(), pool: BTreeMap::new() });
+
+fn collector() -> std::sync::MutexGuard<'static, Collector> {
+    COLLECTOR.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A launch being enqueued: its NVTX range and the start of its timing.
+pub(super) struct Span {
+    start: Option<(RawEvent, Instant)>,
+    _range: Option<nvtx::Range>,
+}
+
+/// Before the launch: with NVTX on, push a range named by the kernel instance; while
+/// profiling, record a timing event on `stream` (outside graph captures, where an event is
+/// a graph node and times nothing). With both off: one relaxed load.
+#[inline]
+pub(super) fn begin(k: &Kernel, d: &Driver, stream: RawStream) -> Result<Span> {
+    let flags = diag::flags();
+    if flags & (diag::PROFILE | diag::NVTX) == 0 {
+        return Ok(Span { start: None, _range: None });
+    }
+    begin_traced(flags, k, d, stream)
+}
+
+#[cold]
+fn begin_traced(flags: u32, k: &Kernel, d: &Driver, stream: RawStream) -> Result<Span> {
+    let range = if flags & diag::NVTX != 0 { k.instance_c.map(nvtx::Range::push) } else { None };
+    if flags & diag::PROFILE == 0 {
+        return Ok(Span { start: None, _range: range });
+    }
+    if stream != RawStream::from_cai(1) && d.capture_id(stream)? != 0 {
+        *collector().untimed.entry(k.instance()).or_default() += 1;
+        return Ok(Span { start: None, _range: range });
+    }
+    let e = take_event(d, k.context().ordinal())?;
+    d.event_record(e, stream)?;
+    Ok(Span { start: Some((e, Instant::now())), _range: range })
+}
+
+/// After the launch was enqueued: record the end event and keep both for the profile; the
+/// NVTX range ends with the span.
+#[inline]
+pub(super) fn end(span: Span, k: &Kernel, d: &Driver, stream: RawStream) -> Result<()> {
+    let Some((start, t0)) = span.start else { return Ok(()) };
+    let host_ns = t0.elapsed().as_nanos() as u64;
+    let device = k.context().ordinal();
+    let end = take_event(d, device)?;
+    d.event_record(end, stream)?;
+    let mut c = collector();
+    if c.active {
+        c.timed.push(Timed { device, kernel: k.instance(), start, end, host_ns });
+    } else {
+        let pool = c.pool.entry(device).or_default();
+        pool.extend([start, end]);
+    }
+    Ok(())
+}
+
+fn take_event(d: &Driver, device: usize) -> Result<RawEvent> {
+    if let Some(e) = collector().pool.get_mut(&device).and_then(Vec::pop) {
+        return Ok(e);
+    }
+    Ok(d.event_create_timed()?)
+}
+
+/// One kernel instance's line of a profile.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct ProfileRow {
+    pub kernel: String,
+    pub device: usize,
+    /// Launches timed.
+    pub launches: u64,
+    /// Launches seen but not timed (inside a graph capture).
+    pub untimed: u64,
+    /// GPU time between each launch's events, summed (milliseconds).
+    pub gpu_ms: f64,
+    /// Host time to enqueue the launches (the driver call, without caijit's checks), summed
+    /// (milliseconds).
+    pub host_ms: f64,
+}
+
+/// Times every caijit launch of the process on the GPU while it is alive: two events per
+/// launch, on the launch's stream. One profile at a time.
+#[derive(Debug)]
+#[must_use = "the profile ends (and its timings are lost) when it is dropped"]
+pub struct Profiler {
+    _private: (),
+}
+
+impl Profiler {
+    /// Start timing launches.
+    pub fn start() -> Result<Profiler> {
+        let mut c = collector();
+        if c.active {
+            return Err(Error::argument("a profile is already active (profiles do not nest)"));
+        }
+        c.active = true;
+        diag::set(diag::PROFILE, true);
+        Ok(Profiler { _private: () })
+    }
+
+    /// Stop timing, wait for the timed launches and return one row per kernel instance
+    /// and device, in order of first launch.
+    pub fn finish(self) -> Result<Vec<ProfileRow>> {
+        let (timed, untimed) = stop();
+        let mut rows: Vec<ProfileRow> = Vec::new();
+        let mut result = Ok(());
+        let mut done: Vec<(usize, RawEvent)> = Vec::new();
+        for t in &timed {
+            if result.is_ok() {
+                result = elapsed(t).map(|ms| {
+                    let row = match rows.iter_mut().position(|r| r.kernel == t.kernel && r.device == t.device) {
+                        Some(i) => &mut rows[i],
+                        None => {
+                            rows.push(ProfileRow {
+                                kernel: t.kernel.into(),
+                                device: t.device,
+                                launches: 0,
+                                untimed: 0,
+                                gpu_ms: 0.0,
+                                host_ms: 0.0,
+                            });
+                            rows.last_mut().expect("just pushed")
+                        }
+                    };
+                    row.launches += 1;
+                    row.gpu_ms += ms;
+                    row.host_ms += t.host_ns as f64 / 1e6;
+                });
+            }
+            done.extend([(t.device, t.start), (t.device, t.end)]);
+        }
+        {
+            let mut c = collector();
+            for (device, e) in done {
+                c.pool.entry(device).or_default().push(e);
+            }
+        }
+        result?;
+        for (kernel, n) in untimed {
+            match rows.iter_mut().find(|r| r.kernel == kernel) {
+                Some(r) => r.untimed += n,
+                None => rows.push(ProfileRow { kernel: kernel.into(), device: 0, launches: 0, untimed: n, gpu_ms: 0.0, host_ms: 0.0 }),
+            }
+        }
+        Ok(rows)
+    }
+}
+
+impl Drop for Profiler {
+    fn drop(&mut self) {
+        // `finish` already stopped it; otherwise the timings are dropped (their events go
+        // back to the pool once the profile is read by nobody: they are reused as they are).
+        let (timed, _) = stop();
+        let mut c = collector();
+        for t in timed {
+            c.pool.entry(t.device).or_default().extend([t.start, t.end]);
+        }
+    }
+}
+
+fn stop() -> (Vec<Timed>, BTreeMap<&'static str, u64>) {
+    let mut c = collector();
+    if c.active {
+        diag::set(diag::PROFILE, false);
+        c.active = false;
+    }
+    (std::mem::take(&mut c.timed), std::mem::take(&mut c.untimed))
+}
+
+fn elapsed(t: &Timed) -> Result<f64> {
+    let ctx = Context::new(t.device)?;
+    let d = ctx.bind()?;
+    d.event_synchronize(t.end)?;
+    match d.event_elapsed_ms(t.start, t.end)? {
+        Some(ms) => Ok(f64::from(ms)),
+        None => Err(Error::launch("caijit.profile needs a CUDA 12.8 or newer driver (cuEventElapsedTime_v2)")),
+    }
+}

@@ -1,0 +1,146 @@
+//! `caijit.debug`, `caijit.nvtx`, `caijit.profile` and the ring of recent launches: thin
+//! wrappers over `cai_runtime::diag` and `cai_runtime::launch::Profiler`.
+
+use std::sync::Mutex;
+
+use cai_runtime::diag;
+use cai_runtime::launch::{ProfileRow, Profiler};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::errors::PyCaiResult;
+
+/// Turn a switch on or off (`"blocking"`, `"bounds"`, `"nvtx"`). Returns its previous state.
+#[pyfunction]
+pub fn _set_switch(which: &str, on: bool) -> PyCaiResult<bool> {
+    let mask = switch(which)?;
+    let was = diag::enabled(mask);
+    diag::set(mask, on);
+    Ok(was)
+}
+
+/// Whether a switch is on (`"blocking"`, `"bounds"`, `"nvtx"`, `"profile"`).
+#[pyfunction]
+pub fn _switch(which: &str) -> PyCaiResult<bool> {
+    Ok(diag::enabled(switch(which)?))
+}
+
+fn switch(which: &str) -> PyCaiResult<u32> {
+    Ok(match which {
+        "blocking" => diag::BLOCKING,
+        "nvtx" => diag::NVTX,
+        "profile" => diag::PROFILE,
+        "bounds" => diag::BOUNDS,
+        other => return Err(crate::errors::PyCaiError::argument(format!("unknown switch {other:?}"))),
+    })
+}
+
+/// `(attached, why not)`: whether an NVTX tool is attached, and why the one
+/// `NVTX_INJECTION64_PATH` names could not be.
+#[pyfunction]
+pub fn _nvtx_tool() -> (bool, Option<String>) {
+    match cai_runtime::launch::nvtx_tool() {
+        Ok(attached) => (attached, None),
+        Err(e) => (false, Some(e)),
+    }
+}
+
+/// Whether `CAIJIT_LINEINFO` asks for line-info builds.
+#[pyfunction]
+pub fn _lineinfo_by_env() -> bool {
+    diag::lineinfo_by_env()
+}
+
+/// The launches the rings keep, newest first per device, each a dict.
+#[pyfunction]
+pub fn recent_launches(py: Python<'_>) -> PyResult<Vec<Bound<'_, PyDict>>> {
+    diag::recent_all().iter().map(|r| record_dict(py, r)).collect()
+}
+
+pub fn record_dict<'py>(py: Python<'py>, r: &diag::LaunchRecord) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("seq", r.seq)?;
+    d.set_item("device", r.device)?;
+    d.set_item("kernel", r.kernel)?;
+    d.set_item("grid", (r.grid[0], r.grid[1], r.grid[2]))?;
+    d.set_item("block", (r.block[0], r.block[1], r.block[2]))?;
+    d.set_item("shared_mem", r.shared_mem)?;
+    d.set_item("stream", r.stream)?;
+    d.set_item("arguments", r.arguments())?;
+    d.set_item("text", r.to_string())?;
+    Ok(d)
+}
+
+/// The native side of `caijit.profile()`: one active at a time.
+#[pyclass(module = "caijit._native")]
+pub struct Profile {
+    active: Mutex<Option<Profiler>>,
+}
+
+#[pymethods]
+impl Profile {
+    #[new]
+    fn new() -> Self {
+        Profile { active: Mutex::new(None) }
+    }
+
+    /// Start timing every caijit launch.
+    fn start(&self) -> PyCaiResult<()> {
+        let mut a = self.active.lock().unwrap_or_else(|p| p.into_inner());
+        if a.is_some() {
+            return Err(crate::errors::PyCaiError::argument("this profile is already running"));
+        }
+        *a = Some(Profiler::start()?);
+        Ok(())
+    }
+
+    /// Stop, wait for the timed launches, and return one dict per kernel instance.
+    fn finish<'py>(&self, py: Python<'py>) -> PyCaiResult<Vec<Bound<'py, PyDict>>> {
+        let taken = self.active.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some(p) = taken else { return Err(crate::errors::PyCaiError::argument("this profile is not running")) };
+        let rows = py.detach(|| p.finish())?;
+        Ok(rows.iter().map(|r| row_dict(py, r)).collect::<PyResult<_>>()?)
+    }
+}
+
+fn row_dict<'py>(py: Python<'py>, r: &ProfileRow) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("kernel", &r.kernel)?;
+    d.set_item("device", r.device)?;
+    d.set_item("launches", r.launches)?;
+    d.set_item("untimed", r.untimed)?;
+    d.set_item("gpu_ms", r.gpu_ms)?;
+    d.set_item("host_ms", r.host_ms)?;
+    Ok(d)
+}
+
+/// `message` with the Python call site that reported a sticky fault appended, and the
+/// site (`"file:line"`): the innermost frame outside the caijit package (read only when
+/// such an error is raised; in launch-blocking mode, the call that launched the kernel).
+pub fn with_call_site(py: Python<'_>, message: String) -> (String, Option<String>) {
+    let site = call_site(py).ok().flatten();
+    match &site {
+        Some(s) => (format!("{message}\n(reported at {s})"), site),
+        None => (message, None),
+    }
+}
+
+fn call_site(py: Python<'_>) -> PyResult<Option<String>> {
+    let sys = py.import("sys")?;
+    let package = py.import("caijit")?.getattr("__file__")?.extract::<String>()?;
+    let package_dir = std::path::Path::new(&package).parent().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+    let mut frame = match sys.call_method1("_getframe", (0,)) {
+        Ok(f) => f,
+        Err(_) => return Ok(None),
+    };
+    while !frame.is_none() {
+        let code = frame.getattr("f_code")?;
+        let file: String = code.getattr("co_filename")?.extract()?;
+        if package_dir.is_empty() || !file.starts_with(&package_dir) {
+            let line: i64 = frame.getattr("f_lineno")?.extract().unwrap_or(-1);
+            return Ok(Some(format!("{file}:{line}")));
+        }
+        frame = frame.getattr("f_back")?;
+    }
+    Ok(None)
+}
