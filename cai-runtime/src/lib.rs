@@ -9,17 +9,19 @@
 //!
 //! # Example
 //!
-//! Compile a kernel with NVRTC, launch it on two CUDA arrays (here described by a type of
-//! your own that derives the CUDA Array Interface; any producer's `__cuda_array_interface__`
-//! works the same through [`cai::Descriptor`]), and read a producer's array back into that
-//! type. The launch waits for the work pending on each array's stream first, as CAI v3
-//! requires.
+//! Compile a template kernel with NVRTC and launch it on two CUDA arrays (here described by
+//! a type of your own that derives the CUDA Array Interface; any producer's
+//! `__cuda_array_interface__` works the same through [`cai::Descriptor`]), Numba-style: the
+//! [`dispatch::Dispatcher`] deduces `axpy<float>` from the arguments' types, compiles it on
+//! first use and caches it per argument-type signature. The launch waits for the work
+//! pending on each array's stream first, as CAI v3 requires. Then read a producer's array
+//! back into that type.
 //!
 //! ```no_run
 //! use cai_runtime::cai::ArrayView;
 //! use cai_runtime::compile::Program;
-//! use cai_runtime::launch::{Arg, Num};
-//! use cai_runtime::runtime::Context;
+//! use cai_runtime::dispatch::Dispatcher;
+//! use cai_runtime::launch::Arg;
 //! use cai_runtime::{CudaArrayInterface, FromCudaArrayInterface};
 //!
 //! /// A device buffer of `f32`s owned elsewhere (by a Rust GPU library, say).
@@ -36,33 +38,57 @@
 //! }
 //!
 //! fn main() -> Result<(), Box<dyn std::error::Error>> {
-//!     let ctx = Context::new(0)?;
-//!     let module = ctx.compile(&Program::new(
-//!         r#"extern "C" __global__ void axpy(float a, const float* x, float* y, long long n) {
-//!             long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
-//!             if (i < n) y[i] = a * x[i] + y[i];
-//!         }"#,
-//!     ))?;
-//!     let axpy = module.kernel("axpy")?;
+//!     let axpy = Dispatcher::new(
+//!         Program::new(
+//!             r#"template <typename T> __global__ void axpy(T a, const T* x, T* y, long long n) {
+//!                 long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+//!                 if (i < n) y[i] = a * x[i] + y[i];
+//!             }"#,
+//!         ),
+//!         Some("axpy"),
+//!     )?;
 //!
 //!     # let (x_ptr, y_ptr, n) = (0x7f00_0000_0000_u64, 0x7f00_1000_0000_u64, 1_usize << 20);
 //!     let x = Buffer { ptr: x_ptr, len: n, stream: None };
 //!     let y = Buffer { ptr: y_ptr, len: n, stream: Some(2) };
 //!     let (xv, yv): (ArrayView, ArrayView) = (x.cai_view()?, y.cai_view()?);
-//!     let args = [
-//!         Arg::Scalar { value: Num::Float(2.0), dtype: None },
-//!         Arg::Array(&xv),
-//!         Arg::Array(&yv),
-//!         Arg::Scalar { value: Num::Int(n as i128), dtype: None },
-//!     ];
-//!     // An occupancy-chosen block size over n elements, on the legacy default stream.
-//!     axpy.forall(n, &args, None, true)?;
+//!     // float32 arrays and a typed float: axpy<float>; `n` converts to `long long`.
+//!     let args = [Arg::scalar(2.0f32), Arg::Array(&xv), Arg::Array(&yv), Arg::untyped(n)];
+//!     // An occupancy-chosen block size over n elements, on the arrays' device.
+//!     axpy.forall(n, &args, None)?;
 //!
 //!     // Any producer's array (a descriptor read from Python, say) into the type, checked.
 //!     let back = Buffer::from_descriptor(&yv.to_descriptor())?;
 //!     assert_eq!((back.ptr, back.len), (y_ptr, n));
 //!     Ok(())
 //! }
+//! ```
+//!
+//! Without a GPU, the same dispatcher says which instance arguments select, compiled for
+//! the inspection architecture ([`kernel::inspection_arch`]: device 0's, else
+//! `CAIJIT_ARCH`, else sm_90), with its parameters as compiled:
+//!
+//! ```
+//! use cai_runtime::cai::DType;
+//! use cai_runtime::compile::Program;
+//! use cai_runtime::dispatch::Dispatcher;
+//! use cai_runtime::kernel::inspection_arch;
+//! use cai_runtime::signature::ArgType;
+//!
+//! let src = r#"
+//!     template <typename T, int BLOCK = 256> __global__ void axpy(T a, const T* x, T* y, long long n) {}
+//!     __global__ void scale(float* x, float a, int n) {}
+//!     __global__ void scale(double* x, double a, int n) {}"#;
+//! let axpy = Dispatcher::new(Program::new(src), Some("axpy"))?;
+//! let f64s = ArgType::Array { dtype: DType::F64, rank: 1 };
+//! let chosen = axpy.select(inspection_arch()?, &[ArgType::UntypedScalar, f64s, f64s, ArgType::UntypedScalar])?;
+//! assert_eq!(chosen.name, "axpy<double>"); // BLOCK keeps its default
+//! assert_eq!(chosen.info()?.params[0].cpp_type, "double");
+//!
+//! let scale = Dispatcher::new(Program::new(src), Some("scale"))?;
+//! let chosen = scale.select(inspection_arch()?, &[f64s, ArgType::UntypedScalar, ArgType::UntypedScalar])?;
+//! assert_eq!(chosen.info()?.params[0].cpp_type, "double*"); // the overload for doubles
+//! # Ok::<(), cai_runtime::Error>(())
 //! ```
 
 #![deny(unsafe_code)]
@@ -79,6 +105,7 @@ mod error;
 
 pub use error::{ArgumentError, CompileError, DriverError, Error, NvrtcError, Result};
 pub mod compile;
+pub mod dispatch;
 pub mod interop;
 pub mod kernel;
 pub mod launch;
