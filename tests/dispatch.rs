@@ -30,7 +30,7 @@ fn a_template_is_deduced_from_arrays_and_typed_scalars() {
     assert_eq!(chosen.name, "axpy<float>", "the default template argument is left to the compiler");
     let info = chosen.info().unwrap();
     let params: Vec<&str> = info.params.iter().map(|p| p.cpp_type.as_str()).collect();
-    assert_eq!(params, ["float", "float const*", "float*", "int"]);
+    assert_eq!(params, ["float", "const float*", "float*", "int"]);
     assert!(info.demangled.as_deref().is_some_and(|d| d.contains("axpy<float, double>")), "{:?}", info.demangled);
 
     let (x, y) = (array(DType::F64, 7), array(DType::F64, 7));

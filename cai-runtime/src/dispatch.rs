@@ -20,7 +20,7 @@
 //! let types = [ArgType::TypedScalar(DType::F32), f32s, f32s, ArgType::UntypedScalar];
 //! let chosen = axpy.select(inspection_arch()?, &types)?;
 //! assert_eq!(chosen.name, "axpy<float>");
-//! assert_eq!(chosen.info()?.params[1].cpp_type, "float const*");
+//! assert_eq!(chosen.info()?.params[1].cpp_type, "const float*");
 //! # Ok::<(), cai_runtime::Error>(())
 //! ```
 //!
