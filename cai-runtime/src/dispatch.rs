@@ -47,7 +47,7 @@ use crate::compile::{self, Arch, CacheSource, CompileOptions, Compiled, KernelIn
 use crate::kernel::{inspection_arch, Kernel};
 use crate::launch::{Arg, LaunchConfig};
 use crate::runtime::{Context, Stream};
-use crate::signature::{deduce, headers_for, ArgType, KernelDecl};
+use crate::signature::{deduce, headers_for, ArgType, KernelDecl, SignatureError};
 use crate::sync::lock;
 use crate::{Error, Result};
 
@@ -217,7 +217,18 @@ impl Dispatcher {
     pub fn instance_for(&self, types: &[ArgType]) -> Result<(Program, String)> {
         match &self.decl {
             Some(d) if self.is_deduced_template() => {
-                let i = deduce(d, types)?;
+                let i = deduce(d, types).map_err(|e| {
+                    // Two arguments that deduce a template parameter differently: the second
+                    // is the one at fault.
+                    let at = match &e {
+                        SignatureError::Conflict { index, .. } => Some(*index),
+                        _ => None,
+                    };
+                    match at {
+                        Some(i) => self.name_argument(i, e.into()),
+                        None => e.into(),
+                    }
+                })?;
                 Ok((self.program.clone().including(&i.headers).name_expression(i.expression.clone()), i.expression))
             }
             _ if self.needs_name_expression() => {
@@ -257,7 +268,7 @@ impl Dispatcher {
     /// Choose the instance for parameters bound by name (`caijit.jax`: buffers and named
     /// scalars), for `arch`. `bind` binds a kernel's parameter names to values and says the
     /// argument types it made; `what` describes the arguments for messages ("buffers
-    /// (float32[4]) and scalars"). A template is deduced from the bindings its
+    /// (float32\[4\]) and scalars"). A template is deduced from the bindings its
     /// declaration's names make, and those must be the compiled instance's; an overload is
     /// the one whose own names bind and whose parameters admit the result.
     pub fn select_bound<B>(
@@ -536,6 +547,11 @@ mod tests {
         assert_eq!((a.index, a.name.as_deref(), a.ctype.as_deref()), (Some(0), Some("m"), Some("long")));
         // Without a declaration, the index alone.
         let macro_made = Dispatcher::new(Program::new("#define K(n) __global__ void n(int x) {}\nK(k)"), Some("k")).unwrap();
+        // A deduction conflict names the argument that disagrees.
+        let t = Dispatcher::new(Program::new("template <typename T> __global__ void t(T a, const T* x) {}"), None).unwrap();
+        let f64a = ArgType::Array { dtype: DType::F64, rank: 1 };
+        let Err(Error::Argument(a)) = t.instance_for(&[ArgType::TypedScalar(DType::F32), f64a]) else { panic!() };
+        assert_eq!((a.index, a.name.as_deref(), a.ctype.as_deref()), (Some(1), Some("x"), Some("const T*")), "{}", a.message);
         let Error::Argument(a) = macro_made.name_argument(3, Error::argument("bad")) else { panic!() };
         assert_eq!((a.index, a.name, a.ctype), (Some(3), None, None));
         assert!(matches!(d.name_argument(0, Error::launch("x")), Error::Launch(_)));

@@ -17,7 +17,7 @@
 //! synchronisation) before it reports the error.
 //!
 //! # Graph capture
-//! See [`keep_capture_legal`]: inside a capture only edges to streams of the same capture
+//! See `keep_capture_legal`: inside a capture only edges to streams of the same capture
 //! are made; outside one, an argument whose stream is being captured is an error.
 
 use std::ffi::c_void;

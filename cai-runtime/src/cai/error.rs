@@ -67,7 +67,7 @@ fn cut(s: &str) -> (&str, String) {
     }
 }
 
-/// `s` cut to [`MAX_QUOTED`] characters (with `…` and its length when cut): how error
+/// `s` cut to `MAX_QUOTED` characters (with `…` and its length when cut): how error
 /// messages quote values of any length.
 pub fn shorten_plain(s: &str) -> String {
     let (kept, rest) = cut(s);
