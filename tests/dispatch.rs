@@ -78,3 +78,11 @@ fn nothing_is_cached_before_a_launch() {
     let (x, y) = (array(DType::F32, 4), array(DType::F32, 4));
     assert!(axpy.cached(0, &[Arg::scalar(1.0f32), Arg::Array(&x), Arg::Array(&y), Arg::scalar(4i32)]).is_none());
 }
+
+#[test]
+fn a_name_the_program_lacks_lists_the_kernels_it_has() {
+    let d = Dispatcher::new(Program::new(DISPATCH_SOURCE), Some("nope")).unwrap();
+    let e = d.select(inspection_arch().unwrap(), &[]).unwrap_err();
+    assert!(e.to_string().contains(r#"no kernel named "nope" in the program (it has: axpy, scale)"#), "{e}");
+    assert!(matches!(e, Error::Argument(_)));
+}

@@ -255,12 +255,39 @@ impl Dispatcher {
         }
     }
 
+    /// A compile error of the program given this kernel's name as a name expression, when
+    /// the source declares no kernel of that name (a misspelt one, most likely): NVRTC's
+    /// log would show the name map it generates. Say instead which kernels the program has,
+    /// as `python -m caijit compile` does, when it compiles without the name.
+    fn unknown_name(&self, e: Error, arch: Arch) -> Error {
+        if self.decl.is_some() || !self.needs_name_expression() || !matches!(e, Error::Compile(_)) {
+            return e;
+        }
+        match compile::compile(&self.program, arch) {
+            Ok(c) if c.kernels_named(&self.name).is_ok_and(|found| found.is_empty()) => {
+                // The compiled kernels and the declared ones (templates nobody instantiated).
+                let compiled = c.kernels.iter().map(|k| k.name_expression.clone().unwrap_or_else(|| k.qualified_name.clone()));
+                let mut names: Vec<String> =
+                    compiled.chain(self.program.declarations().kernels.iter().map(KernelDecl::qualified_name)).collect();
+                names.sort();
+                names.dedup();
+                Error::argument(format!("no kernel named {:?} in the program (it has: {})", self.name, names.join(", ")))
+            }
+            _ => e,
+        }
+    }
+
+    /// Compile `program` (this kernel's, with its instance's name expression) for `arch`.
+    fn compile(&self, program: &Program, arch: Arch) -> Result<Arc<Compiled>> {
+        compile::compile(program, arch).map_err(|e| self.unknown_name(e, arch))
+    }
+
     /// Choose and compile the instance that arguments of `types` select, for `arch` (no GPU
     /// needed): a deduced template's instance, the one overload whose parameters admit
     /// them, or the kernel the name names.
     pub fn select(&self, arch: Arch, types: &[ArgType]) -> Result<Selection> {
         let (program, name) = self.instance_for(types)?;
-        let compiled = compile::compile(&program, arch)?;
+        let compiled = self.compile(&program, arch)?;
         let name = if self.overloaded { pick_overload(compiled.kernels_named(&name)?, types)? } else { name };
         Ok(Selection { program, name, compiled })
     }
@@ -292,7 +319,7 @@ impl Dispatcher {
             return Ok((chosen, bound));
         }
         let (program, name) = self.instance_for(&[])?;
-        let compiled = compile::compile(&program, arch)?;
+        let compiled = self.compile(&program, arch)?;
         if !self.overloaded {
             let (bound, _) = bind(&names_of(compiled.kernel(&name)?))?;
             return Ok((Selection { program, name, compiled }, bound));
@@ -410,7 +437,8 @@ impl Dispatcher {
         } else {
             Vec::new()
         };
-        let (compiled, source) = compile::compile_reporting(&self.program_for(launched), arch, &CompileOptions::default())?;
+        let (compiled, source) = compile::compile_reporting(&self.program_for(launched), arch, &CompileOptions::default())
+            .map_err(|e| self.unknown_name(e, arch))?;
         if !self.namespaces.is_empty() {
             // A plain name declared in several namespaces: an error unless one is compiled.
             compiled.kernels_named(&self.name)?;

@@ -26,7 +26,7 @@ const DEFAULT_INSPECT_ARCH: Arch = Arch(90);
 /// The architecture kernels are compiled for to be inspected (parameter layouts, compile
 /// errors, XLA lowerings): device 0's; without a usable device (no driver, or none
 /// reported), `CAIJIT_ARCH` (an error naming it when it cannot be read), else
-/// `DEFAULT_INSPECT_ARCH`, so that kernels can be read on machines without a GPU.
+/// sm_90, so that kernels can be read on machines without a GPU.
 pub fn inspection_arch() -> Result<Arch> {
     match crate::runtime::device_count() {
         Ok(n) if n > 0 => return Ok(Context::new(0)?.arch()),

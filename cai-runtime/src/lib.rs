@@ -9,13 +9,69 @@
 //!
 //! # Example
 //!
-//! Compile a template kernel with NVRTC and launch it on two CUDA arrays (here described by
-//! a type of your own that derives the CUDA Array Interface; any producer's
-//! `__cuda_array_interface__` works the same through [`cai::Descriptor`]), Numba-style: the
-//! [`dispatch::Dispatcher`] deduces `axpy<float>` from the arguments' types, compiles it on
-//! first use and caches it per argument-type signature. The launch waits for the work
-//! pending on each array's stream first, as CAI v3 requires. Then read a producer's array
-//! back into that type.
+//! Compile a kernel with NVRTC, launch it on two CUDA arrays (here described by a type of
+//! your own that derives the CUDA Array Interface; any producer's `__cuda_array_interface__`
+//! works the same through [`cai::Descriptor`]), and read a producer's array back into that
+//! type. The launch waits for the work pending on each array's stream first, as CAI v3
+//! requires.
+//!
+//! ```no_run
+//! use cai_runtime::cai::ArrayView;
+//! use cai_runtime::compile::Program;
+//! use cai_runtime::launch::{Arg, Num};
+//! use cai_runtime::runtime::Context;
+//! use cai_runtime::{CudaArrayInterface, FromCudaArrayInterface};
+//!
+//! /// A device buffer of `f32`s owned elsewhere (by a Rust GPU library, say).
+//! #[derive(CudaArrayInterface)]
+//! #[cai(dtype = f32)]
+//! struct Buffer {
+//!     #[cai(data)]
+//!     ptr: u64,
+//!     #[cai(shape)]
+//!     len: usize,
+//!     /// The stream its pending work is on (`None`: nothing pending).
+//!     #[cai(stream)]
+//!     stream: Option<u64>,
+//! }
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let ctx = Context::new(0)?;
+//!     let module = ctx.compile(&Program::new(
+//!         r#"extern "C" __global__ void axpy(float a, const float* x, float* y, long long n) {
+//!             long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+//!             if (i < n) y[i] = a * x[i] + y[i];
+//!         }"#,
+//!     ))?;
+//!     let axpy = module.kernel("axpy")?;
+//!
+//!     # let (x_ptr, y_ptr, n) = (0x7f00_0000_0000_u64, 0x7f00_1000_0000_u64, 1_usize << 20);
+//!     let x = Buffer { ptr: x_ptr, len: n, stream: None };
+//!     let y = Buffer { ptr: y_ptr, len: n, stream: Some(2) };
+//!     let (xv, yv): (ArrayView, ArrayView) = (x.cai_view()?, y.cai_view()?);
+//!     let args = [
+//!         Arg::Scalar { value: Num::Float(2.0), dtype: None },
+//!         Arg::Array(&xv),
+//!         Arg::Array(&yv),
+//!         Arg::Scalar { value: Num::Int(n as i128), dtype: None },
+//!     ];
+//!     // An occupancy-chosen block size over n elements, on the legacy default stream.
+//!     axpy.forall(n, &args, None, true)?;
+//!
+//!     // Any producer's array (a descriptor read from Python, say) into the type, checked.
+//!     let back = Buffer::from_descriptor(&yv.to_descriptor())?;
+//!     assert_eq!((back.ptr, back.len), (y_ptr, n));
+//!     Ok(())
+//! }
+//! ```
+//!
+//! # Dispatch, as in Python
+//!
+//! A [`dispatch::Dispatcher`] launches a kernel by name, Numba-style: a template's instance
+//! is deduced from the arguments' types (`axpy<float>` for float32 arrays and a typed
+//! float), an overload is picked by them, and each instance is compiled on first use and
+//! cached per argument-type signature, exactly as for a Python launch. The launch is
+//! stream-ordered as above.
 //!
 //! ```no_run
 //! use cai_runtime::cai::ArrayView;
