@@ -30,6 +30,8 @@ const LAYERS: &[&[&str]] = &[
     &["kernel"],
     // Launches: argument checks, parameter packing, the stream protocol.
     &["launch"],
+    // Numba-style dispatch: (name, argument types) → a loaded instance, cached per signature.
+    &["dispatch"],
     &["interop", "xla"],
     // The kernel library.
     &["ops"],
@@ -193,4 +195,91 @@ fn the_checker_sees_a_use_that_looks_up() {
     let mut uses = Uses { module: &module, named: BTreeSet::new(), has_unsafe: false };
     uses.visit_file(&file);
     assert_eq!(uses.named, BTreeSet::from(["cai".to_string(), "launch".to_string(), "x".to_string()]));
+}
+
+/// What belongs to dispatch (name resolution, template deduction, overload picking, the
+/// per-signature instance cache): the runtime's `dispatch` module owns it, and the Python
+/// binding only converts arguments and asks (docs/architecture.md).
+const DISPATCH_NAMES: &[&str] = &["deduce", "headers_for", "kernels_named", "name_expression", "including", "KernelDecl", "Instance"];
+/// Functions only `dispatch` defines.
+const DISPATCH_FNS: &[&str] = &["pick_overload", "admits", "overload_list", "overload_cast", "needs_name_expression", "program_for"];
+
+/// What a Python-binding file names of dispatch.
+#[derive(Default)]
+struct DispatchUses {
+    found: BTreeSet<String>,
+    /// Inside a map type's generic arguments.
+    in_map: usize,
+}
+
+impl<'ast> Visit<'ast> for DispatchUses {
+    fn visit_path_segment(&mut self, s: &'ast syn::PathSegment) {
+        let id = s.ident.to_string();
+        if DISPATCH_NAMES.contains(&id.as_str()) {
+            self.found.insert(format!("names `{id}`"));
+        }
+        if self.in_map > 0 && ["ArgType", "Kernel", "RtKernel"].contains(&id.as_str()) {
+            self.found.insert(format!("keeps a map of `{id}` (an instance cache)"));
+        }
+        let map = id == "HashMap" || id == "BTreeMap";
+        self.in_map += usize::from(map);
+        syn::visit::visit_path_segment(self, s);
+        self.in_map -= usize::from(map);
+    }
+    fn visit_expr_method_call(&mut self, m: &'ast syn::ExprMethodCall) {
+        let id = m.method.to_string();
+        if DISPATCH_NAMES.contains(&id.as_str()) {
+            self.found.insert(format!("calls `.{id}()`"));
+        }
+        syn::visit::visit_expr_method_call(self, m);
+    }
+    fn visit_signature(&mut self, s: &'ast syn::Signature) {
+        let id = s.ident.to_string();
+        if DISPATCH_FNS.contains(&id.as_str()) {
+            self.found.insert(format!("defines `{id}`"));
+        }
+        syn::visit::visit_signature(self, s);
+    }
+}
+
+fn dispatch_uses(source: &str) -> BTreeSet<String> {
+    let file = syn::parse_file(source).unwrap();
+    let mut uses = DispatchUses::default();
+    uses.visit_file(&file);
+    uses.found
+}
+
+#[test]
+fn the_python_binding_leaves_dispatch_to_the_runtime() {
+    let mut all = Vec::new();
+    files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../python/src"), &[], &mut all);
+    assert!(all.len() > 5, "found only {} files under python/src", all.len());
+    let mut wrong = Vec::new();
+    for (path, _) in &all {
+        for what in dispatch_uses(&std::fs::read_to_string(path).unwrap()) {
+            wrong.push(format!("{}: {what}; ask cai_runtime::dispatch instead", path.display()));
+        }
+    }
+    assert!(wrong.is_empty(), "dispatch decided in the Python binding:\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn the_dispatch_checker_sees_deduction_overloads_and_caches() {
+    let found = dispatch_uses(
+        "struct K { m: Mutex<HashMap<(usize, SmallVec<[ArgType; 8]>), Arc<RtKernel>>> }
+         fn pick_overload() {}
+         fn f(d: &KernelDecl) { let _ = signature::deduce(d, &[]); p.name_expression(e); }",
+    );
+    let want = [
+        "keeps a map of `ArgType` (an instance cache)",
+        "keeps a map of `RtKernel` (an instance cache)",
+        "defines `pick_overload`",
+        "names `KernelDecl`",
+        "names `deduce`",
+        "calls `.name_expression()`",
+    ];
+    for w in want {
+        assert!(found.contains(w), "{w} not in {found:?}");
+    }
+    assert!(dispatch_uses("use cai_runtime::dispatch::{admits, Dispatcher}; fn g(d: &Dispatcher) { d.resolve(0, &[]); }").is_empty());
 }

@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use cai_runtime::cai::{ArrayView, DType};
 use cai_runtime::compile::{Image, Program};
+use cai_runtime::dispatch::Dispatcher;
 use cai_runtime::launch::{Arg, LaunchConfig, Num};
 use cai_runtime::runtime::{Context, Stream};
 use cai_runtime::stats::stats;
@@ -87,6 +88,9 @@ fn main() {
     let (args_same, args_one, args_three) = (arrays(&same, n), arrays(&one, n), arrays(&three, n));
     let args_known = [Arg::ArrayOn(&same[0], 0), Arg::ArrayOn(&same[1], 0), Arg::ArrayOn(&same[2], 0), n];
     let caijit = |args: &[Arg<'_>]| k.launch(&cfg, args, Some(&home), true).map(drop).unwrap();
+    // The same kernel through the dispatcher (instance looked up per launch, as Python does).
+    let dispatcher = Dispatcher::new(Program::new(SRC), Some("empty3")).unwrap();
+    let dispatched = |args: &[Arg<'_>]| dispatcher.launch(&cfg, args, Some(&home)).map(drop).unwrap();
 
     // Raw cudarc: the same CUBIN, cudarc's own slices and stream, event tracking off.
     let cubin = match &module.compiled().image {
@@ -118,6 +122,7 @@ fn main() {
         "caijit, no foreign stream, device known",
         "caijit, one foreign stream",
         "caijit, three foreign streams",
+        "caijit through the dispatcher, no foreign stream",
         "raw cudarc launch_builder",
     ];
     let mut runs: Vec<Vec<(f64, f64)>> = vec![Vec::new(); names.len()];
@@ -126,7 +131,8 @@ fn main() {
         runs[1].push(measure(|| caijit(&args_known), sync_all));
         runs[2].push(measure(|| caijit(&args_one), sync_all));
         runs[3].push(measure(|| caijit(&args_three), sync_all));
-        runs[4].push(measure(&mut raw, raw_sync));
+        runs[4].push(measure(|| dispatched(&args_same), sync_all));
+        runs[5].push(measure(&mut raw, raw_sync));
     }
     let median = |mut v: Vec<f64>| {
         v.sort_by(|a, b| a.total_cmp(b));
@@ -136,7 +142,7 @@ fn main() {
     println!("| path | host µs | sustained µs | host vs raw cudarc |");
     println!("|---|---|---|---|");
     for (name, r) in names.iter().zip(&runs) {
-        let ratio = median(r.iter().zip(&runs[4]).map(|(m, base)| m.0 / base.0).collect());
+        let ratio = median(r.iter().zip(&runs[5]).map(|(m, base)| m.0 / base.0).collect());
         let (host, sus) = (median(r.iter().map(|m| m.0).collect()), median(r.iter().map(|m| m.1).collect()));
         println!("| {name} | {host:.2} | {sus:.2} | {ratio:.2}x |");
     }

@@ -128,3 +128,24 @@ macro_rules! gpu_main {
         }
     };
 }
+
+/// The program the dispatch tests launch (`gpu_dispatch`) and select instances of without a
+/// GPU (`dispatch`): a template with a default template argument, and an overload set.
+pub const DISPATCH_SOURCE: &str = r#"
+#include <caijit/caijit.cuh>
+// T is deduced from the arguments; Acc is left to its default.
+template <typename T, typename Acc = double>
+__global__ void axpy(T a, const T* x, T* y, int n) {
+    for (long long i = caijit::global_thread(); i < n; i += caijit::grid_threads()) y[i] = (T)((Acc)a * (Acc)x[i] + (Acc)y[i]);
+}
+// An overload set: the array's dtype (and a typed scalar's type) picks one.
+__global__ void scale(float* x, float a, long long n) {
+    for (long long i = caijit::global_thread(); i < n; i += caijit::grid_threads()) x[i] *= a;
+}
+__global__ void scale(double* x, double a, long long n) {
+    for (long long i = caijit::global_thread(); i < n; i += caijit::grid_threads()) x[i] *= a;
+}
+__global__ void scale(int* x, int a, long long n) {
+    for (long long i = caijit::global_thread(); i < n; i += caijit::grid_threads()) x[i] = x[i] * a + 1;
+}
+"#;

@@ -135,6 +135,22 @@ impl Error {
         })
     }
 
+    /// This error, when it is an argument error, with what it does not say yet filled in:
+    /// the argument's `index`, its parameter's `name` and C++ type `ctype` (for an error
+    /// found while converting an argument, before its parameter was looked at). The
+    /// message is kept; other errors are returned as they are.
+    pub fn at_argument(self, index: usize, name: Option<&str>, ctype: Option<&str>) -> Self {
+        let Error::Argument(mut a) = self else { return self };
+        a.index.get_or_insert(index);
+        if a.name.is_none() {
+            a.name = name.map(str::to_string);
+        }
+        if a.ctype.is_none() {
+            a.ctype = ctype.map(str::to_string);
+        }
+        Error::Argument(a)
+    }
+
     /// A launch caijit refuses itself (see [`Error::Launch`]).
     pub fn launch(message: impl Into<String>) -> Self {
         Error::Launch(message.into())

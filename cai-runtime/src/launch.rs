@@ -140,6 +140,30 @@ macro_rules! num_from {
 }
 num_from!(bool => Bool, i8 => Int, i16 => Int, i32 => Int, i64 => Int, u8 => Int, u16 => Int, u32 => Int, u64 => Int, f32 => Float, f64 => Float);
 
+impl From<usize> for Num {
+    fn from(x: usize) -> Num {
+        Num::Int(x as i128)
+    }
+}
+
+impl From<isize> for Num {
+    fn from(x: isize) -> Num {
+        Num::Int(x as i128)
+    }
+}
+
+impl From<half::f16> for Num {
+    fn from(x: half::f16) -> Num {
+        Num::Float(x.into())
+    }
+}
+
+impl From<half::bf16> for Num {
+    fn from(x: half::bf16) -> Num {
+        Num::Float(x.into())
+    }
+}
+
 /// A launch argument.
 #[derive(Clone, Copy, Debug)]
 pub enum Arg<'a> {
@@ -157,6 +181,19 @@ pub enum Arg<'a> {
 }
 
 impl Arg<'_> {
+    /// A typed scalar: its Rust type is its C++ type for deduction and overloads
+    /// (`Arg::scalar(2.0f32)` deduces `float`), and it is converted exactly to the
+    /// parameter's type (out of range is an error), as a NumPy scalar is.
+    pub fn scalar<T: crate::cai::Element + Into<Num>>(value: T) -> Self {
+        Arg::Scalar { value: value.into(), dtype: Some(T::DTYPE) }
+    }
+
+    /// An untyped scalar, as a Python `int`, `float` or `bool` is: converted exactly to
+    /// the parameter's type (out of range is an error), it deduces nothing.
+    pub fn untyped(value: impl Into<Num>) -> Self {
+        Arg::Scalar { value: value.into(), dtype: None }
+    }
+
     /// What template deduction sees of this argument.
     pub fn arg_type(&self) -> ArgType {
         match self {

@@ -88,6 +88,88 @@
 //!     Ok(())
 //! }
 //! ```
+//!
+//! # Dispatch, as in Python
+//!
+//! A [`dispatch::Dispatcher`] launches a kernel by name, Numba-style: a template's instance
+//! is deduced from the arguments' types (`axpy<float>` for float32 arrays and a typed
+//! float), an overload is picked by them, and each instance is compiled on first use and
+//! cached per argument-type signature, exactly as for a Python launch. The launch is
+//! stream-ordered as above.
+//!
+//! ```no_run
+//! use cai_runtime::cai::ArrayView;
+//! use cai_runtime::compile::Program;
+//! use cai_runtime::dispatch::Dispatcher;
+//! use cai_runtime::launch::Arg;
+//! use cai_runtime::{CudaArrayInterface, FromCudaArrayInterface};
+//!
+//! /// A device buffer of `f32`s owned elsewhere (by a Rust GPU library, say).
+//! #[derive(CudaArrayInterface)]
+//! #[cai(dtype = f32)]
+//! struct Buffer {
+//!     #[cai(data)]
+//!     ptr: u64,
+//!     #[cai(shape)]
+//!     len: usize,
+//!     /// The stream its pending work is on (`None`: nothing pending).
+//!     #[cai(stream)]
+//!     stream: Option<u64>,
+//! }
+//!
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let axpy = Dispatcher::new(
+//!         Program::new(
+//!             r#"template <typename T> __global__ void axpy(T a, const T* x, T* y, long long n) {
+//!                 long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+//!                 if (i < n) y[i] = a * x[i] + y[i];
+//!             }"#,
+//!         ),
+//!         Some("axpy"),
+//!     )?;
+//!
+//!     # let (x_ptr, y_ptr, n) = (0x7f00_0000_0000_u64, 0x7f00_1000_0000_u64, 1_usize << 20);
+//!     let x = Buffer { ptr: x_ptr, len: n, stream: None };
+//!     let y = Buffer { ptr: y_ptr, len: n, stream: Some(2) };
+//!     let (xv, yv): (ArrayView, ArrayView) = (x.cai_view()?, y.cai_view()?);
+//!     // float32 arrays and a typed float: axpy<float>; `n` converts to `long long`.
+//!     let args = [Arg::scalar(2.0f32), Arg::Array(&xv), Arg::Array(&yv), Arg::untyped(n)];
+//!     // An occupancy-chosen block size over n elements, on the arrays' device.
+//!     axpy.forall(n, &args, None)?;
+//!
+//!     // Any producer's array (a descriptor read from Python, say) into the type, checked.
+//!     let back = Buffer::from_descriptor(&yv.to_descriptor())?;
+//!     assert_eq!((back.ptr, back.len), (y_ptr, n));
+//!     Ok(())
+//! }
+//! ```
+//!
+//! Without a GPU, the same dispatcher says which instance arguments select, compiled for
+//! the inspection architecture ([`kernel::inspection_arch`]: device 0's, else
+//! `CAIJIT_ARCH`, else sm_90), with its parameters as compiled:
+//!
+//! ```
+//! use cai_runtime::cai::DType;
+//! use cai_runtime::compile::Program;
+//! use cai_runtime::dispatch::Dispatcher;
+//! use cai_runtime::kernel::inspection_arch;
+//! use cai_runtime::signature::ArgType;
+//!
+//! let src = r#"
+//!     template <typename T, int BLOCK = 256> __global__ void axpy(T a, const T* x, T* y, long long n) {}
+//!     __global__ void scale(float* x, float a, int n) {}
+//!     __global__ void scale(double* x, double a, int n) {}"#;
+//! let axpy = Dispatcher::new(Program::new(src), Some("axpy"))?;
+//! let f64s = ArgType::Array { dtype: DType::F64, rank: 1 };
+//! let chosen = axpy.select(inspection_arch()?, &[ArgType::UntypedScalar, f64s, f64s, ArgType::UntypedScalar])?;
+//! assert_eq!(chosen.name, "axpy<double>"); // BLOCK keeps its default
+//! assert_eq!(chosen.info()?.params[0].cpp_type, "double");
+//!
+//! let scale = Dispatcher::new(Program::new(src), Some("scale"))?;
+//! let chosen = scale.select(inspection_arch()?, &[f64s, ArgType::UntypedScalar, ArgType::UntypedScalar])?;
+//! assert_eq!(chosen.info()?.params[0].cpp_type, "double*"); // the overload for doubles
+//! # Ok::<(), cai_runtime::Error>(())
+//! ```
 
 #![deny(unsafe_code)]
 
@@ -105,6 +187,7 @@ pub use error::{ArgumentError, CompileError, DriverError, Error, Fault, NvrtcErr
 pub mod bundle;
 pub mod compile;
 pub mod diag;
+pub mod dispatch;
 pub mod interop;
 pub mod kernel;
 pub mod launch;

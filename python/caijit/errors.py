@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "CaijitError",
     "InterfaceError",
@@ -67,7 +69,7 @@ class LaunchError(CaijitError):
     grid: tuple[int, int, int] | None = None
     block: tuple[int, int, int] | None = None
     arguments: list[str] | None = None
-    recent_launches: list[dict] | None = None
+    recent_launches: list[dict[str, Any]] | None = None
     site: str | None = None
 
 

@@ -30,6 +30,17 @@ impl PyCaiError {
     }
 }
 
+impl PyCaiError {
+    /// [`Error::at_argument`]: an argument error with its index, parameter name and C++
+    /// type filled in where it does not say them yet (Python exceptions pass unchanged).
+    pub fn at_argument(self, index: usize, name: Option<&str>, ctype: Option<&str>) -> Self {
+        match self {
+            PyCaiError::Cai(e) => PyCaiError::Cai(e.at_argument(index, name, ctype)),
+            other => other,
+        }
+    }
+}
+
 impl From<Error> for PyCaiError {
     fn from(e: Error) -> Self {
         PyCaiError::Cai(e)

@@ -3,7 +3,6 @@
 //! them (`cai_runtime::xla`).
 
 use cai_runtime::cai::DType;
-use cai_runtime::compile::{compile, KernelInfo};
 use cai_runtime::launch::{LaunchConfig, Num};
 use cai_runtime::signature::ArgType;
 use cai_runtime::xla::{self, Binding, BufferSpec};
@@ -11,7 +10,7 @@ use pyo3::prelude::*;
 
 use crate::args::number;
 use crate::errors::{PyCaiError, PyCaiResult};
-use crate::kernel::{admits, inspection_arch, overload_list, Kernel};
+use crate::kernel::{inspection_arch, Kernel};
 
 fn buffer_spec(what: &str, i: usize, (dtype, shape): &(String, Vec<usize>)) -> PyCaiResult<BufferSpec> {
     let dtype =
@@ -40,7 +39,7 @@ fn bindings(
     outputs: &[BufferSpec],
     aliases: &[(usize, usize)],
     scalars: &[(String, (Num, Option<DType>))],
-) -> PyCaiResult<(Vec<Binding>, Vec<ArgType>)> {
+) -> cai_runtime::Result<(Vec<Binding>, Vec<ArgType>)> {
     for (s, _) in scalars {
         if !names.iter().any(|n| n.as_deref() == Some(s.as_str())) {
             let all: Vec<_> = names.iter().map(|n| n.as_deref().unwrap_or("<unnamed>")).collect();
@@ -50,7 +49,7 @@ fn bindings(
             } else {
                 ""
             };
-            return Err(PyCaiError::argument(format!(
+            return Err(cai_runtime::Error::argument(format!(
                 "kernel `{kernel}` has no parameter named `{s}` (its parameters: {}){why}",
                 all.join(", ")
             )));
@@ -64,7 +63,7 @@ fn bindings(
         let aliased: Vec<usize> = aliases.iter().map(|&(_, o)| n_in + o).collect();
         order.retain(|b| !aliased.contains(b));
         if buffer_params != order.len() {
-            return Err(PyCaiError::argument(format!(
+            return Err(cai_runtime::Error::argument(format!(
                 "kernel `{kernel}` has {buffer_params} buffer parameters (those not given as scalars), but the call has {n_in} inputs and {n_out} outputs{}",
                 if aliases.is_empty() { String::new() } else { format!(" ({} aliased)", aliases.len()) }
             )));
@@ -128,60 +127,16 @@ pub fn xla_prepare(
         scalars.iter().map(|(n, v)| Ok((n.clone(), scalar(n, v)?))).collect::<PyCaiResult<_>>()?;
     let k = kernel.name().to_string();
     let bind = |names: &[Option<String>]| bindings(&k, names, &inputs, &outputs, &aliases, &scalars);
-    let names_of = |info: &KernelInfo| info.params.iter().map(|p| p.name.clone()).collect::<Vec<_>>();
-    let arch = inspection_arch(py)?;
-    // Scalars bind by the compiled kernel's parameter names (taken from its declarations
-    // where they agree). A template is deduced from the bindings its declaration's names
-    // make, and those must be the compiled instance's.
-    let (program, name, bindings) = if kernel.is_deduced_template() {
-        let declared = kernel.declared_params().unwrap_or_default();
-        let (_, guess) = bind(&declared)?;
-        let (program, name) = kernel.instance_for(&guess)?;
-        let compiled = py.detach(|| compile(&program, arch))?;
-        let (bindings, types) = bind(&names_of(compiled.kernel(&name)?))?;
-        if types != guess && kernel.instance_for(&types)?.1 != name {
-            return Err(PyCaiError::argument(format!(
-                "the declarations of `{k}` name its parameters differently: caijit cannot tell which instance to deduce; give each parameter one name in every declaration"
-            )));
-        }
-        (program, name, bindings)
-    } else {
-        let (program, name) = kernel.instance_for(&[])?;
-        let compiled = py.detach(|| compile(&program, arch))?;
-        if kernel.is_overloaded() {
-            // As a launch does: the overload whose parameters admit the buffers and scalars.
-            let candidates = compiled.kernels_named(&name)?;
-            let mut fits: Vec<(&KernelInfo, Vec<Binding>)> = Vec::new();
-            for c in &candidates {
-                if let Ok((b, types)) = bind(&names_of(c)) {
-                    if admits(c, &types) {
-                        fits.push((c, b));
-                    }
-                }
-            }
-            if fits.len() != 1 {
-                let buffers: Vec<String> = inputs.iter().chain(&outputs).map(|b| format!("{}{:?}", b.dtype.name(), b.shape)).collect();
-                return Err(PyCaiError::argument(if fits.is_empty() {
-                    format!(
-                        "no overload of `{k}` takes these buffers ({}) and scalars; it has: {}",
-                        buffers.join(", "),
-                        overload_list(candidates.iter().copied())
-                    )
-                } else {
-                    format!(
-                        "the buffers ({}) and scalars fit several overloads of `{k}` ({}); pass typed scalars (e.g. numpy.float32) or name one with an overload cast",
-                        buffers.join(", "),
-                        overload_list(fits.iter().map(|(k, _)| *k))
-                    )
-                }));
-            }
-            let (chosen, bindings) = fits.remove(0);
-            (program, chosen.lowered_name.clone(), bindings)
-        } else {
-            let (bindings, _) = bind(&names_of(compiled.kernel(&name)?))?;
-            (program, name, bindings)
-        }
+    let buffers = || {
+        let b: Vec<String> = inputs.iter().chain(&outputs).map(|b| format!("{}{:?}", b.dtype.name(), b.shape)).collect();
+        format!("buffers ({}) and scalars", b.join(", "))
     };
+    let arch = inspection_arch(py)?;
+    // Scalars bind by the compiled kernel's parameter names; the dispatcher picks the
+    // instance (a deduced template's, or the overload the bindings fit) as a launch does.
+    let dispatcher = kernel.dispatcher();
+    let (chosen, bindings) = py.detach(|| dispatcher.select_bound(arch, bind, buffers))?;
+    let (program, name) = (chosen.program, chosen.name);
     let config = LaunchConfig::new(grid, block).shared_mem(shared_mem);
     let launch = py.detach(|| xla::prepare(&program, &name, &inputs, &outputs, &aliases, &bindings, config, &devices))?;
     Ok(((launch.fingerprint, launch.description), name))

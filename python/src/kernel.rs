@@ -1,15 +1,14 @@
 //! `caijit.Kernel`: lazily compiled, per-signature instantiated, launched with
 //! `kernel[grid, block(, stream(, shared_mem))](*args)`.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
-use cai_runtime::compile::{compile, compile_reporting, Arch, CacheSource, CompileOptions, KernelInfo, Program};
+use cai_runtime::compile::{compile_reporting, Arch, CacheSource, CompileOptions, KernelInfo, Program};
+use cai_runtime::dispatch::{with_name_expressions, Dispatcher};
 use cai_runtime::kernel::Kernel as RtKernel;
 use cai_runtime::launch::{Arg, LaunchConfig};
-use cai_runtime::runtime::{self as rt, Context, Stream as RtStream};
-use cai_runtime::signature::{deduce, headers_for, ArgType, KernelDecl, ParamKind};
-use cai_runtime::sync::lock;
+use cai_runtime::runtime::{self as rt, Stream as RtStream};
+use cai_runtime::signature::{ArgType, ParamKind};
 use cai_runtime::Error;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
@@ -21,33 +20,12 @@ use crate::errors::{PyCaiError, PyCaiResult};
 use crate::stream::stream_from_py;
 
 /// A kernel of a program: compiled on first launch (per device, per argument types for
-/// templates) and cached.
+/// templates and overloads) and cached. Which instance a launch gets is the runtime's
+/// [`Dispatcher`]'s decision; this class converts Python arguments and launches.
 #[pyclass(frozen, module = "caijit", name = "Kernel")]
 pub struct Kernel {
-    program: Program,
-    /// The name asked for: a `__global__` name, or any name expression NVRTC accepts
-    /// (`axpy<float>`, `ns::k`, `(void(*)(double, int))k`).
-    name: String,
-    decl: Option<KernelDecl>,
-    /// Several non-template kernels have this qualified name: the launch's arguments pick
-    /// one.
-    overloaded: bool,
-    /// A plain name the source declares in several namespaces (`a::k`, `b::k`): not an
-    /// overload set. The compiled program decides (an error unless one of them is
-    /// compiled).
-    namespaces: Vec<String>,
-    instances: Mutex<HashMap<InstanceKey, Arc<RtKernel>>>,
-    /// The first instance resolved, read without a lock: a kernel that is not a deduced
-    /// template has one instance per device, and most programs use one device.
-    first: OnceLock<(usize, Arc<RtKernel>)>,
-    /// [`Kernel::by_argument_types`], fixed at construction (name and declaration never
-    /// change): read by every launch.
-    by_types: bool,
+    dispatcher: Dispatcher,
 }
-
-/// (device, argument types; empty unless the kernel is a deduced template), inline so that
-/// looking an instance up allocates nothing.
-type InstanceKey = (usize, SmallVec<[ArgType; 8]>);
 
 /// `(name, extern_c, template parameters, parameter types, an example argument per
 /// template parameter)` of a declaration.
@@ -55,173 +33,53 @@ type DeclSummary = (String, bool, Vec<String>, Vec<String>, Vec<String>);
 
 impl Kernel {
     pub fn new(program: Program, name: Option<String>) -> PyCaiResult<Kernel> {
-        let decls = program.declarations().kernels;
-        let name = match name {
-            Some(n) => n.trim().to_string(),
-            None => {
-                let mut names: Vec<String> = Vec::new();
-                for n in decls.iter().map(KernelDecl::qualified_name) {
-                    if !names.contains(&n) {
-                        names.push(n);
-                    }
-                }
-                match names.as_slice() {
-                    [one] => one.clone(),
-                    [] => return Err(PyCaiError::argument("the source declares no __global__ function")),
-                    many => {
-                        return Err(PyCaiError::argument(format!(
-                            "the source declares {} kernels ({}); pass name=...",
-                            many.len(),
-                            many.join(", ")
-                        )))
-                    }
-                }
-            }
-        };
-        if name.is_empty() {
-            return Err(PyCaiError::argument("a kernel name must not be empty"));
-        }
-        // The declaration this name refers to, if the tokenizer found one: by qualified
-        // name, else by plain name. A name it did not find (made by a macro, an overload
-        // cast) is handed to NVRTC as a name expression; NVRTC decides.
-        let base = name.split('<').next().unwrap_or(&name).trim();
-        let base = base.strip_prefix("::").unwrap_or(base);
-        let mine: Vec<&KernelDecl> = match decls.iter().filter(|d| d.qualified_name() == base).collect::<Vec<_>>() {
-            v if v.is_empty() && !base.contains("::") => decls.iter().filter(|d| d.name == base).collect(),
-            v => v,
-        };
-        // Overloads share a qualified name; a plain name found in several namespaces names
-        // none of them (unless the preprocessor keeps only one).
-        let mut namespaces: Vec<String> = mine.iter().map(|d| d.qualified_name()).collect();
-        namespaces.sort_unstable();
-        namespaces.dedup();
-        let (mine, namespaces) = if namespaces.len() > 1 { (Vec::new(), namespaces) } else { (mine, Vec::new()) };
-        let overloaded =
-            !name.contains('<') && !name.starts_with('(') && mine.len() > 1 && mine.iter().all(|d| !d.is_template() && !d.extern_c);
-        let decl = mine.first().map(|d| (*d).clone());
-        let mut k = Kernel {
-            program,
-            name,
-            decl,
-            overloaded,
-            namespaces,
-            instances: Mutex::new(HashMap::new()),
-            first: OnceLock::new(),
-            by_types: false,
-        };
-        k.by_types = k.is_deduced_template() || k.overloaded;
-        Ok(k)
+        Ok(Kernel { dispatcher: Dispatcher::new(program, name.as_deref())? })
+    }
+
+    /// The runtime's dispatcher behind this kernel.
+    pub fn dispatcher(&self) -> &Dispatcher {
+        &self.dispatcher
     }
 
     pub fn is_deduced_template(&self) -> bool {
-        self.decl.as_ref().is_some_and(|d| d.is_template()) && !self.name.contains('<')
-    }
-
-    /// Whether the launch's argument types choose the instance (a deduced template, or one
-    /// of several overloads).
-    fn by_argument_types(&self) -> bool {
-        self.by_types
-    }
-
-    /// Whether NVRTC must be given the name as a name expression: anything but the plain
-    /// name of a kernel the tokenizer found (those caijit asks about itself).
-    fn needs_name_expression(&self) -> bool {
-        // Overloads (one name expression cannot name several) and a plain name declared in
-        // several namespaces are found among the compiled kernels.
-        let plain = !self.name.contains(['<', ':', '(']);
-        if self.overloaded || (plain && !self.namespaces.is_empty()) {
-            return false;
-        }
-        self.decl.is_none() || !plain
-    }
-
-    /// A compile error of the program given this kernel's name as a name expression, when
-    /// the source declares no kernel of that name (a misspelt one, most likely): NVRTC's
-    /// log would show the name map it generates. Say instead which kernels the program has,
-    /// as `python -m caijit compile` does, when it compiles without the name.
-    fn unknown_name(&self, py: Python<'_>, e: Error, arch: Arch) -> Error {
-        if self.decl.is_some() || !self.needs_name_expression() || !matches!(e, Error::Compile(_)) {
-            return e;
-        }
-        let program = self.program.clone();
-        match py.detach(|| compile(&program, arch)) {
-            Ok(c) if c.kernels_named(&self.name).is_ok_and(|found| found.is_empty()) => {
-                // The compiled kernels and the declared ones (templates nobody instantiated).
-                let compiled = c.kernels.iter().map(|k| k.name_expression.clone().unwrap_or_else(|| k.qualified_name.clone()));
-                let mut names: Vec<String> =
-                    compiled.chain(program.declarations().kernels.iter().map(KernelDecl::qualified_name)).collect();
-                names.sort();
-                names.dedup();
-                Error::argument(format!("no kernel named {:?} in the program (it has: {})", self.name, names.join(", ")))
-            }
-            _ => e,
-        }
+        self.dispatcher.is_deduced_template()
     }
 
     /// Whether several non-template kernels share this kernel's qualified name.
     pub fn is_overloaded(&self) -> bool {
-        self.overloaded
+        self.dispatcher.is_overloaded()
     }
 
-    /// The program to compile and the name to look up for these argument types.
-    fn instance(&self, types: &[ArgType]) -> PyCaiResult<(Program, String)> {
-        match &self.decl {
-            Some(d) if self.is_deduced_template() => {
-                let i = deduce(d, types).map_err(Error::from)?;
-                Ok((self.program.clone().including(&i.headers).name_expression(i.expression.clone()), i.expression))
-            }
-            _ if self.needs_name_expression() => {
-                Ok((self.program.clone().including(&headers_for(&self.name)).name_expression(self.name.clone()), self.name.clone()))
-            }
-            _ => Ok((self.program.clone(), self.name.clone())),
-        }
-    }
-
-    /// The program to compile and the name to look up for the instance that arguments of
-    /// `types` select (what [`Kernel::resolve`] compiles). For `caijit.jax`.
+    /// [`Dispatcher::instance_for`]: the program to compile and the name to look up for the
+    /// instance that arguments of `types` select.
     pub fn instance_for(&self, types: &[ArgType]) -> PyCaiResult<(Program, String)> {
-        self.instance(types)
+        Ok(self.dispatcher.instance_for(types)?)
     }
 
     /// The declared parameters' names, in order (`None` for a kernel the source does not
     /// declare by this name, or an unnamed parameter).
     pub fn declared_params(&self) -> Option<Vec<Option<String>>> {
-        self.decl.as_ref().map(|d| d.params.iter().map(|(n, _)| n.clone()).collect())
+        self.dispatcher.declared_params()
     }
 
-    /// The compiled, loaded kernel for a device and, for a deduced template or an overload
-    /// set, the types of the launch's arguments (read only then).
+    /// The compiled, loaded kernel for a device and the launch's arguments: the
+    /// dispatcher's cache with the GIL held (the launch path), else compiled and loaded with
+    /// the GIL released.
+    #[inline]
     pub fn resolve(&self, py: Python<'_>, device: usize, args: &[Arg<'_>]) -> PyCaiResult<Arc<RtKernel>> {
-        let by_types = self.by_argument_types();
-        if let Some((_, k)) = self.first.get().filter(|(d, _)| !by_types && *d == device) {
-            return Ok(k.clone());
+        if let Some(k) = self.dispatcher.cached(device, args) {
+            return Ok(k);
         }
-        let types: SmallVec<[ArgType; 8]> = if by_types { args.iter().map(Arg::arg_type).collect() } else { SmallVec::new() };
-        let key = (device, types);
-        if let Some(k) = lock(&self.instances).get(&key) {
-            return Ok(k.clone());
+        Ok(py.detach(|| self.dispatcher.resolve(device, args))?)
+    }
+
+    /// An error converting argument `index`, with the index and the declared parameter
+    /// ([`Dispatcher::name_argument`]).
+    fn name_argument(&self, index: usize, e: PyCaiError) -> PyCaiError {
+        match e {
+            PyCaiError::Cai(e) => PyCaiError::Cai(self.dispatcher.name_argument(index, e)),
+            other => other,
         }
-        let (program, expr) = self.instance(&key.1)?;
-        let overloaded = self.overloaded;
-        let k = py
-            .detach(|| -> cai_runtime::Result<_> {
-                let ctx = Context::new(device)?;
-                let module = ctx.compile(&program)?;
-                if !overloaded {
-                    return module.kernel(&expr);
-                }
-                let lowered = pick_overload(module.compiled().kernels_named(&expr)?, &key.1)?;
-                module.kernel(&lowered)
-            })
-            .map_err(|e| match Context::new(device) {
-                Ok(ctx) => self.unknown_name(py, e, ctx.arch()),
-                Err(_) => e,
-            })?;
-        lock(&self.instances).insert(key, k.clone());
-        if !by_types {
-            let _ = self.first.set((device, k.clone()));
-        }
-        Ok(k)
     }
 
     fn resolved_for_attributes(&self, py: Python<'_>) -> PyCaiResult<Arc<RtKernel>> {
@@ -230,86 +88,13 @@ impl Kernel {
     }
 
     fn not_a_deduced_template(&self, py: Python<'_>) -> PyCaiResult<()> {
-        if self.overloaded {
-            let arch = inspection_arch(py)?;
-            let program = self.program_for([]);
-            let compiled = py.detach(|| compile(&program, arch))?;
-            let casts: Vec<String> = compiled.kernels_named(&self.name)?.into_iter().map(|k| format!("\"{}\"", overload_cast(k))).collect();
-            return Err(PyCaiError::argument(format!(
-                "`{}` is overloaded: the launch's arguments pick one, or name one with an overload cast: {}",
-                self.name,
-                casts.join(", ")
-            )));
-        }
-        if self.is_deduced_template() {
-            return Err(PyCaiError::argument(format!(
-                "`{}` is a template: its attributes exist per instance; use .specialize(\"{}<...>\")",
-                self.name, self.name
-            )));
-        }
-        Ok(())
-    }
-
-    /// This kernel's program, with its name expression when it has one.
-    fn program_for(&self, exprs: impl IntoIterator<Item = String>) -> Program {
-        let mut program = self.program.clone();
-        let mut headers = Vec::new();
-        if self.needs_name_expression() {
-            headers.extend(headers_for(&self.name));
-            program = program.name_expression(self.name.clone());
-        }
-        for e in exprs {
-            headers.extend(headers_for(&e));
-            program = program.name_expression(e);
-        }
-        headers.sort_unstable();
-        headers.dedup();
-        program.including(&headers)
-    }
-
-    /// Whether a kernel of the compiled program is this kernel (or, for a deduced
-    /// template, one of its instances).
-    fn is_mine(&self, k: &KernelInfo) -> bool {
-        if self.name.contains(['<', '(']) {
-            k.name_expression.as_deref() == Some(self.name.as_str())
-        } else {
-            let plain = self.name.strip_prefix("::").unwrap_or(&self.name);
-            k.qualified_name == plain || k.base_name() == self.name || k.lowered_name == self.name
-        }
+        Ok(py.detach(|| self.dispatcher.check_single_instance())?)
     }
 }
 
-/// The overload cast that names this overload: `(void(*)(float*, int))ns::k`.
-fn overload_cast(k: &KernelInfo) -> String {
-    let types: Vec<&str> = k.params.iter().map(|p| p.cpp_type.as_str()).collect();
-    format!("(void(*)({})){}", types.join(", "), k.qualified_name)
-}
-
-/// The one overload whose parameters admit the launch's argument types.
-fn pick_overload(candidates: Vec<&KernelInfo>, types: &[ArgType]) -> cai_runtime::Result<String> {
-    let fits: Vec<&KernelInfo> = candidates.iter().copied().filter(|k| admits(k, types)).collect();
-    match fits.as_slice() {
-        [one] => Ok(one.lowered_name.clone()),
-        [] => Err(Error::argument(format!(
-            "no overload of this kernel takes these arguments ({types:?}); it has: {}",
-            overload_list(candidates.iter().copied())
-        ))),
-        many => Err(Error::argument(format!(
-            "the arguments fit several overloads ({}); pass typed scalars (e.g. numpy.float32) or name one with an overload cast",
-            overload_list(many.iter().copied())
-        ))),
-    }
-}
-
-/// Whether a kernel's parameters take arguments of `types`, one each.
-pub fn admits(k: &KernelInfo, types: &[ArgType]) -> bool {
-    k.params.len() == types.len() && k.params.iter().zip(types).all(|(p, t)| p.kind.admits(t))
-}
-
-/// Overloads as messages name them ([`KernelInfo::display_name`]).
-pub fn overload_list<'a>(ks: impl Iterator<Item = &'a KernelInfo>) -> String {
-    ks.map(KernelInfo::display_name).collect::<Vec<_>>().join(", ")
-}
+/// Where the XLA binding has named them; they are the dispatcher's.
+#[allow(unused_imports)]
+pub use cai_runtime::dispatch::{admits, overload_list};
 
 /// `cai_runtime::kernel::inspection_arch` (`params`, `compile()`, XLA lowerings), with the
 /// GIL released (it may make device 0's context).
@@ -358,7 +143,7 @@ fn launch_now(
     // Filled in place: a launch moves each argument once, never the whole (large) vector.
     let mut converted: SmallVec<[PyArg; 8]> = SmallVec::new();
     for (i, a) in args.iter().enumerate() {
-        converted.push(arg_from_py(i, &a, &mut ctx)?);
+        converted.push(arg_from_py(i, &a, &mut ctx).map_err(|e| kernel.name_argument(i, e))?);
     }
     let probe = timing::start();
     let device = launch_device(&mut converted, stream)?;
@@ -430,7 +215,7 @@ fn param_dicts<'py>(py: Python<'py>, k: &KernelInfo) -> PyResult<Bound<'py, PyLi
 impl Kernel {
     #[getter]
     pub fn name(&self) -> &str {
-        &self.name
+        self.dispatcher.name()
     }
 
     fn __getitem__(slf: &Bound<'_, Self>, key: &Bound<'_, PyAny>) -> PyCaiResult<Launcher> {
@@ -482,20 +267,12 @@ impl Kernel {
 
     #[pyo3(signature = (*_args, **_kwargs))]
     fn __call__(&self, _args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>) -> PyCaiResult<()> {
-        Err(PyCaiError::argument(format!("kernel `{}` has no launch configuration; {SYNTAX}", self.name)))
+        Err(PyCaiError::argument(format!("kernel `{}` has no launch configuration; {SYNTAX}", self.name())))
     }
 
     /// An explicit instance: `k.specialize("axpy<float>")` or `k.specialize("float")`.
     fn specialize(&self, args: &str) -> PyCaiResult<Kernel> {
-        let base = self.name.split('<').next().unwrap_or(&self.name).trim();
-        let args = args.trim();
-        let full = args.strip_prefix(base).is_some_and(|rest| rest.trim_start().starts_with('<'));
-        let expr = match (full, args.ends_with('>')) {
-            (true, _) => args.to_string(),
-            (false, true) => format!("{base}<{args} >"),
-            (false, false) => format!("{base}<{args}>"),
-        };
-        Kernel::new(self.program.clone(), Some(expr))
+        Ok(Kernel { dispatcher: self.dispatcher.specialize(args)? })
     }
 
     /// Compile now and return the layouts of this kernel's instances (one, or for a
@@ -507,23 +284,8 @@ impl Kernel {
             Some(a) => Arch::parse(a)?,
             None => inspection_arch(py)?,
         };
-        let launched: Vec<String> = if self.is_deduced_template() {
-            let keys: Vec<_> = lock(&self.instances).keys().map(|(_, types)| types.clone()).collect();
-            let mut exprs = keys.iter().map(|t| self.instance(t).map(|(_, e)| e)).collect::<PyCaiResult<Vec<_>>>()?;
-            exprs.sort();
-            exprs.dedup();
-            exprs
-        } else {
-            Vec::new()
-        };
-        let program = self.program_for(launched);
-        let (compiled, source) =
-            py.detach(|| compile_reporting(&program, arch, &CompileOptions::default())).map_err(|e| self.unknown_name(py, e, arch))?;
-        if !self.namespaces.is_empty() {
-            // A plain name declared in several namespaces: an error unless one is compiled.
-            compiled.kernels_named(&self.name)?;
-        }
-        kernel_infos_of(py, &compiled, source, |k| self.is_mine(k))
+        let (compiled, source) = py.detach(|| self.dispatcher.compile_launched(arch))?;
+        kernel_infos_of(py, &compiled, source, |k| self.dispatcher.is_mine(k))
     }
 
     /// Parameter layouts of this (non-template or specialized) kernel, by compiling it
@@ -540,9 +302,8 @@ impl Kernel {
             Err(e) => return Err(e.into()),
         }
         let arch = inspection_arch(py)?;
-        let program = self.program_for([]);
-        let compiled = py.detach(|| compile(&program, arch)).map_err(|e| self.unknown_name(py, e, arch))?;
-        Ok(param_dicts(py, compiled.kernel(&self.name)?)?)
+        let chosen = py.detach(|| self.dispatcher.select(arch, &[]))?;
+        Ok(param_dicts(py, chosen.info()?)?)
     }
     #[getter]
     fn num_regs(&self, py: Python<'_>) -> PyCaiResult<i32> {
@@ -565,7 +326,7 @@ impl Kernel {
         Ok(self.resolved_for_attributes(py)?.set_max_dynamic_shared_size_bytes(bytes)?)
     }
     fn __repr__(&self) -> String {
-        format!("caijit.Kernel({:?})", self.name)
+        format!("caijit.Kernel({:?})", self.name())
     }
 }
 
@@ -664,15 +425,7 @@ pub fn compile_program<'py>(
     notes: Option<&Bound<'py, PyList>>,
     ptx: Option<&Bound<'py, PyList>>,
 ) -> PyCaiResult<Bound<'py, PyList>> {
-    let mut p = program_from_py(source, filename, options, include_dirs, defines);
-    let mut headers = Vec::new();
-    for e in name_expressions {
-        headers.extend(headers_for(&e));
-        p = p.name_expression(e);
-    }
-    headers.sort_unstable();
-    headers.dedup();
-    let p = p.including(&headers);
+    let p = with_name_expressions(program_from_py(source, filename, options, include_dirs, defines), name_expressions);
     // No architecture: the one `k.params` and `k.compile()` use (the device's, else CAIJIT_ARCH).
     let arch = match arch {
         Some(a) => Arch::parse(a)?,

@@ -72,9 +72,9 @@ impl<'py> OpCall<'py> {
     /// Convert input array `name`, argument `index` of the `caijit.ops` function (as a launch
     /// converts one).
     fn input(&mut self, index: usize, name: &str, obj: &Bound<'py, PyAny>) -> PyCaiResult<()> {
-        let a = arg_from_py(index, obj, &mut self.cx)?;
+        let a = arg_from_py(index, obj, &mut self.cx).map_err(|e| e.at_argument(index, Some(name), None))?;
         if a.view().is_none() {
-            return Err(not_an_array(self.what, name, obj));
+            return Err(not_an_array(self.what, name, obj).at_argument(index, Some(name), None));
         }
         self.args.push(a);
         Ok(())
@@ -99,9 +99,9 @@ impl<'py> OpCall<'py> {
         let OpCall { py, what, stream, mut cx, mut args } = self;
         let n = args.len();
         if let Some(o) = out {
-            let a = arg_from_py(out_index, o, &mut cx)?;
+            let a = arg_from_py(out_index, o, &mut cx).map_err(|e| e.at_argument(out_index, Some("out"), None))?;
             if a.view().is_none() {
-                return Err(not_an_array(what, "out", o));
+                return Err(not_an_array(what, "out", o).at_argument(out_index, Some("out"), None));
             }
             args.push(a);
         }

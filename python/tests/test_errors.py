@@ -43,3 +43,19 @@ def test_every_class_has_its_attributes_with_defaults() -> None:
     assert caijit.LaunchError("m").code is None and caijit.LaunchError("m").code_name is None
     assert caijit.CompileError("m").log == "" and caijit.CompileError("m").code is None
     assert issubclass(caijit.CacheError, OSError) and issubclass(caijit.CacheError, caijit.CaijitError)
+
+
+def test_conversion_errors_name_the_argument_index_name_and_declared_type() -> None:
+    """An argument refused while it is converted (before any GPU work) says which one."""
+    np = pytest.importorskip("numpy")
+    k = caijit.kernel('extern "C" __global__ void k(int n, const float* x) {}', "k")
+    with pytest.raises(caijit.ArgumentError, match="host memory") as e:
+        k[1, 1](3, np.zeros(4, np.float32))
+    assert (e.value.index, e.value.argument, e.value.ctype) == (1, "x", "const float*")
+    t = caijit.kernel("template <typename T> __global__ void t(T* y, T v) {}")
+    with pytest.raises(caijit.ArgumentError, match="cannot pass") as e:
+        t[1, 1](object(), 1.0)
+    assert (e.value.index, e.value.argument, e.value.ctype) == (0, "y", "T*")
+    with pytest.raises(caijit.ArgumentError) as e:
+        caijit.ops.scale(np.zeros(3), 2.0)
+    assert (e.value.index, e.value.argument) == (0, "x")

@@ -1,0 +1,594 @@
+//! Numba-style dispatch: a [`Dispatcher`] owns a program and a kernel name and turns
+//! (device, argument types) into a loaded kernel: any name expression, template deduction
+//! from the arguments (with default template arguments), overloads picked by the
+//! arguments, and one instance cache per argument-type signature. Rust launches
+//! ([`Dispatcher::launch`], [`Dispatcher::forall`]), Python launches, and `caijit.jax`
+//! all select their instances here.
+//!
+//! # Examples
+//! Deduce and compile an instance without a GPU (for the inspection architecture):
+//! ```
+//! use cai_runtime::cai::DType;
+//! use cai_runtime::compile::Program;
+//! use cai_runtime::dispatch::Dispatcher;
+//! use cai_runtime::kernel::inspection_arch;
+//! use cai_runtime::signature::ArgType;
+//!
+//! let src = "template <typename T> __global__ void axpy(T a, const T* x, T* y, int n) {}";
+//! let axpy = Dispatcher::new(Program::new(src), Some("axpy"))?;
+//! let f32s = ArgType::Array { dtype: DType::F32, rank: 1 };
+//! let types = [ArgType::TypedScalar(DType::F32), f32s, f32s, ArgType::UntypedScalar];
+//! let chosen = axpy.select(inspection_arch()?, &types)?;
+//! assert_eq!(chosen.name, "axpy<float>");
+//! assert_eq!(chosen.info()?.params[1].cpp_type, "const float*");
+//! # Ok::<(), cai_runtime::Error>(())
+//! ```
+//!
+//! # Rationale
+//! Selection is a rule of the runtime, not of a binding: a Rust caller, a Python launch and
+//! a JAX lowering given the same arguments must get the same instance, compiled the same
+//! way. Bindings convert their arguments into [`Arg`]s (or [`ArgType`]s) and ask.
+//!
+//! The instance cache is built for the launch path: a kernel that is neither a deduced
+//! template nor an overload set has one instance per device, read without a lock after the
+//! first launch; otherwise the key is the device and the argument types, inline (no
+//! allocation), behind one mutex.
+//!
+//! # Limitations
+//! Overloads are picked among non-template kernels only; a template overload set is named
+//! by an explicit instance (`k<float>`) or an overload cast.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use smallvec::SmallVec;
+
+use crate::compile::{self, Arch, CacheSource, CompileOptions, Compiled, KernelInfo, Program};
+use crate::kernel::{inspection_arch, Kernel};
+use crate::launch::{Arg, LaunchConfig};
+use crate::runtime::{Context, Stream};
+use crate::signature::{deduce, headers_for, ArgType, KernelDecl, SignatureError};
+use crate::sync::lock;
+use crate::{Error, Result};
+
+/// (device, argument types; empty unless the kernel is selected by them), inline so that
+/// looking an instance up allocates nothing.
+type InstanceKey = (usize, SmallVec<[ArgType; 8]>);
+
+/// A kernel of a program, by any name: compiled on first use (per device, and per argument
+/// types for a deduced template or an overload set) and cached.
+#[derive(Debug)]
+pub struct Dispatcher {
+    program: Program,
+    /// The name asked for: a `__global__` name, or any name expression NVRTC accepts
+    /// (`axpy<float>`, `ns::k`, `(void(*)(double, int))k`).
+    name: String,
+    decl: Option<KernelDecl>,
+    /// Several non-template kernels have this qualified name: the launch's arguments pick
+    /// one.
+    overloaded: bool,
+    /// A plain name the source declares in several namespaces (`a::k`, `b::k`): not an
+    /// overload set. The compiled program decides (an error unless one of them is
+    /// compiled).
+    namespaces: Vec<String>,
+    instances: Mutex<HashMap<InstanceKey, Arc<Kernel>>>,
+    /// The first instance resolved, read without a lock: a kernel that is not selected by
+    /// its argument types has one instance per device, and most programs use one device.
+    first: OnceLock<(usize, Arc<Kernel>)>,
+    /// [`Dispatcher::by_argument_types`], fixed at construction (name and declaration never
+    /// change): read by every launch.
+    by_types: bool,
+}
+
+/// An instance chosen for an architecture: the program compiled, the name that finds the
+/// instance in it (a name expression, or an overload's lowered name), and the compilation.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Selection {
+    pub program: Program,
+    pub name: String,
+    pub compiled: Arc<Compiled>,
+}
+
+impl Selection {
+    /// The chosen kernel's parameters, as compiled.
+    pub fn info(&self) -> Result<&KernelInfo> {
+        self.compiled.kernel(&self.name)
+    }
+}
+
+impl Dispatcher {
+    /// The kernel `name` of `program` (`None`: the one kernel the source declares).
+    pub fn new(program: Program, name: Option<&str>) -> Result<Dispatcher> {
+        let decls = program.declarations().kernels;
+        let name = match name {
+            Some(n) => n.trim().to_string(),
+            None => {
+                let mut names: Vec<String> = Vec::new();
+                for n in decls.iter().map(KernelDecl::qualified_name) {
+                    if !names.contains(&n) {
+                        names.push(n);
+                    }
+                }
+                match names.as_slice() {
+                    [one] => one.clone(),
+                    [] => return Err(Error::argument("the source declares no __global__ function")),
+                    many => {
+                        return Err(Error::argument(format!(
+                            "the source declares {} kernels ({}); pass name=...",
+                            many.len(),
+                            many.join(", ")
+                        )))
+                    }
+                }
+            }
+        };
+        if name.is_empty() {
+            return Err(Error::argument("a kernel name must not be empty"));
+        }
+        // The declaration this name refers to, if the tokenizer found one: by qualified
+        // name, else by plain name. A name it did not find (made by a macro, an overload
+        // cast) is handed to NVRTC as a name expression; NVRTC decides.
+        let base = name.split('<').next().unwrap_or(&name).trim();
+        let base = base.strip_prefix("::").unwrap_or(base);
+        let mine: Vec<&KernelDecl> = match decls.iter().filter(|d| d.qualified_name() == base).collect::<Vec<_>>() {
+            v if v.is_empty() && !base.contains("::") => decls.iter().filter(|d| d.name == base).collect(),
+            v => v,
+        };
+        // Overloads share a qualified name; a plain name found in several namespaces names
+        // none of them (unless the preprocessor keeps only one).
+        let mut namespaces: Vec<String> = mine.iter().map(|d| d.qualified_name()).collect();
+        namespaces.sort_unstable();
+        namespaces.dedup();
+        let (mine, namespaces) = if namespaces.len() > 1 { (Vec::new(), namespaces) } else { (mine, Vec::new()) };
+        let overloaded =
+            !name.contains('<') && !name.starts_with('(') && mine.len() > 1 && mine.iter().all(|d| !d.is_template() && !d.extern_c);
+        let decl = mine.first().map(|d| (*d).clone());
+        let mut k = Dispatcher {
+            program,
+            name,
+            decl,
+            overloaded,
+            namespaces,
+            instances: Mutex::new(HashMap::new()),
+            first: OnceLock::new(),
+            by_types: false,
+        };
+        k.by_types = k.is_deduced_template() || k.overloaded;
+        Ok(k)
+    }
+
+    /// The name asked for.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The program, as given (without the name expressions instances add).
+    pub fn program(&self) -> &Program {
+        &self.program
+    }
+
+    /// An explicit instance: `specialize("axpy<float>")` or `specialize("float")`.
+    pub fn specialize(&self, args: &str) -> Result<Dispatcher> {
+        let base = self.name.split('<').next().unwrap_or(&self.name).trim();
+        let args = args.trim();
+        let full = args.strip_prefix(base).is_some_and(|rest| rest.trim_start().starts_with('<'));
+        let expr = match (full, args.ends_with('>')) {
+            (true, _) => args.to_string(),
+            (false, true) => format!("{base}<{args} >"),
+            (false, false) => format!("{base}<{args}>"),
+        };
+        Dispatcher::new(self.program.clone(), Some(&expr))
+    }
+
+    /// Whether the name is a template's, without template arguments: each launch's argument
+    /// types deduce them.
+    pub fn is_deduced_template(&self) -> bool {
+        self.decl.as_ref().is_some_and(|d| d.is_template()) && !self.name.contains('<')
+    }
+
+    /// Whether several non-template kernels share this kernel's qualified name.
+    pub fn is_overloaded(&self) -> bool {
+        self.overloaded
+    }
+
+    /// Whether the launch's argument types choose the instance (a deduced template, or one
+    /// of several overloads).
+    #[inline]
+    pub fn by_argument_types(&self) -> bool {
+        self.by_types
+    }
+
+    /// Whether NVRTC must be given the name as a name expression: anything but the plain
+    /// name of a kernel the tokenizer found (those caijit asks about itself).
+    fn needs_name_expression(&self) -> bool {
+        // Overloads (one name expression cannot name several) and a plain name declared in
+        // several namespaces are found among the compiled kernels.
+        let plain = !self.name.contains(['<', ':', '(']);
+        if self.overloaded || (plain && !self.namespaces.is_empty()) {
+            return false;
+        }
+        self.decl.is_none() || !plain
+    }
+
+    /// The program to compile and the name to look up for arguments of `types` (read only
+    /// for a deduced template; an overload set's name finds every overload, see
+    /// [`Dispatcher::select`]).
+    pub fn instance_for(&self, types: &[ArgType]) -> Result<(Program, String)> {
+        match &self.decl {
+            Some(d) if self.is_deduced_template() => {
+                let i = deduce(d, types).map_err(|e| {
+                    // Two arguments that deduce a template parameter differently: the second
+                    // is the one at fault.
+                    let at = match &e {
+                        SignatureError::Conflict { index, .. } => Some(*index),
+                        _ => None,
+                    };
+                    match at {
+                        Some(i) => self.name_argument(i, e.into()),
+                        None => e.into(),
+                    }
+                })?;
+                Ok((self.program.clone().including(&i.headers).name_expression(i.expression.clone()), i.expression))
+            }
+            _ if self.needs_name_expression() => {
+                Ok((self.program.clone().including(&headers_for(&self.name)).name_expression(self.name.clone()), self.name.clone()))
+            }
+            _ => Ok((self.program.clone(), self.name.clone())),
+        }
+    }
+
+    /// The declared parameters' names, in order (`None` for a kernel the source does not
+    /// declare by this name, or an unnamed parameter).
+    pub fn declared_params(&self) -> Option<Vec<Option<String>>> {
+        self.decl.as_ref().map(|d| d.params.iter().map(|(n, _)| n.clone()).collect())
+    }
+
+    /// Give an argument error about argument `index` (one found before the kernel's
+    /// parameters were looked at: a host array, an object that is no argument) the index,
+    /// and the parameter's name and declared type where the source declares them. Other
+    /// errors, and argument errors that already say, are returned as they are.
+    pub fn name_argument(&self, index: usize, e: Error) -> Error {
+        match self.decl.as_ref().and_then(|d| d.params.get(index)) {
+            Some((name, ty)) => e.at_argument(index, name.as_deref(), Some(&ty.to_string())),
+            None => e.at_argument(index, None, None),
+        }
+    }
+
+    /// A compile error of the program given this kernel's name as a name expression, when
+    /// the source declares no kernel of that name (a misspelt one, most likely): NVRTC's
+    /// log would show the name map it generates. Say instead which kernels the program has,
+    /// as `python -m caijit compile` does, when it compiles without the name.
+    fn unknown_name(&self, e: Error, arch: Arch) -> Error {
+        if self.decl.is_some() || !self.needs_name_expression() || !matches!(e, Error::Compile(_)) {
+            return e;
+        }
+        match compile::compile(&self.program, arch) {
+            Ok(c) if c.kernels_named(&self.name).is_ok_and(|found| found.is_empty()) => {
+                // The compiled kernels and the declared ones (templates nobody instantiated).
+                let compiled = c.kernels.iter().map(|k| k.name_expression.clone().unwrap_or_else(|| k.qualified_name.clone()));
+                let mut names: Vec<String> =
+                    compiled.chain(self.program.declarations().kernels.iter().map(KernelDecl::qualified_name)).collect();
+                names.sort();
+                names.dedup();
+                Error::argument(format!("no kernel named {:?} in the program (it has: {})", self.name, names.join(", ")))
+            }
+            _ => e,
+        }
+    }
+
+    /// Compile `program` (this kernel's, with its instance's name expression) for `arch`.
+    fn compile(&self, program: &Program, arch: Arch) -> Result<Arc<Compiled>> {
+        compile::compile(program, arch).map_err(|e| self.unknown_name(e, arch))
+    }
+
+    /// Choose and compile the instance that arguments of `types` select, for `arch` (no GPU
+    /// needed): a deduced template's instance, the one overload whose parameters admit
+    /// them, or the kernel the name names.
+    pub fn select(&self, arch: Arch, types: &[ArgType]) -> Result<Selection> {
+        let (program, name) = self.instance_for(types)?;
+        let compiled = self.compile(&program, arch)?;
+        let name = if self.overloaded { pick_overload(compiled.kernels_named(&name)?, types)? } else { name };
+        Ok(Selection { program, name, compiled })
+    }
+
+    /// Choose the instance for parameters bound by name (`caijit.jax`: buffers and named
+    /// scalars), for `arch`. `bind` binds a kernel's parameter names to values and says the
+    /// argument types it made; `what` describes the arguments for messages ("buffers
+    /// (float32\[4\]) and scalars"). A template is deduced from the bindings its
+    /// declaration's names make, and those must be the compiled instance's; an overload is
+    /// the one whose own names bind and whose parameters admit the result.
+    pub fn select_bound<B>(
+        &self,
+        arch: Arch,
+        bind: impl Fn(&[Option<String>]) -> Result<(B, Vec<ArgType>)>,
+        what: impl Fn() -> String,
+    ) -> Result<(Selection, B)> {
+        let names_of = |info: &KernelInfo| info.params.iter().map(|p| p.name.clone()).collect::<Vec<_>>();
+        let k = &self.name;
+        if self.is_deduced_template() {
+            let declared = self.declared_params().unwrap_or_default();
+            let (_, guess) = bind(&declared)?;
+            let chosen = self.select(arch, &guess)?;
+            let (bound, types) = bind(&names_of(chosen.info()?))?;
+            if types != guess && self.instance_for(&types)?.1 != chosen.name {
+                return Err(Error::argument(format!(
+                    "the declarations of `{k}` name its parameters differently: caijit cannot tell which instance to deduce; give each parameter one name in every declaration"
+                )));
+            }
+            return Ok((chosen, bound));
+        }
+        let (program, name) = self.instance_for(&[])?;
+        let compiled = self.compile(&program, arch)?;
+        if !self.overloaded {
+            let (bound, _) = bind(&names_of(compiled.kernel(&name)?))?;
+            return Ok((Selection { program, name, compiled }, bound));
+        }
+        // As a launch does: the overload whose parameters admit the bound arguments.
+        let candidates = compiled.kernels_named(&name)?;
+        let mut fits: Vec<(&KernelInfo, B)> = Vec::new();
+        for c in &candidates {
+            if let Ok((b, types)) = bind(&names_of(c)) {
+                if admits(c, &types) {
+                    fits.push((c, b));
+                }
+            }
+        }
+        if fits.len() != 1 {
+            return Err(Error::argument(if fits.is_empty() {
+                format!("no overload of `{k}` takes these {}; it has: {}", what(), overload_list(candidates.iter().copied()))
+            } else {
+                format!(
+                    "the {} fit several overloads of `{k}` ({}); pass typed scalars (e.g. numpy.float32) or name one with an overload cast",
+                    what(),
+                    overload_list(fits.iter().map(|(k, _)| *k))
+                )
+            }));
+        }
+        let (chosen, bound) = fits.remove(0);
+        let name = chosen.lowered_name.clone();
+        Ok((Selection { program, name, compiled: compiled.clone() }, bound))
+    }
+
+    /// The instance cache's key for a launch on `device` with `args`.
+    #[inline]
+    fn key(&self, device: usize, args: &[Arg<'_>]) -> InstanceKey {
+        let types: SmallVec<[ArgType; 8]> = if self.by_types { args.iter().map(Arg::arg_type).collect() } else { SmallVec::new() };
+        (device, types)
+    }
+
+    /// The instance for `device` and `args` when it was resolved before: the launch path's
+    /// lookup (no compilation, no driver call; no lock for a kernel not selected by its
+    /// argument types).
+    #[inline]
+    pub fn cached(&self, device: usize, args: &[Arg<'_>]) -> Option<Arc<Kernel>> {
+        if let Some((_, k)) = self.first.get().filter(|(d, _)| !self.by_types && *d == device) {
+            return Some(k.clone());
+        }
+        lock(&self.instances).get(&self.key(device, args)).cloned()
+    }
+
+    /// The compiled, loaded kernel for `device` and the types of `args` (read only for a
+    /// deduced template or an overload set): from the cache, else compiled (memory cache,
+    /// disk cache, NVRTC) and loaded, once per argument-type signature.
+    pub fn resolve(&self, device: usize, args: &[Arg<'_>]) -> Result<Arc<Kernel>> {
+        if let Some(k) = self.cached(device, args) {
+            return Ok(k);
+        }
+        let key = self.key(device, args);
+        let ctx = Context::new(device)?;
+        let chosen = self.select(ctx.arch(), &key.1)?;
+        let k = ctx.load(chosen.compiled)?.kernel(&chosen.name)?;
+        lock(&self.instances).insert(key, k.clone());
+        if !self.by_types {
+            let _ = self.first.set((device, k.clone()));
+        }
+        Ok(k)
+    }
+
+    /// Launch with `cfg` on `args`: the instance the arguments select (compiled on first
+    /// use), on the device of the first non-empty array (else the stream's, else 0), on
+    /// `stream` or the stream the protocol picks ([`Kernel::launch`]). Returns the stream
+    /// launched on (its CAI value).
+    pub fn launch(&self, cfg: &LaunchConfig, args: &[Arg<'_>], stream: Option<&Stream>) -> Result<u64> {
+        let k = self.resolve(launch_device(args, stream)?, args)?;
+        k.launch(cfg, args, stream, true)
+    }
+
+    /// Launch over `n` elements with the occupancy-maximising block size ([`Kernel::forall`]).
+    pub fn forall(&self, n: usize, args: &[Arg<'_>], stream: Option<&Stream>) -> Result<u64> {
+        let k = self.resolve(launch_device(args, stream)?, args)?;
+        k.forall(n, args, stream, true)
+    }
+
+    /// An error unless this name has one instance per device (what attributes and
+    /// parameter lists are read from): a deduced template or an overload set has several.
+    /// For an overload set, the message lists the overload casts that name each one (by
+    /// compiling the program for the inspection architecture).
+    pub fn check_single_instance(&self) -> Result<()> {
+        if self.overloaded {
+            let compiled = compile::compile(&self.program_for([]), inspection_arch()?)?;
+            let casts: Vec<String> = compiled.kernels_named(&self.name)?.into_iter().map(|k| format!("\"{}\"", overload_cast(k))).collect();
+            return Err(Error::argument(format!(
+                "`{}` is overloaded: the launch's arguments pick one, or name one with an overload cast: {}",
+                self.name,
+                casts.join(", ")
+            )));
+        }
+        if self.is_deduced_template() {
+            return Err(Error::argument(format!(
+                "`{}` is a template: its attributes exist per instance; use .specialize(\"{}<...>\")",
+                self.name, self.name
+            )));
+        }
+        Ok(())
+    }
+
+    /// Compile this kernel for `arch` with every instance launched so far (a deduced
+    /// template's), and say where the compilation came from. Its kernels are this one's
+    /// where [`Dispatcher::is_mine`] says so.
+    pub fn compile_launched(&self, arch: Arch) -> Result<(Arc<Compiled>, CacheSource)> {
+        let launched: Vec<String> = if self.is_deduced_template() {
+            let keys: Vec<_> = lock(&self.instances).keys().map(|(_, types)| types.clone()).collect();
+            let mut exprs = keys.iter().map(|t| self.instance_for(t).map(|(_, e)| e)).collect::<Result<Vec<_>>>()?;
+            exprs.sort();
+            exprs.dedup();
+            exprs
+        } else {
+            Vec::new()
+        };
+        let (compiled, source) = compile::compile_reporting(&self.program_for(launched), arch, &CompileOptions::default())
+            .map_err(|e| self.unknown_name(e, arch))?;
+        if !self.namespaces.is_empty() {
+            // A plain name declared in several namespaces: an error unless one is compiled.
+            compiled.kernels_named(&self.name)?;
+        }
+        Ok((compiled, source))
+    }
+
+    /// This kernel's program, with its name expression when it has one, and `exprs`.
+    fn program_for(&self, exprs: impl IntoIterator<Item = String>) -> Program {
+        let own = self.needs_name_expression().then(|| self.name.clone());
+        with_name_expressions(self.program.clone(), own.into_iter().chain(exprs))
+    }
+
+    /// Whether a kernel of the compiled program is this kernel (or, for a deduced
+    /// template, one of its instances).
+    pub fn is_mine(&self, k: &KernelInfo) -> bool {
+        if self.name.contains(['<', '(']) {
+            k.name_expression.as_deref() == Some(self.name.as_str())
+        } else {
+            let plain = self.name.strip_prefix("::").unwrap_or(&self.name);
+            k.qualified_name == plain || k.base_name() == self.name || k.lowered_name == self.name
+        }
+    }
+}
+
+/// `program` with name expressions `exprs`, and the headers their types need
+/// (`axpy<__half>`: `cuda_fp16.h`).
+pub fn with_name_expressions(mut program: Program, exprs: impl IntoIterator<Item = String>) -> Program {
+    let mut headers = Vec::new();
+    for e in exprs {
+        headers.extend(headers_for(&e));
+        program = program.name_expression(e);
+    }
+    headers.sort_unstable();
+    headers.dedup();
+    program.including(&headers)
+}
+
+/// Which device a launch on `args` runs on: the device of its first non-empty array, else
+/// the stream's, else 0 (without asking the driver when there is one device).
+pub fn launch_device(args: &[Arg<'_>], stream: Option<&Stream>) -> Result<usize> {
+    if crate::runtime::device_count()? <= 1 {
+        return Ok(0);
+    }
+    for a in args {
+        let device = match a {
+            Arg::ArrayOn(v, d) if !v.is_empty() => Some(*d),
+            Arg::Array(v) if !v.is_empty() => crate::runtime::pointer_device(v.ptr())?,
+            _ => None,
+        };
+        if let Some(d) = device {
+            return Ok(d);
+        }
+    }
+    match stream {
+        Some(s) => Ok(s.device_from_driver()?.unwrap_or(0)),
+        None => Ok(0),
+    }
+}
+
+/// The overload cast that names this overload: `(void(*)(float*, int))ns::k`.
+pub fn overload_cast(k: &KernelInfo) -> String {
+    let types: Vec<&str> = k.params.iter().map(|p| p.cpp_type.as_str()).collect();
+    format!("(void(*)({})){}", types.join(", "), k.qualified_name)
+}
+
+/// The lowered name of the one overload whose parameters admit the launch's argument types.
+pub fn pick_overload(candidates: Vec<&KernelInfo>, types: &[ArgType]) -> Result<String> {
+    let fits: Vec<&KernelInfo> = candidates.iter().copied().filter(|k| admits(k, types)).collect();
+    match fits.as_slice() {
+        [one] => Ok(one.lowered_name.clone()),
+        [] => Err(Error::argument(format!(
+            "no overload of this kernel takes these arguments ({types:?}); it has: {}",
+            overload_list(candidates.iter().copied())
+        ))),
+        many => Err(Error::argument(format!(
+            "the arguments fit several overloads ({}); pass typed scalars (e.g. numpy.float32) or name one with an overload cast",
+            overload_list(many.iter().copied())
+        ))),
+    }
+}
+
+/// Whether a kernel's parameters take arguments of `types`, one each.
+pub fn admits(k: &KernelInfo, types: &[ArgType]) -> bool {
+    k.params.len() == types.len() && k.params.iter().zip(types).all(|(p, t)| p.kind.admits(t))
+}
+
+/// Overloads as messages name them ([`KernelInfo::display_name`]).
+pub fn overload_list<'a>(ks: impl Iterator<Item = &'a KernelInfo>) -> String {
+    ks.map(KernelInfo::display_name).collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cai::DType;
+
+    #[test]
+    fn names_resolve_to_declarations_overloads_and_namespaces() {
+        let d = Dispatcher::new(Program::new("template <typename T> __global__ void axpy(T a, const T* x, T* y, int n) {}"), None).unwrap();
+        assert_eq!(d.name(), "axpy");
+        assert!(d.is_deduced_template() && d.by_argument_types() && !d.is_overloaded());
+        let f32a = ArgType::Array { dtype: DType::F32, rank: 1 };
+        let (p, e) = d.instance_for(&[ArgType::UntypedScalar, f32a, f32a, ArgType::UntypedScalar]).unwrap();
+        assert_eq!((e.as_str(), p.name_expressions.as_slice()), ("axpy<float>", ["axpy<float>".to_string()].as_slice()));
+        let s = d.specialize("double").unwrap();
+        assert_eq!(s.name(), "axpy<double>");
+        assert!(!s.is_deduced_template() && !s.by_argument_types());
+        assert_eq!(s.instance_for(&[]).unwrap().1, "axpy<double>");
+
+        let ov = Dispatcher::new(Program::new("__global__ void k(float* x) {}\n__global__ void k(double* x) {}"), Some("k")).unwrap();
+        assert!(ov.is_overloaded() && ov.by_argument_types());
+        assert!(ov.instance_for(&[]).unwrap().0.name_expressions.is_empty(), "overloads are found among the compiled kernels");
+
+        let ns = "namespace a { __global__ void k(int n) {} }\nnamespace b { __global__ void k(int n) {} }";
+        let amb = Dispatcher::new(Program::new(ns), Some("k")).unwrap();
+        assert!(!amb.is_overloaded() && amb.instance_for(&[]).unwrap().0.name_expressions.is_empty());
+        let qualified = Dispatcher::new(Program::new(ns), Some("a::k")).unwrap();
+        assert_eq!(qualified.instance_for(&[]).unwrap().0.name_expressions, ["a::k"]);
+
+        let two = Program::new("__global__ void f(int n) {}\n__global__ void g(int n) {}");
+        assert!(Dispatcher::new(two, None).unwrap_err().to_string().contains("declares 2 kernels (f, g)"));
+        assert!(Dispatcher::new(Program::new("__global__ void f() {}"), Some("  ")).is_err());
+    }
+
+    #[test]
+    fn argument_errors_get_the_index_and_the_declared_parameter() {
+        let d = Dispatcher::new(Program::new("template <typename T> __global__ void k(int n, const T* x) {}"), None).unwrap();
+        let Error::Argument(a) = d.name_argument(1, Error::argument("argument 1: a numpy.ndarray is host memory")) else { panic!() };
+        assert_eq!((a.index, a.name.as_deref(), a.ctype.as_deref()), (Some(1), Some("x"), Some("const T*")));
+        assert_eq!(a.message, "argument 1: a numpy.ndarray is host memory");
+        // What an error already says is kept.
+        let Error::Argument(a) = d.name_argument(0, Error::argument_at(0, Some("m"), "long", "too big")) else { panic!() };
+        assert_eq!((a.index, a.name.as_deref(), a.ctype.as_deref()), (Some(0), Some("m"), Some("long")));
+        // Without a declaration, the index alone.
+        let macro_made = Dispatcher::new(Program::new("#define K(n) __global__ void n(int x) {}\nK(k)"), Some("k")).unwrap();
+        // A deduction conflict names the argument that disagrees.
+        let t = Dispatcher::new(Program::new("template <typename T> __global__ void t(T a, const T* x) {}"), None).unwrap();
+        let f64a = ArgType::Array { dtype: DType::F64, rank: 1 };
+        let Err(Error::Argument(a)) = t.instance_for(&[ArgType::TypedScalar(DType::F32), f64a]) else { panic!() };
+        assert_eq!((a.index, a.name.as_deref(), a.ctype.as_deref()), (Some(1), Some("x"), Some("const T*")), "{}", a.message);
+        let Error::Argument(a) = macro_made.name_argument(3, Error::argument("bad")) else { panic!() };
+        assert_eq!((a.index, a.name, a.ctype), (Some(3), None, None));
+        assert!(matches!(d.name_argument(0, Error::launch("x")), Error::Launch(_)));
+    }
+
+    #[test]
+    fn expressions_bring_the_headers_their_types_need() {
+        let p = with_name_expressions(Program::new("__global__ void k() {}"), ["k<__half>".to_string(), "k<float>".to_string()]);
+        assert_eq!(p.name_expressions, ["k<__half>", "k<float>"]);
+        assert!(p.source.starts_with("#include <cuda_fp16.h>\n#line 1\n"), "{}", p.source);
+    }
+}
