@@ -378,7 +378,7 @@ impl Dispatcher {
         let key = self.key(device, args);
         let ctx = Context::new(device)?;
         let chosen = self.select(ctx.arch(), &key.1)?;
-        let k = ctx.load(chosen.compiled)?.kernel(&chosen.name)?;
+        let k = ctx.load_compiled(&chosen.program, chosen.compiled)?.kernel(&chosen.name)?;
         lock(&self.instances).insert(key, k.clone());
         if !self.by_types {
             let _ = self.first.set((device, k.clone()));

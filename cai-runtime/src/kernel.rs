@@ -55,7 +55,12 @@ impl Context {
 
     /// Compile `program` for this device's architecture and load it.
     pub fn compile(self: &Arc<Self>, program: &Program) -> Result<Arc<Module>> {
-        let compiled = compile::compile(program, self.arch())?;
+        self.load_compiled(program, compile::compile(program, self.arch())?)
+    }
+
+    /// Load `compiled`, made from `program` (kept, so that its bounds-checked debug instance
+    /// can be compiled when debug mode asks for it).
+    pub fn load_compiled(self: &Arc<Self>, program: &Program, compiled: Arc<Compiled>) -> Result<Arc<Module>> {
         debug::remember(&compiled.key, program);
         self.load(compiled)
     }
