@@ -437,7 +437,7 @@ impl Bundle {
 #[derive(Clone, Debug, Default)]
 pub struct ProgramBlobs {
     /// The program's description in the index (`key`, `name`, … as `docs/bundles.md` lists;
-    /// `images` and `entries_section` are filled in by [`write`]).
+    /// `images` and `entries_section` are filled in by [`write()`]).
     pub description: Value,
     pub entries: String,
     /// `(arch, CUBIN)`.

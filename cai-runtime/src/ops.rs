@@ -524,7 +524,7 @@ fn instance_program(file: &str, expr: &str) -> Program {
 /// Every kernel instance the library can launch, as one program per library file (its
 /// instances as name expressions): what the precompiled bundle of the library is baked
 /// from (`python -m caijit bundle build --ops`). A bundled program serves each instance's
-/// own program ([`kernel`] asks for one instance at a time) as a member of its family.
+/// own program (`kernel` asks for one instance at a time) as a member of its family.
 pub fn library_programs() -> Vec<Program> {
     let all = DType::ALL;
     let real: Vec<DType> = all.into_iter().filter(|d| !matches!(d, DType::C64 | DType::C128)).collect();

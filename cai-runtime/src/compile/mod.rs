@@ -562,15 +562,16 @@ pub fn compile_with(program: &Program, arch: Arch, options: &CompileOptions) -> 
     compile_reporting(program, arch, options).map(|(c, _)| c)
 }
 
-/// The digest of every header `program` includes, as caijit resolves them now (their
-/// contents, caijit's embedded headers included), independent of the architecture and the
-/// NVRTC build: what a launch description records so that another process can tell that
-/// the headers changed since the program was traced. A program caijit cannot name every
-/// header of (an untrusted one: a computed include, say) has no such digest: `Err`, naming why.
+/// The digest of the program's own headers, as caijit resolves them now (their names and
+/// contents; caijit's embedded headers too), independent of the architecture and of the
+/// NVRTC build, whose toolkit headers are not searched (as for a bundle key, so that no
+/// NVRTC is needed): what a launch description records so that another process can tell
+/// that the headers changed since the program was traced. A program caijit cannot name
+/// every header of (an untrusted one: a computed include, say) has no such digest: `Err`,
+/// naming why.
 pub fn headers_digest(program: &Program) -> Result<String> {
-    let tk = toolkit()?;
     let sorted = options::sort(&program.options);
-    let includes = includes::resolve(program, &sorted, &tk.include_dirs)?;
+    let includes = includes::resolve(program, &sorted, &[])?;
     if let Some(why) = &includes.untrusted {
         return Err(Error::argument(format!(
             "{}: caijit cannot name every header the program reads ({why}), so a launch of it cannot be described to another process",

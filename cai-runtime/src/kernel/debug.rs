@@ -71,9 +71,9 @@ impl super::Module {
     }
 }
 
-/// Words of the bounds record (kernels/include/caijit/array.cuh): [0] set, [1] data
-/// pointer, [2] rank, [3] dimension (-1: a flat index), [4] the flat index, [5..13) the
-/// indices, [13..21) the shape.
+/// Words of the bounds record (kernels/include/caijit/array.cuh): word 0 set, 1 data
+/// pointer, 2 rank, 3 dimension (-1: a flat index), 4 the flat index, 5 to 12 the
+/// indices, 13 to 20 the shape.
 pub type BoundsRecord = [i64; WORDS];
 
 impl Kernel {

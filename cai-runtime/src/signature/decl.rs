@@ -158,7 +158,7 @@ pub(crate) fn scalar_from_compiler(name: &str) -> Option<DType> {
 }
 
 /// The C++ scalar spelled by `name` in a source (`std::`/`::` prefixes and `const`
-/// ignored): the compiler's names ([`scalar_from_compiler`]), `caijit::complex` and CUDA's
+/// ignored): the compiler's names (`scalar_from_compiler`), `caijit::complex` and CUDA's
 /// types however qualified, and the standard integer typedefs. A name a program may give
 /// its own type (`half`, `nv_bfloat16`, `complex<float>`) is not a scalar.
 pub fn scalar_from_cpp(name: &str) -> Option<DType> {
