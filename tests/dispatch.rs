@@ -21,6 +21,7 @@ fn types(args: &[Arg<'_>]) -> Vec<ArgType> {
 
 #[test]
 fn a_template_is_deduced_from_arrays_and_typed_scalars() {
+    caijit_integration::private_disk_cache();
     let axpy = Dispatcher::new(Program::new(DISPATCH_SOURCE), Some("axpy")).unwrap();
     assert!(axpy.is_deduced_template() && axpy.by_argument_types());
     let arch = inspection_arch().unwrap();
@@ -50,6 +51,7 @@ fn a_template_is_deduced_from_arrays_and_typed_scalars() {
 
 #[test]
 fn an_overload_is_picked_by_the_arguments() {
+    caijit_integration::private_disk_cache();
     let scale = Dispatcher::new(Program::new(DISPATCH_SOURCE), Some("scale")).unwrap();
     assert!(scale.is_overloaded() && scale.by_argument_types());
     let arch = inspection_arch().unwrap();
@@ -74,6 +76,7 @@ fn an_overload_is_picked_by_the_arguments() {
 
 #[test]
 fn nothing_is_cached_before_a_launch() {
+    caijit_integration::private_disk_cache();
     let axpy = Dispatcher::new(Program::new(DISPATCH_SOURCE), Some("axpy")).unwrap();
     let (x, y) = (array(DType::F32, 4), array(DType::F32, 4));
     assert!(axpy.cached(0, &[Arg::scalar(1.0f32), Arg::Array(&x), Arg::Array(&y), Arg::scalar(4i32)]).is_none());
@@ -81,6 +84,7 @@ fn nothing_is_cached_before_a_launch() {
 
 #[test]
 fn a_name_the_program_lacks_lists_the_kernels_it_has() {
+    caijit_integration::private_disk_cache();
     let d = Dispatcher::new(Program::new(DISPATCH_SOURCE), Some("nope")).unwrap();
     let e = d.select(inspection_arch().unwrap(), &[]).unwrap_err();
     assert!(e.to_string().contains(r#"no kernel named "nope" in the program (it has: axpy, scale)"#), "{e}");

@@ -28,6 +28,18 @@ pub fn kernel_sources() -> Vec<PathBuf> {
     out
 }
 
+/// Point this test process's disk cache at a temporary directory, once: every test of a
+/// binary that compiles through the default caches calls it first (no test is compiling
+/// while it is set), so that tests never write into the user's cache.
+pub fn private_disk_cache() {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        std::env::set_var("CAIJIT_CACHE_DIR", dir.path());
+        dir
+    });
+}
+
 /// Compile options that compile every time: no memory cache, no disk cache.
 pub fn fresh() -> cai_runtime::compile::CompileOptions {
     let mut o = cai_runtime::compile::CompileOptions::default();
@@ -99,6 +111,7 @@ pub type GpuTest = (&'static str, fn(std::sync::Arc<cai_runtime::runtime::Contex
 pub fn run_gpu_tests(tests: &[GpuTest]) -> std::process::ExitCode {
     use libtest_mimic::{Completion, Trial};
     let args = libtest_mimic::Arguments::from_args();
+    private_disk_cache();
     // The reason's first clause (the whole message lists every library tried).
     let gpu = gpu_context().map_err(|e| e.to_string().split(" (tried").next().unwrap_or_default().to_string());
     let trials = tests

@@ -13,6 +13,7 @@
 //! use cai_runtime::dispatch::Dispatcher;
 //! use cai_runtime::kernel::inspection_arch;
 //! use cai_runtime::signature::ArgType;
+//! # std::env::set_var("CAIJIT_CACHE", "0"); // (a test: the user's disk cache is left alone)
 //!
 //! let src = "template <typename T> __global__ void axpy(T a, const T* x, T* y, int n) {}";
 //! let axpy = Dispatcher::new(Program::new(src), Some("axpy"))?;

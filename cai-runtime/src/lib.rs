@@ -16,6 +16,7 @@
 //! use cai_runtime::compile::{compile_with, Arch, CompileOptions, Program};
 //!
 //! # fn main() -> Result<(), cai_runtime::Error> {
+//! # std::env::set_var("CAIJIT_CACHE", "0"); // (a test: the user's disk cache is left alone)
 //! let program = Program::new(
 //!     r#"extern "C" __global__ void scale(float* y, double a, int n) {
 //!         int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -155,6 +156,7 @@
 //! use cai_runtime::kernel::inspection_arch;
 //! use cai_runtime::signature::ArgType;
 //!
+//! # std::env::set_var("CAIJIT_CACHE", "0"); // (a test: the user's disk cache is left alone)
 //! let src = r#"
 //!     template <typename T, int BLOCK = 256> __global__ void axpy(T a, const T* x, T* y, long long n) {}
 //!     __global__ void scale(float* x, float a, int n) {}
