@@ -476,12 +476,45 @@ pub(crate) fn resolve(program: &Program, options: &options::Sorted, toolkit_dirs
     if let Some(why) = r.not_a_file.take() {
         return Err(crate::Error::compile(format!("cannot compile {}: {why}", program.name), ""));
     }
+    r.distrust_spellings_of_one_name();
     Ok(r.finish(&options.pre_includes))
+}
+
+/// `name` without leading `./` (`././x.h` is `x.h`).
+fn without_dot_slash(mut name: &str) -> &str {
+    while let Some(rest) = name.strip_prefix("./") {
+        name = rest;
+    }
+    name
 }
 
 impl Resolver<'_> {
     fn distrust(&mut self, why: String) {
         self.untrusted.get_or_insert(why);
+    }
+
+    /// NVRTC 12 takes `./x.h` and `x.h` for one in-memory header (seen with 12.9: a `<x.h>`
+    /// was served the header handed as `./x.h`): names that differ only so must mean one
+    /// file, or the key is not trusted.
+    fn distrust_spellings_of_one_name(&mut self) {
+        let mut seen: HashMap<&str, &str> = HashMap::new();
+        let mut clash = None;
+        for name in &self.order {
+            let plain = without_dot_slash(name);
+            match seen.get(plain) {
+                Some(&other) if self.names[other] != self.names[name.as_str()] => {
+                    clash = Some(format!("{other:?} and {name:?} name different headers (NVRTC may take them for one)"));
+                    break;
+                }
+                Some(_) => {}
+                None => {
+                    seen.insert(plain, name);
+                }
+            }
+        }
+        if let Some(why) = clash {
+            self.distrust(why);
+        }
     }
 
     /// Resolve and record every include of a file in `dir`.
@@ -760,6 +793,26 @@ int n = 1'000; char c = '"';
         assert_eq!(r.untrusted, None);
         let names: Vec<_> = r.headers.iter().map(|(n, c)| (n.as_str(), c.as_ref())).collect();
         assert_eq!(names, [("b.h", "// other b\n")]);
+    }
+
+    /// `./h.h` and `h.h` meaning different files (or one nothing) make the key untrusted:
+    /// NVRTC 12 serves `<h.h>` the in-memory header handed as `./h.h`.
+    #[test]
+    fn names_that_differ_by_a_leading_dot_slash_must_mean_one_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir(d.join("sub")).unwrap();
+        std::fs::write(d.join("sub/pre.h"), "#include \"./h.h\"\n").unwrap();
+        std::fs::write(d.join("sub/h.h"), "// h\n").unwrap();
+        let mut p = Program::new("#include <h.h>\n").option(format!("-include={}/sub/pre.h", d.display()));
+        p.source_dir = Some(d.to_path_buf());
+        let r = resolve(&p, &options::sort(&p.options), &[]).unwrap();
+        assert!(r.untrusted.as_deref().is_some_and(|w| w.contains("\"./h.h\"") && w.contains("\"h.h\"")), "{:?}", r.untrusted);
+        // The same file by both names is fine.
+        let mut q =
+            Program::new("#include <h.h>\n").option(format!("-include={}/sub/pre.h", d.display())).option(format!("-I{}/sub", d.display()));
+        q.source_dir = Some(d.to_path_buf());
+        assert_eq!(resolve(&q, &options::sort(&q.options), &[]).unwrap().untrusted, None);
     }
 
     /// A header that is not a regular file is an error naming it, before NVRTC runs (which
