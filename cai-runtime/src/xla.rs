@@ -135,7 +135,8 @@ enum Slot {
 #[derive(Clone, Debug, PartialEq)]
 struct Description {
     program: Program,
-    /// [`crate::compile::headers_digest`] of `program` where it was traced.
+    /// [`crate::compile::family_key`] of `program` where it was traced: its source, options
+    /// and own headers' contents, independent of the NVRTC build (no NVRTC needed).
     headers: String,
     name: String,
     inputs: Vec<BufferSpec>,
@@ -203,6 +204,19 @@ fn register(key: u128, p: Prepared) -> Arc<Prepared> {
     all.entry(key).or_insert_with(|| Arc::new(p)).clone()
 }
 
+/// What a description records of its program beyond its text: the program's bundle
+/// family key ([`crate::compile::family_key`]), which hashes its own headers' contents, so
+/// that another process with edited headers refuses the launch. A program whose headers
+/// caijit cannot all name (a computed include) has none: an error.
+fn program_key(program: &Program) -> Result<String> {
+    crate::compile::family_key(program)?.map_err(|why| {
+        Error::argument(format!(
+            "{}: caijit cannot name every header the program reads ({why}), so a launch of it cannot be described to another process",
+            program.name
+        ))
+    })
+}
+
 /// The fingerprint of a description: the first 128 bits of its SHA-256.
 fn fingerprint_of(description: &str) -> u128 {
     let digest = Sha256::digest(description.as_bytes());
@@ -253,7 +267,7 @@ pub fn prepare(
 ) -> Result<Launch> {
     let d = Description {
         program: program.clone(),
-        headers: crate::compile::headers_digest(program)?,
+        headers: program_key(program)?,
         name: name.to_string(),
         inputs: inputs.to_vec(),
         outputs: outputs.to_vec(),
@@ -359,7 +373,7 @@ fn resolve(fingerprint: Option<&[u8]>, description: Option<&[u8]>, check: bool) 
         )));
     }
     let d = Description::decode(text)?;
-    let here = crate::compile::headers_digest(&d.program)?;
+    let here = program_key(&d.program)?;
     if here != d.headers {
         return Err(Error::argument(format!(
             "the custom call's kernel `{}` was traced with other headers than {} includes here (header digest {} there, {here} here): \

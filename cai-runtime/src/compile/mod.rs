@@ -562,25 +562,6 @@ pub fn compile_with(program: &Program, arch: Arch, options: &CompileOptions) -> 
     compile_reporting(program, arch, options).map(|(c, _)| c)
 }
 
-/// The digest of the program's own headers, as caijit resolves them now (their names and
-/// contents; caijit's embedded headers too), independent of the architecture and of the
-/// NVRTC build, whose toolkit headers are not searched (as for a bundle key, so that no
-/// NVRTC is needed): what a launch description records so that another process can tell
-/// that the headers changed since the program was traced. A program caijit cannot name
-/// every header of (an untrusted one: a computed include, say) has no such digest: `Err`,
-/// naming why.
-pub fn headers_digest(program: &Program) -> Result<String> {
-    let sorted = options::sort(&program.options);
-    let includes = includes::resolve(program, &sorted, &[])?;
-    if let Some(why) = &includes.untrusted {
-        return Err(Error::argument(format!(
-            "{}: caijit cannot name every header the program reads ({why}), so a launch of it cannot be described to another process",
-            program.name
-        )));
-    }
-    Ok(sha256_hex(&[embedded_headers_digest(), &includes.digest]))
-}
-
 /// [`compile_with`], also saying where this call's result came from: [`CacheSource::Memory`]
 /// for a memory hit (the `Compiled` itself records how it was first made).
 ///
