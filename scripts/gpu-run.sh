@@ -12,6 +12,8 @@
 #                           N >= 2000, split over calls with CAIJIT_ORDERING_SEED)
 #   --ab-bench              the launch benchmark's caijit paths for the wheel of .gpu/base
 #                           (an earlier build) and this one, alternately, twice each
+#   --first-call            only the first-call benchmark (python/benchmarks/bench_first_call.py:
+#                           NVRTC cold, disk cache warm, bundle; bundle build times)
 #   --probe                 the launch probe (python/benchmarks/probe_launch.py: micro
 #                           timings and the per-phase split), then the launch benchmark
 #                           (CAIJIT_BENCH_QUICK=1 unless set)
@@ -48,6 +50,11 @@ if [ "${1:-}" = --ab-bench ]; then
         done
     done
     exit 0
+fi
+
+if [ "${1:-}" = --first-call ]; then
+    python3 python/benchmarks/bench_first_call.py 2>&1 | tee "$OUT/bench_first_call.txt"
+    exit "${PIPESTATUS[0]}"
 fi
 
 if [ "${1:-}" = --probe ]; then
@@ -87,6 +94,19 @@ if [ -n "${PYTHONPATH:-}" ]; then
     (cd python/tests && python3 -m pytest -q -ra -p no:cacheprovider . 2>&1 | tee "$OUT/pytest.log" | tail -25) || status=1
     echo "pytest: $(tail -1 "$OUT/pytest.log")" >>"$SUMMARY"
     grep -E "^E  " "$OUT/pytest.log" | head -40
+fi
+
+if [ -n "${PYTHONPATH:-}" ] && [ ! -f /tmp/site/caijit/_ops.caijit ]; then
+    # The wheel as scripts/build-wheel.sh ships it carries the kernel library precompiled:
+    # bake it for this GPU into the installed package, then run the kernel library's tests
+    # and the bundle tests again, now served from it (and once with NVRTC unloadable).
+    arch=$(python3 -c 'import caijit; m, n = caijit._native.device_info(0)[1]; print(f"sm_{m}{n}")')
+    t0=$SECONDS
+    python3 -m caijit bundle build --ops --arch "$arch" -o /tmp/site/caijit/_ops.caijit >"$OUT/bake-ops.log" 2>&1 || status=1
+    echo "kernel library baked for $arch in $((SECONDS - t0)) s: $(du -h /tmp/site/caijit/_ops.caijit | cut -f1)" | tee -a "$SUMMARY"
+    (cd python/tests && python3 -m pytest -q -ra -p no:cacheprovider test_ops.py test_bundles_gpu.py 2>&1 | tee "$OUT/pytest-packaged.log" | tail -8) || status=1
+    echo "pytest (kernel library from the packaged bundle): $(tail -1 "$OUT/pytest-packaged.log")" >>"$SUMMARY"
+    rm -f /tmp/site/caijit/_ops.caijit
 fi
 
 if [ -n "${PYTHONPATH:-}" ]; then

@@ -73,7 +73,9 @@ from .bundles import load_bundle, record
 
 # The kernel library precompiled for sm_80 to sm_120 (+PTX), when the wheel carries it
 # (scripts/build-wheel.sh bakes it): opened at the first compilation, not here.
-if os.path.isfile(bundles.OPS_BUNDLE):
+# CAIJIT_PACKAGED_BUNDLE=0 leaves it out (caijit.ops then compiles with NVRTC, as from a
+# source checkout: to check the library against this NVRTC, or to measure).
+if os.environ.get("CAIJIT_PACKAGED_BUNDLE", "1") != "0" and os.path.isfile(bundles.OPS_BUNDLE):
     _native.add_default_bundle(bundles.OPS_BUNDLE)
 
 # pip-installed NVRTC (nvidia-cuda-nvrtc) lives in site-packages: tell the runtime where.

@@ -1,0 +1,185 @@
+"""The first call in a fresh process, to the result on the host: NVRTC cold, disk cache
+warm, and from a bundle (with NVRTC made unloadable), for `caijit.ops.add` on two float32
+PyTorch tensors and for a recorded user template kernel; then `bundle build` times for the
+kernel library and for a 50-instance manifest, serial (-j 1) and parallel.
+
+Every figure comes from its own fresh process (the median of REPS). What a process pays
+before caijit (starting Python, importing PyTorch, creating the CUDA context and the
+inputs) is outside the timed part: "import" is `import caijit`, "first call" runs from
+after the import to the result copied to the host.
+
+Needs a GPU and PyTorch: python python/benchmarks/bench_first_call.py
+(CAIJIT_BENCH_QUICK=1: fewer repetitions, no serial bake of the kernel library.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+QUICK = os.environ.get("CAIJIT_BENCH_QUICK") == "1"
+REPS = 3 if QUICK else 7
+NO_NVRTC = "/nonexistent/libnvrtc.so"
+
+# The child: inputs ready before the clock starts; then import caijit, one call, result on the host.
+CHILD = r"""
+import json, os, sys, time
+import torch
+what = sys.argv[1]
+a = torch.arange(1 << 20, dtype=torch.float32, device="cuda")
+b = torch.ones(1 << 20, dtype=torch.float32, device="cuda")
+torch.cuda.synchronize()
+t0 = time.perf_counter()
+import caijit
+t1 = time.perf_counter()
+if what == "ops":
+    r = caijit.ops.add(a, b)
+    host = torch.as_tensor(r, device="cuda").cpu()
+    ok = bool(host[12345] == 12346.0)
+else:
+    import numpy as np
+    k = caijit.kernel(SRC)
+    y = b.clone()
+    k[256, 256](np.float32(2), a, y, a.numel())
+    host = y.cpu()
+    ok = bool(host[12345] == 2.0 * 12345 + 1)
+t2 = time.perf_counter()
+s = caijit._native.stats()
+print(json.dumps({"import_ms": (t1 - t0) * 1e3, "first_ms": (t2 - t1) * 1e3, "ok": ok,
+                  "compiles": s["compiles"], "bundle_hits": s["bundle_hits"],
+                  "nvrtc_mapped": "libnvrtc" in open("/proc/self/maps").read()}))
+"""
+
+SRC = r"""
+template <typename T>
+__global__ void axpy(T a, const T* x, T* y, long long n) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        y[i] = a * x[i] + y[i];
+}
+"""
+
+# 50 instances of one template: 25 tile sizes x 2 dtypes.
+MANY = r"""
+template <typename T, int K>
+__global__ void tile_sum(const T* x, T* y, long long n) {
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    if (i * K >= n) return;
+    T s = 0;
+    #pragma unroll
+    for (int j = 0; j < K; ++j) s += (i * K + j < n) ? x[i * K + j] : T(0);
+    y[i] = s;
+}
+"""
+
+
+def child(what: str, env: dict[str, str], cwd: Path) -> dict:
+    code = f"SRC = {SRC!r}\n" + CHILD
+    r = subprocess.run([sys.executable, "-c", code, what], capture_output=True, text=True, timeout=600, env=env, cwd=cwd)
+    if r.returncode != 0:
+        raise RuntimeError(f"{what}: {r.stderr[-3000:]}")
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    if not got["ok"]:
+        raise RuntimeError(f"{what}: wrong result {got}")
+    return got
+
+
+def base_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("CAIJIT_RECORD", "CAIJIT_BUNDLES", "CAIJIT_NVRTC_PATH", "CAIJIT_CACHE")}
+    env["CAIJIT_PACKAGED_BUNDLE"] = "0"
+    return env
+
+
+def scenarios(what: str, work: Path, bundle_env: dict[str, str]) -> dict[str, list[dict]]:
+    """Cold (fresh cache each time), warm (one cache filled first), bundle (no NVRTC)."""
+    out: dict[str, list[dict]] = {"NVRTC cold": [], "disk cache warm": [], "bundle, no NVRTC": []}
+    for i in range(REPS):
+        out["NVRTC cold"].append(child(what, {**base_env(), "CAIJIT_CACHE_DIR": str(work / f"cold-{what}-{i}")}, work))
+    warm = {**base_env(), "CAIJIT_CACHE_DIR": str(work / f"warm-{what}")}
+    child(what, warm, work)
+    for _ in range(REPS):
+        out["disk cache warm"].append(child(what, warm, work))
+    for i in range(REPS):
+        env = {**base_env(), **bundle_env, "CAIJIT_CACHE_DIR": str(work / f"bundle-{what}-{i}"), "CAIJIT_NVRTC_PATH": NO_NVRTC}
+        got = child(what, env, work)
+        # (PyTorch may map the machine's own NVRTC; caijit's is made unloadable.)
+        if got["compiles"] != 0:
+            raise RuntimeError(f"{what} from a bundle compiled: {got}")
+        out["bundle, no NVRTC"].append(got)
+    return out
+
+
+def bake(args: list[str], cwd: Path) -> float:
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "caijit", "bundle", "build", *args], capture_output=True, text=True, timeout=1800, cwd=cwd)
+    if r.returncode != 0:
+        raise RuntimeError(f"bundle build {args}: {r.stderr[-3000:]}")
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    import caijit
+
+    major, minor = caijit._native.device_info(0)[1]
+    arch = f"sm_{major}{minor}"
+    cpus = os.cpu_count() or 1
+    rows: list[tuple[str, str, dict[str, list[dict]]]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        # The kernel library baked for this device (as the wheel carries it, for one architecture).
+        ops_bundle = work / "ops.caijit"
+        t_ops = bake(["--ops", "--arch", arch, "-o", str(ops_bundle)], work)
+        rows.append(("caijit.ops.add, 2 x float32 tensors", "ops", scenarios("ops", work, {"CAIJIT_BUNDLES": str(ops_bundle)})))
+        # A user template kernel: record its instance, bake it, replay.
+        child("template", {**base_env(), "CAIJIT_CACHE_DIR": str(work / "record"), "CAIJIT_RECORD": str(work / "app.json")}, work)
+        bake([str(work / "app.json"), "--arch", arch, "-o", str(work / "app.caijit")], work)
+        rows.append(("user template axpy<float>", "template", scenarios("template", work, {"CAIJIT_BUNDLES": str(work / "app.caijit")})))
+
+        print(f"\n## First call in a fresh process ({arch}, median of {REPS} processes each)\n")
+        print("| call | path | `import caijit` | first call to host result | compiles |")
+        print("|---|---|---|---|---|")
+        for title, _, by in rows:
+            for path, runs in by.items():
+                imp = statistics.median(r["import_ms"] for r in runs)
+                first = statistics.median(r["first_ms"] for r in runs)
+                print(f"| {title} | {path} | {imp:.1f} ms | {first:.2f} ms | {runs[0]['compiles']} |")
+
+        # Bake times: a 50-instance manifest (one program), and the kernel library.
+        (work / "many.cu").write_text(MANY)
+        manifest = work / "many.json"
+        code = (
+            "import caijit, torch\n"
+            f"k = caijit.kernel(open({str(work / 'many.cu')!r}).read())\n"
+            "for t in (torch.float32, torch.float64):\n"
+            "    x = torch.ones(4096, dtype=t, device='cuda'); y = torch.empty(4096, dtype=t, device='cuda')\n"
+            "    for K in range(1, 26):\n"
+            "        k.specialize(f'tile_sum<{\"float\" if t == torch.float32 else \"double\"}, {K}>')[16, 256](x, y, x.numel())\n"
+            "torch.cuda.synchronize()\n"
+        )
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900, cwd=work,
+                           env={**base_env(), "CAIJIT_CACHE_DIR": str(work / "many-cache"), "CAIJIT_RECORD": str(manifest)})
+        if r.returncode != 0:
+            raise RuntimeError(r.stderr[-3000:])
+        instances = sum(1 for line in manifest.read_text().splitlines() if line.strip())
+        print(f"\n## `bundle build` ({cpus} CPUs)\n")
+        print("| input | architectures | -j 1 | parallel (default -j) |")
+        print("|---|---|---|---|")
+        serial = bake([str(manifest), "--arch", arch, "-j", "1", "-o", str(work / "m1.caijit")], work)
+        par = bake([str(manifest), "--arch", arch, "-o", str(work / "mN.caijit")], work)
+        print(f"| {instances}-instance manifest | {arch} | {serial:.1f} s | {par:.1f} s |")
+        archs = "sm_80,sm_90,sm_100,sm_120"
+        par4 = bake([str(manifest), "--arch", archs, "-o", str(work / "m4.caijit")], work)
+        print(f"| {instances}-instance manifest | {archs} (+PTX) | - | {par4:.1f} s |")
+        ops_serial = "-" if QUICK else f"{bake(['--ops', '--arch', arch, '-j', '1', '-o', str(work / 'o1.caijit')], work):.1f} s"
+        print(f"| kernel library (`--ops`) | {arch} | {ops_serial} | {t_ops:.1f} s |")
+        size = ops_bundle.stat().st_size
+        print(f"\nkernel library bundle for {arch}: {size / 1e6:.2f} MB")
+
+
+if __name__ == "__main__":
+    main()
