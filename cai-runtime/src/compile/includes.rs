@@ -72,6 +72,13 @@ pub(crate) struct Scan {
 
 /// Find the include directives of C++ text, outside comments and literals.
 pub(crate) fn scan(text: &str) -> Scan {
+    scan_as(text, true)
+}
+
+/// [`scan`] as a standard with (`raw_strings`: C++11 and later) or without raw string
+/// literals reads `text`: before C++11, `R"x(` opens an ordinary literal that ends on its
+/// line, and a directive on a later line of what C++11 reads as one raw string is a directive.
+fn scan_as(text: &str, raw_strings: bool) -> Scan {
     let mut out = Scan::default();
     // Trigraphs (with `-std=c++11` or `c++14`) spell `#` (`??=`) and the backslash of a line
     // splice (`??/`): directives the scanner would not see.
@@ -109,7 +116,7 @@ pub(crate) fn scan(text: &str) -> Scan {
             }
             b'"' => {
                 line_start = false;
-                i = string_end(b, i);
+                i = if raw_strings { string_end(b, i) } else { quoted_end(b, i, b'"') };
             }
             b'\'' => {
                 line_start = false;
@@ -415,6 +422,10 @@ struct Resolver<'a> {
     /// Whether `#include "…"` looks next to the including file first (NVRTC's
     /// `-no-source-include` turns that off: then it is `#include <…>`).
     source_include: bool,
+    /// Whether the standard has raw string literals (C++11 and later): else every file is
+    /// scanned again as pre-C++11 reads it (such a program is compiled untrusted anyway, but
+    /// a header NVRTC would block on must still be found first).
+    raw_strings: bool,
     untrusted: Option<String>,
     /// The first header found that is not a regular file (an error: NVRTC would block on a
     /// FIFO, or refuse it).
@@ -438,11 +449,13 @@ pub(crate) fn resolve(program: &Program, options: &options::Sorted, toolkit_dirs
         memo: HashMap::new(),
         subdirs: HashMap::new(),
         source_include: !options.rest.iter().any(|o| options::is_no_source_include(o)),
+        raw_strings: true,
         untrusted: None,
         not_a_file: None,
     };
     if let Some(std) = options::pre_cxx11_standard(&options.rest) {
-        r.distrust(format!("-std={std} has no raw string literals, and caijit's include scanner reads C++11 and later"));
+        r.distrust(format!("-std={std} has no raw string literals, and caijit's key reads C++11 and later"));
+        r.raw_strings = false;
     }
     if let Some(o) = &options.explicit_pch {
         r.distrust(format!("the option {o:?} makes NVRTC read or write a precompiled header file no key covers"));
@@ -458,7 +471,7 @@ pub(crate) fn resolve(program: &Program, options: &options::Sorted, toolkit_dirs
     }
     // The program itself: its quoted includes are searched in its own directory first.
     let own_dir = program.source_dir.clone().or_else(|| Path::new(&program.name).parent().map(Path::to_path_buf));
-    r.follow(&scan(&program.source), own_dir.as_deref(), "the program");
+    r.follow(&scan_as(&program.source, r.raw_strings), own_dir.as_deref(), "the program");
     // Then every name found, once each (a name means one header, or the key is not trusted).
     let mut next = 0;
     while next < r.order.len() {
@@ -467,7 +480,9 @@ pub(crate) fn resolve(program: &Program, options: &options::Sorted, toolkit_dirs
         match r.names[&name] {
             Target::Embedded(e) => r.follow(&embedded_scans()[e], None, &name),
             Target::File(f) => {
-                let (scan, dir) = (r.found[f].loaded.scan.clone(), r.found[f].path.parent().map(Path::to_path_buf));
+                let loaded = &r.found[f].loaded;
+                let scan = if r.raw_strings { loaded.scan.clone() } else { Arc::new(scan_as(&loaded.contents, false)) };
+                let dir = r.found[f].path.parent().map(Path::to_path_buf);
                 r.follow(&scan, dir.as_deref(), &name);
             }
             Target::Missing => {}
@@ -835,6 +850,15 @@ int n = 1'000; char c = '"';
         let p = Program::new("").option("-include").option(fifo.display().to_string());
         let e = resolve(&p, &options::sort(&p.options), &[]).unwrap_err().to_string();
         assert!(e.contains(&fifo.display().to_string()) && e.contains("a FIFO"), "{e}");
+        // Before C++11, `R"x(` opens an ordinary literal: the include on the next line is
+        // real there (and NVRTC, compiling untrusted, would block opening the FIFO).
+        let behind_raw = "const char* s = R\"x(\n#include \"fifo.h\"\n)x\";\n";
+        for (std, found) in [("-std=c++03", true), ("-std=c++17", false)] {
+            let mut p = Program::new(behind_raw).option(std);
+            p.source_dir = Some(d.to_path_buf());
+            let r = resolve(&p, &options::sort(&p.options), &[]);
+            assert_eq!(r.as_ref().is_err_and(|e| e.to_string().contains("a FIFO")), found, "{std}: {:?}", r.map(|r| r.untrusted));
+        }
     }
 
     /// Pre-included headers are found as NVRTC finds them (the current directory, then the
