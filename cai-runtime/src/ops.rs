@@ -521,24 +521,33 @@ fn instance_program(file: &str, expr: &str) -> Program {
     Program::new(source).name(format!("{file}.cu")).name_expression(expr)
 }
 
-/// Every kernel instance the library can launch, as one program per library file (its
+/// Every kernel instance the library can launch, as programs of a few instances each (its
 /// instances as name expressions): what the precompiled bundle of the library is baked
 /// from (`python -m caijit bundle build --ops`). A bundled program serves each instance's
 /// own program (`kernel` asks for one instance at a time) as a member of its family.
+///
+/// One program holds the instances of one kernel that differ only in their last template
+/// argument (`axpy<*>`, `cast<float, *>`, `reduce_rows<float, double, *>`): a first call
+/// then loads a module of at most [`crate::compile::bake::MERGED_EXPRESSIONS`] kernels, not
+/// one of a whole file's hundreds (a module's load time and the reading of its kernels'
+/// layouts grow with its size).
 pub fn library_programs() -> Vec<Program> {
     let all = DType::ALL;
     let real: Vec<DType> = all.into_iter().filter(|d| !matches!(d, DType::C64 | DType::C128)).collect();
     let reducible: Vec<DType> = real.iter().copied().filter(|d| *d != DType::Bool).collect();
     let floats = [DType::F16, DType::BF16, DType::F32, DType::F64];
     let t = TArg::T;
-    let mut files: Vec<(&'static str, Vec<String>)> = Vec::new();
+    // (file, kernel, template arguments but the last) and the group's name expressions.
+    type Group = ((&'static str, String, Vec<TArg>), Vec<String>);
+    let mut groups: Vec<Group> = Vec::new();
     let mut add = |file: &'static str, name: &str, targs: &[TArg]| {
         let list: Vec<String> = targs.iter().map(TArg::to_string).collect();
         let expr = format!("{name}<{}>", list.join(", "));
-        match files.iter_mut().find(|(f, _)| *f == file) {
+        let group = (file, name.to_string(), targs[..targs.len() - 1].to_vec());
+        match groups.iter_mut().find(|(g, _)| *g == group) {
             Some((_, exprs)) if !exprs.contains(&expr) => exprs.push(expr),
             Some(_) => {}
-            None => files.push((file, vec![expr])),
+            None => groups.push((group, vec![expr])),
         }
     };
     for op in UNARY_OPS {
@@ -580,9 +589,9 @@ pub fn library_programs() -> Vec<Program> {
         add("softmax", "softmax_rows_reg", &[t(d), TArg::N(SOFTMAX_VPT)]);
         add("softmax", "softmax_rows", &[t(d)]);
     }
-    files
+    groups
         .into_iter()
-        .map(|(file, exprs)| {
+        .map(|((file, _, _), exprs)| {
             let mut p = instance_program(file, &exprs[0]);
             for e in exprs {
                 p = p.name_expression(e);
@@ -610,8 +619,18 @@ mod tests {
     fn the_library_programs_serve_each_instance_program() {
         use crate::compile::family_key;
         let programs = library_programs();
-        let files: Vec<&str> = programs.iter().map(|p| p.name.as_str()).collect();
+        let mut files: Vec<&str> = Vec::new();
+        for p in &programs {
+            if !files.contains(&p.name.as_str()) {
+                files.push(&p.name);
+            }
+        }
         assert_eq!(files, ["abs.cu", "elementwise.cu", "strided_copy.cu", "transpose.cu", "reduce.cu", "softmax.cu"]);
+        // Small programs: a first launch loads a module of a few kernels.
+        let largest = programs.iter().map(|p| p.name_expressions.len()).max().unwrap();
+        assert!(largest <= crate::compile::bake::MERGED_EXPRESSIONS, "a library program of {largest} instances");
+        let exprs =
+            |file: &str| -> Vec<String> { programs.iter().filter(|p| p.name == file).flat_map(|p| p.name_expressions.clone()).collect() };
         for p in &programs {
             let family = family_key(p).unwrap().unwrap();
             let file = p.name.trim_end_matches(".cu");
@@ -619,11 +638,11 @@ mod tests {
                 assert_eq!(family_key(&instance_program(file, e)).unwrap().unwrap(), family, "{e}");
             }
         }
-        let elementwise = &programs[1].name_expressions;
+        let elementwise = exprs("elementwise.cu");
         for e in ["axpy<__half>", "cast<bool, __nv_bfloat16>", "binary_broadcast<double, 8>", "fill<caijit::complex<double>>"] {
             assert!(elementwise.contains(&e.to_string()), "{e} is not in {elementwise:?}");
         }
-        assert!(programs[4].name_expressions.contains(&"reduce_rows<__half, float, long long>".to_string()));
+        assert!(exprs("reduce.cu").contains(&"reduce_rows<__half, float, long long>".to_string()));
     }
 
     #[test]

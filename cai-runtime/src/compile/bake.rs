@@ -2,8 +2,9 @@
 //! for, in parallel, and written as one bundle ([`crate::bundle`]).
 //!
 //! Programs of one family (the same but for their name expressions: the instances of one
-//! source's templates) are merged into one program with all their name expressions, so
-//! each source is compiled once per architecture. Each (program, architecture) is compiled trusted (every header in memory, no search
+//! source's templates) are merged into programs of up to [`MERGED_EXPRESSIONS`] name
+//! expressions, so that a source is compiled a few times per architecture, not once per
+//! instance, while the module a first launch loads stays small. Each (program, architecture) is compiled trusted (every header in memory, no search
 //! path) through a private disk cache, whose entry gives the CUBIN, the PTX and the lowered
 //! name of every name expression; a program caijit cannot compile trusted cannot be
 //! bundled (its key would not cover what NVRTC read) and is an error naming it. The PTX of
@@ -162,8 +163,15 @@ pub fn bake(programs: &[Program], options: &BakeOptions) -> Result<Vec<u8>> {
     Ok(bundle::write(&format!("{}.{}", tk.version.0, tk.version.1), &tk.build, &archs, blobs))
 }
 
-/// Programs of one family merged into one (every name expression of each, in the order
-/// first seen), in the order each family is first seen.
+/// At most this many name expressions in a merged program (a program given with more
+/// stays whole). A module's load time, and the reading of its kernels' parameter layouts
+/// when it is first used, grow with its kernels: the kernel library's elementwise file
+/// merged whole (331 instances) cost some 75 ms at its first launch.
+pub const MERGED_EXPRESSIONS: usize = 16;
+
+/// Programs of one family merged (every name expression of each, in the order first seen,
+/// a program's own kept together) into programs of up to [`MERGED_EXPRESSIONS`] name
+/// expressions, in the order each is first seen.
 fn merged(programs: &[Program]) -> Result<Vec<Program>> {
     let mut out: Vec<(String, Program)> = Vec::new();
     for p in programs {
@@ -171,7 +179,12 @@ fn merged(programs: &[Program]) -> Result<Vec<Program>> {
             Ok(f) => f,
             Err(why) => return Err(Error::argument(format!("{} cannot be bundled: {why}", p.name))),
         };
-        match out.iter_mut().find(|(f, _)| *f == family) {
+        let same = |(f, m): &(String, Program)| *f == family && p.name_expressions.iter().all(|e| m.name_expressions.contains(e));
+        if out.iter().any(same) {
+            continue;
+        }
+        let new = |m: &Program| p.name_expressions.iter().filter(|e| !m.name_expressions.contains(e)).count();
+        match out.iter_mut().rev().find(|(f, m)| *f == family && m.name_expressions.len() + new(m) <= MERGED_EXPRESSIONS) {
             Some((_, m)) => {
                 for e in &p.name_expressions {
                     if !m.name_expressions.contains(e) {
@@ -191,4 +204,27 @@ fn progress(done: usize, total: usize, name: &str, arch: Arch) {
     let mut err = std::io::stderr().lock();
     let _ = write!(err, "\rcaijit bundle [{}{}] {done}/{total} {name} {arch}\x1b[K", "#".repeat(filled), ".".repeat(WIDTH - filled));
     let _ = err.flush();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_family_is_merged_into_programs_of_a_few_instances() {
+        let src = "template <typename T, int K> __global__ void k(T* x) { x[0] = K; }";
+        let one = |e: String| Program::new(src).name("k.cu").name_expression(e);
+        let mut programs: Vec<Program> = (0..40).map(|i| one(format!("k<float, {i}>"))).collect();
+        programs.push(one("k<float, 3>".into())); // already merged: dropped
+        let mut big = Program::new(src).name("k.cu");
+        for i in 0..20 {
+            big = big.name_expression(format!("k<double, {i}>"));
+        }
+        programs.push(big);
+        programs.push(Program::new(src).name("other.cu").name_expression("k<float, 0>")); // another family
+        let sizes: Vec<usize> = merged(&programs).unwrap().iter().map(|p| p.name_expressions.len()).collect();
+        assert_eq!(sizes, [16, 16, 8, 20, 1]);
+        let all: Vec<String> = merged(&programs).unwrap().into_iter().take(3).flat_map(|p| p.name_expressions).collect();
+        assert_eq!(all, (0..40).map(|i| format!("k<float, {i}>")).collect::<Vec<_>>(), "every instance once, in order");
+    }
 }
