@@ -252,3 +252,13 @@ def test_attributes_before_global_hide_neither_extern_c_nor_template(attrs: str)
     assert [(p["type"], p["name"]) for p in caijit.kernel(src, "k").params] == [("float*", "o"), ("int", "n")]
     ((name, extern_c, tparams, types, _),) = _native.declarations(f"template <typename T> {attrs} __global__ void t(T* o, int n) {{}}")
     assert (name, extern_c, tparams, types) == ("t", False, ["T"], ["T*", "int"])
+
+
+def test_a_pointer_to_an_array_is_a_pointer_to_its_elements() -> None:
+    src = "__global__ void k(float (*rows)[4], const double (*)[4][2], int n) {}"
+    ps = caijit.kernel(src).compile(arch="sm_90")[0]["params"]
+    assert [(p["type"], p["kind"], p["size"], p["offset"], p["name"]) for p in ps] == [
+        ("float*", "pointer", 8, 0, "rows"),
+        ("const double*", "pointer", 8, 8, None),
+        ("int", "scalar", 4, 16, "n"),
+    ]

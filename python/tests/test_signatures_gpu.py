@@ -207,3 +207,21 @@ def test_a_dependent_default_before_a_deduced_argument_is_the_compilers() -> Non
         k[GRID, BLOCK](caijit.to_device(x_h), caijit.to_device(np.zeros(N, out)), N)  # warm-up
         k[GRID, BLOCK](caijit.to_device(x_h), y, N)
         np.testing.assert_array_equal(y.copy_to_host(), ((x_h.astype(np.int64) >> shift) & 0xFF).astype(out))
+
+
+ROWS = r"""
+__global__ void number_rows(float (*rows)[4], int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) for (int j = 0; j < 4; ++j) rows[i][j] = i * 4 + j;
+}
+"""
+
+
+def test_a_pointer_to_an_array_takes_an_array_of_its_elements() -> None:
+    k = caijit.kernel(ROWS)
+    k[1, 32](caijit.to_device(np.zeros((8, 4), np.float32)), 8)  # warm-up
+    rows = caijit.to_device(np.full((N, 4), -1, np.float32))  # poisoned
+    k[GRID, BLOCK](rows, N)
+    np.testing.assert_array_equal(rows.copy_to_host(), np.arange(N * 4, dtype=np.float32).reshape(N, 4))
+    with pytest.raises(caijit.ArgumentError, match="rows"):
+        k[GRID, BLOCK](caijit.to_device(np.zeros((N, 4), np.float64)), N)

@@ -252,6 +252,33 @@ pub(crate) fn parse_param(toks: &[Tok], tparams: &[TemplateParam], spelling: Spe
             array_suffix = true;
         }
     }
+    // A pointer to an array, `T (*name)[N]` (the compiler writes `T (*) [N]`; more bounds,
+    // `[N][M]`, may follow): a pointer to `T`, as `T* name` (the bounds only say how the
+    // kernel indexes what it points to).
+    if array_suffix {
+        while t.last() == Some(&Tok::Punct(']')) {
+            match t.iter().rposition(|x| *x == Tok::Punct('[')) {
+                Some(open) => t.truncate(open),
+                None => break,
+            }
+        }
+        let n = t.len();
+        let declarator = |at: usize| n >= at + 3 && t[at] == Tok::Punct('(') && t[at + 1] == Tok::Punct('*') && t[n - 1] == Tok::Punct(')');
+        let at = if n >= 4 && declarator(n - 4) && matches!(t[n - 2], Tok::Ident(_)) {
+            Some(n - 4)
+        } else if n >= 3 && declarator(n - 3) {
+            Some(n - 3)
+        } else {
+            None
+        };
+        if let Some(at) = at.filter(|&at| at > 0) {
+            let name = (n - at == 4).then(|| t[n - 2].clone());
+            t.truncate(at);
+            t.push(Tok::Punct('*'));
+            t.extend(name);
+            array_suffix = false;
+        }
+    }
     // The compiler's text names no parameters: every word of it is the type's.
     let name = match spelling {
         Spelling::Source => split_name(&mut t),
@@ -645,6 +672,14 @@ mod tests {
         assert_eq!(k[0].params[1].1, ParamType::Value(CType::Scalar(DType::F16)));
         assert_eq!(k[0].params[2].1, ParamType::Value(CType::Scalar(DType::I8)));
         assert!(k[1].params.is_empty());
+    }
+
+    #[test]
+    fn a_pointer_to_an_array_is_named_and_read_as_a_pointer() {
+        let k = parse_kernels("__global__ void k(float (*rows)[8], const double (*)[4][2], int n) {}").kernels;
+        assert_eq!(k[0].params[0], (Some("rows".into()), ParamType::Pointer { elem: CType::Scalar(DType::F32), is_const: false }));
+        assert_eq!(k[0].params[1], (None, ParamType::Pointer { elem: CType::Scalar(DType::F64), is_const: true }));
+        assert_eq!(k[0].params[2].0.as_deref(), Some("n"));
     }
 
     #[test]

@@ -221,6 +221,17 @@ mod tests {
         assert_eq!(params[1], ParamType::Array { elem: CType::Scalar(DType::F32), is_const: true, rank: Rank::Fixed(2) });
     }
 
+    #[test]
+    fn a_pointer_to_an_array_is_a_pointer_to_its_elements() {
+        // void k(float (*)[8], int), void k(double const (*)[4][2]), void k(void (*)(int))
+        let (_, params) = types_from_lowered("_Z1kPA8_fi").unwrap().unwrap();
+        assert_eq!(params, [ptr(DType::F32, false), ParamType::Value(CType::Scalar(DType::I32))]);
+        let (_, params) = types_from_lowered("_Z1kPA4_A2_Kd").unwrap().unwrap();
+        assert_eq!(params, [ptr(DType::F64, true)]);
+        let (_, params) = types_from_lowered("_Z1kPFviE").unwrap().unwrap();
+        assert!(matches!(&params[0], ParamType::Value(CType::Named(n)) if n.contains("(*)")), "{params:?}");
+    }
+
     /// `void k<W<W<…<int>…>>>(W<…>, int*)` nested `depth` deep.
     fn nested(depth: usize) -> String {
         let mut t = String::from("i");
