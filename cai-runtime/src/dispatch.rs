@@ -592,4 +592,52 @@ mod tests {
         assert_eq!(p.name_expressions, ["k<__half>", "k<float>"]);
         assert!(p.source.starts_with("#include <cuda_fp16.h>\n#line 1\n"), "{}", p.source);
     }
+
+    /// A bundle made here, by hand, as `bake` writes one (fake CUBIN bytes: nothing is
+    /// loaded on a device): the bundled instances of a template are deduced, found by the
+    /// bundle key and laid out from the bundle's `.entry` declarations, with no NVRTC (the
+    /// build without the `nvrtc` feature runs this too).
+    #[test]
+    fn a_template_is_deduced_and_laid_out_from_a_bundle_without_nvrtc() {
+        use crate::bundle::{self, Bundle, ProgramBlobs};
+        use crate::compile::{bundle_key, family_key, CacheSource};
+        use serde_json::json;
+        let src = "// dispatched from a bundle\ntemplate <typename T> __global__ void axpy(T a, const T* x, T* y, long long n) {}";
+        let program = Program::new(src).name("axpy_bundled.cu");
+        let exprs = ["axpy<float>", "axpy<double>"];
+        let lowered = ["_Z4axpyIfEvT_PKS0_PS0_x", "_Z4axpyIdEvT_PKS0_PS0_x"];
+        let whole = exprs.iter().fold(program.clone(), |p, e| p.name_expression(*e));
+        let entries: String = lowered
+            .iter()
+            .zip([".f32", ".f64"])
+            .map(|(l, a)| format!(".entry {l}(\n.param {a} {l}_param_0,\n.param .u64 {l}_param_1,\n.param .u64 {l}_param_2,\n.param .u64 {l}_param_3\n)\n"))
+            .collect();
+        let blobs = ProgramBlobs {
+            description: json!({
+                "key": bundle_key(&whole).unwrap().unwrap(), "family": family_key(&whole).unwrap().unwrap(),
+                "name": "axpy_bundled.cu", "source_sha256": "", "options": [], "defines": [], "name_expressions": exprs,
+                "nvrtc_options": [], "lowered": exprs.iter().zip(lowered).map(|(e, l)| json!([e, l])).collect::<Vec<_>>(), "kernels": [],
+            }),
+            entries,
+            cubins: vec![(90, b"\x7fELF, not really".to_vec())],
+            ptx: None,
+        };
+        bundle::install(Bundle::from_vec(bundle::write("13.0", "none", &[90], vec![blobs]), "by-hand.caijit").unwrap());
+
+        let axpy = Dispatcher::new(program, Some("axpy")).unwrap();
+        let f64s = ArgType::Array { dtype: DType::F64, rank: 1 };
+        let chosen = axpy.select(Arch(90), &[ArgType::UntypedScalar, f64s, f64s, ArgType::UntypedScalar]).unwrap();
+        assert_eq!((chosen.name.as_str(), chosen.compiled.source), ("axpy<double>", CacheSource::Bundle));
+        let params: Vec<(&str, usize, usize)> =
+            chosen.info().unwrap().params.iter().map(|p| (p.cpp_type.as_str(), p.offset, p.size)).collect();
+        assert_eq!(params, [("double", 0, 8), ("const double*", 8, 8), ("double*", 16, 8), ("long long", 24, 8)]);
+        let f32s = ArgType::Array { dtype: DType::F32, rank: 1 };
+        let chosen = axpy.select(Arch(90), &[ArgType::TypedScalar(DType::F32), f32s, f32s, ArgType::UntypedScalar]).unwrap();
+        assert_eq!(chosen.info().unwrap().params[0].cpp_type, "float");
+        // No code for sm_80 and, without NVRTC, nothing to compile it with: an error, not a guess.
+        if crate::compile::toolkit().is_err() {
+            let e = axpy.select(Arch(80), &[ArgType::UntypedScalar, f64s, f64s, ArgType::UntypedScalar]).unwrap_err().to_string();
+            assert!(e.contains("no code for this device's architecture sm_80"), "{e}");
+        }
+    }
 }

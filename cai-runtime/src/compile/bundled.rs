@@ -99,14 +99,12 @@ pub(super) fn lookup(program: &Program, arch: Arch, nvrtc_available: impl Fn() -
     }
 }
 
-/// The error for a program no loaded bundle holds, when NVRTC cannot be loaded (`why`);
-/// without bundles, `why` itself.
+/// The error for a program no loaded bundle holds, when NVRTC cannot be loaded (`why`):
+/// naming the instance, the bundles searched and how to make one that holds it. Without
+/// bundles, `why` itself, unless this build has no NVRTC at all (then no installation
+/// would help, and only a bundle can).
 pub(super) fn miss(program: &Program, arch: Arch, why: Error) -> Error {
     let Ok(bundles) = bundle::loaded() else { return why };
-    if bundles.is_empty() {
-        return why;
-    }
-    let searched: Vec<&str> = bundles.iter().map(|b| b.origin()).collect();
     let instance = match program.name_expressions.as_slice() {
         [] => program.name.clone(),
         exprs => format!("{} ({})", program.name, exprs.join(", ")),
@@ -116,11 +114,22 @@ pub(super) fn miss(program: &Program, arch: Arch, why: Error) -> Error {
         Ok(Err(why)) => format!("it cannot be bundled: {why}"),
         Err(e) => format!("its bundle key cannot be computed: {e}"),
     };
+    let searched: Vec<&str> = bundles.iter().map(|b| b.origin()).collect();
+    let searched = if searched.is_empty() { "no bundle is loaded".to_string() } else { format!("searched: {}", searched.join(", ")) };
+    if let Some(left_out) = crate::sys::NVRTC_LEFT_OUT {
+        return Error::Bundle(format!(
+            "{left_out}: load a bundle holding the kernel instance {instance} for {arch} ({key}; {searched}) with \
+             cai_runtime::bundle::install(Bundle::from_bytes(include_bytes!(\"app.caijit\"))?), or enable the feature. Make \
+             the bundle where NVRTC is installed: `python -m caijit bundle build` (docs/bundles.md)"
+        ));
+    }
+    if bundles.is_empty() {
+        return why;
+    }
     Error::Bundle(format!(
-        "no loaded bundle holds the kernel instance {instance} for {arch} ({key}; searched: {}), and NVRTC is not available \
+        "no loaded bundle holds the kernel instance {instance} for {arch} ({key}; {searched}), and NVRTC is not available \
          to compile it ({why}). Record it: run once where NVRTC is installed with CAIJIT_RECORD=manifest.json, then \
-         `python -m caijit bundle build manifest.json --arch {arch} -o app.caijit`, and load that bundle",
-        searched.join(", ")
+         `python -m caijit bundle build manifest.json --arch {arch} -o app.caijit`, and load that bundle"
     ))
 }
 
