@@ -142,14 +142,16 @@ fn hit(b: &Arc<Bundle>, p: &BundledProgram, program: &Program, arch: Arch) -> Re
     let id = (Arc::as_ptr(b) as usize, p.key.clone(), arch.0);
     HITS.get_or_init(Hits::default).get_or_try_insert_with(id, || {
         let (im, bytes) = b.image(p, arch.0)?;
-        let key = sha256_hex(&[b"bundled", p.key.as_bytes(), &bytes]);
+        // The image's section checksum names its bytes (without hashing megabytes again).
+        let key = sha256_hex(&[b"bundled", p.key.as_bytes(), &b.image_sha256(&im)]);
         let image = match im.kind {
             ImageKind::Cubin => Image::Cubin(bytes),
             ImageKind::Ptx => Image::Ptx(
                 String::from_utf8(bytes).map_err(|_| Error::Bundle(format!("bundle {} is corrupt (its PTX is not text)", b.origin())))?,
             ),
         };
-        let entry = cache::Entry { image, ptx: b.entries(p)?, log: String::new(), lowered: p.lowered.clone() };
+        let details = b.details(p)?;
+        let entry = cache::Entry { image, ptx: b.entries(p)?, log: String::new(), lowered: details.lowered.clone() };
         let Declarations { kernels: decls, notes } = program.declarations();
         let super::Described { kernels, unusable, notes } = describe_kernels(&entry, &decls, notes);
         crate::stats::bump(&crate::stats::COUNTERS.bundle_hits);
@@ -164,7 +166,7 @@ fn hit(b: &Arc<Bundle>, p: &BundledProgram, program: &Program, arch: Arch) -> Re
             notes,
             source: super::CacheSource::Bundle,
             untrusted: None,
-            nvrtc_options: p.nvrtc_options.clone(),
+            nvrtc_options: details.nvrtc_options.clone(),
         }))
     })
 }
