@@ -99,7 +99,13 @@ fn main() {
 fn run(inspect_only: bool) -> cai_runtime::Result<bool> {
     let b = bundle::install(Bundle::from_bytes(BUNDLE)?);
     let archs: Vec<String> = b.archs().iter().map(|a| format!("sm_{a}")).collect();
-    println!("bundle: {} bytes, {} program(s), {}, NVRTC {} at baking", BUNDLE.len(), b.programs().len(), archs.join(", "), b.nvrtc_version());
+    println!(
+        "bundle: {} bytes, {} program(s), {}, NVRTC {} at baking",
+        BUNDLE.len(),
+        b.programs().len(),
+        archs.join(", "),
+        b.nvrtc_version()
+    );
     let axpy = Dispatcher::new(Program::new(SOURCE).name(FILE_NAME), Some("axpy"))?;
     if inspect_only {
         let arch = cai_runtime::kernel::inspection_arch()?;
@@ -115,9 +121,16 @@ fn run(inspect_only: bool) -> cai_runtime::Result<bool> {
 fn inspect<T: Real>(axpy: &Dispatcher, arch: Arch) -> cai_runtime::Result<bool> {
     let array = ArgType::Array { dtype: T::DTYPE, rank: 1 };
     let chosen = axpy.select(arch, &[ArgType::TypedScalar(T::DTYPE), array, array, ArgType::UntypedScalar])?;
-    let params: Vec<String> = chosen.info()?.params.iter().map(|p| format!("{} {}", p.cpp_type, p.name.as_deref().unwrap_or("_"))).collect();
+    let params: Vec<String> =
+        chosen.info()?.params.iter().map(|p| format!("{} {}", p.cpp_type, p.name.as_deref().unwrap_or("_"))).collect();
     let from_bundle = chosen.compiled.source == CacheSource::Bundle;
-    println!("{}: {}({}) for {arch}, from {}", T::NAME, chosen.name, params.join(", "), if from_bundle { "the bundle" } else { "a compiler" });
+    println!(
+        "{}: {}({}) for {arch}, from {}",
+        T::NAME,
+        chosen.name,
+        params.join(", "),
+        if from_bundle { "the bundle" } else { "a compiler" }
+    );
     Ok(from_bundle)
 }
 
