@@ -177,7 +177,8 @@ fn bad(origin: &str, what: impl std::fmt::Display) -> Error {
 }
 
 impl Bundle {
-    /// Read and verify a bundle file.
+    /// Read a bundle file, verifying its header, table of contents and index (the other
+    /// sections are verified when first used).
     pub fn open(path: impl AsRef<Path>) -> Result<Bundle> {
         let path = path.as_ref();
         let origin = path.display().to_string();
@@ -185,7 +186,8 @@ impl Bundle {
         Bundle::parse(Cow::Owned(bytes), origin)
     }
 
-    /// A bundle embedded in the binary (`include_bytes!("app.caijit")`), verified.
+    /// A bundle embedded in the binary (`include_bytes!("app.caijit")`), verified as
+    /// [`Bundle::open`] does.
     pub fn from_bytes(bytes: &'static [u8]) -> Result<Bundle> {
         Bundle::parse(Cow::Borrowed(bytes), "<embedded>".into())
     }
@@ -651,7 +653,7 @@ pub fn install(bundle: Bundle) -> Arc<Bundle> {
     b
 }
 
-/// Read, verify and install the bundle at `path`.
+/// Read and install the bundle at `path` ([`Bundle::open`]).
 pub fn load(path: impl AsRef<Path>) -> Result<Arc<Bundle>> {
     Ok(install(Bundle::open(path)?))
 }

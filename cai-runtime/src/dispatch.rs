@@ -478,6 +478,14 @@ pub fn with_name_expressions(mut program: Program, exprs: impl IntoIterator<Item
     program.including(&headers)
 }
 
+/// The programs that make the instances `instances` (name expressions as caijit spells a
+/// deduced instance: `axpy<float>`, `k<float, 4>`) of `program`: each exactly what a launch
+/// of that instance, named or deduced, compiles (with the headers its types need). A
+/// bundle baked from them serves those launches.
+pub fn instance_programs(program: &Program, instances: &[String]) -> Result<Vec<Program>> {
+    instances.iter().map(|e| Ok(Dispatcher::new(program.clone(), Some(e))?.instance_for(&[])?.0)).collect()
+}
+
 /// Which device a launch on `args` runs on: the device of its first non-empty array, else
 /// the stream's, else 0 (without asking the driver when there is one device).
 pub fn launch_device(args: &[Arg<'_>], stream: Option<&Stream>) -> Result<usize> {
@@ -593,6 +601,10 @@ mod tests {
         assert!(p.source.starts_with("#include <cuda_fp16.h>\n#line 1\n"), "{}", p.source);
     }
 
+    fn chosen_program(d: &Dispatcher, array: ArgType) -> Program {
+        d.instance_for(&[ArgType::UntypedScalar, array, array, ArgType::UntypedScalar]).unwrap().0
+    }
+
     /// A bundle made here, by hand, as `bake` writes one (fake CUBIN bytes: nothing is
     /// loaded on a device): the bundled instances of a template are deduced, found by the
     /// bundle key and laid out from the bundle's `.entry` declarations, with no NVRTC (the
@@ -634,6 +646,9 @@ mod tests {
         let f32s = ArgType::Array { dtype: DType::F32, rank: 1 };
         let chosen = axpy.select(Arch(90), &[ArgType::TypedScalar(DType::F32), f32s, f32s, ArgType::UntypedScalar]).unwrap();
         assert_eq!(chosen.info().unwrap().params[0].cpp_type, "float");
+        // What `bundle build --instance` bakes is what these launches look up.
+        let baked = instance_programs(axpy.program(), &["axpy<double>".to_string()]).unwrap();
+        assert_eq!(baked, [chosen_program(&axpy, f64s)]);
         // No code for sm_80 and, without NVRTC, nothing to compile it with: an error, not a guess.
         if crate::compile::toolkit().is_err() {
             let e = axpy.select(Arch(80), &[ArgType::UntypedScalar, f64s, f64s, ArgType::UntypedScalar]).unwrap_err().to_string();

@@ -30,9 +30,11 @@ OPS_ARCHS = ["sm_80", "sm_90", "sm_100", "sm_120"]
 
 
 def load_bundle(path: PathLike) -> dict[str, Any]:
-    """Read and verify the bundle at ``path`` and look every later kernel instance up in it
-    (before compiling). Returns a summary: ``path``, ``archs``, ``nvrtc``, ``programs``,
-    ``kernels``. A corrupt, truncated or other-version file raises :class:`caijit.BundleError`."""
+    """Read the bundle at ``path`` (its table of contents and index are verified now, a
+    program's other sections when one of its instances is first looked up) and look every
+    later kernel instance up in it (before compiling). Returns a summary: ``path``,
+    ``archs``, ``nvrtc``, ``programs``, ``kernels``. A corrupt, truncated or other-version
+    file raises :class:`caijit.BundleError`."""
     return _native.load_bundle(os.fspath(path))
 
 
@@ -53,7 +55,8 @@ def record(path: PathLike) -> Iterator[None]:
 
 
 def bundle_info(path: PathLike) -> str:
-    """The listing ``python -m caijit bundle info`` prints (the file is verified, not loaded)."""
+    """The listing ``python -m caijit bundle info`` prints (every section is verified; the
+    bundle is not loaded)."""
     return _native.bundle_info(os.fspath(path))
 
 

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use cai_runtime::bundle::{self, Bundle};
 use cai_runtime::compile::bake::{bake, BakeOptions};
 use cai_runtime::compile::{read_manifest, record_to, Arch, Program};
+use cai_runtime::dispatch::instance_programs;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -20,7 +21,8 @@ fn summary<'py>(py: Python<'py>, b: &Bundle) -> PyResult<Bound<'py, PyDict>> {
     Ok(d)
 }
 
-/// Read, verify and load a bundle for every later compilation; its summary.
+/// Read (the table of contents and index verified) and load a bundle for every later
+/// compilation; its summary.
 #[pyfunction]
 pub fn load_bundle(py: Python<'_>, path: PathBuf) -> PyCaiResult<Bound<'_, PyDict>> {
     let b = py.detach(|| bundle::load(&path))?;
@@ -71,7 +73,9 @@ pub fn bundle_build(
             programs.extend(read_manifest(m)?);
         }
         for f in &files {
-            programs.push(instances.iter().fold(Program::from_file(f)?, |p, e| p.name_expression(e.trim())));
+            let file = Program::from_file(f)?;
+            programs.extend(instance_programs(&file, &instances)?);
+            programs.push(file);
         }
         if ops {
             programs.extend(cai_runtime::ops::library_programs());
