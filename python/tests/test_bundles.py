@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import nvrtc_missing
 
 import caijit
 
@@ -45,14 +46,6 @@ print(json.dumps(out))
 """
 
 NO_NVRTC = {"CAIJIT_NVRTC_PATH": "/nonexistent/libnvrtc.so", "CAIJIT_ARCH": "sm_90"}
-
-
-def nvrtc_missing() -> str | None:
-    try:
-        caijit._native.nvrtc_info()
-    except caijit.CudaNotAvailable as e:
-        return f"NVRTC is not installed: {str(e)[:80]}"
-    return None
 
 
 pytestmark = pytest.mark.skipif(nvrtc_missing() is not None, reason=str(nvrtc_missing()))

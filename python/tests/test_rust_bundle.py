@@ -13,19 +13,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
-import caijit
+from conftest import nvrtc_missing
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "rust-bundle"
-
-
-def nvrtc_missing() -> str | None:
-    try:
-        caijit._native.nvrtc_info()
-    except caijit.CudaNotAvailable as e:
-        return f"NVRTC is not installed (baking needs it): {str(e)[:80]}"
-    return None
 
 
 pytestmark = [
