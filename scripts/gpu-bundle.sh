@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Build, on a machine without a GPU, everything a GPU run needs into .gpu/ (ignored by git):
-# the release wheels (caijit, the example extension), the Rust test binaries (built with --no-run) and the benchmarks.
+# the release wheels (caijit, the example extension), the Rust test binaries (built with --no-run) and the benchmarks,
+# and the example that ships its kernels in a bundle (.gpu/rust-bundle: a binary without NVRTC, its bundle embedded).
 # Then run it there with scripts/gpu-run.sh (device tool: carry .gpu).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || scripts/setup.sh
-rm -rf .gpu/bin .gpu/wheels && mkdir -p .gpu/bin .gpu/wheels   # (.gpu/mutants: scripts/mutants.sh)
+rm -rf .gpu/bin .gpu/wheels .gpu/rust-bundle && mkdir -p .gpu/bin .gpu/wheels .gpu/rust-bundle   # (.gpu/mutants: scripts/mutants.sh)
 (cd python && ../.venv/bin/maturin build --release -q -o ../.gpu/wheels)
 # The example extension (the derive's GPU test launches through it).
 (cd examples/rust-extension && ../../.venv/bin/maturin build --release -q -o ../../.gpu/wheels)
@@ -26,6 +27,8 @@ for line in sys.stdin:
             name = "unit_" + name
         shutil.copy(exe, os.path.join(".gpu/bin", name))
 '
-strip .gpu/bin/*   # the device tool carries at most 64 MiB
+# The bundle example (run by scripts/gpu-run.sh, --rust-bundle alone).
+cp "$(scripts/rust-bundle-example.sh --no-run | tail -1)" .gpu/rust-bundle/
+strip .gpu/bin/* .gpu/rust-bundle/*   # the device tool carries at most 64 MiB
 ls -la .gpu/bin .gpu/wheels
 du -sh .gpu

@@ -17,6 +17,8 @@
 #   --probe                 the launch probe (python/benchmarks/probe_launch.py: micro
 #                           timings and the per-phase split), then the launch benchmark
 #                           (CAIJIT_BENCH_QUICK=1 unless set)
+#   --rust-bundle           only the Rust example that launches from an embedded bundle
+#                           without NVRTC (.gpu/rust-bundle; also part of the full run)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export CAIJIT_REQUIRE_GPU=1 CAIJIT_KERNELS_DIR="$PWD/kernels" CAIJIT_CACHE_DIR=/tmp/caijit-cache PYTHONUNBUFFERED=1
@@ -57,6 +59,28 @@ if [ "${1:-}" = --first-call ]; then
     exit "${PIPESTATUS[0]}"
 fi
 
+# The Rust example built without NVRTC (scripts/rust-bundle-example.sh): its template kernel
+# from the bundle it embeds, values checked, and no libnvrtc in the process; NVRTC cannot be
+# found here either (CAIJIT_NVRTC_PATH points nowhere).
+rust_bundle() {
+    local bin=.gpu/rust-bundle/rust-bundle-example
+    if [ ! -x "$bin" ]; then
+        echo "rust-bundle example: not built (scripts/gpu-bundle.sh builds it)" | tee -a "$SUMMARY"
+        return 1
+    fi
+    CAIJIT_NVRTC_PATH=/nonexistent "$bin" 2>&1 | tee "$OUT/rust-bundle.txt"
+    local rc=${PIPESTATUS[0]}
+    echo "$(tail -1 "$OUT/rust-bundle.txt") (exit $rc)" >>"$SUMMARY"
+    return "$rc"
+}
+
+if [ "${1:-}" = --rust-bundle ]; then
+    rust_bundle
+    status=$?
+    echo "===== summary"; cat "$SUMMARY"
+    exit $status
+fi
+
 if [ "${1:-}" = --probe ]; then
     build_floor
     (cd python/benchmarks && python3 probe_launch.py 2>&1 | tee "$OUT/probe_launch.txt")
@@ -89,6 +113,8 @@ for t in .gpu/bin/*; do
     echo "rust $(basename "$t"): $(grep -E '^test result' "$log" | tail -1)" | tee -a "$SUMMARY"
     grep -E "panicked|FAILED|^---- " "$log" | head -20
 done
+
+rust_bundle || status=1
 
 if [ -n "${PYTHONPATH:-}" ]; then
     (cd python/tests && python3 -m pytest -q -ra -p no:cacheprovider . 2>&1 | tee "$OUT/pytest.log" | tail -25) || status=1

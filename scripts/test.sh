@@ -23,6 +23,10 @@ trap 'rm -rf "$user_cache"' EXIT
 export XDG_CACHE_HOME=$user_cache
 step "building and running the Rust tests (cargo test --workspace) [150-300 s / 60 s]"
 cargo test --workspace --locked
+step "cai-runtime without NVRTC (--no-default-features): its build and unit tests [40-80 s / 5 s]"
+# Bundles only: no NVRTC code built in; a compilation no bundle answers must be refused.
+cargo build -p cai-runtime --no-default-features --locked
+cargo test -p cai-runtime --no-default-features --lib --locked
 step "rustdoc (warnings denied), clippy and rustfmt [60-120 s / 15 s]"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked
 cargo clippy --workspace --all-targets --locked -- -D warnings

@@ -9,11 +9,18 @@
 //! here (`compile::bundled`), and baking (`compile::bake`) writes bundles.
 //!
 //! # Format
-//! `MAGIC`, the format version (u32 LE), the section count (u32 LE), then each section as
-//! `kind: u32, flags: u32, stored length: u64, length: u64` (LE) and its stored bytes,
-//! then the SHA-256 of every byte before it. Flag bit 0: the stored bytes are raw DEFLATE
-//! (RFC 1951). Section 0 is the index (JSON); the index names the other sections by
-//! position.
+//! `MAGIC`, the format version (u32 LE), the section count (u32 LE), the table of contents
+//! (per section `kind: u32, flags: u32, offset: u64, stored length: u64, length: u64` (LE)
+//! and the SHA-256 of its stored bytes), the SHA-256 of everything before it, then the
+//! sections' stored bytes. Flag bit 0: the stored bytes are raw DEFLATE (RFC 1951).
+//! Section 0 is the index (JSON): per program what a lookup needs, and the positions of
+//! its other sections.
+//!
+//! Opening a bundle reads the header, the table of contents and the index, and checks
+//! those (and that every section lies within the file); a section's checksum is checked
+//! and its bytes inflated only when it is first used (a program's description, its
+//! `.entry` declarations and the code for the device, when one of its instances is looked
+//! up). Loading costs the same however many programs a bundle holds.
 //!
 //! # Examples
 //! ```no_run
@@ -37,7 +44,7 @@ use crate::{Error, Result};
 /// The first eight bytes of every bundle.
 pub const MAGIC: &[u8; 8] = b"CAIJITBN";
 /// The format version this caijit reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// The caijit version a bundle must have been baked by (its keys and layouts are this
 /// version's).
 pub const CAIJIT_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -47,9 +54,13 @@ pub const SECTION_INDEX: u32 = 1;
 pub const SECTION_CUBIN: u32 = 2;
 pub const SECTION_PTX: u32 = 3;
 pub const SECTION_ENTRIES: u32 = 4;
+/// A program's description (JSON): what the index leaves out.
+pub const SECTION_PROGRAM: u32 = 5;
 
 const FLAG_DEFLATE: u32 = 1;
-const SECTION_HEADER: usize = 24;
+/// Bytes of the header before the table of contents, and of one entry of it.
+const HEADER: usize = 16;
+const TOC_ENTRY: usize = 64;
 const DIGEST: usize = 32;
 /// No section inflates beyond this (a corrupt length must not exhaust memory).
 const MAX_SECTION: u64 = 1 << 30;
@@ -89,7 +100,8 @@ pub struct KernelSummary {
     pub params: Vec<ParamSummary>,
 }
 
-/// One bundled program.
+/// One bundled program, as the index lists it: what a lookup needs. The rest
+/// ([`ProgramDetails`]) is read when it is first asked for ([`Bundle::details`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct BundledProgram {
@@ -100,30 +112,64 @@ pub struct BundledProgram {
     pub family: String,
     /// The program's file name (`kernel.cu`).
     pub name: String,
+    pub name_expressions: Vec<String>,
+    /// Its kernels' names (the name expression, else the qualified name).
+    pub kernel_names: Vec<String>,
+    /// The section holding its [`ProgramDetails`].
+    pub description_section: usize,
+    /// The section holding the PTX `.entry` declarations.
+    pub entries_section: usize,
+    pub images: Vec<ImageRef>,
+    /// Its position among the bundle's programs.
+    position: usize,
+}
+
+/// What the bundle says of a program beyond its index entry (its description section).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ProgramDetails {
     pub source_sha256: String,
     pub options: Vec<String>,
-    pub name_expressions: Vec<String>,
     /// What NVRTC was given for the newest architecture.
     pub nvrtc_options: Vec<String>,
     /// `(name expression, lowered name)` of every expression NVRTC was given.
     pub lowered: Vec<(String, String)>,
-    /// The section holding the PTX `.entry` declarations.
-    pub entries_section: usize,
-    pub images: Vec<ImageRef>,
     pub kernels: Vec<KernelSummary>,
 }
 
-/// A bundle, read and verified.
+/// One entry of the table of contents.
+#[derive(Clone, Copy, Debug)]
+struct Section {
+    kind: u32,
+    flags: u32,
+    start: usize,
+    stored: usize,
+    len: u64,
+    sha256: [u8; DIGEST],
+}
+
+/// A bundle whose header, table of contents and index were read and verified; the other
+/// sections are verified when first used.
 #[derive(Debug)]
 pub struct Bundle {
     origin: String,
     data: Cow<'static, [u8]>,
-    /// `(kind, flags, start, stored length, length)` of each section.
-    sections: Vec<(u32, u32, usize, usize, u64)>,
+    sections: Vec<Section>,
+    /// The checksum of the header and table of contents: it covers every section's
+    /// checksum, so two bundles of the same one hold the same bytes.
+    toc_sha256: [u8; DIGEST],
     nvrtc: String,
     nvrtc_build: String,
     archs: Vec<u32>,
     programs: Vec<BundledProgram>,
+    /// Each program's details, read at their first use (a failure is kept: the bytes
+    /// do not change).
+    details: Vec<OnceLock<std::result::Result<ProgramDetails, String>>>,
+}
+
+/// A JSON list of strings.
+fn strings(v: &Value) -> Option<Vec<String>> {
+    v.as_array()?.iter().map(|s| s.as_str().map(str::to_owned)).collect()
 }
 
 fn bad(origin: &str, what: impl std::fmt::Display) -> Error {
@@ -131,7 +177,8 @@ fn bad(origin: &str, what: impl std::fmt::Display) -> Error {
 }
 
 impl Bundle {
-    /// Read and verify a bundle file.
+    /// Read a bundle file, verifying its header, table of contents and index (the other
+    /// sections are verified when first used).
     pub fn open(path: impl AsRef<Path>) -> Result<Bundle> {
         let path = path.as_ref();
         let origin = path.display().to_string();
@@ -139,7 +186,8 @@ impl Bundle {
         Bundle::parse(Cow::Owned(bytes), origin)
     }
 
-    /// A bundle embedded in the binary (`include_bytes!("app.caijit")`), verified.
+    /// A bundle embedded in the binary (`include_bytes!("app.caijit")`), verified as
+    /// [`Bundle::open`] does.
     pub fn from_bytes(bytes: &'static [u8]) -> Result<Bundle> {
         Bundle::parse(Cow::Borrowed(bytes), "<embedded>".into())
     }
@@ -154,7 +202,7 @@ impl Bundle {
         if b.len() < 8 || &b[..8] != MAGIC {
             return Err(bad(&origin, "is not a caijit bundle (its first bytes are not \"CAIJITBN\")"));
         }
-        if b.len() < 16 + DIGEST {
+        if b.len() < HEADER {
             return Err(bad(&origin, format!("is truncated ({} bytes)", b.len())));
         }
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap_or_default());
@@ -170,44 +218,53 @@ impl Bundle {
             ));
         }
         let count = u32_at(12) as usize;
-        let body_end = b.len() - DIGEST;
-        let mut sections = Vec::new();
-        let mut at = 16;
+        let toc_end = HEADER + count.saturating_mul(TOC_ENTRY);
+        if toc_end.saturating_add(DIGEST) > b.len() {
+            return Err(bad(&origin, format!("is truncated (its table of contents of {count} sections is cut off)")));
+        }
+        let toc_sha256: [u8; DIGEST] = Sha256::digest(&b[..toc_end]).into();
+        if b[toc_end..toc_end + DIGEST] != toc_sha256 {
+            return Err(bad(&origin, "is corrupt (the SHA-256 checksum of its table of contents does not match)"));
+        }
+        // Sections follow the table one after the other, up to the end of the file.
+        let mut sections = Vec::with_capacity(count);
+        let mut at = toc_end + DIGEST;
         for i in 0..count {
-            if at + SECTION_HEADER > body_end {
-                return Err(bad(&origin, format!("is truncated (section {i} of {count} is missing)")));
+            let e = HEADER + i * TOC_ENTRY;
+            let (kind, flags, start, stored, len) = (u32_at(e), u32_at(e + 4), u64_at(e + 8), u64_at(e + 16), u64_at(e + 24));
+            if start != at as u64 || len > MAX_SECTION || flags & !FLAG_DEFLATE != 0 || (flags & FLAG_DEFLATE == 0 && stored != len) {
+                return Err(bad(&origin, format!("is corrupt (section {i}'s entry in the table of contents is not valid)")));
             }
-            let (kind, flags, stored, len) = (u32_at(at), u32_at(at + 4), u64_at(at + 8), u64_at(at + 16));
-            at += SECTION_HEADER;
-            if stored > (body_end - at) as u64 {
-                return Err(bad(&origin, format!("is truncated (section {i} of {count} ends past the file)")));
+            if stored > (b.len() - at) as u64 {
+                return Err(bad(&origin, format!("is truncated (section {i} of {count} ends past the end of the file)")));
             }
-            if len > MAX_SECTION || flags & !FLAG_DEFLATE != 0 || (flags & FLAG_DEFLATE == 0 && stored != len) {
-                return Err(bad(&origin, format!("is corrupt (section {i}'s header is not valid)")));
-            }
-            sections.push((kind, flags, at, stored as usize, len));
+            let sha256 = b[e + 32..e + 64].try_into().unwrap_or_default();
+            sections.push(Section { kind, flags, start: at, stored: stored as usize, len, sha256 });
             at += stored as usize;
         }
-        if at != body_end {
-            return Err(bad(&origin, "is corrupt or truncated (its sections do not end where its checksum starts)"));
+        if at != b.len() {
+            return Err(bad(&origin, "is corrupt (its sections do not end where the file does)"));
         }
-        if Sha256::digest(&b[..body_end]).as_slice() != &b[body_end..] {
-            return Err(bad(&origin, "is corrupt (its SHA-256 checksum does not match its contents)"));
-        }
-        let mut bundle =
-            Bundle { origin, data, sections, nvrtc: String::new(), nvrtc_build: String::new(), archs: vec![], programs: vec![] };
+        let mut bundle = Bundle {
+            origin,
+            data,
+            sections,
+            toc_sha256,
+            nvrtc: String::new(),
+            nvrtc_build: String::new(),
+            archs: vec![],
+            programs: vec![],
+            details: vec![],
+        };
         bundle.read_index()?;
         Ok(bundle)
     }
 
     fn read_index(&mut self) -> Result<()> {
-        let first = self.sections.first().map(|s| s.0);
-        if first != Some(SECTION_INDEX) {
+        if self.sections.first().map(|s| s.kind) != Some(SECTION_INDEX) {
             return Err(bad(&self.origin, "is corrupt (its first section is not the index)"));
         }
-        let text = self.section(0)?;
-        let index: Value =
-            serde_json::from_slice(&text).map_err(|e| bad(&self.origin, format!("is corrupt (its index is not JSON: {e})")))?;
+        let index = self.json_section(0, "index")?;
         let origin = self.origin.clone();
         let corrupt = |what: &str| bad(&origin, format!("is corrupt (its index has no valid {what})"));
         let made_by = index["caijit"].as_str().ok_or_else(|| corrupt("caijit version"))?;
@@ -229,26 +286,16 @@ impl Bundle {
             .filter_map(|a| a.as_u64())
             .map(|a| a as u32)
             .collect();
-        let strings = |v: &Value, what: &str| -> Result<Vec<String>> {
-            v.as_array().ok_or_else(|| corrupt(what))?.iter().map(|s| s.as_str().map(str::to_owned).ok_or_else(|| corrupt(what))).collect()
-        };
-        let section_of = |v: &Value, kinds: &[u32], what: &str| -> Result<usize> {
+        let section_of = |v: &Value, kind: u32, what: &str| -> Result<usize> {
             let i = v.as_u64().ok_or_else(|| corrupt(what))? as usize;
             match self.sections.get(i) {
-                Some(s) if kinds.contains(&s.0) => Ok(i),
+                Some(s) if s.kind == kind => Ok(i),
                 _ => Err(corrupt(what)),
             }
         };
         let mut programs = Vec::new();
-        for p in index["programs"].as_array().ok_or_else(|| corrupt("program list"))? {
+        for (position, p) in index["programs"].as_array().ok_or_else(|| corrupt("program list"))?.iter().enumerate() {
             let text = |k: &str| p[k].as_str().map(str::to_owned).ok_or_else(|| corrupt(k));
-            let mut lowered = Vec::new();
-            for pair in p["lowered"].as_array().ok_or_else(|| corrupt("lowered names"))? {
-                match pair.as_array().map(Vec::as_slice) {
-                    Some([Value::String(e), Value::String(l)]) => lowered.push((e.clone(), l.clone())),
-                    _ => return Err(corrupt("lowered names")),
-                }
-            }
             let mut images = Vec::new();
             for im in p["images"].as_array().ok_or_else(|| corrupt("images"))? {
                 let kind = match im["kind"].as_str() {
@@ -260,11 +307,42 @@ impl Bundle {
                 images.push(ImageRef {
                     arch: im["arch"].as_u64().ok_or_else(|| corrupt("image architecture"))? as u32,
                     kind,
-                    section: section_of(&im["section"], &[want], "image section")?,
+                    section: section_of(&im["section"], want, "image section")?,
                 });
             }
+            programs.push(BundledProgram {
+                key: text("key")?,
+                family: text("family")?,
+                name: text("name")?,
+                name_expressions: strings(&p["name_expressions"]).ok_or_else(|| corrupt("name expressions"))?,
+                kernel_names: strings(&p["kernels"]).ok_or_else(|| corrupt("kernel names"))?,
+                description_section: section_of(&p["description_section"], SECTION_PROGRAM, "description section")?,
+                entries_section: section_of(&p["entries_section"], SECTION_ENTRIES, "entries section")?,
+                images,
+                position,
+            });
+        }
+        self.details = programs.iter().map(|_| OnceLock::new()).collect();
+        self.programs = programs;
+        Ok(())
+    }
+
+    /// What the bundle says of `program` beyond its index entry: its description section,
+    /// verified and read at the first call.
+    pub fn details(&self, program: &BundledProgram) -> Result<&ProgramDetails> {
+        let read = || -> Result<ProgramDetails> {
+            let d = self.json_section(program.description_section, "program description")?;
+            let corrupt = |what: &str| bad(&self.origin, format!("is corrupt (the description of {} has no valid {what})", program.name));
+            let text = |k: &str| d[k].as_str().map(str::to_owned).ok_or_else(|| corrupt(k));
+            let mut lowered = Vec::new();
+            for pair in d["lowered"].as_array().ok_or_else(|| corrupt("lowered names"))? {
+                match pair.as_array().map(Vec::as_slice) {
+                    Some([Value::String(e), Value::String(l)]) => lowered.push((e.clone(), l.clone())),
+                    _ => return Err(corrupt("lowered names")),
+                }
+            }
             let mut kernels = Vec::new();
-            for k in p["kernels"].as_array().ok_or_else(|| corrupt("kernels"))? {
+            for k in d["kernels"].as_array().ok_or_else(|| corrupt("kernels"))? {
                 let mut params = Vec::new();
                 for q in k["params"].as_array().ok_or_else(|| corrupt("parameters"))? {
                     params.push(ParamSummary {
@@ -280,41 +358,54 @@ impl Bundle {
                     params,
                 });
             }
-            programs.push(BundledProgram {
-                key: text("key")?,
-                family: text("family")?,
-                name: text("name")?,
+            Ok(ProgramDetails {
                 source_sha256: text("source_sha256")?,
-                options: strings(&p["options"], "options")?,
-                name_expressions: strings(&p["name_expressions"], "name expressions")?,
-                nvrtc_options: strings(&p["nvrtc_options"], "NVRTC options")?,
+                options: strings(&d["options"]).ok_or_else(|| corrupt("options"))?,
+                nvrtc_options: strings(&d["nvrtc_options"]).ok_or_else(|| corrupt("NVRTC options"))?,
                 lowered,
-                entries_section: section_of(&p["entries_section"], &[SECTION_ENTRIES], "entries section")?,
-                images,
                 kernels,
-            });
-        }
-        self.programs = programs;
-        Ok(())
+            })
+        };
+        let cell = self.details.get(program.position).ok_or_else(|| bad(&self.origin, format!("has no program {}", program.name)))?;
+        cell.get_or_init(|| read().map_err(|e| e.to_string())).as_ref().map_err(|e| Error::Bundle(e.clone()))
     }
 
-    /// Section `i`'s bytes, inflated.
+    /// Section `i`'s bytes, its checksum verified, inflated.
     fn section(&self, i: usize) -> Result<Vec<u8>> {
-        let &(_, flags, start, stored, len) = self.sections.get(i).ok_or_else(|| bad(&self.origin, format!("has no section {i}")))?;
-        let raw = &self.data[start..start + stored];
-        if flags & FLAG_DEFLATE == 0 {
+        let s = *self.sections.get(i).ok_or_else(|| bad(&self.origin, format!("has no section {i}")))?;
+        let raw = &self.data[s.start..s.start + s.stored];
+        if Sha256::digest(raw).as_slice() != s.sha256 {
+            return Err(bad(&self.origin, format!("is corrupt (the SHA-256 checksum of section {i} does not match its contents)")));
+        }
+        if s.flags & FLAG_DEFLATE == 0 {
             return Ok(raw.to_vec());
         }
-        let out = miniz_oxide::inflate::decompress_to_vec_with_limit(raw, len as usize)
+        let out = miniz_oxide::inflate::decompress_to_vec_with_limit(raw, s.len as usize)
             .map_err(|e| bad(&self.origin, format!("is corrupt (section {i} does not inflate: {e:?})")))?;
-        if out.len() as u64 != len {
-            return Err(bad(&self.origin, format!("is corrupt (section {i} inflates to {} bytes, not {len})", out.len())));
+        if out.len() as u64 != s.len {
+            return Err(bad(&self.origin, format!("is corrupt (section {i} inflates to {} bytes, not {})", out.len(), s.len)));
         }
         Ok(out)
     }
 
     fn text_section(&self, i: usize) -> Result<String> {
         String::from_utf8(self.section(i)?).map_err(|_| bad(&self.origin, format!("is corrupt (section {i} is not UTF-8 text)")))
+    }
+
+    fn json_section(&self, i: usize, what: &str) -> Result<Value> {
+        serde_json::from_slice(&self.section(i)?).map_err(|e| bad(&self.origin, format!("is corrupt (its {what} is not JSON: {e})")))
+    }
+
+    /// Verify every section's checksum (and that it inflates), as a use of each would: what
+    /// `python -m caijit bundle info` and baking do; loading verifies sections lazily.
+    pub fn verify(&self) -> Result<()> {
+        for i in 0..self.sections.len() {
+            self.section(i)?;
+        }
+        for p in &self.programs {
+            self.details(p)?;
+        }
+        Ok(())
     }
 
     /// The file it was read from (`<embedded>` for [`Bundle::from_bytes`]).
@@ -389,9 +480,16 @@ impl Bundle {
         }
     }
 
+    /// The SHA-256 of `image`'s section as stored (what names its contents: the table of
+    /// contents records it, and a use verifies it).
+    pub fn image_sha256(&self, image: &ImageRef) -> [u8; DIGEST] {
+        self.sections.get(image.section).map_or([0; DIGEST], |s| s.sha256)
+    }
+
     /// A listing: the bundle's versions, architectures, and each program's kernels with
-    /// their parameters (`python -m caijit bundle info`).
-    pub fn describe(&self) -> String {
+    /// their parameters (`python -m caijit bundle info`). Reads every program's
+    /// description (an error if one is damaged).
+    pub fn describe(&self) -> Result<String> {
         let mut s = format!(
             "{}: caijit bundle format {FORMAT_VERSION}, caijit {CAIJIT_VERSION}, NVRTC {} (build {})\narchitectures: {}\n",
             self.origin,
@@ -405,22 +503,23 @@ impl Bundle {
                 .images
                 .iter()
                 .map(|i| {
-                    let size = self.sections.get(i.section).map_or(0, |s| s.4);
+                    let size = self.sections.get(i.section).map_or(0, |s| s.len);
                     match i.kind {
                         ImageKind::Cubin => format!("sm_{} cubin {size} B", i.arch),
                         ImageKind::Ptx => format!("compute_{} ptx {size} B", i.arch),
                     }
                 })
                 .collect();
+            let d = self.details(p)?;
             s.push_str(&format!(
                 "\nprogram {} (key {}, source sha256 {})\n  options: {:?}\n  images: {}\n",
                 p.name,
                 &p.key[..p.key.len().min(16)],
-                &p.source_sha256[..p.source_sha256.len().min(16)],
-                p.options,
+                &d.source_sha256[..d.source_sha256.len().min(16)],
+                d.options,
                 images.join(", ")
             ));
-            for k in &p.kernels {
+            for k in &d.kernels {
                 let params: Vec<String> = k
                     .params
                     .iter()
@@ -429,15 +528,15 @@ impl Bundle {
                 s.push_str(&format!("  kernel {}({})\n", k.name, params.join(", ")));
             }
         }
-        s
+        Ok(s)
     }
 }
 
 /// One program to write into a bundle.
 #[derive(Clone, Debug, Default)]
 pub struct ProgramBlobs {
-    /// The program's description in the index (`key`, `name`, … as `docs/bundles.md` lists;
-    /// `images` and `entries_section` are filled in by [`write()`]).
+    /// The program's description (`key`, `name`, … as `docs/bundles.md` lists): its own
+    /// section; [`write()`] puts what lookups need into the index.
     pub description: Value,
     pub entries: String,
     /// `(arch, CUBIN)`.
@@ -450,11 +549,18 @@ pub struct ProgramBlobs {
 /// baked. Sections are compressed (raw DEFLATE) where that makes them smaller.
 pub fn write(nvrtc: &str, nvrtc_build: &str, archs: &[u32], programs: Vec<ProgramBlobs>) -> Vec<u8> {
     let mut sections: Vec<(u32, Vec<u8>)> = vec![(SECTION_INDEX, Vec::new())];
-    let mut described = Vec::new();
+    let mut listed = Vec::new();
     for p in programs {
-        let mut d = p.description;
+        let d = p.description;
+        let kernel_names: Vec<&Value> = d["kernels"].as_array().map(|ks| ks.iter().map(|k| &k["name"]).collect()).unwrap_or_default();
+        let mut entry = json!({
+            "key": d["key"], "family": d["family"], "name": d["name"], "name_expressions": d["name_expressions"],
+            "kernels": kernel_names,
+        });
+        sections.push((SECTION_PROGRAM, serde_json::to_vec(&d).unwrap_or_default()));
+        entry["description_section"] = json!(sections.len() - 1);
         sections.push((SECTION_ENTRIES, p.entries.into_bytes()));
-        d["entries_section"] = json!(sections.len() - 1);
+        entry["entries_section"] = json!(sections.len() - 1);
         let mut images = Vec::new();
         for (arch, cubin) in p.cubins {
             sections.push((SECTION_CUBIN, cubin));
@@ -464,8 +570,8 @@ pub fn write(nvrtc: &str, nvrtc_build: &str, archs: &[u32], programs: Vec<Progra
             sections.push((SECTION_PTX, ptx.into_bytes()));
             images.push(json!({"arch": arch, "kind": "ptx", "section": sections.len() - 1}));
         }
-        d["images"] = Value::Array(images);
-        described.push(d);
+        entry["images"] = Value::Array(images);
+        listed.push(entry);
     }
     let index = json!({
         "format": FORMAT_VERSION,
@@ -473,24 +579,40 @@ pub fn write(nvrtc: &str, nvrtc_build: &str, archs: &[u32], programs: Vec<Progra
         "nvrtc": nvrtc,
         "nvrtc_build": nvrtc_build,
         "archs": archs,
-        "programs": described,
+        "programs": listed,
     });
-    sections[0].1 = serde_json::to_vec_pretty(&index).unwrap_or_default();
+    sections[0].1 = serde_json::to_vec(&index).unwrap_or_default();
+    let stored: Vec<(u32, u32, Vec<u8>, u64)> = sections
+        .into_iter()
+        .map(|(kind, raw)| {
+            let packed = miniz_oxide::deflate::compress_to_vec(&raw, 9);
+            let len = raw.len() as u64;
+            if packed.len() < raw.len() {
+                (kind, FLAG_DEFLATE, packed, len)
+            } else {
+                (kind, 0, raw, len)
+            }
+        })
+        .collect();
     let mut out = Vec::new();
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-    out.extend_from_slice(&(sections.len() as u32).to_le_bytes());
-    for (kind, raw) in sections {
-        let packed = miniz_oxide::deflate::compress_to_vec(&raw, 9);
-        let (flags, stored) = if packed.len() < raw.len() { (FLAG_DEFLATE, packed) } else { (0, raw.clone()) };
+    out.extend_from_slice(&(stored.len() as u32).to_le_bytes());
+    let mut offset = (HEADER + stored.len() * TOC_ENTRY + DIGEST) as u64;
+    for (kind, flags, bytes, len) in &stored {
         out.extend_from_slice(&kind.to_le_bytes());
         out.extend_from_slice(&flags.to_le_bytes());
-        out.extend_from_slice(&(stored.len() as u64).to_le_bytes());
-        out.extend_from_slice(&(raw.len() as u64).to_le_bytes());
-        out.extend_from_slice(&stored);
+        out.extend_from_slice(&offset.to_le_bytes());
+        out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(Sha256::digest(bytes).as_slice());
+        offset += bytes.len() as u64;
     }
-    let digest = Sha256::digest(&out);
-    out.extend_from_slice(digest.as_slice());
+    let toc = Sha256::digest(&out);
+    out.extend_from_slice(toc.as_slice());
+    for (_, _, bytes, _) in stored {
+        out.extend_from_slice(&bytes);
+    }
     out
 }
 
@@ -523,7 +645,7 @@ static FROM_ENV: OnceLock<std::result::Result<(), String>> = OnceLock::new();
 /// before it). A bundle already loaded (same origin and contents) is not added twice.
 pub fn install(bundle: Bundle) -> Arc<Bundle> {
     let mut loaded = LOADED.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(same) = loaded.iter().find(|b| b.origin == bundle.origin && b.data == bundle.data) {
+    if let Some(same) = loaded.iter().find(|b| b.origin == bundle.origin && b.toc_sha256 == bundle.toc_sha256) {
         return same.clone();
     }
     let b = Arc::new(bundle);
@@ -531,7 +653,7 @@ pub fn install(bundle: Bundle) -> Arc<Bundle> {
     b
 }
 
-/// Read, verify and install the bundle at `path`.
+/// Read and install the bundle at `path` ([`Bundle::open`]).
 pub fn load(path: impl AsRef<Path>) -> Result<Arc<Bundle>> {
     Ok(install(Bundle::open(path)?))
 }
@@ -605,7 +727,8 @@ mod tests {
         assert_eq!(b.find("other", &family, &[]).map(|p| &p.key), Some(&p.key));
         assert!(b.find("other", &family, &["k<int>".to_string()]).is_none());
         assert!(b.find("other", "other", &float).is_none());
-        assert_eq!(p.lowered, vec![("k<float>".to_string(), "_Z1kIfEvPT_".to_string())]);
+        assert_eq!(p.kernel_names, ["k<float>"]);
+        assert_eq!(b.details(p).unwrap().lowered, vec![("k<float>".to_string(), "_Z1kIfEvPT_".to_string())]);
         assert!(b.entries(p).unwrap().contains(".param .u64"));
         // sm_86 runs the sm_80 CUBIN, sm_90 its own, sm_100 JITs the PTX.
         let (im, bytes) = b.image(p, 86).unwrap();
@@ -615,7 +738,8 @@ mod tests {
         assert_eq!((im.kind, bytes), (ImageKind::Ptx, b"// ptx for compute_90".to_vec()));
         let e = b.image(p, 75).unwrap_err().to_string();
         assert!(e.contains("no code for this device's architecture sm_75") && e.contains("sm_80, sm_90"), "{e}");
-        assert!(b.describe().contains("kernel k<float>(float* x @0+8)"), "{}", b.describe());
+        let listing = b.describe().unwrap();
+        assert!(listing.contains("kernel k<float>(float* x @0+8)"), "{listing}");
         // Compressed: 8000 bytes of CUBIN take far less.
         assert!(sample().len() < 2000);
     }
@@ -629,31 +753,65 @@ mod tests {
             assert!(e.contains("truncated") || e.contains("not a caijit bundle") || e.contains("corrupt"), "{cut}: {e}");
         }
         assert!(err(good[..good.len() / 2].to_vec()).contains("truncated"));
-        let mut flipped = good.clone();
-        let mid = flipped.len() / 2;
-        flipped[mid] ^= 1;
-        assert!(err(flipped).contains("checksum"));
+        let flip = |at: usize| {
+            let mut b = good.clone();
+            b[at] ^= 1;
+            b
+        };
+        // The table of contents, and the index: refused at load.
+        assert!(err(flip(HEADER + 3)).contains("checksum of its table of contents"));
+        let index = Bundle::from_vec(good.clone(), "t").unwrap().sections[0];
+        assert!(err(flip(index.start + 1)).contains("checksum of section 0"));
         let mut version = good.clone();
         version[8] = 9;
         assert!(err(version).contains("format version 9"));
         assert!(err(b"ELF\x7f not a bundle at all, but long enough for a header".to_vec()).contains("not a caijit bundle"));
         // Another caijit version's bundle, correctly sealed.
-        let other = write_with_version("0.0.0-other");
+        let other = write_index(json!({"format": FORMAT_VERSION, "caijit": "0.0.0-other", "archs": [], "programs": []}));
         assert!(err(other).contains("was built by caijit 0.0.0-other"));
     }
 
-    fn write_with_version(v: &str) -> Vec<u8> {
-        let index = serde_json::to_vec(&json!({"format": 1, "caijit": v, "archs": [], "programs": []})).unwrap();
+    /// A section is verified when it is used, not at load: a damaged CUBIN of one
+    /// architecture costs nothing until that architecture's code is asked for, and is an
+    /// error naming the section then.
+    #[test]
+    fn sections_are_verified_when_first_used() {
+        let good = sample();
+        let b = Bundle::from_vec(good.clone(), "t").unwrap();
+        let p = &b.programs()[0];
+        let sm80 = b.sections[p.images[0].section];
+        let mut damaged = good.clone();
+        damaged[sm80.start + sm80.stored / 2] ^= 1;
+        let d = Bundle::from_vec(damaged, "d").expect("loading reads the index only");
+        let p = &d.programs()[0];
+        assert_eq!(d.image(p, 90).unwrap().1, vec![9; 4000]);
+        let e = d.image(p, 86).unwrap_err().to_string();
+        assert!(e.contains(&format!("is corrupt (the SHA-256 checksum of section {} does not match", p.images[0].section)), "{e}");
+        assert!(d.verify().is_err() && b.verify().is_ok());
+        // A damaged description: the program's details, and the listing, say so.
+        let description = b.sections[b.programs()[0].description_section];
+        let mut damaged = good;
+        damaged[description.start + 1] ^= 1;
+        let d = Bundle::from_vec(damaged, "d").unwrap();
+        assert!(d.details(&d.programs()[0]).unwrap_err().to_string().contains("checksum"));
+        assert!(d.describe().is_err());
+    }
+
+    /// A bundle of one index section and no program.
+    fn write_index(index: Value) -> Vec<u8> {
+        let raw = serde_json::to_vec(&index).unwrap();
         let mut out = MAGIC.to_vec();
         out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
         out.extend_from_slice(&1u32.to_le_bytes());
         out.extend_from_slice(&SECTION_INDEX.to_le_bytes());
         out.extend_from_slice(&0u32.to_le_bytes());
-        out.extend_from_slice(&(index.len() as u64).to_le_bytes());
-        out.extend_from_slice(&(index.len() as u64).to_le_bytes());
-        out.extend_from_slice(&index);
-        let d = Sha256::digest(&out);
-        out.extend_from_slice(d.as_slice());
+        out.extend_from_slice(&((HEADER + TOC_ENTRY + DIGEST) as u64).to_le_bytes());
+        out.extend_from_slice(&(raw.len() as u64).to_le_bytes());
+        out.extend_from_slice(&(raw.len() as u64).to_le_bytes());
+        out.extend_from_slice(Sha256::digest(&raw).as_slice());
+        let toc = Sha256::digest(&out);
+        out.extend_from_slice(toc.as_slice());
+        out.extend_from_slice(&raw);
         out
     }
 

@@ -478,6 +478,14 @@ pub fn with_name_expressions(mut program: Program, exprs: impl IntoIterator<Item
     program.including(&headers)
 }
 
+/// The programs that make the instances `instances` (name expressions as caijit spells a
+/// deduced instance: `axpy<float>`, `k<float, 4>`) of `program`: each exactly what a launch
+/// of that instance, named or deduced, compiles (with the headers its types need). A
+/// bundle baked from them serves those launches.
+pub fn instance_programs(program: &Program, instances: &[String]) -> Result<Vec<Program>> {
+    instances.iter().map(|e| Ok(Dispatcher::new(program.clone(), Some(e))?.instance_for(&[])?.0)).collect()
+}
+
 /// Which device a launch on `args` runs on: the device of its first non-empty array, else
 /// the stream's, else 0 (without asking the driver when there is one device).
 pub fn launch_device(args: &[Arg<'_>], stream: Option<&Stream>) -> Result<usize> {
@@ -591,5 +599,60 @@ mod tests {
         let p = with_name_expressions(Program::new("__global__ void k() {}"), ["k<__half>".to_string(), "k<float>".to_string()]);
         assert_eq!(p.name_expressions, ["k<__half>", "k<float>"]);
         assert!(p.source.starts_with("#include <cuda_fp16.h>\n#line 1\n"), "{}", p.source);
+    }
+
+    fn chosen_program(d: &Dispatcher, array: ArgType) -> Program {
+        d.instance_for(&[ArgType::UntypedScalar, array, array, ArgType::UntypedScalar]).unwrap().0
+    }
+
+    /// A bundle made here, by hand, as `bake` writes one (fake CUBIN bytes: nothing is
+    /// loaded on a device): the bundled instances of a template are deduced, found by the
+    /// bundle key and laid out from the bundle's `.entry` declarations, with no NVRTC (the
+    /// build without the `nvrtc` feature runs this too).
+    #[test]
+    fn a_template_is_deduced_and_laid_out_from_a_bundle_without_nvrtc() {
+        use crate::bundle::{self, Bundle, ProgramBlobs};
+        use crate::compile::{bundle_key, family_key, CacheSource};
+        use serde_json::json;
+        let src = "// dispatched from a bundle\ntemplate <typename T> __global__ void axpy(T a, const T* x, T* y, long long n) {}";
+        let program = Program::new(src).name("axpy_bundled.cu");
+        let exprs = ["axpy<float>", "axpy<double>"];
+        let lowered = ["_Z4axpyIfEvT_PKS0_PS0_x", "_Z4axpyIdEvT_PKS0_PS0_x"];
+        let whole = exprs.iter().fold(program.clone(), |p, e| p.name_expression(*e));
+        let entries: String = lowered
+            .iter()
+            .zip([".f32", ".f64"])
+            .map(|(l, a)| format!(".entry {l}(\n.param {a} {l}_param_0,\n.param .u64 {l}_param_1,\n.param .u64 {l}_param_2,\n.param .u64 {l}_param_3\n)\n"))
+            .collect();
+        let blobs = ProgramBlobs {
+            description: json!({
+                "key": bundle_key(&whole).unwrap().unwrap(), "family": family_key(&whole).unwrap().unwrap(),
+                "name": "axpy_bundled.cu", "source_sha256": "", "options": [], "defines": [], "name_expressions": exprs,
+                "nvrtc_options": [], "lowered": exprs.iter().zip(lowered).map(|(e, l)| json!([e, l])).collect::<Vec<_>>(), "kernels": [],
+            }),
+            entries,
+            cubins: vec![(90, b"\x7fELF, not really".to_vec())],
+            ptx: None,
+        };
+        bundle::install(Bundle::from_vec(bundle::write("13.0", "none", &[90], vec![blobs]), "by-hand.caijit").unwrap());
+
+        let axpy = Dispatcher::new(program, Some("axpy")).unwrap();
+        let f64s = ArgType::Array { dtype: DType::F64, rank: 1 };
+        let chosen = axpy.select(Arch(90), &[ArgType::UntypedScalar, f64s, f64s, ArgType::UntypedScalar]).unwrap();
+        assert_eq!((chosen.name.as_str(), chosen.compiled.source), ("axpy<double>", CacheSource::Bundle));
+        let params: Vec<(&str, usize, usize)> =
+            chosen.info().unwrap().params.iter().map(|p| (p.cpp_type.as_str(), p.offset, p.size)).collect();
+        assert_eq!(params, [("double", 0, 8), ("const double*", 8, 8), ("double*", 16, 8), ("long long", 24, 8)]);
+        let f32s = ArgType::Array { dtype: DType::F32, rank: 1 };
+        let chosen = axpy.select(Arch(90), &[ArgType::TypedScalar(DType::F32), f32s, f32s, ArgType::UntypedScalar]).unwrap();
+        assert_eq!(chosen.info().unwrap().params[0].cpp_type, "float");
+        // What `bundle build --instance` bakes is what these launches look up.
+        let baked = instance_programs(axpy.program(), &["axpy<double>".to_string()]).unwrap();
+        assert_eq!(baked, [chosen_program(&axpy, f64s)]);
+        // No code for sm_80 and, without NVRTC, nothing to compile it with: an error, not a guess.
+        if crate::compile::toolkit().is_err() {
+            let e = axpy.select(Arch(80), &[ArgType::UntypedScalar, f64s, f64s, ArgType::UntypedScalar]).unwrap_err().to_string();
+            assert!(e.contains("no code for this device's architecture sm_80"), "{e}");
+        }
     }
 }

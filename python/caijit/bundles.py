@@ -30,9 +30,11 @@ OPS_ARCHS = ["sm_80", "sm_90", "sm_100", "sm_120"]
 
 
 def load_bundle(path: PathLike) -> dict[str, Any]:
-    """Read and verify the bundle at ``path`` and look every later kernel instance up in it
-    (before compiling). Returns a summary: ``path``, ``archs``, ``nvrtc``, ``programs``,
-    ``kernels``. A corrupt, truncated or other-version file raises :class:`caijit.BundleError`."""
+    """Read the bundle at ``path`` (its table of contents and index are verified now, a
+    program's other sections when one of its instances is first looked up) and look every
+    later kernel instance up in it (before compiling). Returns a summary: ``path``,
+    ``archs``, ``nvrtc``, ``programs``, ``kernels``. A corrupt, truncated or other-version
+    file raises :class:`caijit.BundleError`."""
     return _native.load_bundle(os.fspath(path))
 
 
@@ -53,7 +55,8 @@ def record(path: PathLike) -> Iterator[None]:
 
 
 def bundle_info(path: PathLike) -> str:
-    """The listing ``python -m caijit bundle info`` prints (the file is verified, not loaded)."""
+    """The listing ``python -m caijit bundle info`` prints (every section is verified; the
+    bundle is not loaded)."""
     return _native.bundle_info(os.fspath(path))
 
 
@@ -67,10 +70,13 @@ def build(
     jobs: Optional[int] = None,
     progress: bool = False,
     ops: bool = False,
+    instances: Optional[list[str]] = None,
 ) -> tuple[int, int, int]:
     """Compile every instance of ``manifests`` (one or several) and every kernel of
     ``files`` for ``archs`` into the bundle ``output``; returns ``(programs read, programs
     in the bundle, bytes)`` (the instances of one source are compiled as one program).
+    ``instances``: template instances (name expressions, ``"axpy<float>"``) to compile
+    from every file of ``files``, as a launch that deduces them looks them up.
     ``ops``: also every instance of the kernel library (``caijit.ops``). Needs NVRTC."""
     if manifests is None:
         manifests = []
@@ -85,6 +91,7 @@ def build(
         jobs=jobs,
         progress=progress,
         ops=ops,
+        instances=list(instances or []),
     )
 
 
@@ -94,6 +101,7 @@ EPILOG = """examples:
   CAIJIT_RECORD=manifest.json python app.py
   python -m caijit bundle build manifest.json --arch sm_80,sm_90,sm_100,sm_120 -o app.caijit
   python -m caijit bundle build kernels.cu --arch sm_90 -o kernels.caijit
+  python -m caijit bundle build axpy.cu --instance 'axpy<float>' --instance 'axpy<double>' --arch sm_90 -o axpy.caijit
   python -m caijit bundle info app.caijit
   CAIJIT_BUNDLES=app.caijit python app.py"""
 
@@ -111,6 +119,13 @@ def add_parser(sub: Any, fmt: Any) -> None:
     bs = b.add_subparsers(dest="bundle_cmd", metavar="ACTION", required=True)
     build_p = bs.add_parser("build", help="compile a manifest's instances (and .cu files) into a bundle")
     build_p.add_argument("inputs", nargs="*", metavar="INPUT", help="manifests (recorded) and/or .cu files")
+    build_p.add_argument(
+        "--instance",
+        action="append",
+        default=[],
+        metavar="EXPR",
+        help="a template instance to compile from each .cu file given, e.g. --instance 'axpy<float>' (repeatable)",
+    )
     build_p.add_argument("--ops", action="store_true", help="also every instance of the kernel library (caijit.ops), every dtype")
     build_p.add_argument("--arch", required=True, metavar="ARCHS", help="comma-separated architectures, e.g. sm_80,sm_90,sm_100,sm_120")
     build_p.add_argument("--ptx", dest="ptx", action="store_true", default=True, help="also store PTX of the newest architecture (default)")
@@ -129,7 +144,15 @@ def run(args: argparse.Namespace) -> int:
     files = [i for i in args.inputs if i.endswith((".cu", ".cuh"))]
     archs = [a.strip() for a in args.arch.split(",") if a.strip()]
     read, baked, size = build(
-        manifests, files, archs, args.output, ptx=args.ptx, jobs=args.jobs, progress=sys.stderr.isatty(), ops=args.ops
+        manifests,
+        files,
+        archs,
+        args.output,
+        ptx=args.ptx,
+        jobs=args.jobs,
+        progress=sys.stderr.isatty(),
+        ops=args.ops,
+        instances=args.instance,
     )
     print(f"wrote {args.output}: {read} programs as {baked} for {', '.join(archs)}, {size} bytes")
     return 0

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use cai_runtime::bundle::{self, Bundle};
 use cai_runtime::compile::bake::{bake, BakeOptions};
 use cai_runtime::compile::{read_manifest, record_to, Arch, Program};
+use cai_runtime::dispatch::instance_programs;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -16,11 +17,12 @@ fn summary<'py>(py: Python<'py>, b: &Bundle) -> PyResult<Bound<'py, PyDict>> {
     d.set_item("archs", b.archs().iter().map(|a| format!("sm_{a}")).collect::<Vec<_>>())?;
     d.set_item("nvrtc", b.nvrtc_version())?;
     d.set_item("programs", b.programs().iter().map(|p| p.name.clone()).collect::<Vec<_>>())?;
-    d.set_item("kernels", b.programs().iter().flat_map(|p| p.kernels.iter().map(|k| k.name.clone())).collect::<Vec<_>>())?;
+    d.set_item("kernels", b.programs().iter().flat_map(|p| p.kernel_names.iter().cloned()).collect::<Vec<_>>())?;
     Ok(d)
 }
 
-/// Read, verify and load a bundle for every later compilation; its summary.
+/// Read (the table of contents and index verified) and load a bundle for every later
+/// compilation; its summary.
 #[pyfunction]
 pub fn load_bundle(py: Python<'_>, path: PathBuf) -> PyCaiResult<Bound<'_, PyDict>> {
     let b = py.detach(|| bundle::load(&path))?;
@@ -34,17 +36,23 @@ pub fn loaded_bundles(py: Python<'_>) -> PyCaiResult<Vec<Bound<'_, PyDict>>> {
     Ok(all.iter().map(|b| summary(py, b)).collect::<PyResult<_>>()?)
 }
 
-/// A bundle's listing (`python -m caijit bundle info`); the file is verified, not loaded.
+/// A bundle's listing (`python -m caijit bundle info`); every section is verified, and the
+/// bundle is not loaded.
 #[pyfunction]
 pub fn bundle_info(py: Python<'_>, path: PathBuf) -> PyCaiResult<String> {
-    Ok(py.detach(|| Bundle::open(&path).map(|b| b.describe()))?)
+    Ok(py.detach(|| {
+        let b = Bundle::open(&path)?;
+        b.verify()?;
+        b.describe()
+    })?)
 }
 
-/// Bake the programs of `manifests` (and with `ops`, every instance of the kernel library) and of `files` (every kernel of each) for
-/// `archs` into `output`; returns the number of programs read, the number in the bundle
-/// (programs of one source are merged) and the file's size.
+/// Bake the programs of `manifests` (and with `ops`, every instance of the kernel library) and of `files` (every kernel of each,
+/// and the template instances `instances` names) for `archs` into `output`; returns the
+/// number of programs read, the number in the bundle (programs of one source are merged)
+/// and the file's size.
 #[pyfunction]
-#[pyo3(signature = (manifests, files, archs, output, ptx = true, jobs = None, progress = false, ops = false))]
+#[pyo3(signature = (manifests, files, archs, output, ptx = true, jobs = None, progress = false, ops = false, instances = vec![]))]
 #[allow(clippy::too_many_arguments)]
 pub fn bundle_build(
     py: Python<'_>,
@@ -56,6 +64,7 @@ pub fn bundle_build(
     jobs: Option<usize>,
     progress: bool,
     ops: bool,
+    instances: Vec<String>,
 ) -> PyCaiResult<(usize, usize, usize)> {
     Ok(py.detach(|| -> cai_runtime::Result<(usize, usize, usize)> {
         let archs = archs.iter().map(|a| Arch::parse(a)).collect::<cai_runtime::Result<Vec<_>>>()?;
@@ -64,7 +73,9 @@ pub fn bundle_build(
             programs.extend(read_manifest(m)?);
         }
         for f in &files {
-            programs.push(Program::from_file(f)?);
+            let file = Program::from_file(f)?;
+            programs.extend(instance_programs(&file, &instances)?);
+            programs.push(file);
         }
         if ops {
             programs.extend(cai_runtime::ops::library_programs());
@@ -77,6 +88,7 @@ pub fn bundle_build(
         std::fs::write(&output, &bytes)
             .map_err(|e| cai_runtime::Error::argument(format!("cannot write the bundle {}: {e}", output.display())))?;
         let written = Bundle::open(&output)?;
+        written.verify()?;
         Ok((programs.len(), written.programs().len(), bytes.len()))
     })?)
 }

@@ -69,6 +69,17 @@ def gpu_unavailable_reason() -> str | None:
     return None
 
 
+def nvrtc_missing() -> str | None:
+    """Why NVRTC cannot be used here (tests that compile or bake skip with it), or None."""
+    import caijit
+
+    try:
+        caijit._native.nvrtc_info()
+    except caijit.CudaNotAvailable as e:
+        return f"NVRTC is not installed: {str(e)[:80]}"
+    return None
+
+
 # Every compilation of the test run (in this process and in the subprocesses it starts,
 # which inherit os.environ) uses a temporary disk cache, not the user's ~/.cache/caijit;
 # a CAIJIT_CACHE_DIR set explicitly (scripts/gpu-run.sh) is kept. Set at import, before

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import nvrtc_missing
 
 import caijit
 
@@ -45,14 +46,6 @@ print(json.dumps(out))
 """
 
 NO_NVRTC = {"CAIJIT_NVRTC_PATH": "/nonexistent/libnvrtc.so", "CAIJIT_ARCH": "sm_90"}
-
-
-def nvrtc_missing() -> str | None:
-    try:
-        caijit._native.nvrtc_info()
-    except caijit.CudaNotAvailable as e:
-        return f"NVRTC is not installed: {str(e)[:80]}"
-    return None
 
 
 pytestmark = pytest.mark.skipif(nvrtc_missing() is not None, reason=str(nvrtc_missing()))
@@ -139,39 +132,49 @@ def test_a_device_without_code_in_the_bundle_is_an_error_naming_what_it_has(bake
 
 
 def read_sections(data: bytes) -> tuple[int, list[tuple[int, int, bytes, int]]]:
-    """docs/bundles.md's format, read with the standard library."""
+    """docs/bundles.md's format, read (and every checksum verified) with the standard library."""
     assert data[:8] == b"CAIJITBN"
     version, count = struct.unpack_from("<II", data, 8)
-    assert hashlib.sha256(data[:-32]).digest() == data[-32:]
-    at, sections = 16, []
-    for _ in range(count):
-        kind, flags, stored, length = struct.unpack_from("<IIQQ", data, at)
-        at += 24
+    toc_end = 16 + 64 * count
+    assert hashlib.sha256(data[:toc_end]).digest() == data[toc_end : toc_end + 32]
+    at, sections = toc_end + 32, []
+    for i in range(count):
+        kind, flags, offset, stored, length = struct.unpack_from("<IIQQQ", data, 16 + 64 * i)
+        digest = data[16 + 64 * i + 32 : 16 + 64 * (i + 1)]
+        assert offset == at and hashlib.sha256(data[at : at + stored]).digest() == digest
         sections.append((kind, flags, data[at : at + stored], length))
         at += stored
-    assert at == len(data) - 32
+    assert at == len(data)
     return version, sections
 
 
 def write_sections(version: int, sections: list[tuple[int, int, bytes, int]]) -> bytes:
-    out = bytearray(b"CAIJITBN" + struct.pack("<II", version, len(sections)))
+    toc, offset = bytearray(b"CAIJITBN" + struct.pack("<II", version, len(sections))), 16 + 64 * len(sections) + 32
     for kind, flags, stored, length in sections:
-        out += struct.pack("<IIQQ", kind, flags, len(stored), length) + stored
-    return bytes(out + hashlib.sha256(out).digest())
+        toc += struct.pack("<IIQQQ", kind, flags, offset, len(stored), length) + hashlib.sha256(stored).digest()
+        offset += len(stored)
+    return bytes(toc + hashlib.sha256(toc).digest() + b"".join(s for _, _, s, _ in sections))
+
+
+def inflated(section: tuple[int, int, bytes, int]) -> bytes:
+    _, flags, stored, length = section
+    raw = zlib.decompress(stored, -15) if flags & 1 else stored
+    assert len(raw) == length
+    return raw
 
 
 def test_the_format_is_readable_without_caijit(baked: tuple[Path, dict[str, Any]]) -> None:
     tmp, _ = baked
     version, sections = read_sections((tmp / "app.caijit").read_bytes())
-    assert version == 1
-    kind, flags, stored, length = sections[0]
-    index = json.loads(zlib.decompress(stored, -15) if flags & 1 else stored)
-    assert kind == 1 and index["caijit"] == caijit.__version__ and index["archs"] == [80, 90]
+    assert version == 2
+    index = json.loads(inflated(sections[0]))
+    assert sections[0][0] == 1 and index["caijit"] == caijit.__version__ and index["archs"] == [80, 90]
     for p in index["programs"]:
+        assert sections[p["description_section"]][0] == 5
+        description = json.loads(inflated(sections[p["description_section"]]))
+        assert description["key"] == p["key"] and [k["name"] for k in description["kernels"]] == p["kernels"]
         for image in p["images"]:
-            k, f, s, n = sections[image["section"]]
-            raw = zlib.decompress(s, -15) if f & 1 else s
-            assert len(raw) == n
+            raw = inflated(sections[image["section"]])
             assert raw.startswith(b"\x7fELF") if image["kind"] == "cubin" else b".target sm_90" in raw
 
 
@@ -186,16 +189,16 @@ def test_damaged_and_other_version_bundles_are_clear_errors(baked: tuple[Path, d
     tmp, _ = baked
     good = (tmp / "app.caijit").read_bytes()
     flipped = bytearray(good)
-    flipped[len(good) // 2] ^= 0x40
+    flipped[20] ^= 0x40  # in the table of contents
     cases = {
-        "corrupt (its SHA-256 checksum does not match": bytes(flipped),
+        "corrupt (the SHA-256 checksum of its table of contents does not match": bytes(flipped),
         "is truncated": good[: len(good) // 2],
         "is not a caijit bundle": b"\x7fELF" + good[4:],
-        "has format version 2; this caijit": good[:8] + struct.pack("<I", 2) + good[12:],
+        "has format version 3; this caijit": good[:8] + struct.pack("<I", 3) + good[12:],
     }
     version, sections = read_sections(good)
     kind, flags, stored, _ = sections[0]
-    index = json.loads(zlib.decompress(stored, -15) if flags & 1 else stored)
+    index = json.loads(inflated(sections[0]))
     index["caijit"] = "0.0.1"
     raw = json.dumps(index).encode()
     cases["was built by caijit 0.0.1; this is caijit"] = write_sections(version, [(kind, 0, raw, len(raw)), *sections[1:]])
@@ -206,6 +209,26 @@ def test_damaged_and_other_version_bundles_are_clear_errors(baked: tuple[Path, d
     (tmp / "bad.caijit").write_bytes(good[:100])
     r = python(["-c", "import caijit; caijit.kernel('__global__ void k(int* x) {}').params"], {"CAIJIT_BUNDLES": "bad.caijit"}, tmp)
     assert "BundleError: CAIJIT_BUNDLES: bundle bad.caijit is truncated" in r.stderr, r.stderr
+
+
+def test_a_damaged_section_is_found_when_it_is_used(baked: tuple[Path, dict[str, Any]]) -> None:
+    """Loading checks the table of contents and the index; a program's sections are checked
+    when one of its instances is first looked up (and by `bundle info`)."""
+    tmp, _ = baked
+    good = (tmp / "app.caijit").read_bytes()
+    _, sections = read_sections(good)
+    sm90 = next(i["section"] for i in json.loads(inflated(sections[0]))["programs"][0]["images"] if i["arch"] == 90 and i["kind"] == "cubin")
+    (offset,) = struct.unpack_from("<Q", good, 16 + 64 * sm90 + 8)
+    data = bytearray(good)
+    data[offset] ^= 1  # the first stored byte of the sm_90 CUBIN
+    (tmp / "bad.caijit").write_bytes(bytes(data))
+    code = "import caijit; print(caijit.kernel(open('k.cu.txt').read(), 'axpy_t').specialize('float').compile(arch=ARCH)[0]['image'])"
+    env = {"CAIJIT_BUNDLES": "bad.caijit", **NO_NVRTC}
+    assert python(["-c", code.replace("ARCH", "'sm_86'")], env, tmp).stdout.strip() == "cubin"  # sm_80's CUBIN: intact
+    r = python(["-c", code.replace("ARCH", "'sm_90'")], env, tmp)
+    assert f"is corrupt (the SHA-256 checksum of section {sm90} does not match its contents)" in r.stderr, r.stderr
+    info = cli(tmp, "bundle", "info", "bad.caijit")
+    assert info.returncode != 0 and f"checksum of section {sm90}" in info.stderr, info.stderr
 
 
 RECORDER = r"""

@@ -99,14 +99,12 @@ pub(super) fn lookup(program: &Program, arch: Arch, nvrtc_available: impl Fn() -
     }
 }
 
-/// The error for a program no loaded bundle holds, when NVRTC cannot be loaded (`why`);
-/// without bundles, `why` itself.
+/// The error for a program no loaded bundle holds, when NVRTC cannot be loaded (`why`):
+/// naming the instance, the bundles searched and how to make one that holds it. Without
+/// bundles, `why` itself, unless this build has no NVRTC at all (then no installation
+/// would help, and only a bundle can).
 pub(super) fn miss(program: &Program, arch: Arch, why: Error) -> Error {
     let Ok(bundles) = bundle::loaded() else { return why };
-    if bundles.is_empty() {
-        return why;
-    }
-    let searched: Vec<&str> = bundles.iter().map(|b| b.origin()).collect();
     let instance = match program.name_expressions.as_slice() {
         [] => program.name.clone(),
         exprs => format!("{} ({})", program.name, exprs.join(", ")),
@@ -116,11 +114,22 @@ pub(super) fn miss(program: &Program, arch: Arch, why: Error) -> Error {
         Ok(Err(why)) => format!("it cannot be bundled: {why}"),
         Err(e) => format!("its bundle key cannot be computed: {e}"),
     };
+    let searched: Vec<&str> = bundles.iter().map(|b| b.origin()).collect();
+    let searched = if searched.is_empty() { "no bundle is loaded".to_string() } else { format!("searched: {}", searched.join(", ")) };
+    if let Some(left_out) = crate::sys::NVRTC_LEFT_OUT {
+        return Error::Bundle(format!(
+            "{left_out}: load a bundle holding the kernel instance {instance} for {arch} ({key}; {searched}) with \
+             cai_runtime::bundle::install(Bundle::from_bytes(include_bytes!(\"app.caijit\"))?), or enable the feature. Make \
+             the bundle where NVRTC is installed: `python -m caijit bundle build` (docs/bundles.md)"
+        ));
+    }
+    if bundles.is_empty() {
+        return why;
+    }
     Error::Bundle(format!(
-        "no loaded bundle holds the kernel instance {instance} for {arch} ({key}; searched: {}), and NVRTC is not available \
+        "no loaded bundle holds the kernel instance {instance} for {arch} ({key}; {searched}), and NVRTC is not available \
          to compile it ({why}). Record it: run once where NVRTC is installed with CAIJIT_RECORD=manifest.json, then \
-         `python -m caijit bundle build manifest.json --arch {arch} -o app.caijit`, and load that bundle",
-        searched.join(", ")
+         `python -m caijit bundle build manifest.json --arch {arch} -o app.caijit`, and load that bundle"
     ))
 }
 
@@ -133,14 +142,16 @@ fn hit(b: &Arc<Bundle>, p: &BundledProgram, program: &Program, arch: Arch) -> Re
     let id = (Arc::as_ptr(b) as usize, p.key.clone(), arch.0);
     HITS.get_or_init(Hits::default).get_or_try_insert_with(id, || {
         let (im, bytes) = b.image(p, arch.0)?;
-        let key = sha256_hex(&[b"bundled", p.key.as_bytes(), &bytes]);
+        // The image's section checksum names its bytes (without hashing megabytes again).
+        let key = sha256_hex(&[b"bundled", p.key.as_bytes(), &b.image_sha256(&im)]);
         let image = match im.kind {
             ImageKind::Cubin => Image::Cubin(bytes),
             ImageKind::Ptx => Image::Ptx(
                 String::from_utf8(bytes).map_err(|_| Error::Bundle(format!("bundle {} is corrupt (its PTX is not text)", b.origin())))?,
             ),
         };
-        let entry = cache::Entry { image, ptx: b.entries(p)?, log: String::new(), lowered: p.lowered.clone() };
+        let details = b.details(p)?;
+        let entry = cache::Entry { image, ptx: b.entries(p)?, log: String::new(), lowered: details.lowered.clone() };
         let Declarations { kernels: decls, notes } = program.declarations();
         let super::Described { kernels, unusable, notes } = describe_kernels(&entry, &decls, notes);
         crate::stats::bump(&crate::stats::COUNTERS.bundle_hits);
@@ -155,7 +166,7 @@ fn hit(b: &Arc<Bundle>, p: &BundledProgram, program: &Program, arch: Arch) -> Re
             notes,
             source: super::CacheSource::Bundle,
             untrusted: None,
-            nvrtc_options: p.nvrtc_options.clone(),
+            nvrtc_options: details.nvrtc_options.clone(),
         }))
     })
 }

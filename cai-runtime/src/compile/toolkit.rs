@@ -304,8 +304,12 @@ fn gnu_build_id(path: &Path) -> Option<Vec<u8>> {
     None
 }
 
-/// Find and load NVRTC once per process.
+/// Find and load NVRTC once per process. A build without the `nvrtc` feature looks for
+/// none: its error says that the build has no NVRTC.
 pub fn toolkit() -> crate::Result<&'static Toolkit> {
+    if let Some(why) = sys::NVRTC_LEFT_OUT {
+        return Err(Error::CudaNotAvailable(why.to_string()));
+    }
     TOOLKIT
         .get_or_init(|| {
             let (nvrtc_path, nvrtc) = find_and_load()?;
@@ -324,6 +328,7 @@ mod tests {
     use super::*;
 
     /// The key names NVRTC's exact build: its library files' build IDs.
+    #[cfg(feature = "nvrtc")]
     #[test]
     fn the_build_identity_names_every_nvrtc_library_by_build_id() {
         let tk = toolkit().expect("NVRTC must be installed for the CPU suite (scripts/setup.sh)");
