@@ -332,7 +332,11 @@ def test_op_errors_name_what_was_wrong() -> None:
         (lambda: ops.cast(x, "complex64"), "cast: complex64 is not supported (real types only)"),
         (lambda: ops.add(x, i), "add: operands are float32 and int32; cast one first"),
         (lambda: ops.add(x, caijit.zeros(3)), "add: shape mismatch"),
-        (lambda: ops.add(x, caijit.zeros(3), out=caijit.empty((3, 4))), "add: shapes [3, 4] and [3] do not broadcast"),
+        # One message (the runtime's), with or without out=.
+        (lambda: ops.add(x, caijit.zeros(3), out=caijit.empty((3, 4))), "add: shape mismatch: shapes [3, 4] and [3] do not broadcast"),
+        (lambda: ops.cast(x, "float16", out=caijit.empty((3, 4))), "cast: out must be a C-contiguous float16 array of shape [3, 4], got float32"),
+        (lambda: ops.add(x, x, out=caijit.parse_interface({**x.__cuda_array_interface__, "shape": (3, 4), "strides": (4, 12)})),
+         "add: out must be a C-contiguous float32 array of shape [3, 4], got float32 [3, 4] (not C-contiguous)"),
         (lambda: ops.add(x, caijit.zeros((1, 4)), out=caijit.empty((4, 4))),
          "add: out must be a C-contiguous float32 array of shape [3, 4], got float32 [4, 4]"),
         (lambda: ops.softmax(i), "softmax: int32 is not a floating type"),
@@ -407,3 +411,34 @@ def test_abs_refuses_complex_and_bool() -> None:
     for dtype in ("complex64", "bool"):
         with pytest.raises(caijit.ArgumentError, match=f"abs: {dtype} is not supported"):
             ops.abs(caijit.zeros(4, dtype))
+
+
+@gpu
+def test_op_results_live_on_the_call_stream_and_strided_inputs_follow_the_op_registry() -> None:
+    """The runtime's op call (cai_runtime::ops) decides where a new result lives and how
+    strided inputs are read: the broadcasting kernel reads views as they are (one launch),
+    pointer kernels read C-ordered copies (a copy kernel first)."""
+    s = caijit.Stream()
+    h = rand((40, 64), "float32")
+    x = caijit.to_device(h, stream=s)
+    # The stream asked for, else the one stream of the caijit arrays: the result lives there.
+    mine = caijit.Stream()
+    assert ops.scale(x, 2.0, stream=mine).__cuda_array_interface__["stream"] == mine.handle
+    assert ops.scale(x, 2.0).__cuda_array_interface__["stream"] == s.handle
+    t = caijit.parse_interface({**x.__cuda_array_interface__, "shape": (64, 40), "strides": (4, 256)})
+    s.synchronize()
+    before = caijit.stats()["launches"]
+    got = ops.add(t, t)
+    assert caijit.stats()["launches"] == before + 1, "add reads strided views as they are"
+    np.testing.assert_array_equal(host(got), h.T + h.T)
+    before = caijit.stats()["launches"]
+    got = ops.scale(t, 2.0)
+    assert caijit.stats()["launches"] == before + 2, "scale reads a C-ordered copy"
+    np.testing.assert_array_equal(host(got), 2 * h.T)
+    # Reductions read copies too, and make NumPy's result dtypes.
+    hi = rand((40, 64), "int16")
+    di = caijit.to_device(hi)
+    ti = caijit.parse_interface({**di.__cuda_array_interface__, "shape": (64, 40), "strides": (2, 128)})
+    rows = ops.sum(ti, axis=-1)
+    assert host(rows).dtype == np.int64
+    np.testing.assert_array_equal(host(rows), hi.T.astype(np.int64).sum(axis=-1))
