@@ -179,9 +179,9 @@ fn rust_op_calls_allocate_results_and_take_strided_views(ctx: Arc<Context>) {
     // A kernel over caijit::Array (add) reads the strided views as they are; the result is
     // new, of the broadcast shape, on the stream asked for.
     let xh = ArrayView::new(x.ptr(), &[r, c / 2], Some(&[4 * c as i64, 8]), DType::F32, true, Some(s.stream_ref())).unwrap();
-    let launches = cai_runtime::stats::stats().launches;
+    // (That it took no copy is checked by counting launches in python/tests/test_ops.py: the
+    // tests of this binary run concurrently.)
     let z = ops::add(&ctx, &xh, &row, Alloc, Some(&s)).unwrap();
-    assert_eq!(cai_runtime::stats::stats().launches, launches + 1, "add took a view, not a copy");
     assert_eq!((z.shape(), z.dtype()), (&[r, c / 2][..], DType::F32));
     assert!(Arc::ptr_eq(z.stream(), &s));
     let want: Vec<f32> = (0..r * (c / 2)).map(|k| xs[(k / (c / 2)) * c + 2 * (k % (c / 2))] + ys[2 * (k % (c / 2))]).collect();
