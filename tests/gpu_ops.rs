@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use cai_runtime::array::DeviceArray;
 use cai_runtime::cai::{ArrayView, DType};
-use cai_runtime::ops::{self, Alloc, Axis, Out};
+use cai_runtime::ops::{self, Alloc, Axis, Operand, Out};
 use cai_runtime::runtime::{Context, Stream};
 use caijit_integration::{f32_bytes, f32s};
 
@@ -194,8 +194,12 @@ fn rust_op_calls_allocate_results_and_take_strided_views(ctx: Arc<Context>) {
     assert_eq!(f32s(&out.to_bytes().unwrap()), want);
     let abs = ops::unary(&ctx, "abs", &xt, Alloc, None).unwrap();
     assert_eq!((abs.shape(), abs.dtype()), (&[c, r][..], DType::F32));
-    // (It ran on the view's stream, which caijit cannot keep: the result lives on the legacy stream.)
+    // (It ran on the view's stream, which caijit cannot keep: the result lives on the legacy
+    // stream; given as a view of x, it lives on x's stream.)
     assert_eq!(abs.stream().handle(), 1);
+    let abs2 = ops::unary(&ctx, "abs", Operand::of_array(&xt, &x), Alloc, None).unwrap();
+    assert!(Arc::ptr_eq(abs2.stream(), &s));
+    assert_eq!(abs2.to_bytes().unwrap(), abs.to_bytes().unwrap());
     assert_eq!(f32s(&abs.to_bytes().unwrap()), xt_h.iter().map(|v| v.abs()).collect::<Vec<_>>());
     let wide = ops::cast(&ctx, &xt, DType::F64, Alloc, None).unwrap();
     assert_eq!(values(&wide.to_bytes().unwrap(), f64::from_le_bytes), xt_h.iter().map(|&v| f64::from(v)).collect::<Vec<_>>());

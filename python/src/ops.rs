@@ -35,11 +35,13 @@ fn number(what: &str, obj: &Bound<'_, PyAny>) -> PyCaiResult<Num> {
     }
 }
 
-/// An array argument as an op's operand: a caijit array with its stream (which a result may
-/// then live on), any other array as its view.
+/// An array argument as an op's operand: a caijit array, or a view of one, with the array
+/// (whose stream a result may then live on), any other array as its view.
 fn operand(a: &PyArg) -> Option<Operand<'_>> {
-    if let PyArg::Own(own) = a {
-        return Some(Operand::from(&own.get().inner));
+    match a {
+        PyArg::Own(own) => return Some(Operand::from(&own.get().inner)),
+        PyArg::OwnView(v, own) => return Some(Operand::of_array(v, &own.get().inner)),
+        _ => {}
     }
     match a.as_arg() {
         Arg::Array(v) | Arg::ArrayOn(v, _) => Some(Operand::from(v)),

@@ -24,6 +24,12 @@ pub struct Operand<'a> {
 }
 
 impl<'a> Operand<'a> {
+    /// `view`, a view of `array`'s memory (a slice, a transpose): a result may live on the
+    /// array's stream, which it keeps, when the call runs there.
+    pub fn of_array(view: &'a ArrayView, array: &'a DeviceArray) -> Self {
+        Operand { view, home: Some(array.stream()) }
+    }
+
     pub fn view(&self) -> &'a ArrayView {
         self.view
     }
