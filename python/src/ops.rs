@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use cai_runtime::array::DeviceArray as RtArray;
 use cai_runtime::cai::{ArrayView, DType};
-use cai_runtime::launch::{Arg, Num};
+use cai_runtime::launch::Num;
 use cai_runtime::ops::{self, Axis, BinaryOp, Call, Operand, Out, Reduction};
 use cai_runtime::runtime::{Context, Stream as RtStream};
 use pyo3::prelude::*;
@@ -39,13 +39,9 @@ fn number(what: &str, obj: &Bound<'_, PyAny>) -> PyCaiResult<Num> {
 /// (whose stream a result may then live on), any other array as its view.
 fn operand(a: &PyArg) -> Option<Operand<'_>> {
     match a {
-        PyArg::Own(own) => return Some(Operand::from(&own.get().inner)),
-        PyArg::OwnView(v, own) => return Some(Operand::of_array(v, &own.get().inner)),
-        _ => {}
-    }
-    match a.as_arg() {
-        Arg::Array(v) | Arg::ArrayOn(v, _) => Some(Operand::from(v)),
-        _ => None,
+        PyArg::Own(own) => Some(Operand::from(&own.get().inner)),
+        PyArg::OwnView(v, own) => Some(Operand::of_array(v, &own.get().inner)),
+        _ => a.view().map(Operand::from),
     }
 }
 
@@ -87,17 +83,16 @@ impl<'py> OpCall<'py> {
     /// `caijit.ops` function; `None`: `Out::Alloc`) on the launch device, with the GIL
     /// released. Returns the result: the new array, else `out`, else None (`fill`).
     fn run(
-        self,
+        mut self,
         out: Option<&Bound<'py, PyAny>>,
         out_index: usize,
         op: impl for<'a> FnOnce(&Call<'_>, &[Operand<'a>], Out<'a>) -> cai_runtime::Result<Option<RtArray>> + Send,
     ) -> PyCaiResult<Py<PyAny>> {
-        let mut me = self;
-        let inputs = me.args.len();
+        let inputs = self.args.len();
         if let Some(o) = out {
-            me.input(out_index, "out", o)?;
+            self.input(out_index, "out", o)?;
         }
-        let OpCall { py, stream, mut args, .. } = me;
+        let OpCall { py, stream, mut args, .. } = self;
         let (result, launched) = py.detach(|| {
             let ctx = match launch_device(&mut args, stream.as_deref()).and_then(|d| Ok(Context::new(d)?)) {
                 Ok(ctx) => ctx,
