@@ -222,12 +222,27 @@ fn rust_op_calls_allocate_results_and_take_strided_views(ctx: Arc<Context>) {
     // Inputs that are caijit arrays on one stream: the result lives there too.
     assert!(Arc::ptr_eq(total.stream(), &s));
 
-    // `out=` must fit, and is never reinterpreted: a strided out, another dtype, a strided
-    // array where the op writes in place.
+    // A strided `out=` is written (through a temporary): here the transpose of a (c, r)
+    // array, from strided and C-ordered inputs alike, and in place.
+    let o = DeviceArray::zeros(&ctx, &[c, r], DType::F32, &s).unwrap();
+    // o's transpose: (r, c), byte strides (4, 4 r).
+    let ot = ArrayView::new(o.ptr(), &[r, c], Some(&[4, 4 * r as i64]), DType::F32, false, Some(s.stream_ref())).unwrap();
+    ops::axpy(&ctx, 2.0, &x, &y, &ot, None).unwrap();
+    let want: Vec<f32> = (0..c * r).map(|k| 2.0 * xs[(k % r) * c + k / r] + ys[(k % r) * c + k / r]).collect();
+    assert_eq!(f32s(&o.to_bytes().unwrap()), want);
+    ops::binary(&ctx, ops::BinaryOp::Subtract, &ot, &x, &ot, None).unwrap(); // (2x + y) - x, in place
+    let want: Vec<f32> = (0..c * r).map(|k| (2.0 * xs[(k % r) * c + k / r] + ys[(k % r) * c + k / r]) - xs[(k % r) * c + k / r]).collect();
+    assert_eq!(f32s(&o.to_bytes().unwrap()), want);
+
+    // `out=` must fit, and is never reinterpreted: another shape, another dtype, a
+    // broadcast out, a strided array where the op writes in place.
     let e = ops::axpy(&ctx, 2.0, &x, &y, &xt, None).unwrap_err().to_string();
-    assert!(e.contains("axpy: out must be a C-contiguous float32 array of shape [45, 70]"), "{e}");
+    assert!(e.contains("axpy: out must be a float32 array of shape [45, 70], got float32 [70, 45]"), "{e}");
     let e = ops::cast(&ctx, &x, DType::F16, &out, None).unwrap_err().to_string();
-    assert!(e.contains("cast: out must be a C-contiguous float16 array"), "{e}");
+    assert!(e.contains("cast: out must be a float16 array"), "{e}");
+    let bcast = ArrayView::new(o.ptr(), &[r, c], Some(&[0, 4]), DType::F32, false, None).unwrap();
+    let e = ops::add(&ctx, &x, &y, &bcast, None).unwrap_err().to_string();
+    assert!(e.contains("add: out has elements that share memory"), "{e}");
     let e = ops::fill(&ctx, &xt, 0.0, None).unwrap_err().to_string();
     assert!(e.contains("fill: needs C-contiguous arrays"), "{e}");
     s.synchronize().unwrap();

@@ -40,3 +40,31 @@ __global__ void strided_copy(caijit::Array<const T, N> src, T* __restrict__ dst)
         }
     }
 }
+
+// The inverse: a contiguous C-order `src` scattered into any strided N-d view `dst` (N <= 8;
+// no two elements of `dst` share memory): how an op writes an `out` that is not
+// C-contiguous. Tiled as strided_copy is.
+template <typename T, int N>
+__global__ void strided_scatter(const T* __restrict__ src, caijit::Array<T, N> dst) {
+    constexpr long long CHUNK = 4096;
+    const long long cols = dst.shape[N - 1];
+    const long long rows = cols == 0 ? 0 : dst.size() / cols;
+    const long long chunks = (cols + CHUNK - 1) / CHUNK;
+    const long long cstride = dst.strides[N - 1];
+    char* base = reinterpret_cast<char*>(dst.data);
+    for (long long t = blockIdx.x; t < rows * chunks; t += gridDim.x) {
+        const long long r = t / chunks, c0 = (t % chunks) * CHUNK;
+        long long off = 0, rest = r;
+#pragma unroll
+        for (int d = N - 2; d >= 0; --d) {
+            off += (rest % dst.shape[d]) * dst.strides[d];
+            rest /= dst.shape[d];
+        }
+        char* row = base + off;
+        const T* in = src + r * cols;
+        const long long c1 = c0 + CHUNK < cols ? c0 + CHUNK : cols;
+        for (long long k = c0 + threadIdx.x; k < c1; k += blockDim.x) {
+            *reinterpret_cast<T*>(row + k * cstride) = in[k];
+        }
+    }
+}

@@ -1,7 +1,8 @@
 """Custom GPU ops built on caijit's kernel library (``kernels/ops/*.cu``).
 
 Every op accepts any CUDA Array Interface array (CuPy, PyTorch, Numba, JAX, caijit),
-takes ``out=`` (otherwise returns a new :class:`caijit.DeviceArray`) and ``stream=``.
+takes ``out=`` (otherwise returns a new :class:`caijit.DeviceArray`; any view whose elements
+are distinct memory, strided ones written through a temporary) and ``stream=``.
 Launches follow caijit's stream protocol, so foreign producers are ordered correctly.
 
 >>> import caijit.ops as ops                       # doctest: +SKIP

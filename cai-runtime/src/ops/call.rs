@@ -57,8 +57,9 @@ pub enum Out<'a> {
     /// when the op runs on a stream only an operand's view names (a producer's handle,
     /// valid for the call only).
     Alloc,
-    /// The given array: C-contiguous, of the result's shape and dtype (checked, never
-    /// reinterpreted; reductions convert into any real dtype).
+    /// The given array, of the result's shape and dtype (checked, never reinterpreted;
+    /// reductions convert into any real dtype). Any strides: a strided one is written
+    /// through a C-ordered temporary, unless two of its elements share memory (refused).
     Into(&'a ArrayView),
 }
 
@@ -148,9 +149,9 @@ impl<'c> Call<'c> {
 
     /// The op call: `spec`'s strided-input policy on `inputs`, `plan` (the checks, result
     /// shape and dtype) once, `out` checked against it or allocated, then `launch` on the
-    /// inputs (C-ordered copies of the strided ones where the policy says so) and the
-    /// output. Nothing is launched for an empty result. Returns the new array of
-    /// [`Out::Alloc`].
+    /// inputs (C-ordered copies of the strided ones where the policy says so) and a
+    /// C-ordered output (a strided `out` is scattered into from a temporary after).
+    /// Nothing is launched for an empty result. Returns the new array of [`Out::Alloc`].
     pub(super) fn run(
         &self,
         spec: OpSpec,
@@ -197,7 +198,14 @@ impl<'c> Call<'c> {
             });
         }
         let read: SmallVec<[&ArrayView; 3]> = views.iter().zip(&temps).map(|(v, t)| t.as_ref().map_or(*v, DeviceArray::as_view)).collect();
-        launch(&l, &read, out)?;
+        if out.is_c_contiguous() {
+            launch(&l, &read, out)?;
+        } else {
+            // The kernels write C order: into a temporary, then scattered into `out`.
+            let temp = DeviceArray::empty(self.ctx, out.shape(), out.dtype(), &stream)?;
+            launch(&l, &read, temp.as_view())?;
+            super::kernels::scatter(&l, temp.as_view(), out)?;
+        }
         Ok(result)
     }
 }

@@ -180,6 +180,18 @@ pub(super) fn ascontiguous(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result
     l.go(&k, &cfg, &[Arg::Array(x), Arg::Array(out)])
 }
 
+/// `x` (C-ordered) scattered into the strided view `out` of the same shape and dtype, whose
+/// elements are distinct memory (rank 1 to 8).
+pub(super) fn scatter(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result<()> {
+    let Some(&cols) = out.shape().last().filter(|_| out.ndim() <= 8) else {
+        return Err(Error::argument(format!("a strided out of rank {} (1 to 8 are written)", out.ndim())));
+    };
+    let tiles = (out.size() / cols) * cols.div_ceil(4096);
+    let k = l.kernel("strided_copy", "strided_scatter", &[TArg::T(out.dtype()), TArg::N(out.ndim())])?;
+    let cfg = LaunchConfig::new([tiles.clamp(1, l.ctx.sm_count() * 64) as u32, 1, 1], [BLOCK, 1, 1]);
+    l.go(&k, &cfg, &[Arg::Array(x), Arg::Array(out)])
+}
+
 /// `out` (cols × rows) = the transpose of the 2-D `x` (rows × cols).
 pub(super) fn transpose(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result<()> {
     let (rows, cols) = (out.shape()[1], out.shape()[0]);
@@ -299,6 +311,7 @@ pub fn library_programs() -> Vec<Program> {
     for &d in &all {
         for n in 1..=8 {
             add("strided_copy", "strided_copy", &[t(d), TArg::N(n)]);
+            add("strided_copy", "strided_scatter", &[t(d), TArg::N(n)]);
         }
         add("transpose", "transpose", &[t(d)]);
     }
@@ -362,6 +375,7 @@ mod tests {
             assert!(elementwise.contains(&e.to_string()), "{e} is not in {elementwise:?}");
         }
         assert!(programs[4].name_expressions.contains(&"reduce_rows<__half, float, long long>".to_string()));
+        assert!(programs[2].name_expressions.contains(&"strided_scatter<__nv_bfloat16, 8>".to_string()));
     }
 
     #[test]

@@ -41,25 +41,47 @@ impl Planned {
         Planned::exact(x.shape(), x.dtype())
     }
 
-    /// `out`, an array the caller gave, is what the op writes: C-contiguous, and fitting
-    /// the result.
+    /// `out`, an array the caller gave, fits the result: any strides (a strided `out` is
+    /// written through a C-ordered temporary), but no element sharing another's memory.
     pub fn check_out(&self, what: &str, out: &ArrayView) -> Result<()> {
         let fits = match self.fit {
             Fit::Exact => out.shape() == self.shape.as_slice() && out.dtype() == self.dtype,
             Fit::AnyReal => out.shape() == self.shape.as_slice() && is_real(out.dtype()),
             Fit::OneElement => out.size() == 1 && is_real(out.dtype()),
         };
-        if fits && out.is_c_contiguous() {
-            return Ok(());
+        if !fits {
+            let want = match self.fit {
+                Fit::Exact => format!("a {} array of shape {:?}", self.dtype, self.shape.as_slice()),
+                Fit::AnyReal => format!("an array of a real dtype and shape {:?}", self.shape.as_slice()),
+                Fit::OneElement => "one element of a real dtype".to_string(),
+            };
+            return Err(Error::argument(format!("{what}: out must be {want}, got {} {:?}", out.dtype(), out.shape())));
         }
-        let layout = if out.is_c_contiguous() { "" } else { " (not C-contiguous)" };
-        let want = match self.fit {
-            Fit::Exact => format!("a C-contiguous {} array of shape {:?}", self.dtype, self.shape.as_slice()),
-            Fit::AnyReal => format!("a C-contiguous array of a real dtype and shape {:?}", self.shape.as_slice()),
-            Fit::OneElement => "one element of a real dtype".to_string(),
-        };
-        Err(Error::argument(format!("{what}: out must be {want}, got {} {:?}{layout}", out.dtype(), out.shape())))
+        if !distinct_elements(out) {
+            return Err(Error::argument(format!(
+                "{what}: out has elements that share memory (shape {:?}, byte strides {:?}): the result cannot be written into it",
+                out.shape(),
+                out.strides()
+            )));
+        }
+        Ok(())
     }
+}
+
+/// Whether no two elements of `v` share memory (so that writing each writes one place):
+/// ordered by stride, each axis steps past everything the smaller ones span. Broadcast
+/// (zero-stride) and overlapping views are refused; a few exotic interleaved layouts that
+/// do not overlap are refused too.
+pub(super) fn distinct_elements(v: &ArrayView) -> bool {
+    let mut axes: SmallVec<[(u64, u64); 8]> =
+        v.shape().iter().zip(v.strides()).filter(|(&n, _)| n > 1).map(|(&n, &s)| (s.unsigned_abs(), n as u64)).collect();
+    axes.sort_unstable();
+    let mut span = v.dtype().itemsize() as u64;
+    axes.into_iter().all(|(stride, n)| {
+        let steps_past = stride >= span;
+        span = span.saturating_add(stride.saturating_mul(n - 1));
+        steps_past
+    })
 }
 
 fn is_real(d: DType) -> bool {
@@ -288,14 +310,30 @@ mod tests {
     }
 
     #[test]
+    fn distinct_elements_are_what_an_op_may_write() {
+        let v = |shape: &[usize], strides: &[i64]| ArrayView::new(0x10000, shape, Some(strides), DType::F32, false, None).unwrap();
+        assert!(distinct_elements(&view(&[3, 4], DType::F32)));
+        assert!(distinct_elements(&v(&[4, 3], &[4, 16]))); // a transpose
+        assert!(distinct_elements(&v(&[3, 2], &[-32, 8]))); // reversed rows, every other column
+        assert!(distinct_elements(&v(&[1, 5], &[0, 4]))); // a zero stride on a unit axis
+        assert!(!distinct_elements(&v(&[3, 4], &[0, 4]))); // broadcast
+        assert!(!distinct_elements(&v(&[2, 3], &[4, 4]))); // overlapping rows
+        assert!(!distinct_elements(&v(&[2], &[2]))); // 4-byte elements 2 bytes apart
+        assert!(distinct_elements(&view(&[0, 3], DType::F32)));
+    }
+
+    #[test]
     fn a_given_out_must_fit_the_result() {
         let exact = Planned::exact(&[3, 4], DType::F32);
         exact.check_out("add", &view(&[3, 4], DType::F32)).unwrap();
         let e = exact.check_out("add", &view(&[4, 4], DType::F32)).unwrap_err().to_string();
-        assert!(e.contains("add: out must be a C-contiguous float32 array of shape [3, 4], got float32 [4, 4]"), "{e}");
+        assert!(e.contains("add: out must be a float32 array of shape [3, 4], got float32 [4, 4]"), "{e}");
+        // Strided outs are written (through a temporary), unless elements share memory.
         let t = ArrayView::new(0x1000, &[3, 4], Some(&[4, 12]), DType::F32, false, None).unwrap();
-        let e = exact.check_out("add", &t).unwrap_err().to_string();
-        assert!(e.ends_with("got float32 [3, 4] (not C-contiguous)"), "{e}");
+        exact.check_out("add", &t).unwrap();
+        let b = ArrayView::new(0x1000, &[3, 4], Some(&[0, 4]), DType::F32, false, None).unwrap();
+        let e = exact.check_out("add", &b).unwrap_err().to_string();
+        assert!(e.contains("add: out has elements that share memory (shape [3, 4], byte strides [0, 4])"), "{e}");
         // Reductions convert into any real dtype; whole-array ones into any one element.
         let rows = reduce(Reduction::Sum, &view(&[3, 4], DType::I32), Axis::Last).unwrap();
         rows.check_out("sum", &view(&[3], DType::F16)).unwrap();
