@@ -57,7 +57,7 @@ impl Planned {
             };
             return Err(Error::argument(format!("{what}: out must be {want}, got {} {:?}", out.dtype(), out.shape())));
         }
-        if !distinct_elements(out) {
+        if !out.is_c_contiguous() && !distinct_elements(out) {
             return Err(Error::argument(format!(
                 "{what}: out has elements that share memory (shape {:?}, byte strides {:?}): the result cannot be written into it",
                 out.shape(),
