@@ -6,6 +6,18 @@
 // whose source columns are dense and 16-byte aligned is copied with vector accesses.
 #include <caijit/caijit.cuh>
 
+// The byte offset of row `r` (rows: the last axis's lines, in C order) of the view `a`.
+template <typename T, int N>
+__device__ __forceinline__ long long row_offset(const caijit::Array<T, N>& a, long long r) {
+    long long off = 0;
+#pragma unroll
+    for (int d = N - 2; d >= 0; --d) {
+        off += (r % a.shape[d]) * a.strides[d];
+        r /= a.shape[d];
+    }
+    return off;
+}
+
 template <typename T, int N>
 __global__ void strided_copy(caijit::Array<const T, N> src, T* __restrict__ dst) {
     using V16 = caijit::vec16<T>;
@@ -17,13 +29,7 @@ __global__ void strided_copy(caijit::Array<const T, N> src, T* __restrict__ dst)
     const char* base = reinterpret_cast<const char*>(src.data);
     for (long long t = blockIdx.x; t < rows * chunks; t += gridDim.x) {
         const long long r = t / chunks, c0 = (t % chunks) * CHUNK;
-        long long off = 0, rest = r;
-#pragma unroll
-        for (int d = N - 2; d >= 0; --d) {
-            off += (rest % src.shape[d]) * src.strides[d];
-            rest /= src.shape[d];
-        }
-        const T* row = reinterpret_cast<const T*>(base + off) ;
+        const T* row = reinterpret_cast<const T*>(base + row_offset(src, r));
         T* out = dst + r * cols;
         const long long c1 = c0 + CHUNK < cols ? c0 + CHUNK : cols;
         long long c = c0;
@@ -54,13 +60,7 @@ __global__ void strided_scatter(const T* __restrict__ src, caijit::Array<T, N> d
     char* base = reinterpret_cast<char*>(dst.data);
     for (long long t = blockIdx.x; t < rows * chunks; t += gridDim.x) {
         const long long r = t / chunks, c0 = (t % chunks) * CHUNK;
-        long long off = 0, rest = r;
-#pragma unroll
-        for (int d = N - 2; d >= 0; --d) {
-            off += (rest % dst.shape[d]) * dst.strides[d];
-            rest /= dst.shape[d];
-        }
-        char* row = base + off;
+        char* row = base + row_offset(dst, r);
         const T* in = src + r * cols;
         const long long c1 = c0 + CHUNK < cols ? c0 + CHUNK : cols;
         for (long long k = c0 + threadIdx.x; k < c1; k += blockDim.x) {

@@ -143,133 +143,53 @@ impl Call<'_> {
     }
 }
 
-/// `out = a * x + y` ([`Call::axpy`]).
-pub fn axpy<'a, O: OutArg<'a>>(
-    ctx: &Arc<Context>,
-    a: impl Into<Num>,
-    x: impl Into<Operand<'a>>,
-    y: impl Into<Operand<'a>>,
-    out: O,
-    stream: Option<&Arc<Stream>>,
-) -> Result<O::Output> {
-    Call::new(ctx, stream).axpy(a, x, y, out)
+/// The free functions: each makes a [`Call`] on `ctx` and `stream` and calls its method.
+macro_rules! free_fns {
+    ($($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) => $method:ident($($pass:expr),*);)*) => {$(
+        $(#[$doc])*
+        pub fn $name<'a, O: OutArg<'a>>(ctx: &Arc<Context>, $($arg: $ty,)* out: O, stream: Option<&Arc<Stream>>) -> Result<O::Output> {
+            Call::new(ctx, stream).$method($($pass,)* out)
+        }
+    )*};
 }
 
-/// `out = a * x` ([`Call::scale`]).
-pub fn scale<'a, O: OutArg<'a>>(
-    ctx: &Arc<Context>,
-    x: impl Into<Operand<'a>>,
-    a: impl Into<Num>,
-    out: O,
-    stream: Option<&Arc<Stream>>,
-) -> Result<O::Output> {
-    Call::new(ctx, stream).scale(x, a, out)
+free_fns! {
+    /// `out = a * x + y` ([`Call::axpy`]).
+    fn axpy(a: impl Into<Num>, x: impl Into<Operand<'a>>, y: impl Into<Operand<'a>>) => axpy(a, x, y);
+    /// `out = a * x` ([`Call::scale`]).
+    fn scale(x: impl Into<Operand<'a>>, a: impl Into<Num>) => scale(x, a);
+    /// `x` converted to `dtype` ([`Call::cast`]).
+    fn cast(x: impl Into<Operand<'a>>, dtype: DType) => cast(x, dtype);
+    /// `a (op) b` with NumPy broadcasting ([`Call::binary`]).
+    fn binary(op: BinaryOp, a: impl Into<Operand<'a>>, b: impl Into<Operand<'a>>) => binary(op, a, b);
+    /// `a + b` with NumPy broadcasting ([`Call::binary`]).
+    fn add(a: impl Into<Operand<'a>>, b: impl Into<Operand<'a>>) => binary(BinaryOp::Add, a, b);
+    /// `a - b` with NumPy broadcasting ([`Call::binary`]).
+    fn subtract(a: impl Into<Operand<'a>>, b: impl Into<Operand<'a>>) => binary(BinaryOp::Subtract, a, b);
+    /// `a * b` with NumPy broadcasting ([`Call::binary`]).
+    fn multiply(a: impl Into<Operand<'a>>, b: impl Into<Operand<'a>>) => binary(BinaryOp::Multiply, a, b);
+    /// `a / b` with NumPy broadcasting (integer division truncates, as in C++).
+    fn divide(a: impl Into<Operand<'a>>, b: impl Into<Operand<'a>>) => binary(BinaryOp::Divide, a, b);
+    /// The elementwise maximum with NumPy broadcasting ([`Call::binary`]).
+    fn maximum(a: impl Into<Operand<'a>>, b: impl Into<Operand<'a>>) => binary(BinaryOp::Maximum, a, b);
+    /// The elementwise minimum with NumPy broadcasting ([`Call::binary`]).
+    fn minimum(a: impl Into<Operand<'a>>, b: impl Into<Operand<'a>>) => binary(BinaryOp::Minimum, a, b);
+    /// A C-ordered copy of any strided view ([`Call::ascontiguous`]).
+    fn ascontiguous(x: impl Into<Operand<'a>>) => ascontiguous(x);
+    /// The transpose of a 2-D array ([`Call::transpose`]).
+    fn transpose(x: impl Into<Operand<'a>>) => transpose(x);
+    /// The sum of `x` over `axis` (16-bit floats accumulate in float32, integers in 64
+    /// bits; [`Call::reduce`]).
+    fn sum(x: impl Into<Operand<'a>>, axis: Axis) => reduce(Reduction::Sum, x, axis);
+    /// The maximum of `x` over `axis` ([`Call::reduce`]).
+    fn max(x: impl Into<Operand<'a>>, axis: Axis) => reduce(Reduction::Max, x, axis);
+    /// Softmax over the last axis ([`Call::softmax`]).
+    fn softmax(x: impl Into<Operand<'a>>) => softmax(x);
 }
 
 /// Set every element of the C-contiguous `out` to `value` ([`Call::fill`]).
 pub fn fill(ctx: &Arc<Context>, out: &ArrayView, value: impl Into<Num>, stream: Option<&Arc<Stream>>) -> Result<()> {
     Call::new(ctx, stream).fill(out, value)
-}
-
-/// `x` converted to `dtype` ([`Call::cast`]).
-pub fn cast<'a, O: OutArg<'a>>(
-    ctx: &Arc<Context>,
-    x: impl Into<Operand<'a>>,
-    dtype: DType,
-    out: O,
-    stream: Option<&Arc<Stream>>,
-) -> Result<O::Output> {
-    Call::new(ctx, stream).cast(x, dtype, out)
-}
-
-/// `a (op) b` with NumPy broadcasting ([`Call::binary`]).
-pub fn binary<'a, O: OutArg<'a>>(
-    ctx: &Arc<Context>,
-    op: BinaryOp,
-    a: impl Into<Operand<'a>>,
-    b: impl Into<Operand<'a>>,
-    out: O,
-    stream: Option<&Arc<Stream>>,
-) -> Result<O::Output> {
-    Call::new(ctx, stream).binary(op, a, b, out)
-}
-
-/// One function per [`BinaryOp`], named as NumPy names it.
-macro_rules! binary_fns {
-    ($($name:ident: $op:ident, $doc:literal;)*) => {$(
-        #[doc = $doc]
-        pub fn $name<'a, O: OutArg<'a>>(
-            ctx: &Arc<Context>,
-            a: impl Into<Operand<'a>>,
-            b: impl Into<Operand<'a>>,
-            out: O,
-            stream: Option<&Arc<Stream>>,
-        ) -> Result<O::Output> {
-            binary(ctx, BinaryOp::$op, a, b, out, stream)
-        }
-    )*};
-}
-
-binary_fns! {
-    add: Add, "`a + b` with NumPy broadcasting ([`Call::binary`]).";
-    subtract: Subtract, "`a - b` with NumPy broadcasting ([`Call::binary`]).";
-    multiply: Multiply, "`a * b` with NumPy broadcasting ([`Call::binary`]).";
-    divide: Divide, "`a / b` with NumPy broadcasting (integer division truncates, as in C++).";
-    maximum: Maximum, "The elementwise maximum with NumPy broadcasting ([`Call::binary`]).";
-    minimum: Minimum, "The elementwise minimum with NumPy broadcasting ([`Call::binary`]).";
-}
-
-/// A C-ordered copy of any strided view ([`Call::ascontiguous`]).
-pub fn ascontiguous<'a, O: OutArg<'a>>(
-    ctx: &Arc<Context>,
-    x: impl Into<Operand<'a>>,
-    out: O,
-    stream: Option<&Arc<Stream>>,
-) -> Result<O::Output> {
-    Call::new(ctx, stream).ascontiguous(x, out)
-}
-
-/// The transpose of a 2-D array ([`Call::transpose`]).
-pub fn transpose<'a, O: OutArg<'a>>(
-    ctx: &Arc<Context>,
-    x: impl Into<Operand<'a>>,
-    out: O,
-    stream: Option<&Arc<Stream>>,
-) -> Result<O::Output> {
-    Call::new(ctx, stream).transpose(x, out)
-}
-
-/// The sum of `x` over `axis` (16-bit floats accumulate in float32, integers in 64 bits;
-/// [`Call::reduce`]).
-pub fn sum<'a, O: OutArg<'a>>(
-    ctx: &Arc<Context>,
-    x: impl Into<Operand<'a>>,
-    axis: Axis,
-    out: O,
-    stream: Option<&Arc<Stream>>,
-) -> Result<O::Output> {
-    Call::new(ctx, stream).reduce(Reduction::Sum, x, axis, out)
-}
-
-/// The maximum of `x` over `axis` ([`Call::reduce`]).
-pub fn max<'a, O: OutArg<'a>>(
-    ctx: &Arc<Context>,
-    x: impl Into<Operand<'a>>,
-    axis: Axis,
-    out: O,
-    stream: Option<&Arc<Stream>>,
-) -> Result<O::Output> {
-    Call::new(ctx, stream).reduce(Reduction::Max, x, axis, out)
-}
-
-/// Softmax over the last axis ([`Call::softmax`]).
-pub fn softmax<'a, O: OutArg<'a>>(
-    ctx: &Arc<Context>,
-    x: impl Into<Operand<'a>>,
-    out: O,
-    stream: Option<&Arc<Stream>>,
-) -> Result<O::Output> {
-    Call::new(ctx, stream).softmax(x, out)
 }
 
 /// `op(x)` for the op of [`UNARY_OPS`] named `op` ([`Call::unary`]).
