@@ -2,10 +2,10 @@
 //! calls `caijit.ops` makes from Python, kernels compiled once per device and dtype.
 //!
 //! An op call owns everything between its arguments and its launches: the checks, the
-//! result's shape and NumPy's result dtype, `out` (given and checked, or allocated), the
-//! launch stream, and strided inputs, by the op's entry in the [registry](registry()):
-//! kernels over `caijit::Array` read any strides, pointer kernels get C-ordered copies
-//! ([`Strided`]). Each is decided once per call.
+//! result's shape and NumPy's result dtype, `out` (given, of any strides, and checked; or
+//! allocated), the launch stream, and strided inputs, by the op's entry in the
+//! [registry](registry()): kernels over `caijit::Array` read any strides, pointer kernels
+//! get C-ordered copies ([`Strided`]). Each is decided once per call.
 //!
 //! # Examples
 //! ```no_run
