@@ -1,7 +1,8 @@
 """Custom GPU ops built on caijit's kernel library (``kernels/ops/*.cu``).
 
 Every op accepts any CUDA Array Interface array (CuPy, PyTorch, Numba, JAX, caijit),
-takes ``out=`` (otherwise returns a new :class:`caijit.DeviceArray`) and ``stream=``.
+takes ``out=`` (otherwise returns a new :class:`caijit.DeviceArray`; any view whose elements
+are distinct memory, strided ones written through a temporary) and ``stream=``.
 Launches follow caijit's stream protocol, so foreign producers are ordered correctly.
 
 >>> import caijit.ops as ops                       # doctest: +SKIP
@@ -31,10 +32,11 @@ CPP_TYPES = {
     "float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float", "float64": "double",
     "complex64": "caijit::complex<float>", "complex128": "caijit::complex<double>",
 }
-# Each op is one native call (caijit._native, python/src/ops.rs over cai_runtime::ops):
-# each argument converted once, strided inputs copied to C order, the result allocated when
-# no ``out=`` is given (NumPy's result dtypes), then the checks, grid and launch in Rust.
-# The functions here only give the native calls their names, signatures and docs.
+# Each op is one native call (caijit._native, python/src/ops.rs): each argument converted
+# once, then one op call of the runtime (cai_runtime::ops), which makes the checks, NumPy's
+# result shape and dtype, the result when no ``out=`` is given, C-ordered copies of strided
+# inputs for the ops whose kernels need them (the op registry says which), the streams and
+# the launches. The functions here only give the native calls their names, signatures and docs.
 
 
 @functools.lru_cache(maxsize=None)
@@ -65,7 +67,8 @@ def fill(out: Any, value: Any, *, stream: Any = None) -> Any:
 
 
 def cast(x: Any, dtype: Any, *, out: Any = None, stream: Any = None) -> Any:
-    """``x`` converted to ``dtype`` (real types: bool, integers, float16/32/64, bfloat16)."""
+    """``x`` converted to ``dtype`` (real types: bool, integers, float16/32/64, bfloat16);
+    a given ``out`` must be of ``dtype``."""
     return _native.cast(x, dtype, out, stream)
 
 

@@ -39,7 +39,9 @@ def test_reductions_copy_transpose_softmax_compile(dtype: str) -> None:
     r["reduce_partial"].specialize(f"{cpp(dtype)}, {acc}").compile(arch="sm_90")
     r["reduce_final"].specialize(f"{acc}, {cpp(dtype)}").compile(arch="sm_90")
     r["reduce_rows"].specialize(f"{cpp(dtype)}, {acc}, {cpp(dtype)}").compile(arch="sm_90")
-    caijit.module(caijit._native.op_source("strided_copy"))["strided_copy"].specialize(f"{cpp(dtype)}, 4").compile(arch="sm_80")
+    copies = caijit.module(caijit._native.op_source("strided_copy"))
+    copies["strided_copy"].specialize(f"{cpp(dtype)}, 4").compile(arch="sm_80")
+    copies["strided_scatter"].specialize(f"{cpp(dtype)}, 4").compile(arch="sm_80")
     caijit.module(caijit._native.op_source("transpose"))["transpose"].specialize(cpp(dtype)).compile(arch="sm_90")
     if dtype in FLOATS:
         sm = caijit.module(caijit._native.op_source("softmax"))
@@ -332,9 +334,13 @@ def test_op_errors_name_what_was_wrong() -> None:
         (lambda: ops.cast(x, "complex64"), "cast: complex64 is not supported (real types only)"),
         (lambda: ops.add(x, i), "add: operands are float32 and int32; cast one first"),
         (lambda: ops.add(x, caijit.zeros(3)), "add: shape mismatch"),
-        (lambda: ops.add(x, caijit.zeros(3), out=caijit.empty((3, 4))), "add: shapes [3, 4] and [3] do not broadcast"),
+        # One message (the runtime's), with or without out=.
+        (lambda: ops.add(x, caijit.zeros(3), out=caijit.empty((3, 4))), "add: shape mismatch: shapes [3, 4] and [3] do not broadcast"),
+        (lambda: ops.cast(x, "float16", out=caijit.empty((3, 4))), "cast: out must be a float16 array of shape [3, 4], got float32"),
+        (lambda: ops.add(x, x, out=caijit.parse_interface({**x.__cuda_array_interface__, "shape": (3, 4), "strides": (0, 4)})),
+         "add: out has elements that share memory (shape [3, 4], byte strides [0, 4])"),
         (lambda: ops.add(x, caijit.zeros((1, 4)), out=caijit.empty((4, 4))),
-         "add: out must be a C-contiguous float32 array of shape [3, 4], got float32 [4, 4]"),
+         "add: out must be a float32 array of shape [3, 4], got float32 [4, 4]"),
         (lambda: ops.softmax(i), "softmax: int32 is not a floating type"),
         (lambda: ops.sum(caijit.zeros(0)), "sum: the array is empty"),
         (lambda: ops.max(caijit.zeros(3, "bool")), "max: bool is not supported"),
@@ -345,7 +351,7 @@ def test_op_errors_name_what_was_wrong() -> None:
          "fill: needs C-contiguous arrays"),
         (lambda: ops.fill(3, 0.0), "fill: out must be a CUDA array, got int"),
         (lambda: ops.add(x, 3), "add: b must be a CUDA array, got int"),
-        (lambda: ops.scale(x, 2.0, out=caijit.empty((3, 4), "float64")), "out must be a C-contiguous float32 array of shape [3, 4], got float64"),
+        (lambda: ops.scale(x, 2.0, out=caijit.empty((3, 4), "float64")), "out must be a float32 array of shape [3, 4], got float64"),
     ]
     for f, message in cases:
         with pytest.raises(caijit.ArgumentError, match=re.escape(message)):
@@ -407,3 +413,59 @@ def test_abs_refuses_complex_and_bool() -> None:
     for dtype in ("complex64", "bool"):
         with pytest.raises(caijit.ArgumentError, match=f"abs: {dtype} is not supported"):
             ops.abs(caijit.zeros(4, dtype))
+
+
+@gpu
+def test_op_results_live_on_the_call_stream_and_strided_inputs_follow_the_op_registry() -> None:
+    """The runtime's op call (cai_runtime::ops) decides where a new result lives and how
+    strided inputs are read: the broadcasting kernel reads views as they are (one launch),
+    pointer kernels read C-ordered copies (a copy kernel first)."""
+    s = caijit.Stream()
+    h = rand((40, 64), "float32")
+    x = caijit.to_device(h, stream=s)
+    # The stream asked for, else the one stream of the caijit arrays: the result lives there.
+    mine = caijit.Stream()
+    assert ops.scale(x, 2.0, stream=mine).__cuda_array_interface__["stream"] == mine.handle
+    assert ops.scale(x, 2.0).__cuda_array_interface__["stream"] == s.handle
+    t = caijit.parse_interface({**x.__cuda_array_interface__, "shape": (64, 40), "strides": (4, 256)})
+    s.synchronize()
+    before = caijit.stats()["launches"]
+    got = ops.add(t, t)
+    assert caijit.stats()["launches"] == before + 1, "add reads strided views as they are"
+    np.testing.assert_array_equal(host(got), h.T + h.T)
+    before = caijit.stats()["launches"]
+    got = ops.scale(t, 2.0)
+    assert caijit.stats()["launches"] == before + 2, "scale reads a C-ordered copy"
+    np.testing.assert_array_equal(host(got), 2 * h.T)
+    # Reductions read copies too, and make NumPy's result dtypes.
+    hi = rand((40, 64), "int16")
+    di = caijit.to_device(hi)
+    ti = caijit.parse_interface({**di.__cuda_array_interface__, "shape": (64, 40), "strides": (2, 128)})
+    rows = ops.sum(ti, axis=-1)
+    assert host(rows).dtype == np.int64
+    np.testing.assert_array_equal(host(rows), hi.T.astype(np.int64).sum(axis=-1))
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["float32", "int16", "float64"])
+def test_ops_write_strided_outs(dtype: str) -> None:
+    """out= may be any view whose elements are distinct memory (the op writes a C-ordered
+    temporary and scatters it), in place too; the rest of the array is left alone."""
+    h = rand((24, 40), dtype)
+    base = caijit.to_device(np.zeros((40, 48), dtype))
+    cai = base.__cuda_array_interface__
+    item = np.dtype(dtype).itemsize
+    # t: the transpose of base's first 24 columns, (24, 40).
+    t = caijit.parse_interface({**cai, "shape": (24, 40), "strides": (item, 48 * item)})
+    x = caijit.to_device(h)
+    ops.add(x, x, out=t)
+    want = np.zeros((40, 48), dtype)
+    want[:, :24] = (h + h).T
+    np.testing.assert_array_equal(host(base), want)
+    ops.scale(t, 3, out=t)  # in place: reads a C-ordered copy of t, then writes t
+    want[:, :24] = (3 * (h + h)).T
+    np.testing.assert_array_equal(host(base), want)
+    rows = caijit.parse_interface({**cai, "shape": (40,), "strides": (48 * item,), "data": (cai["data"][0] + 47 * item, False)})
+    ops.max(caijit.to_device(want[:, :24].copy()), axis=-1, out=rows)
+    want[:, 47] = want[:, :24].max(axis=-1)
+    np.testing.assert_array_equal(host(base), want)

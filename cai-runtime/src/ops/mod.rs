@@ -1,0 +1,204 @@
+//! The kernel library (`kernels/ops/*.cu`) as Rust functions over CAI arrays: the same op
+//! calls `caijit.ops` makes from Python, kernels compiled once per device and dtype.
+//!
+//! An op call owns everything between its arguments and its launches: the checks, the
+//! result's shape and NumPy's result dtype, `out` (given, of any strides, and checked; or
+//! allocated), the launch stream, and strided inputs, by the op's entry in the
+//! [registry](registry()): kernels over `caijit::Array` read any strides, pointer kernels
+//! get C-ordered copies ([`Strided`]). Each is decided once per call.
+//!
+//! # Examples
+//! ```no_run
+//! # fn f(ctx: &std::sync::Arc<cai_runtime::runtime::Context>, x: &cai_runtime::array::DeviceArray,
+//! #      y: &cai_runtime::array::DeviceArray, t: &cai_runtime::cai::ArrayView) -> cai_runtime::Result<()> {
+//! use cai_runtime::ops::{self, Alloc, Axis, Out};
+//! let z = ops::add(ctx, x, y, Alloc, None)?;           // a new array: x + y, NumPy broadcasting
+//! ops::axpy(ctx, 2.0, x, y, &z, None)?;                 // into z: 2 x + y
+//! let c = ops::ascontiguous(ctx, t, Alloc, None)?;      // any strided view → C order
+//! let s = ops::sum(ctx, t, Axis::Last, Out::Alloc, None)?; // `Out` when decided at run time
+//! # Ok(()) }
+//! ```
+//!
+//! # Streams and memory
+//! A call runs on the stream given, else on the stream the protocol picks from its arrays
+//! ([`launch_stream`](crate::launch::launch_stream)), ordered against each array's producer.
+//! New results and temporaries (copies of strided inputs, reduction scratch) are allocated
+//! on the call's device, stream-ordered on that stream, from caijit's pool; temporaries are
+//! freed on it before the call returns. (A result only lives on a stream caijit can keep:
+//! see [`Out::Alloc`].)
+
+mod call;
+mod kernels;
+mod registry;
+mod rules;
+
+use std::sync::Arc;
+
+pub use call::{Alloc, Call, Operand, Out, OutArg};
+pub use kernels::library_programs;
+pub use registry::{registry, unary_op, Axis, BinaryOp, OpSpec, Reduction, Strided, UnaryOp, UNARY_OPS};
+pub use rules::{broadcast_shape, reduction_dtype};
+
+use crate::cai::{ArrayView, DType};
+use crate::launch::{Arg, Num};
+use crate::runtime::{Context, Stream};
+use crate::Result;
+use registry::{ASCONTIGUOUS, AXPY, CAST, FILL, SCALE, SOFTMAX, TRANSPOSE};
+use rules::Planned;
+
+impl Call<'_> {
+    /// `out = a * x + y` (`out` may be `y`). `a` is converted to the arrays' dtype as a
+    /// launch converts a scalar: exactly or with an error, never by truncation.
+    pub fn axpy<'a, O: OutArg<'a>>(
+        &self,
+        a: impl Into<Num>,
+        x: impl Into<Operand<'a>>,
+        y: impl Into<Operand<'a>>,
+        out: O,
+    ) -> Result<O::Output> {
+        let a = a.into();
+        let inputs = [x.into(), y.into()];
+        self.run(AXPY, &inputs, out.out(), |v| rules::axpy(v[0], v[1]), |l, v, o| kernels::axpy(l, a, v[0], v[1], o)).map(O::finish)
+    }
+
+    /// `out = a * x`.
+    pub fn scale<'a, O: OutArg<'a>>(&self, x: impl Into<Operand<'a>>, a: impl Into<Num>, out: O) -> Result<O::Output> {
+        let a = a.into();
+        self.run(SCALE, &[x.into()], out.out(), |v| Ok(Planned::like(v[0])), |l, v, o| kernels::scale(l, v[0], a, o)).map(O::finish)
+    }
+
+    /// Every element of the C-contiguous `out` = `value` (converted exactly, or refused).
+    pub fn fill(&self, out: &ArrayView, value: impl Into<Num>) -> Result<()> {
+        let value = value.into();
+        // `out` is also the op's operand, so that the policy refuses a strided one by name.
+        self.run(FILL, &[out.into()], Out::Into(out), |v| Ok(Planned::like(v[0])), |l, _, o| kernels::fill(l, o, value)).map(drop)
+    }
+
+    /// `x` converted to `dtype`, elementwise as C++ converts (real types: bool, integers,
+    /// float16, bfloat16, float32, float64).
+    pub fn cast<'a, O: OutArg<'a>>(&self, x: impl Into<Operand<'a>>, dtype: DType, out: O) -> Result<O::Output> {
+        self.run(CAST, &[x.into()], out.out(), |v| rules::cast(v[0], dtype), |l, v, o| kernels::cast(l, v[0], o)).map(O::finish)
+    }
+
+    /// `a (op) b` elementwise with NumPy broadcasting, one real dtype (mixed dtypes are
+    /// refused); any strides.
+    pub fn binary<'a, O: OutArg<'a>>(
+        &self,
+        op: BinaryOp,
+        a: impl Into<Operand<'a>>,
+        b: impl Into<Operand<'a>>,
+        out: O,
+    ) -> Result<O::Output> {
+        let inputs = [a.into(), b.into()];
+        self.run(op.spec(), &inputs, out.out(), |v| rules::binary(op, v[0], v[1]), |l, v, o| kernels::binary(l, op, v[0], v[1], o))
+            .map(O::finish)
+    }
+
+    /// A C-ordered copy of any strided view (rank ≤ 8 unless C-contiguous: then the
+    /// driver's copy).
+    pub fn ascontiguous<'a, O: OutArg<'a>>(&self, x: impl Into<Operand<'a>>, out: O) -> Result<O::Output> {
+        self.run(ASCONTIGUOUS, &[x.into()], out.out(), |v| Ok(Planned::like(v[0])), |l, v, o| kernels::ascontiguous(l, v[0], o))
+            .map(O::finish)
+    }
+
+    /// The transpose of the 2-D `x`, C-ordered.
+    pub fn transpose<'a, O: OutArg<'a>>(&self, x: impl Into<Operand<'a>>, out: O) -> Result<O::Output> {
+        self.run(TRANSPOSE, &[x.into()], out.out(), |v| rules::transpose(v[0]), |l, v, o| kernels::transpose(l, v[0], o)).map(O::finish)
+    }
+
+    /// The reduction `r` of `x` over `axis`: NumPy's result dtype ([`reduction_dtype`]) for
+    /// a new array; a given `out` may have any real dtype (the result is converted into
+    /// it), and one element of any shape for [`Axis::All`].
+    pub fn reduce<'a, O: OutArg<'a>>(&self, r: Reduction, x: impl Into<Operand<'a>>, axis: Axis, out: O) -> Result<O::Output> {
+        let launch = |l: &call::Launch<'_>, v: &[&ArrayView], o: &ArrayView| match axis {
+            Axis::All => kernels::reduce_all(l, r, v[0], o),
+            Axis::Last => {
+                let cols = v[0].shape().last().copied().unwrap_or(1);
+                kernels::reduce_rows(l, r, v[0], o, v[0].size() / cols, cols)
+            }
+        };
+        self.run(r.spec(), &[x.into()], out.out(), |v| rules::reduce(r, v[0], axis), launch).map(O::finish)
+    }
+
+    /// Softmax over the last axis (numerically stable) of the floating `x`.
+    pub fn softmax<'a, O: OutArg<'a>>(&self, x: impl Into<Operand<'a>>, out: O) -> Result<O::Output> {
+        self.run(SOFTMAX, &[x.into()], out.out(), |v| rules::softmax(v[0]), |l, v, o| kernels::softmax(l, v[0], o)).map(O::finish)
+    }
+
+    /// `op(x)` for an op of [`UNARY_OPS`] (`out` may be `x`).
+    pub fn unary<'a, O: OutArg<'a>>(&self, op: &UnaryOp, x: impl Into<Operand<'a>>, out: O) -> Result<O::Output> {
+        self.run(op.spec(), &[x.into()], out.out(), |v| rules::unary(op, v[0]), |l, v, o| kernels::unary(l, op, v[0], o)).map(O::finish)
+    }
+
+    /// Copy the C-contiguous `src` into the C-contiguous `dst` (same dtype and size, any
+    /// shapes) with the driver's copy, ordered as a launch is
+    /// ([`copy_contiguous`](crate::launch::copy_contiguous); no op of the registry, so no
+    /// result or policy, but recorded in [`Call::stream`] as an op is).
+    pub fn copy_contiguous(&self, src: &ArrayView, dst: &ArrayView) -> Result<()> {
+        self.launched_on(None);
+        let stream = self.requested.map(|s| &**s);
+        let on = crate::launch::copy_contiguous(self.ctx, &Arg::Array(src), &Arg::Array(dst), stream, true)?;
+        self.launched_on(Some(on));
+        Ok(())
+    }
+}
+
+/// The free functions: each makes a [`Call`] on `ctx` and `stream` and calls its method.
+macro_rules! free_fns {
+    ($($(#[$doc:meta])* fn $name:ident($($arg:ident: $ty:ty),*) => $method:ident($($pass:expr),*);)*) => {$(
+        $(#[$doc])*
+        pub fn $name<'a, O: OutArg<'a>>(ctx: &Arc<Context>, $($arg: $ty,)* out: O, stream: Option<&Arc<Stream>>) -> Result<O::Output> {
+            Call::new(ctx, stream).$method($($pass,)* out)
+        }
+    )*};
+}
+
+free_fns! {
+    /// `out = a * x + y` ([`Call::axpy`]).
+    fn axpy(a: impl Into<Num>, x: impl Into<Operand<'a>>, y: impl Into<Operand<'a>>) => axpy(a, x, y);
+    /// `out = a * x` ([`Call::scale`]).
+    fn scale(x: impl Into<Operand<'a>>, a: impl Into<Num>) => scale(x, a);
+    /// `x` converted to `dtype` ([`Call::cast`]).
+    fn cast(x: impl Into<Operand<'a>>, dtype: DType) => cast(x, dtype);
+    /// `a (op) b` with NumPy broadcasting ([`Call::binary`]).
+    fn binary(op: BinaryOp, a: impl Into<Operand<'a>>, b: impl Into<Operand<'a>>) => binary(op, a, b);
+    /// `a + b` with NumPy broadcasting ([`Call::binary`]).
+    fn add(a: impl Into<Operand<'a>>, b: impl Into<Operand<'a>>) => binary(BinaryOp::Add, a, b);
+    /// `a - b` with NumPy broadcasting ([`Call::binary`]).
+    fn subtract(a: impl Into<Operand<'a>>, b: impl Into<Operand<'a>>) => binary(BinaryOp::Subtract, a, b);
+    /// `a * b` with NumPy broadcasting ([`Call::binary`]).
+    fn multiply(a: impl Into<Operand<'a>>, b: impl Into<Operand<'a>>) => binary(BinaryOp::Multiply, a, b);
+    /// `a / b` with NumPy broadcasting (integer division truncates, as in C++).
+    fn divide(a: impl Into<Operand<'a>>, b: impl Into<Operand<'a>>) => binary(BinaryOp::Divide, a, b);
+    /// The elementwise maximum with NumPy broadcasting ([`Call::binary`]).
+    fn maximum(a: impl Into<Operand<'a>>, b: impl Into<Operand<'a>>) => binary(BinaryOp::Maximum, a, b);
+    /// The elementwise minimum with NumPy broadcasting ([`Call::binary`]).
+    fn minimum(a: impl Into<Operand<'a>>, b: impl Into<Operand<'a>>) => binary(BinaryOp::Minimum, a, b);
+    /// A C-ordered copy of any strided view ([`Call::ascontiguous`]).
+    fn ascontiguous(x: impl Into<Operand<'a>>) => ascontiguous(x);
+    /// The transpose of a 2-D array ([`Call::transpose`]).
+    fn transpose(x: impl Into<Operand<'a>>) => transpose(x);
+    /// The sum of `x` over `axis` (16-bit floats accumulate in float32, integers in 64
+    /// bits; [`Call::reduce`]).
+    fn sum(x: impl Into<Operand<'a>>, axis: Axis) => reduce(Reduction::Sum, x, axis);
+    /// The maximum of `x` over `axis` ([`Call::reduce`]).
+    fn max(x: impl Into<Operand<'a>>, axis: Axis) => reduce(Reduction::Max, x, axis);
+    /// Softmax over the last axis ([`Call::softmax`]).
+    fn softmax(x: impl Into<Operand<'a>>) => softmax(x);
+}
+
+/// Set every element of the C-contiguous `out` to `value` ([`Call::fill`]).
+pub fn fill(ctx: &Arc<Context>, out: &ArrayView, value: impl Into<Num>, stream: Option<&Arc<Stream>>) -> Result<()> {
+    Call::new(ctx, stream).fill(out, value)
+}
+
+/// `op(x)` for the op of [`UNARY_OPS`] named `op` ([`Call::unary`]).
+pub fn unary<'a, O: OutArg<'a>>(
+    ctx: &Arc<Context>,
+    op: &str,
+    x: impl Into<Operand<'a>>,
+    out: O,
+    stream: Option<&Arc<Stream>>,
+) -> Result<O::Output> {
+    Call::new(ctx, stream).unary(unary_op(op)?, x, out)
+}
