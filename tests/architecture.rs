@@ -25,10 +25,11 @@ const LAYERS: &[&[&str]] = &[
     &["signature"],
     // Kernel bundles: the file format and the bundles loaded (no CUDA).
     &["bundle"],
+    // Parameter marshalling: launch arguments checked against a parameter list and packed.
     &["params", "compile"],
     // Compiled programs loaded into a context, and their kernels.
     &["kernel"],
-    // Launches: argument checks, parameter packing, the stream protocol.
+    // Launches: the stream protocol around a marshalled kernel launch.
     &["launch"],
     // Numba-style dispatch: (name, argument types) → a loaded instance, cached per signature.
     &["dispatch"],
@@ -48,6 +49,8 @@ const ROOT_REEXPORTS: &[(&str, &str)] = &[
     ("NvrtcError", "error"),
     ("CudaArrayInterface", "cai"),
     ("FromCudaArrayInterface", "cai"),
+    ("ParamBytes", "params"),
+    ("KernelStruct", "params"),
 ];
 
 fn layer_of(module: &str) -> Option<usize> {
