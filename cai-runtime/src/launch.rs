@@ -174,11 +174,15 @@ impl Kernel {
         let mut recorded = None;
         let on = enqueue_ordered(self.context(), arrays, stream, sync, named, |d, launch_stream| {
             let span = trace::begin(self, d, launch_stream)?;
-            // The arguments were checked against the compiled parameter list above: each
-            // pointer refers to a value of exactly the parameter's size; device pointers come
-            // from validated CAI descriptors whose owners keep them alive (CAI contract).
             let probe = timing::start();
-            let launched = buf.with_pointers(params, |ptrs| d.launch_checked(self.raw, cfg, launch_stream, ptrs));
+            // SAFETY: `self.raw` is this kernel, loaded in the context `enqueue_ordered`
+            // bound, and `launch_stream` a stream of that context (checked there); `marshal`
+            // wrote every argument at its parameter's offset after checking it against the
+            // kernel's compiled parameter list, and `with_pointers` points at each; the device
+            // pointers come from validated CAI descriptors whose producers keep them alive
+            // until the work on their streams (which this launch is ordered against) is done.
+            #[allow(unsafe_code)]
+            let launched = buf.with_pointers(params, |ptrs| unsafe { d.launch_checked(self.raw, cfg, launch_stream, ptrs) });
             probe.stop(Phase::LaunchDriver);
             launched?;
             bump(&COUNTERS.launches);
@@ -409,9 +413,12 @@ pub fn copy_contiguous(ctx: &Context, src: &Arg<'_>, dst: &Arg<'_>, stream: Opti
     let arrays = [(0, s, s_dev), (1, d, d_dev)].into_iter();
     enqueue_ordered(ctx, arrays, stream, sync, named, |drv, on| {
         if bytes > 0 {
-            // Both ranges were validated above: C-contiguous views of `bytes` bytes on this
-            // device, kept alive by their owners (CAI contract); the destination is writable.
-            drv.copy_device_to_device(d.ptr(), s.ptr(), bytes, on)?;
+            // SAFETY: both ranges were validated above: C-contiguous views of `bytes` bytes on
+            // this device, kept alive by their owners until the work ordered on their streams
+            // is done (CAI contract); the destination is not readonly.
+            #[allow(unsafe_code)]
+            let copied = unsafe { drv.copy_device_to_device(d.ptr(), s.ptr(), bytes, on) };
+            copied?;
             bump(&COUNTERS.copies);
         }
         Ok(())

@@ -173,7 +173,10 @@
 //! # Ok::<(), cai_runtime::Error>(())
 //! ```
 
-#![deny(unsafe_code)]
+// `unsafe` lives in `sys`; elsewhere only a call of one of its `unsafe fn`s, allowed where
+// it is made, whose caller upholds the function's `# Safety` section (tests/architecture.rs
+// checks both, and every `unsafe` block says why it is sound in a `// SAFETY:` comment).
+#![deny(unsafe_code, clippy::undocumented_unsafe_blocks)]
 
 /// The README's Rust code, compiled as a doc test (and without unused imports).
 #[cfg(doctest)]
@@ -202,7 +205,10 @@ pub mod signature;
 pub mod stats;
 pub mod sync;
 /// The only module with `unsafe` code: FFI to the CUDA driver, NVRTC and C libraries.
+/// Its functions whose callers must uphold something are `unsafe fn` with a `# Safety`
+/// section, and their bodies still mark each unsafe operation.
 #[allow(unsafe_code)]
+#[deny(unsafe_op_in_unsafe_fn)]
 mod sys;
 pub mod xla;
 

@@ -667,10 +667,14 @@ fn execute(call: &Call<'_>) -> Result<()> {
         }
     }
     let d = k.context().bind()?;
-    // Every parameter's bytes were laid out from the kernel's own parameter list; the
-    // device pointers are XLA's buffers for this call, checked against the plan's dtypes
-    // and sizes above, and live until the work XLA enqueues on this stream has run.
-    buf.with_pointers(&p.info.params, |pointers| d.launch_checked(k.raw, &p.config, call.stream, pointers))?;
+    // SAFETY: `k` is loaded in the context just bound, and `call.stream` is XLA's stream
+    // of that device; every parameter's bytes were laid out at its offset from the kernel's
+    // own parameter list (`plan`), and `with_pointers` points at each; the device pointers
+    // are XLA's buffers for this call, checked against the plan's dtypes and sizes above,
+    // and live until the work XLA enqueues on this stream has run.
+    #[allow(unsafe_code)]
+    let launched = buf.with_pointers(&p.info.params, |pointers| unsafe { d.launch_checked(k.raw, &p.config, call.stream, pointers) });
+    launched?;
     bump(&COUNTERS.launches);
     Ok(())
 }
