@@ -159,7 +159,7 @@ impl Kernel {
     ) -> Result<(u64, Option<Box<crate::diag::LaunchRecord>>)> {
         let probe = timing::start();
         let params = &self.info.params;
-        check_count(self.info.base_name(), params.len(), args.len())?;
+        check_count(|| self.info.base_name(), params.len(), args.len())?;
         cfg.check(self)?;
         let mut buf = ParamBuffer::new(self.info.param_buffer_size());
         marshal(params, &self.pointee_alignment, args, &mut buf)?;

@@ -567,7 +567,7 @@ fn plan(
     aliases: &[(usize, usize)],
     bindings: &[Binding],
 ) -> Result<Vec<(usize, Slot)>> {
-    check_count(info.base_name(), info.params.len(), bindings.len())?;
+    check_count(|| info.base_name(), info.params.len(), bindings.len())?;
     let buffers: Vec<&BufferSpec> = inputs.iter().chain(outputs).collect();
     let mut plan = Vec::with_capacity(bindings.len());
     for (p, b) in info.params.iter().zip(bindings) {

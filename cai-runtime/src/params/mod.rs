@@ -130,12 +130,14 @@ pub(crate) fn param_error(p: &ParamLayout, what: impl std::fmt::Display) -> Erro
     Error::argument_at(p.index, p.name.as_deref(), &p.cpp_type, what)
 }
 
-/// `kernel` takes exactly `params` arguments; `got` were given.
-pub(crate) fn check_count(kernel: &str, params: usize, got: usize) -> Result<()> {
+/// The kernel named `kernel()` (asked only for the error) takes exactly `params` arguments;
+/// `got` were given.
+#[inline]
+pub(crate) fn check_count<'k>(kernel: impl FnOnce() -> &'k str, params: usize, got: usize) -> Result<()> {
     if params == got {
         return Ok(());
     }
-    Err(SignatureError::ArgumentCount { kernel: kernel.into(), expected: params, got }.into())
+    Err(SignatureError::ArgumentCount { kernel: kernel().into(), expected: params, got }.into())
 }
 
 /// An argument that cannot fill parameter `p` at all (`got` says what it is).
@@ -158,6 +160,7 @@ pub(crate) struct ArrayArg<'a> {
 /// Check array `a` against pointer or `caijit::Array` parameter `p`: the parameter's element
 /// type (when it has one), that an immutable array meets only const parameters, and a
 /// `caijit::Array<T, N>`'s rank. Any other parameter kind is a [`mismatch`].
+#[inline]
 pub(crate) fn check_array(p: &ParamLayout, a: &ArrayArg<'_>) -> Result<()> {
     let (dtype, is_const, rank) = match p.kind {
         ParamKind::Pointer { dtype, is_const } => (dtype, is_const, None),
@@ -348,7 +351,7 @@ mod tests {
 
     #[test]
     fn the_argument_count_is_checked_first_by_every_launch() {
-        assert!(check_count("k", 3, 3).is_ok());
-        assert_eq!(check_count("k", 3, 2).unwrap_err().to_string(), "kernel `k` takes 3 arguments, got 2");
+        assert!(check_count(|| "k", 3, 3).is_ok());
+        assert_eq!(check_count(|| "k", 3, 2).unwrap_err().to_string(), "kernel `k` takes 3 arguments, got 2");
     }
 }
