@@ -1,7 +1,8 @@
 //! The layering of `cai-runtime` (docs/architecture.md), checked on its source: every
 //! `crate::…` and `super::…` path of every file is resolved to the top-level module it
 //! names, and a module may only name modules of lower layers (or itself). `unsafe` code
-//! appears only in `sys`. A new top-level module must be given a layer here.
+//! appears only in `sys`, except calls of `sys`'s `unsafe fn`s (see [`UNSAFE_FNS`]). A new
+//! top-level module must be given a layer here.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -25,10 +26,11 @@ const LAYERS: &[&[&str]] = &[
     &["signature"],
     // Kernel bundles: the file format and the bundles loaded (no CUDA).
     &["bundle"],
+    // Parameter marshalling: launch arguments checked against a parameter list and packed.
     &["params", "compile"],
     // Compiled programs loaded into a context, and their kernels.
     &["kernel"],
-    // Launches: argument checks, parameter packing, the stream protocol.
+    // Launches: the stream protocol around a marshalled kernel launch.
     &["launch"],
     // Numba-style dispatch: (name, argument types) → a loaded instance, cached per signature.
     &["dispatch"],
@@ -48,6 +50,8 @@ const ROOT_REEXPORTS: &[(&str, &str)] = &[
     ("NvrtcError", "error"),
     ("CudaArrayInterface", "cai"),
     ("FromCudaArrayInterface", "cai"),
+    ("ParamBytes", "params"),
+    ("KernelStruct", "params"),
 ];
 
 fn layer_of(module: &str) -> Option<usize> {
@@ -74,11 +78,27 @@ fn files(dir: &Path, module: &[String], out: &mut Vec<(PathBuf, Vec<String>)>) {
     }
 }
 
-/// The top-level modules a file's paths name, and whether it has `unsafe` code.
+/// The top-level modules a file's paths name, and its `unsafe` code.
 struct Uses<'a> {
     module: &'a [String],
     named: BTreeSet<String>,
-    has_unsafe: bool,
+    /// `unsafe fn`, `unsafe impl` or `unsafe trait` items.
+    unsafe_items: usize,
+    /// Each `unsafe { … }` block: the function it calls when it is nothing but one call
+    /// (`f(..)`, `x.f(..)`), else `None`.
+    unsafe_blocks: Vec<Option<String>>,
+}
+
+/// The function an `unsafe` block calls when the block is exactly one call.
+fn sole_call(block: &syn::Block) -> Option<String> {
+    match block.stmts.as_slice() {
+        [syn::Stmt::Expr(syn::Expr::MethodCall(m), None)] => Some(m.method.to_string()),
+        [syn::Stmt::Expr(syn::Expr::Call(c), None)] => match &*c.func {
+            syn::Expr::Path(p) => p.path.segments.last().map(|s| s.ident.to_string()),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 impl Uses<'_> {
@@ -122,21 +142,33 @@ impl<'ast> Visit<'ast> for Uses<'_> {
         self.use_tree(&mut Vec::new(), &u.tree);
     }
     fn visit_expr_unsafe(&mut self, e: &'ast syn::ExprUnsafe) {
-        self.has_unsafe = true;
+        self.unsafe_blocks.push(sole_call(&e.block));
         syn::visit::visit_expr_unsafe(self, e);
     }
     fn visit_item_impl(&mut self, i: &'ast syn::ItemImpl) {
-        self.has_unsafe |= i.unsafety.is_some();
+        self.unsafe_items += usize::from(i.unsafety.is_some());
         syn::visit::visit_item_impl(self, i);
     }
+    fn visit_item_trait(&mut self, t: &'ast syn::ItemTrait) {
+        self.unsafe_items += usize::from(t.unsafety.is_some());
+        syn::visit::visit_item_trait(self, t);
+    }
     fn visit_signature(&mut self, s: &'ast syn::Signature) {
-        self.has_unsafe |= s.unsafety.is_some();
+        self.unsafe_items += usize::from(s.unsafety.is_some());
         syn::visit::visit_signature(self, s);
     }
 }
 
+/// A file's `unsafe` code: its unsafe items and, per `unsafe` block, the one function it
+/// calls (when it is one call).
+struct UnsafeCode {
+    path: PathBuf,
+    items: usize,
+    blocks: Vec<Option<String>>,
+}
+
 /// `top-level module → modules it names` (itself excluded), and the files with `unsafe`.
-fn module_graph() -> (BTreeMap<String, BTreeSet<String>>, Vec<PathBuf>) {
+fn module_graph() -> (BTreeMap<String, BTreeSet<String>>, Vec<UnsafeCode>) {
     let mut all = Vec::new();
     files(&src_dir(), &[], &mut all);
     assert!(all.len() > 10, "found only {} files under {}", all.len(), src_dir().display());
@@ -145,10 +177,10 @@ fn module_graph() -> (BTreeMap<String, BTreeSet<String>>, Vec<PathBuf>) {
     for (path, module) in &all {
         let text = std::fs::read_to_string(path).unwrap();
         let file = syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let mut uses = Uses { module, named: BTreeSet::new(), has_unsafe: false };
+        let mut uses = Uses { module, named: BTreeSet::new(), unsafe_items: 0, unsafe_blocks: Vec::new() };
         uses.visit_file(&file);
-        if uses.has_unsafe {
-            unsafe_files.push(path.clone());
+        if uses.unsafe_items > 0 || !uses.unsafe_blocks.is_empty() {
+            unsafe_files.push(UnsafeCode { path: path.clone(), items: uses.unsafe_items, blocks: std::mem::take(&mut uses.unsafe_blocks) });
         }
         // The crate root declares every module and re-exports; it is above all layers.
         let Some(top) = module.first() else { continue };
@@ -178,13 +210,182 @@ fn every_module_has_a_layer_and_looks_only_down() {
     assert!(wrong.is_empty(), "layering broken:\n{}", wrong.join("\n"));
 }
 
+/// The `sys` functions whose callers must uphold what the driver cannot check: device memory
+/// at a raw address (read, written or freed) or an owned handle given up. Each is an
+/// `unsafe fn` with a `# Safety` section, so that its callers say, in an `unsafe` block's
+/// `// SAFETY:` comment, how they uphold it. Beyond this list, any `pub` function of `sys`
+/// taking a raw pointer is checked to be `unsafe fn` by its type (a device address is a
+/// `u64`, and a handle a plain value: those need the list).
+const UNSAFE_FNS: &[&str] = &[
+    "launch_checked",
+    "copy_device_to_device",
+    "copy_to_owned",
+    "copy_from_owned",
+    "zero_owned",
+    "free_owned_async",
+    "destroy_owned_stream",
+];
+
+/// A function of `sys` as the rule sees it.
+#[derive(Debug)]
+struct SysFn {
+    name: String,
+    is_unsafe: bool,
+    is_pub: bool,
+    /// Called by C through a function pointer (`extern "C"`): its caller is not Rust.
+    is_extern: bool,
+    takes_raw_pointer: bool,
+    documents_safety: bool,
+}
+
+#[derive(Default)]
+struct SysFns(Vec<SysFn>);
+
+impl SysFns {
+    fn add(&mut self, attrs: &[syn::Attribute], vis: &syn::Visibility, sig: &syn::Signature) {
+        struct Pointers(bool);
+        impl<'ast> Visit<'ast> for Pointers {
+            fn visit_type_ptr(&mut self, _: &'ast syn::TypePtr) {
+                self.0 = true;
+            }
+        }
+        let mut pointers = Pointers(false);
+        sig.inputs.iter().for_each(|i| pointers.visit_fn_arg(i));
+        let doc: String = attrs
+            .iter()
+            .filter(|a| a.path().is_ident("doc"))
+            .filter_map(|a| match &a.meta {
+                syn::Meta::NameValue(nv) => Some(doc_text(&nv.value)),
+                _ => None,
+            })
+            .collect();
+        self.0.push(SysFn {
+            name: sig.ident.to_string(),
+            is_unsafe: sig.unsafety.is_some(),
+            is_pub: !matches!(vis, syn::Visibility::Inherited),
+            is_extern: sig.abi.is_some(),
+            takes_raw_pointer: pointers.0,
+            documents_safety: doc.lines().any(|l| l.trim() == "# Safety"),
+        });
+    }
+}
+
+/// A doc attribute's text.
+fn doc_text(e: &syn::Expr) -> String {
+    match e {
+        syn::Expr::Lit(syn::ExprLit { lit: syn::Lit::Str(s), .. }) => s.value() + "\n",
+        _ => String::new(),
+    }
+}
+
+impl<'ast> Visit<'ast> for SysFns {
+    fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
+        self.add(&f.attrs, &f.vis, &f.sig);
+        syn::visit::visit_item_fn(self, f);
+    }
+    fn visit_impl_item_fn(&mut self, f: &'ast syn::ImplItemFn) {
+        self.add(&f.attrs, &f.vis, &f.sig);
+        syn::visit::visit_impl_item_fn(self, f);
+    }
+    fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+        // Test modules hold test doubles, not the layer's functions.
+        let test = m.attrs.iter().any(|a| a.path().is_ident("cfg") && a.parse_args::<syn::Ident>().is_ok_and(|i| i == "test"));
+        if !test {
+            syn::visit::visit_item_mod(self, m);
+        }
+    }
+}
+
+/// Every function of `cai-runtime/src/sys`.
+fn sys_fns() -> Vec<SysFn> {
+    let mut all = Vec::new();
+    files(&src_dir().join("sys"), &["sys".to_string()], &mut all);
+    let mut fns = SysFns::default();
+    for (path, _) in &all {
+        let text = std::fs::read_to_string(path).unwrap();
+        fns.visit_file(&syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display())));
+    }
+    fns.0
+}
+
 #[test]
 fn unsafe_code_lives_only_in_sys() {
+    // Outside sys, `unsafe` is only a block that is one call of a sys `unsafe fn` (its
+    // `// SAFETY:` comment is required by clippy's `undocumented_unsafe_blocks`, denied at
+    // the crate root); no unsafe item, and no other unsafe operation.
     let (_, unsafe_files) = module_graph();
+    let unsafe_fns: BTreeSet<String> = sys_fns().into_iter().filter(|f| f.is_unsafe && !f.is_extern).map(|f| f.name).collect();
     let sys = src_dir().join("sys");
-    let outside: Vec<_> = unsafe_files.iter().filter(|f| !f.starts_with(&sys)).collect();
-    assert!(outside.is_empty(), "`unsafe` outside cai-runtime/src/sys: {outside:?}");
-    assert!(!unsafe_files.is_empty(), "the checker found no `unsafe` at all, not even in sys");
+    let mut wrong = Vec::new();
+    for f in unsafe_files.iter().filter(|f| !f.path.starts_with(&sys)) {
+        if f.items > 0 {
+            wrong.push(format!("{}: {} unsafe fn/impl/trait item(s)", f.path.display(), f.items));
+        }
+        for block in &f.blocks {
+            match block {
+                Some(called) if unsafe_fns.contains(called) => {}
+                Some(called) => {
+                    wrong.push(format!("{}: an `unsafe` block calls `{called}`, which is no `unsafe fn` of sys", f.path.display()))
+                }
+                None => wrong.push(format!("{}: an `unsafe` block that is not one call of a sys `unsafe fn`", f.path.display())),
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "`unsafe` outside cai-runtime/src/sys:\n{}", wrong.join("\n"));
+    assert!(unsafe_files.iter().any(|f| f.path.starts_with(&sys)), "the checker found no `unsafe` at all, not even in sys");
+    let lib = std::fs::read_to_string(src_dir().join("lib.rs")).unwrap();
+    assert!(
+        lib.contains("#![deny(unsafe_code, clippy::undocumented_unsafe_blocks)]"),
+        "lib.rs must deny unsafe code and undocumented unsafe blocks"
+    );
+}
+
+#[test]
+fn sys_functions_with_preconditions_are_unsafe_and_say_what_callers_uphold() {
+    let fns = sys_fns();
+    assert!(fns.len() > 50, "found only {} functions in sys", fns.len());
+    let mut wrong = Vec::new();
+    for name in UNSAFE_FNS {
+        match fns.iter().find(|f| f.name == *name) {
+            None => wrong.push(format!("`{name}` (in UNSAFE_FNS) is not a function of sys")),
+            Some(f) if !f.is_unsafe => wrong.push(format!("`{name}` must be `unsafe fn`: its callers uphold what the driver cannot check")),
+            Some(_) => {}
+        }
+    }
+    for f in &fns {
+        if f.is_pub && !f.is_extern && f.takes_raw_pointer && !f.is_unsafe {
+            wrong.push(format!("`{}` takes a raw pointer: make it `unsafe fn` with a `# Safety` section", f.name));
+        }
+        if f.is_pub && f.is_unsafe && !f.is_extern && !f.documents_safety {
+            wrong.push(format!("`unsafe fn {}` has no `# Safety` section", f.name));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn the_unsafe_checkers_see_what_they_check() {
+    // A call of a sys `unsafe fn` is told from any other unsafe block.
+    let file = syn::parse_file(
+        "fn f() { let _ = unsafe { d.zero_owned(p, n, s) }; unsafe { g(1) }; unsafe { *p = 1; } }
+         unsafe impl Send for X {}",
+    )
+    .unwrap();
+    let module = ["array".to_string()];
+    let mut uses = Uses { module: &module, named: BTreeSet::new(), unsafe_items: 0, unsafe_blocks: Vec::new() };
+    uses.visit_file(&file);
+    assert_eq!(uses.unsafe_blocks, [Some("zero_owned".to_string()), Some("g".to_string()), None]);
+    assert_eq!(uses.unsafe_items, 1);
+    // A raw pointer parameter and a `# Safety` section are found; test modules are skipped.
+    let file = syn::parse_file(
+        "impl D { pub fn a(&self, p: &mut [*mut c_void]) {} /// x\n/// # Safety\n/// y\n pub unsafe fn b(&self, p: u64) {} }
+         #[cfg(test)] mod tests { pub fn c(p: *const u8) {} }",
+    )
+    .unwrap();
+    let mut fns = SysFns::default();
+    fns.visit_file(&file);
+    let seen: Vec<_> = fns.0.iter().map(|f| (f.name.as_str(), f.takes_raw_pointer, f.is_unsafe, f.documents_safety)).collect();
+    assert_eq!(seen, [("a", true, false, false), ("b", false, true, true)]);
 }
 
 #[test]
@@ -192,7 +393,7 @@ fn the_checker_sees_a_use_that_looks_up() {
     // What the tests above rely on: a `use` of a higher layer, inside a group, is found.
     let file = syn::parse_file("use crate::{cai::DType, launch::{Arg, Num}}; fn f() { super::x::y(); }").unwrap();
     let module = ["runtime".to_string()];
-    let mut uses = Uses { module: &module, named: BTreeSet::new(), has_unsafe: false };
+    let mut uses = Uses { module: &module, named: BTreeSet::new(), unsafe_items: 0, unsafe_blocks: Vec::new() };
     uses.visit_file(&file);
     assert_eq!(uses.named, BTreeSet::from(["cai".to_string(), "launch".to_string(), "x".to_string()]));
 }

@@ -21,6 +21,7 @@ caijit_integration::gpu_main!(
     cai_stream_values_and_export,
     struct_parameters_from_derived_rust_twins,
     cudarc_slices_as_arguments,
+    cudarc_records_each_access_after_the_kernel_is_enqueued,
     every_spelling_of_a_kernel_is_one_kernel
 );
 
@@ -219,33 +220,75 @@ fn struct_parameters_from_derived_rust_twins(ctx: Arc<Context>) {
     assert!(e.to_string().contains("expected 24 bytes"), "{e}");
 }
 
-/// cudarc slices are arguments like any other CAI array, ordered against their stream.
+/// cudarc slices are arguments like any other CAI array, ordered against their stream; a
+/// slice borrowed for reading is a readonly array.
 fn cudarc_slices_as_arguments(ctx: Arc<Context>) {
-    use cai_runtime::interop::cudarc_view;
+    use cai_runtime::interop::{cudarc_view, cudarc_view_mut};
     let cctx = cudarc::driver::CudaContext::new(0).unwrap();
     let cstream = cctx.new_stream().unwrap();
     let n = 10_001;
     let xs = randoms(n, seed());
     let x = cstream.clone_htod(&xs).unwrap();
-    let y = cstream.alloc_zeros::<f32>(n).unwrap();
+    let mut y = cstream.alloc_zeros::<f32>(n).unwrap();
     let m = ctx.compile(&Program::new(AXPY).name_expression("axpy<float>")).unwrap();
     let k = m.kernel("axpy<float>").unwrap();
-    let (xv, yv) = (cudarc_view(&x, true), cudarc_view(&y, false));
-    assert_eq!(xv.stream(), yv.stream());
     let own = Stream::new(&ctx).unwrap();
+    {
+        // Read through a non-const parameter: refused, naming the argument.
+        let (xv, x2) = (cudarc_view(&x, &cstream).unwrap(), cudarc_view(&x, &cstream).unwrap());
+        let args = [Arg::untyped(3.0), Arg::Array(&xv), Arg::Array(&x2), Arg::untyped(n)];
+        let e = k.forall(n, &args, Some(&own), true).unwrap_err().to_string();
+        assert!(e.starts_with("argument 2") && e.contains("readonly"), "{e}");
+    }
+    let (xv, yv) = (cudarc_view(&x, &cstream).unwrap(), cudarc_view_mut(&mut y, &cstream).unwrap());
+    assert_eq!(xv.stream(), yv.stream());
+    assert!(xv.readonly() && !yv.readonly());
     let before = stats();
-    let args = [
-        Arg::Scalar { value: Num::Float(3.0), dtype: None },
-        Arg::Array(&xv),
-        Arg::Array(&yv),
-        Arg::Scalar { value: Num::Int(n as i128), dtype: None },
-    ];
+    let args = [Arg::untyped(3.0), Arg::Array(&xv), Arg::Array(&yv), Arg::untyped(n)];
     k.forall(n, &args, Some(&own), true).unwrap();
     assert_eq!(stats().waits - before.waits, 1, "the launch waited on the cudarc stream");
+    drop((xv, yv));
     let got: Vec<f32> = cstream.clone_dtoh(&y).unwrap();
     for i in 0..n {
         assert_eq!(got[i], 3.0 * xs[i]);
     }
+}
+
+/// cudarc orders its other streams by the accesses its views record: the read of `x` and
+/// the write of `y` are recorded after caijit's (slow) kernel is enqueued, so a cudarc write
+/// of `x` and a cudarc read of `y` on another stream wait for the kernel. A view that
+/// recorded its access before the launch, or a write as a read, fails here: the other
+/// stream would overwrite `x` before the kernel reads it, or read `y` before it is written.
+fn cudarc_records_each_access_after_the_kernel_is_enqueued(ctx: Arc<Context>) {
+    use cai_runtime::interop::{cudarc_view, cudarc_view_mut};
+    const SLOW_COPY: &str = r#"
+    extern "C" __global__ void slow_copy(const float* x, float* y, long long n, long long cycles) {
+        if (threadIdx.x == 0) { long long t0 = clock64(); while (clock64() - t0 < cycles) {} }
+        __syncthreads();
+        for (long long i = threadIdx.x; i < n; i += blockDim.x) y[i] = x[i];
+    }"#;
+    let k = ctx.compile(&Program::new(SLOW_COPY)).unwrap().kernel("slow_copy").unwrap();
+    let cctx = cudarc::driver::CudaContext::new(0).unwrap();
+    let (a, b) = (cctx.new_stream().unwrap(), cctx.new_stream().unwrap());
+    let n = 4096;
+    let xs = randoms(n, seed());
+    let mut x = a.clone_htod(&xs).unwrap();
+    let mut y = a.alloc_zeros::<f32>(n).unwrap();
+    a.synchronize().unwrap();
+    let own = Stream::new(&ctx).unwrap();
+    {
+        let (xv, yv) = (cudarc_view(&x, &a).unwrap(), cudarc_view_mut(&mut y, &a).unwrap());
+        // About 0.1 s of spinning (at 2 GHz) before the kernel touches either array.
+        let args = [Arg::Array(&xv), Arg::Array(&yv), Arg::untyped(n), Arg::untyped(200_000_000i64)];
+        k.launch(&LaunchConfig::new([1, 1, 1], [256, 1, 1]), &args, Some(&own), true).unwrap();
+    } // the views drop: cudarc records the read of x and the write of y on `a`
+    b.memcpy_htod(&vec![0f32; n], &mut x).unwrap();
+    let got = b.clone_dtoh(&y).unwrap();
+    assert!(
+        got == xs,
+        "stream b did not wait for caijit's kernel: {} of {n} elements differ",
+        got.iter().zip(&xs).filter(|(g, w)| g != w).count()
+    );
 }
 
 fn every_spelling_of_a_kernel_is_one_kernel(ctx: Arc<Context>) {

@@ -66,7 +66,12 @@ impl DeviceArray {
     pub fn zeros(ctx: &Arc<Context>, shape: &[usize], dtype: DType, stream: &Arc<Stream>) -> Result<DeviceArray> {
         let a = Self::empty(ctx, shape, dtype, stream)?;
         if a.nbytes() > 0 {
-            ctx.bind()?.zero_owned(a.ptr(), a.nbytes(), stream.raw())?;
+            let d = ctx.bind()?;
+            // SAFETY: `a` owns its `nbytes` from `ptr`, allocated on `stream`, and lives
+            // (until it is freed ordered after this write on its stream) past this call.
+            #[allow(unsafe_code)]
+            let zeroed = unsafe { d.zero_owned(a.ptr(), a.nbytes(), stream.raw()) };
+            zeroed?;
         }
         Ok(a)
     }
@@ -78,7 +83,12 @@ impl DeviceArray {
             return Err(Error::argument(format!("{} bytes given for shape {shape:?} of {dtype}, which needs {}", bytes.len(), a.nbytes())));
         }
         if !bytes.is_empty() {
-            ctx.bind()?.copy_to_owned(a.ptr(), bytes, stream.raw())?;
+            let d = ctx.bind()?;
+            // SAFETY: `a` owns `nbytes` = `bytes.len()` bytes from `ptr` (checked above), and
+            // its free is ordered after this copy on its stream.
+            #[allow(unsafe_code)]
+            let copied = unsafe { d.copy_to_owned(a.ptr(), bytes, stream.raw()) };
+            copied?;
         }
         Ok(a)
     }
@@ -91,7 +101,11 @@ impl DeviceArray {
             if self.on_another_threads_stream() {
                 d.ctx_synchronize()?; // its stream cannot be named here: wait for the device
             }
-            d.copy_from_owned(&mut out, self.ptr(), self.stream.raw())?;
+            // SAFETY: the array owns `nbytes` = `out.len()` bytes from `ptr`, and `self` is
+            // borrowed (not freed) until the copy has finished (it waits).
+            #[allow(unsafe_code)]
+            let copied = unsafe { d.copy_from_owned(&mut out, self.ptr(), self.stream.raw()) };
+            copied?;
         }
         Ok(out)
     }
@@ -182,6 +196,9 @@ impl Drop for DeviceArray {
             let _ = d.ctx_synchronize();
             crate::stats::bump(&crate::stats::COUNTERS.host_syncs);
         }
-        let _ = d.free_owned_async(self.ptr(), self.stream.raw());
+        // SAFETY: the array owns this allocation of `mem_alloc_async` and frees it once,
+        // here, ordered after the work on its stream; nothing uses it afterwards.
+        #[allow(unsafe_code)]
+        let _ = unsafe { d.free_owned_async(self.ptr(), self.stream.raw()) };
     }
 }

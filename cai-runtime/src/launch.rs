@@ -20,20 +20,22 @@
 //! See `keep_capture_legal`: inside a capture only edges to streams of the same capture
 //! are made; outside one, an argument whose stream is being captured is an error.
 
-use std::ffi::c_void;
 use std::sync::OnceLock;
 
 use smallvec::SmallVec;
 
-use crate::cai::{ArrayView, DType};
+use crate::cai::ArrayView;
 use crate::kernel::Kernel;
+use crate::params::{check_count, marshal, param_error, ParamBuffer};
 use crate::runtime::{Context, Events, Stream};
-use crate::signature::{ArgType, ArrayLayout, ParamKind, ParamLayout};
 use crate::stats::timing::{self, Phase};
 use crate::stats::{bump, COUNTERS};
 use crate::sys::{Driver, RawStream};
 use crate::{Error, Result};
 
+/// The launch arguments and their encodings, defined with the parameter checks they
+/// meet (`crate::params`).
+pub use crate::params::{encode_scalar, Arg, Num, ScalarBytes};
 pub use crate::sys::LaunchConfig;
 pub use trace::{nvtx_tool, ProfileRow, Profiler};
 
@@ -120,331 +122,9 @@ impl LaunchConfig {
     }
 }
 
-/// A scalar argument's value.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Num {
-    Bool(bool),
-    Int(i128),
-    Float(f64),
-    Complex(f64, f64),
-}
-
-macro_rules! num_from {
-    ($($t:ty => $v:ident),* $(,)?) => {
-        $(impl From<$t> for Num {
-            fn from(x: $t) -> Num {
-                Num::$v(x.into())
-            }
-        })*
-    };
-}
-num_from!(bool => Bool, i8 => Int, i16 => Int, i32 => Int, i64 => Int, u8 => Int, u16 => Int, u32 => Int, u64 => Int, f32 => Float, f64 => Float);
-
-impl From<usize> for Num {
-    fn from(x: usize) -> Num {
-        Num::Int(x as i128)
-    }
-}
-
-impl From<isize> for Num {
-    fn from(x: isize) -> Num {
-        Num::Int(x as i128)
-    }
-}
-
-impl From<half::f16> for Num {
-    fn from(x: half::f16) -> Num {
-        Num::Float(x.into())
-    }
-}
-
-impl From<half::bf16> for Num {
-    fn from(x: half::bf16) -> Num {
-        Num::Float(x.into())
-    }
-}
-
-/// A launch argument.
-#[derive(Clone, Copy, Debug)]
-pub enum Arg<'a> {
-    /// A CAI array (any producer); its device is read from its pointer at launch.
-    Array(&'a ArrayView),
-    /// A CAI array whose device the caller already knows (caijit's own arrays, or a
-    /// producer's array object that says so): no pointer query at launch.
-    ArrayOn(&'a ArrayView, usize),
-    /// A scalar; `dtype` is its own type when it has one (NumPy scalars), for deduction.
-    Scalar { value: Num, dtype: Option<DType> },
-    /// The bytes of a struct parameter.
-    Bytes(&'a [u8]),
-    /// A raw device pointer (only for pointer parameters).
-    Pointer(u64),
-}
-
-impl Arg<'_> {
-    /// A typed scalar: its Rust type is its C++ type for deduction and overloads
-    /// (`Arg::scalar(2.0f32)` deduces `float`), and it is converted exactly to the
-    /// parameter's type (out of range is an error), as a NumPy scalar is.
-    pub fn scalar<T: crate::cai::Element + Into<Num>>(value: T) -> Self {
-        Arg::Scalar { value: value.into(), dtype: Some(T::DTYPE) }
-    }
-
-    /// An untyped scalar, as a Python `int`, `float` or `bool` is: converted exactly to
-    /// the parameter's type (out of range is an error), it deduces nothing.
-    pub fn untyped(value: impl Into<Num>) -> Self {
-        Arg::Scalar { value: value.into(), dtype: None }
-    }
-
-    /// What template deduction sees of this argument.
-    pub fn arg_type(&self) -> ArgType {
-        match self {
-            Arg::Array(v) | Arg::ArrayOn(v, _) => ArgType::Array { dtype: v.dtype(), rank: v.ndim() },
-            Arg::Scalar { dtype: Some(d), .. } => ArgType::TypedScalar(*d),
-            Arg::Scalar { dtype: None, .. } => ArgType::UntypedScalar,
-            Arg::Bytes(_) | Arg::Pointer(_) => ArgType::Opaque,
-        }
-    }
-}
-
 fn sync_enabled_by_env() -> bool {
     static S: OnceLock<bool> = OnceLock::new();
     *S.get_or_init(|| std::env::var("CAIJIT_CAI_SYNC").map_or(true, |v| v != "0"))
-}
-
-/// A parameter buffer, 16-byte aligned and zeroed; on the stack for the usual sizes
-/// (≤ 512 bytes), where only the words the kernel's parameters span are written (not the
-/// whole inline capacity).
-pub(crate) struct ParamBuffer(SmallVec<[u128; 32]>);
-
-impl ParamBuffer {
-    #[inline]
-    pub(crate) fn new(size: usize) -> Self {
-        let mut words = SmallVec::new();
-        words.resize(size.div_ceil(16).max(1), 0);
-        ParamBuffer(words)
-    }
-    pub(crate) fn write(&mut self, offset: usize, data: &[u8]) {
-        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut self.0[..]);
-        bytes[offset..offset + data.len()].copy_from_slice(data);
-    }
-    /// A `caijit::Array<T, N>` at `offset` ([`ArrayLayout`]): the data pointer, then each
-    /// dimension's `(extent, byte stride)` of a rank-`rank` array.
-    pub(crate) fn write_array(&mut self, offset: usize, ptr: u64, rank: usize, dims: impl Iterator<Item = (i64, i64)>) {
-        self.write(offset + ArrayLayout::DATA, &ptr.to_le_bytes());
-        for (d, (n, s)) in dims.enumerate() {
-            self.write_dim(offset, rank, d, n, s);
-        }
-    }
-    /// Dimension `d`'s extent and byte stride of the rank-`rank` `caijit::Array` at `offset`
-    /// (its pointer written by [`ParamBuffer::write_array`], or apart).
-    pub(crate) fn write_dim(&mut self, offset: usize, rank: usize, d: usize, extent: i64, stride: i64) {
-        self.write(offset + ArrayLayout::extent(d), &extent.to_le_bytes());
-        self.write(offset + ArrayLayout::stride(rank, d), &stride.to_le_bytes());
-    }
-    /// Call `f` with one pointer per parameter into this buffer (on the stack for up to 32
-    /// parameters).
-    pub(crate) fn with_pointers<R>(&mut self, params: &[ParamLayout], f: impl FnOnce(&mut [*mut c_void]) -> R) -> R {
-        let start = self.0.as_mut_ptr() as *mut u8;
-        let mut pointers: SmallVec<[*mut c_void; 32]> = params.iter().map(|p| start.wrapping_add(p.offset) as *mut c_void).collect();
-        f(&mut pointers)
-    }
-}
-
-fn err(p: &ParamLayout, what: String) -> Error {
-    Error::argument_at(p.index, p.name.as_deref(), &p.cpp_type, what)
-}
-
-fn check_array(p: &ParamLayout, v: &ArrayView, dtype: Option<DType>, is_const: bool) -> Result<()> {
-    if let Some(d) = dtype {
-        if v.dtype() != d {
-            return Err(err(p, format!("expected an array of {} ({}), got {}", d.name(), d.cpp_name(), v.dtype().name())));
-        }
-    }
-    if v.readonly() && !is_const {
-        return Err(err(
-            p,
-            "the array is readonly but the parameter is not const; declare it `const T*` / `caijit::Array<const T, N>`".into(),
-        ));
-    }
-    Ok(())
-}
-
-/// Elements must sit at multiples of their size: a misaligned access faults the kernel,
-/// and a fault kills the context for every library in the process. A pointer to a CUDA
-/// vector type (`float4*`, say) needs that type's alignment too.
-/// `vector` is [`crate::kernel::pointee_alignment`] of `p` (computed once, at the kernel's load).
-fn check_aligned(p: &ParamLayout, v: &ArrayView, vector: usize) -> Result<()> {
-    if !v.is_itemsize_aligned() || !crate::cai::is_multiple_of(v.ptr().into(), vector as u64) {
-        if vector > 1 {
-            return Err(err(p, format!("the pointer {:#x} is not aligned to the {vector} bytes of the parameter's vector type", v.ptr())));
-        }
-        return Err(err(
-            p,
-            format!(
-                "the array is not aligned to its {}-byte elements (pointer {:#x}, byte strides {:?})",
-                v.dtype().itemsize(),
-                v.ptr(),
-                v.strides()
-            ),
-        ));
-    }
-    Ok(())
-}
-
-/// A scalar parameter's bytes (at most 16, for complex128), kept on the stack: encoding
-/// a launch's scalars allocates nothing.
-#[derive(Clone, Copy, Debug)]
-pub struct ScalarBytes {
-    buf: [u8; 16],
-    len: usize,
-}
-
-impl ScalarBytes {
-    fn new(parts: &[&[u8]]) -> Self {
-        let mut s = ScalarBytes { buf: [0; 16], len: 0 };
-        for p in parts {
-            s.buf[s.len..s.len + p.len()].copy_from_slice(p);
-            s.len += p.len();
-        }
-        s
-    }
-}
-
-impl std::ops::Deref for ScalarBytes {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        &self.buf[..self.len]
-    }
-}
-
-impl<const N: usize> PartialEq<[u8; N]> for ScalarBytes {
-    fn eq(&self, other: &[u8; N]) -> bool {
-        **self == other[..]
-    }
-}
-
-/// Encode a scalar as exactly `dtype`, checking its range.
-pub fn encode_scalar(value: Num, dtype: DType) -> std::result::Result<ScalarBytes, String> {
-    use DType::*;
-    let int = |v: Num| -> std::result::Result<i128, String> {
-        match v {
-            Num::Int(i) => Ok(i),
-            Num::Bool(b) => Ok(i128::from(b)),
-            Num::Float(f) => Err(format!("{f} is a float; the parameter is an integer (convert explicitly)")),
-            Num::Complex(..) => Err("a complex number cannot be converted to an integer".into()),
-        }
-    };
-    let float = |v: Num| -> std::result::Result<f64, String> {
-        match v {
-            Num::Float(f) => Ok(f),
-            Num::Int(i) => Ok(i as f64),
-            Num::Bool(b) => Ok(f64::from(u8::from(b))),
-            Num::Complex(..) => Err("a complex number cannot be converted to a real type".into()),
-        }
-    };
-    macro_rules! ranged {
-        ($t:ty) => {{
-            let i = int(value)?;
-            <$t>::try_from(i)
-                .map(|x| ScalarBytes::new(&[&x.to_le_bytes()]))
-                .map_err(|_| format!("{i} is out of range for {} [{}, {}]", dtype.cpp_name(), <$t>::MIN, <$t>::MAX))?
-        }};
-    }
-    let finite_max = |f: f64, max: f64| -> std::result::Result<f64, String> {
-        if f.is_finite() && f.abs() > max {
-            Err(format!("{f} is out of range for {} (largest finite value {max})", dtype.cpp_name()))
-        } else {
-            Ok(f)
-        }
-    };
-    Ok(match dtype {
-        Bool => match value {
-            Num::Bool(b) => ScalarBytes::new(&[&[u8::from(b)]]),
-            Num::Int(i @ (0 | 1)) => ScalarBytes::new(&[&[i as u8]]),
-            other => return Err(format!("{other:?} is not a bool")),
-        },
-        I8 => ranged!(i8),
-        I16 => ranged!(i16),
-        I32 => ranged!(i32),
-        I64 => ranged!(i64),
-        U8 => ranged!(u8),
-        U16 => ranged!(u16),
-        U32 => ranged!(u32),
-        U64 => ranged!(u64),
-        F16 => ScalarBytes::new(&[&half::f16::from_f64(finite_max(float(value)?, 65504.0)?).to_le_bytes()]),
-        BF16 => ScalarBytes::new(&[&half::bf16::from_f64(finite_max(float(value)?, 3.3895313892515355e38)?).to_le_bytes()]),
-        F32 => ScalarBytes::new(&[&(finite_max(float(value)?, f32::MAX as f64)? as f32).to_le_bytes()]),
-        F64 => ScalarBytes::new(&[&float(value)?.to_le_bytes()]),
-        C64 | C128 => {
-            let (re, im) = match value {
-                Num::Complex(re, im) => (re, im),
-                other => (float(other)?, 0.0),
-            };
-            if dtype == C64 {
-                let (re, im) = (finite_max(re, f32::MAX as f64)? as f32, finite_max(im, f32::MAX as f64)? as f32);
-                ScalarBytes::new(&[&re.to_le_bytes(), &im.to_le_bytes()])
-            } else {
-                ScalarBytes::new(&[&re.to_le_bytes(), &im.to_le_bytes()])
-            }
-        }
-    })
-}
-
-/// Lay out `args` for `params`: every check that names a parameter happens here.
-/// `vector[i]` is [`crate::kernel::pointee_alignment`] of `params[i]`.
-fn marshal(params: &[ParamLayout], vector: &[usize], args: &[Arg<'_>], buf: &mut ParamBuffer) -> Result<()> {
-    for ((p, a), &vector) in params.iter().zip(args).zip(vector) {
-        let a = match a {
-            Arg::ArrayOn(v, _) => &Arg::Array(v),
-            other => other,
-        };
-        match (&p.kind, a) {
-            (ParamKind::Pointer { dtype, is_const }, Arg::Array(v)) => {
-                check_array(p, v, *dtype, *is_const)?;
-                if !v.is_c_contiguous() {
-                    return Err(err(p, format!(
-                        "a pointer parameter needs a C-contiguous array; this one has shape {:?} and byte strides {:?} (declare the parameter caijit::Array<T, {}> to accept strided views)",
-                        v.shape(), v.strides(), v.ndim()
-                    )));
-                }
-                check_aligned(p, v, vector)?;
-                buf.write(p.offset, &v.ptr().to_le_bytes());
-            }
-            (ParamKind::Pointer { .. }, Arg::Pointer(ptr)) => buf.write(p.offset, &ptr.to_le_bytes()),
-            // A plain integer for a pointer parameter is a raw device address.
-            (ParamKind::Pointer { .. }, Arg::Scalar { value: Num::Int(i), dtype: None }) => {
-                let ptr = u64::try_from(*i).map_err(|_| err(p, format!("{i} is not a device address")))?;
-                buf.write(p.offset, &ptr.to_le_bytes());
-            }
-            (ParamKind::Array { dtype, is_const, rank }, Arg::Array(v)) => {
-                check_array(p, v, *dtype, *is_const)?;
-                if v.ndim() != *rank {
-                    return Err(err(p, format!("expected a {rank}-d array, got {}-d (shape {:?})", v.ndim(), v.shape())));
-                }
-                check_aligned(p, v, vector)?;
-                buf.write_array(p.offset, v.ptr(), *rank, v.shape().iter().zip(v.strides()).map(|(&n, &s)| (n as i64, s)));
-            }
-            (ParamKind::Scalar(d), Arg::Scalar { value, .. }) => {
-                let bytes = encode_scalar(*value, *d).map_err(|e| err(p, e))?;
-                buf.write(p.offset, &bytes);
-            }
-            (ParamKind::Struct { .. }, Arg::Bytes(b)) => {
-                if b.len() != p.size {
-                    return Err(err(p, format!("expected {} bytes for the struct, got {}", p.size, b.len())));
-                }
-                buf.write(p.offset, b);
-            }
-            (kind, other) => {
-                let got = match other {
-                    Arg::Array(v) | Arg::ArrayOn(v, _) => format!("a {}-d array of {}", v.ndim(), v.dtype()),
-                    Arg::Scalar { .. } => "a scalar".into(),
-                    Arg::Bytes(b) => format!("{} bytes", b.len()),
-                    Arg::Pointer(_) => "a raw pointer (int)".into(),
-                };
-                return Err(err(p, format!("expected {}, got {got}", kind.describe())));
-            }
-        }
-    }
-    Ok(())
 }
 
 impl Kernel {
@@ -479,14 +159,7 @@ impl Kernel {
     ) -> Result<(u64, Option<Box<crate::diag::LaunchRecord>>)> {
         let probe = timing::start();
         let params = &self.info.params;
-        if params.len() != args.len() {
-            return Err(Error::argument(format!(
-                "kernel `{}` takes {} arguments, got {}",
-                self.info.base_name(),
-                params.len(),
-                args.len()
-            )));
-        }
+        check_count(|| self.info.base_name(), params.len(), args.len())?;
         cfg.check(self)?;
         let mut buf = ParamBuffer::new(self.info.param_buffer_size());
         marshal(params, &self.pointee_alignment, args, &mut buf)?;
@@ -497,15 +170,19 @@ impl Kernel {
             Arg::ArrayOn(v, device) => Some((i, *v, Some(*device))),
             _ => None,
         });
-        let named = |i: usize, what: String| err(&params[i], what);
+        let named = |i: usize, what: String| param_error(&params[i], what);
         let mut recorded = None;
         let on = enqueue_ordered(self.context(), arrays, stream, sync, named, |d, launch_stream| {
             let span = trace::begin(self, d, launch_stream)?;
-            // The arguments were checked against the compiled parameter list above: each
-            // pointer refers to a value of exactly the parameter's size; device pointers come
-            // from validated CAI descriptors whose owners keep them alive (CAI contract).
             let probe = timing::start();
-            let launched = buf.with_pointers(params, |ptrs| d.launch_checked(self.raw, cfg, launch_stream, ptrs));
+            // SAFETY: `self.raw` is this kernel, loaded in the context `enqueue_ordered`
+            // bound, and `launch_stream` a stream of that context (checked there); `marshal`
+            // wrote every argument at its parameter's offset after checking it against the
+            // kernel's compiled parameter list, and `with_pointers` points at each; the device
+            // pointers come from validated CAI descriptors whose producers keep them alive
+            // until the work on their streams (which this launch is ordered against) is done.
+            #[allow(unsafe_code)]
+            let launched = buf.with_pointers(params, |ptrs| unsafe { d.launch_checked(self.raw, cfg, launch_stream, ptrs) });
             probe.stop(Phase::LaunchDriver);
             launched?;
             bump(&COUNTERS.launches);
@@ -736,9 +413,12 @@ pub fn copy_contiguous(ctx: &Context, src: &Arg<'_>, dst: &Arg<'_>, stream: Opti
     let arrays = [(0, s, s_dev), (1, d, d_dev)].into_iter();
     enqueue_ordered(ctx, arrays, stream, sync, named, |drv, on| {
         if bytes > 0 {
-            // Both ranges were validated above: C-contiguous views of `bytes` bytes on this
-            // device, kept alive by their owners (CAI contract); the destination is writable.
-            drv.copy_device_to_device(d.ptr(), s.ptr(), bytes, on)?;
+            // SAFETY: both ranges were validated above: C-contiguous views of `bytes` bytes on
+            // this device, kept alive by their owners until the work ordered on their streams
+            // is done (CAI contract); the destination is not readonly.
+            #[allow(unsafe_code)]
+            let copied = unsafe { drv.copy_device_to_device(d.ptr(), s.ptr(), bytes, on) };
+            copied?;
             bump(&COUNTERS.copies);
         }
         Ok(())
@@ -779,7 +459,7 @@ mod tests {
 
     #[test]
     fn work_runs_on_the_given_stream_else_the_shared_producer_else_legacy() {
-        use crate::cai::StreamRef;
+        use crate::cai::{DType, StreamRef};
         let on = |s: Option<u64>| {
             ArrayView::contiguous(0x1000, &[4], DType::F32, false).unwrap().with_stream(s.map(|s| StreamRef::from_cai(s).unwrap()))
         };
@@ -789,36 +469,6 @@ mod tests {
         assert_eq!(launch_stream([&none], None), 1);
         let given = Stream::borrowed(0x55).unwrap();
         assert_eq!(launch_stream([&a, &b], Some(&given)), 0x55);
-    }
-
-    #[test]
-    fn scalars_are_converted_exactly_with_range_checks() {
-        assert_eq!(encode_scalar(Num::Int(-1), DType::I32).unwrap(), (-1i32).to_le_bytes());
-        assert!(encode_scalar(Num::Int(1 << 40), DType::I32).unwrap_err().contains("out of range"));
-        assert!(encode_scalar(Num::Int(-1), DType::U8).unwrap_err().contains("out of range"));
-        assert!(encode_scalar(Num::Float(1.5), DType::I64).unwrap_err().contains("float"));
-        assert_eq!(encode_scalar(Num::Int(3), DType::F32).unwrap(), 3.0f32.to_le_bytes());
-        assert_eq!(encode_scalar(Num::Float(0.5), DType::F16).unwrap(), half::f16::from_f32(0.5).to_le_bytes());
-        assert!(encode_scalar(Num::Float(1e6), DType::F16).unwrap_err().contains("out of range"));
-        assert!(encode_scalar(Num::Float(f64::INFINITY), DType::F32).is_ok());
-        assert_eq!(encode_scalar(Num::Bool(true), DType::Bool).unwrap(), [1]);
-        assert!(encode_scalar(Num::Int(2), DType::Bool).is_err());
-        assert_eq!(encode_scalar(Num::Complex(1.0, -2.0), DType::C128).unwrap().len(), 16);
-        assert_eq!(encode_scalar(Num::Int(u64::MAX as i128), DType::U64).unwrap(), u64::MAX.to_le_bytes());
-    }
-
-    #[test]
-    fn parameter_buffers_are_zeroed_aligned_and_sized_to_their_parameters() {
-        let mut b = ParamBuffer::new(20);
-        assert_eq!(b.0.len(), 2);
-        assert!(!b.0.spilled());
-        assert_eq!(b.0.as_ptr() as usize % 16, 0);
-        assert!(b.0.iter().all(|&w| w == 0));
-        b.write(16, &[1, 2, 3, 4]);
-        let bytes: &[u8] = bytemuck::cast_slice(&b.0[..]);
-        assert_eq!(&bytes[16..20], &[1, 2, 3, 4]);
-        assert_eq!(ParamBuffer::new(0).0.len(), 1);
-        assert!(ParamBuffer::new(513).0.spilled());
     }
 
     #[test]

@@ -173,7 +173,10 @@
 //! # Ok::<(), cai_runtime::Error>(())
 //! ```
 
-#![deny(unsafe_code)]
+// `unsafe` lives in `sys`; elsewhere only a call of one of its `unsafe fn`s, allowed where
+// it is made, whose caller upholds the function's `# Safety` section (tests/architecture.rs
+// checks both, and every `unsafe` block says why it is sound in a `// SAFETY:` comment).
+#![deny(unsafe_code, clippy::undocumented_unsafe_blocks)]
 
 /// The README's Rust code, compiled as a doc test (and without unused imports).
 #[cfg(doctest)]
@@ -202,60 +205,17 @@ pub mod signature;
 pub mod stats;
 pub mod sync;
 /// The only module with `unsafe` code: FFI to the CUDA driver, NVRTC and C libraries.
+/// Its functions whose callers must uphold something are `unsafe fn` with a `# Safety`
+/// section, and their bodies still mark each unsafe operation.
 #[allow(unsafe_code)]
+#[deny(unsafe_op_in_unsafe_fn)]
 mod sys;
 pub mod xla;
 
 pub use cai::{CudaArrayInterface, FromCudaArrayInterface};
 #[cfg(feature = "derive")]
 pub use cai_macros::{CudaArrayInterface, KernelParams};
-
-/// A value that can be written into a kernel's parameter buffer as the bytes of its CUDA
-/// twin: scalars, arrays of them, and `#[derive(KernelParams)]` structs (which lay their
-/// fields out at the offsets Rust's `#[repr(C)]` gives, asserted at compile time).
-pub trait ParamBytes {
-    /// `size_of::<Self>()` for the types here.
-    const SIZE: usize;
-    /// Write the value into `out[..SIZE]`.
-    fn write_param(&self, out: &mut [u8]);
-    /// The value's bytes (padding zeroed).
-    fn param_bytes(&self) -> Vec<u8> {
-        let mut v = vec![0u8; Self::SIZE];
-        self.write_param(&mut v);
-        v
-    }
-}
-
-macro_rules! param_bytes {
-    ($($t:ty),*) => {$(
-        impl ParamBytes for $t {
-            const SIZE: usize = std::mem::size_of::<$t>();
-            fn write_param(&self, out: &mut [u8]) {
-                out[..Self::SIZE].copy_from_slice(&self.to_le_bytes());
-            }
-        }
-    )*};
-}
-param_bytes!(i8, i16, i32, i64, u8, u16, u32, u64, f32, f64, half::f16, half::bf16);
-
-impl ParamBytes for bool {
-    const SIZE: usize = 1;
-    fn write_param(&self, out: &mut [u8]) {
-        out[0] = u8::from(*self);
-    }
-}
-
-impl<T: ParamBytes, const N: usize> ParamBytes for [T; N] {
-    const SIZE: usize = T::SIZE * N;
-    fn write_param(&self, out: &mut [u8]) {
-        for (i, v) in self.iter().enumerate() {
-            v.write_param(&mut out[i * T::SIZE..]);
-        }
-    }
-}
-
-/// Marks `#[derive(KernelParams)]` structs: usable as a kernel's struct argument.
-pub trait KernelStruct: ParamBytes {}
+pub use params::{KernelStruct, ParamBytes};
 
 /// Paths generated code uses; not part of the API.
 #[doc(hidden)]

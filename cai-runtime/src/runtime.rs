@@ -490,7 +490,10 @@ impl Drop for Stream {
         // Drop never panics; a failure to destroy leaks one stream handle at most. The
         // caller's current context is restored when the guard drops.
         if let Some(d) = self.context.as_ref().and_then(|ctx| ctx.bind().ok()) {
-            let _ = d.destroy_owned_stream(self.raw);
+            // SAFETY: an owned `Stream` (one with a context) holds a stream of
+            // `stream_create` and destroys it once, here; the handle dies with it.
+            #[allow(unsafe_code)]
+            let _ = unsafe { d.destroy_owned_stream(self.raw) };
         }
     }
 }

@@ -71,7 +71,8 @@ use smallvec::SmallVec;
 use crate::cai::DType;
 use crate::compile::{KernelInfo, Program};
 use crate::kernel::Kernel;
-use crate::launch::{encode_scalar, LaunchConfig, Num, ParamBuffer};
+use crate::launch::LaunchConfig;
+use crate::params::{check_array, check_count, encode_scalar, mismatch, param_error, ArrayArg, Num, ParamBuffer};
 use crate::runtime::{self, Context};
 use crate::signature::{ArrayLayout, ParamKind};
 use crate::stats::{bump, COUNTERS};
@@ -566,49 +567,31 @@ fn plan(
     aliases: &[(usize, usize)],
     bindings: &[Binding],
 ) -> Result<Vec<(usize, Slot)>> {
-    if bindings.len() != info.params.len() {
-        return Err(Error::argument(format!(
-            "kernel `{}` takes {} parameters; {} were bound",
-            info.base_name(),
-            info.params.len(),
-            bindings.len()
-        )));
-    }
+    check_count(|| info.base_name(), info.params.len(), bindings.len())?;
     let buffers: Vec<&BufferSpec> = inputs.iter().chain(outputs).collect();
     let mut plan = Vec::with_capacity(bindings.len());
     for (p, b) in info.params.iter().zip(bindings) {
-        let named = |what: String| {
-            let name = p.name.as_deref().map(|n| format!(" `{n}`")).unwrap_or_default();
-            Error::argument(format!("kernel `{}` parameter {}{name} (`{}`): {what}", info.base_name(), p.index, p.cpp_type))
-        };
         let slot = match (&p.kind, b) {
-            (ParamKind::Pointer { dtype, is_const } | ParamKind::Array { dtype, is_const, .. }, Binding::Buffer(i)) => {
-                let spec = buffers.get(*i).ok_or_else(|| named(format!("buffer {i} does not exist ({} buffers)", buffers.len())))?;
-                if let Some(d) = dtype {
-                    if *d != spec.dtype {
-                        return Err(named(format!("expected {} buffers, got {}", d.name(), describe(spec))));
-                    }
-                }
+            (ParamKind::Pointer { .. } | ParamKind::Array { .. }, Binding::Buffer(i)) => {
+                let spec =
+                    buffers.get(*i).ok_or_else(|| param_error(p, format!("buffer {i} does not exist ({} buffers)", buffers.len())))?;
                 let input = *i < inputs.len();
-                let aliased = input && aliases.iter().any(|&(a, _)| a == *i);
-                if input && !aliased && !is_const {
-                    return Err(named(format!(
+                let immutable = (input && !aliases.iter().any(|&(a, _)| a == *i)).then(|| {
+                    format!(
                         "input {i} is bound to a non-const parameter: XLA's inputs are immutable; declare it `const` or alias it to an output (input_output_aliases)"
-                    )));
-                }
+                    )
+                });
+                check_array(p, &ArrayArg { noun: "buffer", dtype: spec.dtype, shape: &spec.shape, immutable: immutable.as_deref() })?;
                 match p.kind {
-                    ParamKind::Array { rank, .. } => {
-                        if rank != spec.shape.len() {
-                            return Err(named(format!("expected a {rank}-d buffer, got {}", describe(spec))));
-                        }
-                        Slot::Array { buffer: *i, rank, itemsize: spec.dtype.itemsize() }
-                    }
+                    ParamKind::Array { rank, .. } => Slot::Array { buffer: *i, rank, itemsize: spec.dtype.itemsize() },
                     _ => Slot::Pointer(*i),
                 }
             }
-            (ParamKind::Scalar(d), Binding::Scalar(v)) => Slot::Bytes(SmallVec::from_slice(&encode_scalar(*v, *d).map_err(named)?)),
-            (kind, Binding::Buffer(i)) => return Err(named(format!("expected {}, got buffer {i}", kind.describe()))),
-            (kind, Binding::Scalar(_)) => return Err(named(format!("expected {}, got a scalar", kind.describe()))),
+            (ParamKind::Scalar(d), Binding::Scalar(v)) => {
+                Slot::Bytes(SmallVec::from_slice(&encode_scalar(*v, *d).map_err(|e| param_error(p, e))?))
+            }
+            (_, Binding::Buffer(i)) => return Err(mismatch(p, format_args!("buffer {i}"))),
+            (_, Binding::Scalar(_)) => return Err(mismatch(p, "a scalar")),
         };
         plan.push((p.offset, slot));
     }
@@ -684,10 +667,14 @@ fn execute(call: &Call<'_>) -> Result<()> {
         }
     }
     let d = k.context().bind()?;
-    // Every parameter's bytes were laid out from the kernel's own parameter list; the
-    // device pointers are XLA's buffers for this call, checked against the plan's dtypes
-    // and sizes above, and live until the work XLA enqueues on this stream has run.
-    buf.with_pointers(&p.info.params, |pointers| d.launch_checked(k.raw, &p.config, call.stream, pointers))?;
+    // SAFETY: `k` is loaded in the context just bound, and `call.stream` is XLA's stream
+    // of that device; every parameter's bytes were laid out at its offset from the kernel's
+    // own parameter list (`plan`), and `with_pointers` points at each; the device pointers
+    // are XLA's buffers for this call, checked against the plan's dtypes and sizes above,
+    // and live until the work XLA enqueues on this stream has run.
+    #[allow(unsafe_code)]
+    let launched = buf.with_pointers(&p.info.params, |pointers| unsafe { d.launch_checked(k.raw, &p.config, call.stream, pointers) });
+    launched?;
     bump(&COUNTERS.launches);
     Ok(())
 }
@@ -778,7 +765,9 @@ mod tests {
         assert!(bind([b0, Binding::Buffer(7), n]).contains("does not exist"));
         let ints = BufferSpec { dtype: DType::I32, shape: vec![4] };
         let e = plan(&info(), &[ints], &[f32s(4)], &[], &[b0, b1, n]).unwrap_err().to_string();
-        assert!(e.contains("expected float32 buffers, got int32[4]"), "{e}");
+        assert!(e.starts_with("argument 0 `x`") && e.ends_with("expected a buffer of float32 (float), got int32"), "{e}");
+        let e = plan(&info(), &[f32s(4)], &[f32s(4)], &[], &[b0, b1]).unwrap_err().to_string();
+        assert_eq!(e, "kernel `k` takes 3 arguments, got 2");
         // An input aliased to an output may be written.
         assert!(plan(&info(), &[f32s(4), f32s(4)], &[], &[(1, 0)], &[b0, b1, n]).is_ok());
     }

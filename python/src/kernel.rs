@@ -14,10 +14,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use smallvec::SmallVec;
 
-use crate::args::timing::{self, Phase};
 use crate::args::{arg_from_py, launch_device, release_after, ArgContext, PyArg};
 use crate::errors::{PyCaiError, PyCaiResult};
 use crate::stream::stream_from_py;
+use crate::timing::{self, Phase};
 
 /// A kernel of a program: compiled on first launch (per device, per argument types for
 /// templates and overloads) and cached. Which instance a launch gets is the runtime's

@@ -14,6 +14,7 @@ mod jax;
 mod kernel;
 mod ops;
 mod stream;
+mod timing;
 
 use cai_runtime::compile::{toolkit, CacheStatus, DiskCache};
 use pyo3::prelude::*;
@@ -165,7 +166,7 @@ fn _inject_fault(point: &str) -> PyCaiResult<()> {
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    args::timing::init();
+    timing::init();
     m.add_class::<interface::Interface>()?;
     m.add_class::<array::DeviceArray>()?;
     m.add_class::<stream::Stream>()?;

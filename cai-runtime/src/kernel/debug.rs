@@ -86,7 +86,11 @@ impl Kernel {
         d.stream_synchronize(stream)?;
         let mut bytes = [0u8; WORDS * 8];
         let n = bytes.len().min(size);
-        d.copy_from_owned(&mut bytes[..n], ptr, stream)?;
+        // SAFETY: `ptr` is the module's global of `size` ≥ `n` bytes, which lives as long
+        // as the module `self` holds; the copy is waited for.
+        #[allow(unsafe_code)]
+        let copied = unsafe { d.copy_from_owned(&mut bytes[..n], ptr, stream) };
+        copied?;
         let mut w = [0i64; WORDS];
         for (i, word) in w.iter_mut().enumerate() {
             *word = i64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
@@ -94,7 +98,11 @@ impl Kernel {
         if w[0] == 0 {
             return Ok(None);
         }
-        d.zero_owned(ptr, n, stream)?;
+        // SAFETY: as above, `n` bytes of the module's global, and the write is waited for
+        // below while `self` holds the module.
+        #[allow(unsafe_code)]
+        let zeroed = unsafe { d.zero_owned(ptr, n, stream) };
+        zeroed?;
         d.stream_synchronize(stream)?;
         Ok(Some(w))
     }

@@ -1,85 +1,86 @@
 //! Optional per-phase timing of the launch path (`CAIJIT_PHASE_TIMES=1`, read by [`init`]):
-//! where a launch's host time goes, per argument route (the Python layer) and per step of
-//! [`crate::kernel::Kernel::launch`] (the `launch.*` sub-phases, inside the `launch` phase).
-//! Off, each probe costs one relaxed load; on, two clock reads. caijit's
-//! `_native.phase_times()` reads (and optionally resets) the totals;
-//! `python/benchmarks/probe_launch.py` prints them.
+//! where a launch's host time goes. Each layer names and counts its own phases: the runtime
+//! the steps of [`crate::kernel::Kernel::launch`] ([`Phase`], the `launch.*` sub-phases),
+//! the Python binding its argument routes and the rest of a `kernel[...](*args)` call (its
+//! own table, made with [`phases!`](crate::phases)). One switch turns them all on. Off, each
+//! probe costs one relaxed load; on, two clock reads. caijit's `_native.phase_times()`
+//! reads (and optionally resets) the totals; `python/benchmarks/probe_launch.py` prints
+//! them.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
-/// The phases timed. Argument conversion is split by the route the argument took.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(usize)]
-pub enum Phase {
-    /// Type lookup and conversion of one argument, by route.
-    ArgScalar,
-    ArgCaijit,
-    ArgExchange,
-    ArgCupy,
-    ArgTorch,
-    ArgNumba,
-    ArgInterface,
-    ArgCai,
-    ArgDlpack,
-    /// The producers' current streams (exchange API, CuPy, PyTorch), once per launch.
-    ProducerStream,
-    /// Which device the launch runs on.
-    Device,
-    /// The compiled kernel for the device (and deduced template types).
-    Resolve,
-    /// `cai_runtime` launch: checks, parameter packing, stream ordering, `cuLaunchKernel`
-    /// (with the GIL released around it, in the Python layer).
-    Launch,
-    /// Inside `Launch`: `Kernel::launch` itself, without releasing and retaking the GIL.
-    LaunchRuntime,
-    /// Inside `LaunchRuntime`: the arity check, the launch configuration's check, and the
-    /// parameter buffer's checks and packing (`marshal`).
-    LaunchCheck,
-    /// Releasing finished DLPack holders (`collect_released`) and making the context
-    /// current (`Context::bind`).
-    LaunchBind,
-    /// Each array's device, the producer streams, the launch stream and the capture checks.
-    LaunchScan,
-    /// The stream protocol's events: taking them from the pool, recording and waiting
-    /// (forward and reverse edges), giving them back.
-    LaunchEvents,
-    /// The driver's launch call itself (`cuLaunchKernel` / `cuLaunchKernelEx`).
-    LaunchDriver,
-    /// Handing DLPack capsules to the context until the launch's work is done.
-    Release,
-    /// The whole `kernel[...](*args)` call from Rust's entry to its return.
-    Total,
+/// One phase's totals: its name, the passes counted and the nanoseconds spent.
+#[derive(Debug)]
+pub struct PhaseTotals {
+    name: &'static str,
+    count: AtomicU64,
+    nanos: AtomicU64,
 }
 
-const NAMES: [&str; 21] = [
-    "arg.scalar",
-    "arg.caijit",
-    "arg.exchange",
-    "arg.cupy",
-    "arg.torch",
-    "arg.numba",
-    "arg.interface",
-    "arg.cai",
-    "arg.dlpack",
-    "producer_stream",
-    "device",
-    "resolve",
-    "launch",
-    "launch.runtime",
-    "launch.check",
-    "launch.bind",
-    "launch.scan",
-    "launch.events",
-    "launch.driver",
-    "release",
-    "total",
-];
+impl PhaseTotals {
+    pub const fn new(name: &'static str) -> Self {
+        PhaseTotals { name, count: AtomicU64::new(0), nanos: AtomicU64::new(0) }
+    }
 
-const _: () = assert!(Phase::Total as usize + 1 == NAMES.len());
+    /// `(name, count, total nanoseconds)`; `reset` zeroes them after reading.
+    pub fn read(&self, reset: bool) -> (&'static str, u64, u64) {
+        if reset {
+            (self.name, self.count.swap(0, Ordering::Relaxed), self.nanos.swap(0, Ordering::Relaxed))
+        } else {
+            (self.name, self.count.load(Ordering::Relaxed), self.nanos.load(Ordering::Relaxed))
+        }
+    }
+}
 
-static COUNTS: [AtomicU64; NAMES.len()] = [const { AtomicU64::new(0) }; NAMES.len()];
-static NANOS: [AtomicU64; NAMES.len()] = [const { AtomicU64::new(0) }; NAMES.len()];
+/// A layer's phases: each names the totals it adds to.
+pub trait Timed: Copy {
+    fn totals(self) -> &'static PhaseTotals;
+}
+
+/// Declare a layer's phases: an enum `$phase` (each variant documented, with its name as
+/// `phase_times` shows it) implementing [`Timed`], and a static table `$table` of their
+/// [`PhaseTotals`], in declaration order.
+#[macro_export]
+macro_rules! phases {
+    ($(#[$meta:meta])* $vis:vis enum $phase:ident in $table:ident { $($(#[doc = $doc:literal])* $variant:ident = $name:literal,)* }) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        #[repr(usize)]
+        $vis enum $phase { $($(#[doc = $doc])* $variant,)* }
+
+        /// Every phase's totals, indexed by the phase.
+        $vis static $table: [$crate::stats::timing::PhaseTotals; [$($name),*].len()] =
+            [$($crate::stats::timing::PhaseTotals::new($name)),*];
+
+        impl $crate::stats::timing::Timed for $phase {
+            #[inline]
+            fn totals(self) -> &'static $crate::stats::timing::PhaseTotals {
+                &$table[self as usize]
+            }
+        }
+    };
+}
+
+crate::phases! {
+    /// The steps of [`crate::kernel::Kernel::launch`].
+    pub enum Phase in TOTALS {
+        /// The arity check, the launch configuration's check, and the parameter buffer's
+        /// checks and packing (`marshal`).
+        LaunchCheck = "launch.check",
+        /// Releasing finished DLPack holders (`collect_released`) and making the context
+        /// current (`Context::bind`).
+        LaunchBind = "launch.bind",
+        /// Each array's device, the producer streams, the launch stream and the capture checks.
+        LaunchScan = "launch.scan",
+        /// The stream protocol's events: taking them from the pool, recording and waiting
+        /// (forward and reverse edges), giving them back.
+        LaunchEvents = "launch.events",
+        /// The driver's launch call itself (`cuLaunchKernel` / `cuLaunchKernelEx`).
+        LaunchDriver = "launch.driver",
+    }
+}
+
 static ON: AtomicBool = AtomicBool::new(false);
 
 /// Read `CAIJIT_PHASE_TIMES` (caijit calls it at module import).
@@ -110,52 +111,61 @@ pub fn start() -> Probe {
 
 impl Probe {
     #[inline]
-    pub fn stop(self, phase: Phase) {
+    pub fn stop(self, phase: impl Timed) {
         if let Some(t) = self.0 {
-            let ns = t.elapsed().as_nanos() as u64;
-            COUNTS[phase as usize].fetch_add(1, Ordering::Relaxed);
-            NANOS[phase as usize].fetch_add(ns, Ordering::Relaxed);
+            let totals = phase.totals();
+            totals.count.fetch_add(1, Ordering::Relaxed);
+            totals.nanos.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
         }
     }
 
     /// Add the time to `phase` without counting a pass: for a phase timed in several
     /// pieces (the last piece's [`Probe::stop`] counts it once).
     #[inline]
-    pub fn stop_uncounted(self, phase: Phase) {
+    pub fn stop_uncounted(self, phase: impl Timed) {
         if let Some(t) = self.0 {
-            NANOS[phase as usize].fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            phase.totals().nanos.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
         }
     }
 }
 
-/// `(name, count, total nanoseconds)` of every phase; `reset` zeroes them after reading.
+/// `(name, count, total nanoseconds)` of every runtime phase; `reset` zeroes them after
+/// reading.
 pub fn totals(reset: bool) -> Vec<(&'static str, u64, u64)> {
-    NAMES
-        .iter()
-        .enumerate()
-        .map(|(i, name)| {
-            let (c, n) = if reset {
-                (COUNTS[i].swap(0, Ordering::Relaxed), NANOS[i].swap(0, Ordering::Relaxed))
-            } else {
-                (COUNTS[i].load(Ordering::Relaxed), NANOS[i].load(Ordering::Relaxed))
-            };
-            (*name, c, n)
-        })
-        .collect()
+    TOTALS.iter().map(|t| t.read(reset)).collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    crate::phases! {
+        /// Phases only this test times (the launch path's may be timed by other tests).
+        enum Probed in PROBED {
+            /// The first.
+            One = "test.one",
+            /// The second.
+            Two = "test.two",
+        }
+    }
+
     #[test]
-    fn phases_have_distinct_names_and_the_launch_steps_nest_under_launch() {
-        let mut names = NAMES.to_vec();
-        names.sort();
-        names.dedup();
-        assert_eq!(names.len(), NAMES.len());
-        assert_eq!(NAMES[Phase::Launch as usize], "launch");
-        assert_eq!(NAMES[Phase::LaunchDriver as usize], "launch.driver");
-        assert_eq!(NAMES[Phase::Total as usize], "total");
+    fn probes_count_their_phase_while_timing_is_on() {
+        assert_eq!(PROBED.iter().map(|t| t.read(false).0).collect::<Vec<_>>(), ["test.one", "test.two"]);
+        set_enabled(true);
+        start().stop(Probed::Two);
+        start().stop_uncounted(Probed::Two);
+        set_enabled(false);
+        start().stop(Probed::Two);
+        assert_eq!(Probed::One.totals().read(true), ("test.one", 0, 0));
+        let (_, count, _) = Probed::Two.totals().read(true);
+        assert_eq!(count, 1);
+        assert_eq!(Probed::Two.totals().read(false), ("test.two", 0, 0));
+    }
+
+    #[test]
+    fn the_launch_steps_are_named_under_launch() {
+        assert!(TOTALS.iter().all(|t| t.name.starts_with("launch.")));
+        assert_eq!(Phase::LaunchDriver.totals().name, "launch.driver");
     }
 }

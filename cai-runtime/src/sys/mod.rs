@@ -374,12 +374,21 @@ impl Driver {
         Ok((grid, block))
     }
 
-    /// Launch after the caller checked every argument against the kernel's compiled
-    /// parameter list (`launch::marshal`): `params[i]` points at exactly parameter `i`'s
-    /// bytes. Device pointers inside come from validated CAI descriptors. Plain launches go
-    /// through `cuLaunchKernel`; thread-block clusters and cooperative launches through
-    /// `cuLaunchKernelEx`.
-    pub fn launch_checked(
+    /// Launch `f` on `stream`. Plain launches go through `cuLaunchKernel`; thread-block
+    /// clusters and cooperative launches through `cuLaunchKernelEx`.
+    ///
+    /// # Safety
+    /// The driver reads each parameter's bytes through `params` and the kernel then
+    /// dereferences the device pointers among them, so the caller guarantees that:
+    /// - `f` is a function of a module loaded in the current context, and `stream` a live
+    ///   stream of that context (or a default stream);
+    /// - `params` has one pointer per parameter of `f`, `params[i]` pointing at exactly
+    ///   parameter `i`'s bytes (as `params::marshal` lays them out from the kernel's own
+    ///   parameter list) and valid until the call returns;
+    /// - every device pointer among those bytes is valid, for the extent and access the
+    ///   kernel makes of it, until the kernel has run on `stream` (for a CAI array: its
+    ///   producer's promise; for an XLA buffer: XLA's).
+    pub unsafe fn launch_checked(
         &self,
         f: RawFunction,
         cfg: &LaunchConfig,
@@ -388,10 +397,8 @@ impl Driver {
     ) -> Result<(), DriverError> {
         let ([gx, gy, gz], [bx, by, bz]) = (cfg.grid, cfg.block);
         if cfg.cluster.is_none() && !cfg.cooperative {
-            // SAFETY: the parameter values were laid out from the kernel's own parameter list
-            // (sizes cross-checked against the PTX and the driver), so the driver reads exactly
-            // the bytes the kernel declares; what the kernel does with device pointers is the
-            // CAI producer's promise that they are valid for the array's extent.
+            // SAFETY: the caller upholds `# Safety`: `f`, `stream` and every parameter's bytes
+            // are what the kernel declares; the extra-options pointer is null (none).
             return check("cuLaunchKernel", unsafe {
                 cu::cuLaunchKernel(f.0, gx, gy, gz, bx, by, bz, cfg.shared_mem, stream.0, params.as_mut_ptr(), ptr::null_mut())
             });
@@ -420,7 +427,7 @@ impl Driver {
             attrs: attrs.as_mut_ptr(),
             numAttrs: attrs.len() as c_uint,
         };
-        // SAFETY: as above for the parameters; `config` and `attrs` outlive the call, and
+        // SAFETY: as above for `f`, `stream` and the parameters; `config` and `attrs` outlive the call, and
         // every attribute's value is the union member its id names.
         check("cuLaunchKernelEx", unsafe { cu::cuLaunchKernelEx(&config, f.0, params.as_mut_ptr(), ptr::null_mut()) })
     }
@@ -462,8 +469,12 @@ impl Driver {
 
     /// Destroy a stream that caijit created. The caller gives up `s`; pending work on it
     /// still completes (the driver defers the release).
-    pub fn destroy_owned_stream(&self, s: RawStream) -> Result<(), DriverError> {
-        // SAFETY: callers pass only streams from `stream_create` and drop their handle.
+    ///
+    /// # Safety
+    /// `s` came from [`Driver::stream_create`] and is destroyed once: no handle to it is
+    /// used afterwards (a destroyed handle may name another stream later).
+    pub unsafe fn destroy_owned_stream(&self, s: RawStream) -> Result<(), DriverError> {
+        // SAFETY: the caller owns `s` and gives it up (`# Safety`).
         check("cuStreamDestroy", unsafe { cu::cuStreamDestroy_v2(s.0) })
     }
 
@@ -576,29 +587,41 @@ impl Driver {
         Ok(p)
     }
 
-    // The calls below take device memory that `array::DeviceArray` owns: it passes only
-    // its own allocation, with sizes within it, and frees it once (in `Drop`).
+    // The calls below write or free device memory at a raw address, which the driver
+    // cannot check: each is `unsafe`, and its caller says in a `// SAFETY:` line why the
+    // range is valid (caijit's own allocations: `array::DeviceArray`, module globals; CAI
+    // views, by their producers' promise).
 
     /// Free an allocation of [`Driver::mem_alloc_async`], ordered after the work on `s`.
-    pub fn free_owned_async(&self, ptr: u64, s: RawStream) -> Result<(), DriverError> {
-        // SAFETY: the owner gives the allocation up; work already enqueued on `s` (and on
-        // streams `s` waits for) completes before the memory is reused.
+    ///
+    /// # Safety
+    /// `ptr` is an allocation of [`Driver::mem_alloc_async`] that is freed once and not used
+    /// afterwards, except by work already enqueued on `s` (or on streams `s` waits for).
+    pub unsafe fn free_owned_async(&self, ptr: u64, s: RawStream) -> Result<(), DriverError> {
+        // SAFETY: the owner gives the allocation up (`# Safety`); work already enqueued on
+        // `s` completes before the memory is reused.
         check("cuMemFreeAsync", unsafe { cu::cuMemFreeAsync(ptr, s.0) })
     }
 
     /// Copy `bytes` from device memory at `src` to device memory at `dst`, on `s`.
-    pub fn copy_device_to_device(&self, dst: u64, src: u64, bytes: usize, s: RawStream) -> Result<(), DriverError> {
-        // SAFETY: the caller (`launch::copy_contiguous`) passes the pointers of validated,
-        // C-contiguous CAI views of at least `bytes` bytes on the current context's device,
-        // the destination writable; their owners keep them alive until the copy has run (the
-        // CAI contract, as for a kernel's arguments).
+    ///
+    /// # Safety
+    /// `[src, src + bytes)` is readable and `[dst, dst + bytes)` writable device memory,
+    /// both valid until the copy has run on `s`.
+    pub unsafe fn copy_device_to_device(&self, dst: u64, src: u64, bytes: usize, s: RawStream) -> Result<(), DriverError> {
+        // SAFETY: both ranges are valid for the copy (`# Safety`).
         check("cuMemcpyDtoDAsync", unsafe { cu::cuMemcpyDtoDAsync_v2(dst, src, bytes, s.0) })
     }
 
     /// Copy host bytes into owned device memory of at least `src.len()` bytes. Pageable
     /// sources are staged before the call returns, so `src` may be dropped afterwards.
-    pub fn copy_to_owned(&self, dst: u64, src: &[u8], s: RawStream) -> Result<(), DriverError> {
-        // SAFETY: `dst` is owned device memory at least `src.len()` long (caller's invariant).
+    ///
+    /// # Safety
+    /// `[dst, dst + src.len())` is device memory the caller owns, valid until the copy has
+    /// run on `s`.
+    pub unsafe fn copy_to_owned(&self, dst: u64, src: &[u8], s: RawStream) -> Result<(), DriverError> {
+        // SAFETY: `dst` is owned device memory at least `src.len()` long (`# Safety`); `src`
+        // is read before the synchronisation below returns.
         check("cuMemcpyHtoDAsync", unsafe { cu::cuMemcpyHtoDAsync_v2(dst, src.as_ptr() as *const c_void, src.len(), s.0) })?;
         // A pageable copy may still read `src` until the stream reaches it.
         self.stream_synchronize(s)
@@ -606,16 +629,23 @@ impl Driver {
 
     /// Copy owned device memory into `dst`, waiting for the copy (and the work before it on
     /// `s`) to finish. A host synchronisation, never on the launch path.
-    pub fn copy_from_owned(&self, dst: &mut [u8], src: u64, s: RawStream) -> Result<(), DriverError> {
-        // SAFETY: `src` is owned device memory at least `dst.len()` long; `dst` is not read
+    ///
+    /// # Safety
+    /// `[src, src + dst.len())` is readable device memory, valid until the copy has run.
+    pub unsafe fn copy_from_owned(&self, dst: &mut [u8], src: u64, s: RawStream) -> Result<(), DriverError> {
+        // SAFETY: `src` is device memory at least `dst.len()` long (`# Safety`); `dst` is not read
         // before the synchronisation below.
         check("cuMemcpyDtoHAsync", unsafe { cu::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr() as *mut c_void, src, dst.len(), s.0) })?;
         self.stream_synchronize(s)
     }
 
     /// Set owned device memory to zero bytes.
-    pub fn zero_owned(&self, dst: u64, bytes: usize, s: RawStream) -> Result<(), DriverError> {
-        // SAFETY: `dst` is owned device memory at least `bytes` long.
+    ///
+    /// # Safety
+    /// `[dst, dst + bytes)` is device memory the caller owns, valid until the write has run
+    /// on `s`.
+    pub unsafe fn zero_owned(&self, dst: u64, bytes: usize, s: RawStream) -> Result<(), DriverError> {
+        // SAFETY: `dst` is owned device memory at least `bytes` long (`# Safety`).
         check("cuMemsetD8Async", unsafe { cu::cuMemsetD8Async(dst, 0, bytes, s.0) })
     }
 

@@ -23,9 +23,6 @@ pub mod dlpack;
 pub mod exchange;
 pub mod numba;
 pub mod torch;
-/// The per-phase timing facility lives in the runtime, so that it can time the steps of
-/// `Kernel::launch` too.
-pub use cai_runtime::stats::timing;
 
 use std::cell::RefCell;
 
@@ -45,7 +42,7 @@ use crate::array::DeviceArray;
 use crate::errors::{PyCaiError, PyCaiResult};
 use crate::interface::{interface_dict, view_from_dict, Interface, Owner};
 use crate::stream::stream_from_py;
-use timing::Phase;
+use crate::timing::{self, Phase};
 
 /// A launch argument converted from Python, holding what must stay alive until the launch.
 pub enum PyArg {
