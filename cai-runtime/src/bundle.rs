@@ -26,7 +26,7 @@
 //! ```no_run
 //! let bundle = cai_runtime::bundle::Bundle::open("app.caijit")?;
 //! for p in bundle.programs() {
-//!     println!("{} ({} kernels)", p.name, p.kernels.len());
+//!     println!("{} ({} kernels)", p.name, p.kernel_names.len());
 //! }
 //! cai_runtime::bundle::install(bundle);
 //! # Ok::<(), cai_runtime::Error>(())
