@@ -66,7 +66,7 @@ impl Launch<'_> {
     /// Write the launch into slot `s`. Always inlined: on the launch path it is a run of
     /// stores (a call here cost some 20 instructions per launch).
     #[inline(always)]
-    fn fill(&self, s: &diag::Slot, args: &impl Fn(&[ArgSlot; ARGS_KEPT])) {
+    fn fill(&self, s: &diag::Slot, args: &(impl Fn(&[ArgSlot; ARGS_KEPT]) + ?Sized)) {
         let Launch { k, cfg, stream, nargs, site } = *self;
         s.launch(k.instance(), cfg.grid, cfg.block, cfg.shared_mem, stream.as_u64(), nargs, site);
         args(s.args());
@@ -76,7 +76,7 @@ impl Launch<'_> {
 /// The record of the launch just written, for launch-blocking mode and bounds checks
 /// (written again, apart from the ring, which other threads' launches may overwrite).
 #[cold]
-fn kept(seq: u64, device: usize, launch: &Launch<'_>, args: &impl Fn(&[ArgSlot; ARGS_KEPT])) -> Option<Box<LaunchRecord>> {
+fn kept(seq: u64, device: usize, launch: &Launch<'_>, args: &dyn Fn(&[ArgSlot; ARGS_KEPT])) -> Option<Box<LaunchRecord>> {
     Some(Box::new(diag::record_of(seq, device, |s| launch.fill(s, args))))
 }
 
