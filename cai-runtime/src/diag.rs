@@ -23,8 +23,8 @@
 //!
 //! # Limitations
 //! The ring keeps the last [`RING_LEN`] launches per device, [`ARGS_KEPT`] arguments per
-//! launch and [`DIMS_KEPT`] dimensions per array. A slot is written without a lock, so
-//! a slot two threads write at once may mix their launches (see [`write`]). The Python
+//! launch and [`DIMS_KEPT`] dimensions per array. A slot is written without a lock: a
+//! launch whose slot is still being written by another is left out (see [`write()`]). The Python
 //! call site of each launch is kept only with [`SITES`] on: finding it costs a frame
 //! lookup per launch (launch-blocking mode names the site without it).
 
@@ -428,7 +428,7 @@ static RINGS: [Ring; DEVICES] = [EMPTY_RING; DEVICES];
 /// recorded (a device beyond the rings, or a slot another launch is still writing).
 ///
 /// No lock: the launch takes a number with one relaxed `fetch_add`, claims its slot by
-/// swapping in [`WRITING`] and releases it by storing its number (a seqlock), so a reader
+/// marking it as being written and releases it by storing its number (a seqlock), so a reader
 /// drops a slot it raced (`seq` differs before and after). The swap also tells a launch
 /// that its slot is still being written by the launch [`RING_LEN`] before it (a thread
 /// preempted mid-record while others launched 16 times): that launch is then left out
@@ -635,7 +635,7 @@ mod tests {
     fn a_site_is_named_by_the_function_set_for_it_and_taken_once() {
         set_site(77);
         assert_eq!((take_site(), take_site()), (77, 0));
-        let _ = set_site_names(|t| (t == 77).then(|| "here.py:3".to_string()));
+        set_site_names(|t| (t == 77).then(|| "here.py:3".to_string()));
         let sited = "sited";
         name_kernel(sited);
         let seq = write(14, |s| s.launch(sited, [1; 3], [1; 3], 0, 1, 0, 77));

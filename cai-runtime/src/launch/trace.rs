@@ -64,7 +64,7 @@ struct Launch<'a> {
 
 impl Launch<'_> {
     /// Write the launch into slot `s`. Always inlined: on the launch path it is a run of
-    /// stores (a call here cost some 20 instructions per launch).
+    /// stores, not a call.
     #[inline(always)]
     fn fill(&self, s: &diag::Slot, args: &(impl Fn(&[ArgSlot; ARGS_KEPT]) + ?Sized)) {
         let Launch { k, cfg, stream, nargs, site } = *self;
@@ -75,6 +75,8 @@ impl Launch<'_> {
 
 /// The record of the launch just written, for launch-blocking mode and bounds checks
 /// (written again, apart from the ring, which other threads' launches may overwrite).
+/// `args` is taken as `dyn`: one static call of the argument writer is left, on the launch
+/// path, where it is inlined (callgrind: some 17 instructions fewer per launch).
 #[cold]
 fn kept(seq: u64, device: usize, launch: &Launch<'_>, args: &dyn Fn(&[ArgSlot; ARGS_KEPT])) -> Option<Box<LaunchRecord>> {
     Some(Box::new(diag::record_of(seq, device, |s| launch.fill(s, args))))
