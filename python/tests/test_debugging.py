@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -45,15 +45,20 @@ __global__ void bad(T* y, int n) { y[(1ll << 40) + threadIdx.x] = T(2); }
 # Without a GPU
 
 
-def test_switches_turn_on_and_off_and_say_what_they_were() -> None:
-    assert _native._switch("blocking") is False
-    assert caijit.debug(True) is False
+def _turns_on_and_off(turn: Callable[[bool], bool], switch: str) -> None:
+    """`turn(True)` turns `switch` on and says it was off; `turn(False)` turns it off."""
+    assert _native._switch(switch) is False
+    assert turn(True) is False
     try:
-        assert _native._switch("blocking") is True
-        assert caijit.debug(True) is True
+        assert _native._switch(switch) is True
+        assert turn(True) is True
     finally:
-        caijit.debug(False)
-    assert _native._switch("blocking") is False
+        turn(False)
+    assert _native._switch(switch) is False
+
+
+def test_switches_turn_on_and_off_and_say_what_they_were() -> None:
+    _turns_on_and_off(caijit.debug, "blocking")
     assert caijit.nvtx(False) is False
     with pytest.raises(caijit.ArgumentError, match="unknown switch"):
         _native._switch("everything")
@@ -201,13 +206,7 @@ def test_recent_launches_is_a_list_of_records() -> None:
 
 
 def test_launch_sites_turn_on_and_off_and_are_read_from_the_environment() -> None:
-    assert caijit.launch_sites(True) is False
-    try:
-        assert _native._switch("sites") is True
-        assert caijit.launch_sites(True) is True
-    finally:
-        caijit.launch_sites(False)
-    assert _native._switch("sites") is False
+    _turns_on_and_off(caijit.launch_sites, "sites")
     r = run_subprocess("import caijit; from caijit import _native; print(_native._switch('sites'))", CAIJIT_LAUNCH_SITES="1")
     assert r.stdout.strip() == "True", r.stdout + r.stderr
 
