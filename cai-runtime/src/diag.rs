@@ -30,7 +30,7 @@
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 use std::sync::{Mutex, OnceLock};
 
 use crate::cai::DType;
@@ -230,29 +230,34 @@ impl std::fmt::Display for LaunchRecord {
 // ---------------------------------------------------------------------------------------
 // The ring: raw words written by every launch, decoded only when read.
 
-/// An argument's kind, in the low byte of its slot's head word.
+/// An argument's kind, as its slot keeps it.
 mod kind {
-    pub const ARRAY: u64 = 1;
-    pub const BOOL: u64 = 2;
-    pub const INT: u64 = 3;
-    pub const FLOAT: u64 = 4;
-    pub const COMPLEX: u64 = 5;
-    pub const BYTES: u64 = 6;
-    pub const POINTER: u64 = 7;
+    pub const ARRAY: u8 = 1;
+    pub const BOOL: u8 = 2;
+    pub const INT: u8 = 3;
+    pub const FLOAT: u8 = 4;
+    pub const COMPLEX: u8 = 5;
+    pub const BYTES: u8 = 6;
+    pub const POINTER: u8 = 7;
 }
 
-/// One argument of a ring slot: a head word (kind, dtype, rank) and up to five words of
-/// value (an array's pointer and extents; a scalar's bits, an integer's as two halves).
+/// One argument of a ring slot: its kind (an array's also its dtype and rank, each stored
+/// as it is, without packing) and up to five words of value (an array's pointer and
+/// extents; a scalar's bits, an integer's as two halves).
 #[derive(Debug)]
 pub struct ArgSlot {
-    head: AtomicU64,
+    kind: AtomicU8,
+    dtype: AtomicU8,
+    ndim: AtomicUsize,
     words: [AtomicU64; 1 + DIMS_KEPT],
 }
 
 impl ArgSlot {
     #[inline]
     pub fn array(&self, dtype: DType, shape: &[usize], ptr: u64) {
-        self.head.store(kind::ARRAY | (dtype as u64) << 8 | (shape.len() as u64) << 16, Relaxed);
+        self.kind.store(kind::ARRAY, Relaxed);
+        self.dtype.store(dtype as u8, Relaxed);
+        self.ndim.store(shape.len(), Relaxed);
         self.words[0].store(ptr, Relaxed);
         for (w, &n) in self.words[1..].iter().zip(shape) {
             w.store(n as u64, Relaxed);
@@ -264,7 +269,7 @@ impl ArgSlot {
     }
     #[inline]
     pub fn int(&self, i: i128) {
-        self.head.store(kind::INT, Relaxed);
+        self.kind.store(kind::INT, Relaxed);
         self.words[0].store(i as u64, Relaxed);
         self.words[1].store((i >> 64) as u64, Relaxed);
     }
@@ -274,7 +279,7 @@ impl ArgSlot {
     }
     #[inline]
     pub fn complex(&self, re: f64, im: f64) {
-        self.head.store(kind::COMPLEX, Relaxed);
+        self.kind.store(kind::COMPLEX, Relaxed);
         self.words[0].store(re.to_bits(), Relaxed);
         self.words[1].store(im.to_bits(), Relaxed);
     }
@@ -288,18 +293,17 @@ impl ArgSlot {
         self.one(kind::POINTER, p);
     }
     #[inline]
-    fn one(&self, kind: u64, word: u64) {
-        self.head.store(kind, Relaxed);
+    fn one(&self, kind: u8, word: u64) {
+        self.kind.store(kind, Relaxed);
         self.words[0].store(word, Relaxed);
     }
 
     fn read(&self) -> Option<ArgSummary> {
-        let head = self.head.load(Relaxed);
         let w = |i: usize| self.words[i].load(Relaxed);
-        Some(match head & 0xff {
+        Some(match self.kind.load(Relaxed) {
             kind::ARRAY => {
-                let dtype = *DType::ALL.get((head >> 8 & 0xff) as usize)?;
-                let ndim = (head >> 16) as usize;
+                let dtype = *DType::ALL.get(usize::from(self.dtype.load(Relaxed)))?;
+                let ndim = self.ndim.load(Relaxed);
                 let mut shape = [0; DIMS_KEPT];
                 for (d, n) in shape.iter_mut().enumerate().take(ndim) {
                     *n = w(1 + d);
@@ -343,7 +347,8 @@ impl Slot {
     #[allow(clippy::declare_interior_mutable_const)] // the initialiser of the statics below
     const EMPTY: Slot = {
         const ZERO: AtomicU64 = AtomicU64::new(0);
-        const ARG: ArgSlot = ArgSlot { head: ZERO, words: [ZERO; 1 + DIMS_KEPT] };
+        const ARG: ArgSlot =
+            ArgSlot { kind: AtomicU8::new(0), dtype: AtomicU8::new(0), ndim: AtomicUsize::new(0), words: [ZERO; 1 + DIMS_KEPT] };
         Slot {
             seq: ZERO,
             kernel: ZERO,
