@@ -18,9 +18,7 @@ fn get_lasti() -> Option<GetLasti> {
         let this = libloading::os::unix::Library::this();
         // SAFETY: `PyFrame_GetLasti` has had this signature since it was added (3.11); the
         // interpreter exporting it stays loaded for the life of the process.
-        let f = unsafe { this.get::<GetLasti>(b"PyFrame_GetLasti\0") }.ok().map(|s| *s);
-        std::mem::forget(this);
-        f
+        unsafe { this.get::<GetLasti>(b"PyFrame_GetLasti\0") }.ok().map(|s| *s)
     })
 }
 
