@@ -433,8 +433,8 @@ static RINGS: [Ring; DEVICES] = [EMPTY_RING; DEVICES];
 /// recorded (a device beyond the rings, or a slot another launch is still writing).
 ///
 /// No lock: the launch takes a number with one relaxed `fetch_add`, claims its slot by
-/// marking it as being written and releases it by storing its number (a seqlock), so a reader
-/// drops a slot it raced (`seq` differs before and after). The swap also tells a launch
+/// swapping in a "being written" mark and releases it by storing its number (a seqlock),
+/// so a reader drops a slot it raced (`seq` differs before and after). The swap also tells a launch
 /// that its slot is still being written by the launch [`RING_LEN`] before it (a thread
 /// preempted mid-record while others launched 16 times): that launch is then left out
 /// rather than mixed with the other.
