@@ -13,21 +13,25 @@
 //! # Rationale
 //! A kernel that faults (illegal address, misaligned access, trap) does not fail its own
 //! launch: the error is *sticky* and surfaces at whatever call comes next, often an
-//! unrelated one. So every launch writes a small fixed-size record (kernel instance,
-//! configuration, stream, each argument's kind, dtype and shape) into its device's ring —
-//! a copy of plain values under an uncontended lock, no allocation — and every error that
-//! carries a sticky code lists the ring (newest first): the kernels that may have caused
-//! it. Records are formatted only then.
+//! unrelated one. So every launch writes its raw facts (kernel, configuration, stream, and
+//! per argument its kind, dtype, rank, extents and pointer, or a scalar's bits) into a
+//! fixed slot of its device's ring: a few dozen relaxed stores, no lock, no allocation,
+//! nothing formatted. Every error that carries a sticky code reads the ring back (newest
+//! first): the kernels that may have caused it.
 //!
 //! The switches live in one atomic word: a launch with everything off pays one relaxed load.
 //!
 //! # Limitations
 //! The ring keeps the last [`RING_LEN`] launches per device, [`ARGS_KEPT`] arguments per
-//! launch and [`DIMS_KEPT`] dimensions per array. It does not record the Python call site
-//! of each launch (that would cost a frame walk per launch); launch-blocking mode names it.
+//! launch and [`DIMS_KEPT`] dimensions per array. A slot is written without a lock: a
+//! launch whose slot is still being written by another is left out (see [`write()`]). The Python
+//! call site of each launch is kept only with [`SITES`] on: finding it costs a frame
+//! lookup per launch (launch-blocking mode names the site without it).
 
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use std::sync::{Mutex, OnceLock};
 
 use crate::cai::DType;
 
@@ -42,12 +46,15 @@ pub const PROFILE: u32 = 4;
 /// Launch kernels' bounds-checked debug instances (`CAIJIT_DEBUG=1`, `caijit.debug(True)`,
 /// which also turn [`BLOCKING`] on).
 pub const BOUNDS: u32 = 8;
+/// Keep each launch's call site in the ring (`CAIJIT_LAUNCH_SITES=1`,
+/// `caijit.debug(sites=True)`): set by the caller ([`set_site`]) when it is on.
+pub const SITES: u32 = 16;
 /// The word has been read from the environment.
 const READ: u32 = 1 << 31;
 
 static FLAGS: AtomicU32 = AtomicU32::new(0);
 
-/// The switches (a mask of [`BLOCKING`], [`NVTX`], [`PROFILE`], [`BOUNDS`]): one relaxed load once
+/// The switches (a mask of [`BLOCKING`], [`NVTX`], [`PROFILE`], [`BOUNDS`], [`SITES`]): one relaxed load once
 /// the environment has been read.
 #[inline]
 pub fn flags() -> u32 {
@@ -71,6 +78,9 @@ fn from_env() -> u32 {
     }
     if on("CAIJIT_NVTX") {
         f |= NVTX;
+    }
+    if on("CAIJIT_LAUNCH_SITES") {
+        f |= SITES;
     }
     FLAGS.fetch_or(f, Relaxed) | f
 }
@@ -110,66 +120,47 @@ pub const RING_LEN: usize = 16;
 /// Arguments kept per launch (the count is always kept).
 pub const ARGS_KEPT: usize = 8;
 /// Dimensions kept per array argument (the rank is always kept).
-pub const DIMS_KEPT: usize = 4; // `ArgSummary::array` writes exactly these four
+pub const DIMS_KEPT: usize = 4;
 /// Devices with a ring.
 const DEVICES: usize = 32;
 
-/// A scalar argument's value, as the launch saw it (integers beyond 64 bits are kept as
-/// their nearest 64-bit bound: no parameter is wider).
+/// A scalar argument's value, exactly as the launch saw it.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum ScalarShown {
     Bool(bool),
-    Int(i64),
-    UInt(u64),
+    Int(i128),
     Float(f64),
-    Complex(f32, f32),
+    Complex(f64, f64),
 }
 
-/// An extent as the ring keeps it: 32 bits, so that a summary is 32 bytes and a launch
-/// writes it with a few stores; larger extents are kept as `u32::MAX` ("at least that").
-pub type Extent = u32;
-
-/// What a launch record keeps of one argument: plain values, no allocation.
+/// What a launch record keeps of one argument.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum ArgSummary {
-    /// An array: its dtype, rank, first [`DIMS_KEPT`] extents and data pointer.
+    /// An array: its dtype, rank, first [`DIMS_KEPT`] extents (zero past the rank) and
+    /// data pointer.
     Array {
         dtype: DType,
-        ndim: u8,
-        shape: [Extent; DIMS_KEPT],
+        ndim: usize,
+        shape: [u64; DIMS_KEPT],
         ptr: u64,
     },
     Scalar(ScalarShown),
     /// A struct argument of this many bytes.
-    Bytes(usize),
+    Bytes(u64),
     /// A raw device pointer.
     Pointer(u64),
-}
-
-impl ArgSummary {
-    /// An array's summary from its dtype, shape and pointer.
-    #[inline]
-    pub fn array(dtype: DType, shape: &[usize], ptr: u64) -> Self {
-        // Unrolled (no iterator): this runs on every launch, per array argument.
-        let at = |d: usize| shape.get(d).map_or(0, |&n| n.min(Extent::MAX as usize) as Extent);
-        let kept = [at(0), at(1), at(2), at(3)];
-        ArgSummary::Array { dtype, ndim: shape.len().min(u8::MAX as usize) as u8, shape: kept, ptr }
-    }
 }
 
 impl std::fmt::Display for ArgSummary {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match *self {
             ArgSummary::Array { dtype, ndim, shape, ptr } => {
-                let n = (ndim as usize).min(DIMS_KEPT);
-                let dims: Vec<String> =
-                    shape[..n].iter().map(|&e| if e == Extent::MAX { format!("≥{e}") } else { e.to_string() }).collect();
-                let more = if ndim as usize > DIMS_KEPT { ", …" } else { "" };
+                let dims: Vec<String> = shape[..ndim.min(DIMS_KEPT)].iter().map(u64::to_string).collect();
+                let more = if ndim > DIMS_KEPT { ", …" } else { "" };
                 write!(f, "{}[{}{more}] at {ptr:#x}", dtype.name(), dims.join(", "))
             }
             ArgSummary::Scalar(ScalarShown::Bool(b)) => write!(f, "{b}"),
             ArgSummary::Scalar(ScalarShown::Int(i)) => write!(f, "{i}"),
-            ArgSummary::Scalar(ScalarShown::UInt(u)) => write!(f, "{u}"),
             ArgSummary::Scalar(ScalarShown::Float(x)) => write!(f, "{x:?}"),
             ArgSummary::Scalar(ScalarShown::Complex(re, im)) => write!(f, "({re:?}{im:+?}j)"),
             ArgSummary::Bytes(n) => write!(f, "struct of {n} bytes"),
@@ -178,7 +169,7 @@ impl std::fmt::Display for ArgSummary {
     }
 }
 
-/// One launch, as the ring keeps it.
+/// One launch, as read back from the ring.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LaunchRecord {
     /// The launch's number on its device (1 for the first).
@@ -192,10 +183,11 @@ pub struct LaunchRecord {
     pub shared_mem: u32,
     /// The launch stream's CAI value.
     pub stream: u64,
-    /// How many arguments the launch had (the first [`ARGS_KEPT`] are in `args`; slots
-    /// after `nargs` are not this launch's).
+    /// How many arguments the launch had (the first [`ARGS_KEPT`] are in `args`).
     pub nargs: usize,
     pub args: [Option<ArgSummary>; ARGS_KEPT],
+    /// The caller's token for where the launch was made (0: none; see [`set_site`]).
+    pub site: u64,
 }
 
 impl LaunchRecord {
@@ -208,6 +200,15 @@ impl LaunchRecord {
         }
         shown
     }
+
+    /// Where the launch was made (`file:line`), when its caller left a site that can still
+    /// be named ([`set_site_names`]).
+    pub fn call_site(&self) -> Option<String> {
+        if self.site == 0 {
+            return None;
+        }
+        SITE_NAMES.get().and_then(|name| name(self.site))
+    }
 }
 
 impl std::fmt::Display for LaunchRecord {
@@ -218,62 +219,257 @@ impl std::fmt::Display for LaunchRecord {
         if self.shared_mem > 0 {
             write!(f, " shared {} B", self.shared_mem)?;
         }
-        write!(f, " on device {} stream {:#x} with ({})", self.device, self.stream, self.arguments().join(", "))
+        write!(f, " on device {} stream {:#x} with ({})", self.device, self.stream, self.arguments().join(", "))?;
+        if let Some(site) = self.call_site() {
+            write!(f, " from {site}")?;
+        }
+        Ok(())
     }
 }
 
-impl LaunchRecord {
-    /// A record with nothing in it (`seq` 0).
-    pub const EMPTY: LaunchRecord = LaunchRecord {
-        seq: 0,
-        device: 0,
-        kernel: "",
-        grid: [0; 3],
-        block: [0; 3],
-        shared_mem: 0,
-        stream: 0,
-        nargs: 0,
-        args: [None; ARGS_KEPT],
+// ---------------------------------------------------------------------------------------
+// The ring: raw words written by every launch, decoded only when read.
+
+/// An argument's kind, as its slot keeps it.
+mod kind {
+    pub const ARRAY: u8 = 1;
+    pub const BOOL: u8 = 2;
+    pub const INT: u8 = 3;
+    pub const FLOAT: u8 = 4;
+    pub const COMPLEX: u8 = 5;
+    pub const BYTES: u8 = 6;
+    pub const POINTER: u8 = 7;
+}
+
+/// One argument of a ring slot: its kind (an array's also its dtype and rank, each stored
+/// as it is, without packing) and up to five words of value (an array's pointer and
+/// extents; a scalar's bits, an integer's as two halves).
+#[derive(Debug)]
+pub struct ArgSlot {
+    kind: AtomicU8,
+    dtype: AtomicU8,
+    ndim: AtomicUsize,
+    words: [AtomicU64; 1 + DIMS_KEPT],
+}
+
+impl ArgSlot {
+    #[inline]
+    pub fn array(&self, dtype: DType, shape: &[usize], ptr: u64) {
+        self.kind.store(kind::ARRAY, Relaxed);
+        self.dtype.store(dtype as u8, Relaxed);
+        self.ndim.store(shape.len(), Relaxed);
+        self.words[0].store(ptr, Relaxed);
+        for (w, &n) in self.words[1..].iter().zip(shape) {
+            w.store(n as u64, Relaxed);
+        }
+    }
+    #[inline]
+    pub fn bool(&self, b: bool) {
+        self.one(kind::BOOL, u64::from(b));
+    }
+    #[inline]
+    pub fn int(&self, i: i128) {
+        self.kind.store(kind::INT, Relaxed);
+        self.words[0].store(i as u64, Relaxed);
+        self.words[1].store((i >> 64) as u64, Relaxed);
+    }
+    #[inline]
+    pub fn float(&self, x: f64) {
+        self.one(kind::FLOAT, x.to_bits());
+    }
+    #[inline]
+    pub fn complex(&self, re: f64, im: f64) {
+        self.kind.store(kind::COMPLEX, Relaxed);
+        self.words[0].store(re.to_bits(), Relaxed);
+        self.words[1].store(im.to_bits(), Relaxed);
+    }
+    /// A struct argument of `len` bytes.
+    #[inline]
+    pub fn bytes(&self, len: usize) {
+        self.one(kind::BYTES, len as u64);
+    }
+    #[inline]
+    pub fn pointer(&self, p: u64) {
+        self.one(kind::POINTER, p);
+    }
+    #[inline]
+    fn one(&self, kind: u8, word: u64) {
+        self.kind.store(kind, Relaxed);
+        self.words[0].store(word, Relaxed);
+    }
+
+    fn read(&self) -> Option<ArgSummary> {
+        let w = |i: usize| self.words[i].load(Relaxed);
+        Some(match self.kind.load(Relaxed) {
+            kind::ARRAY => {
+                let dtype = *DType::ALL.get(usize::from(self.dtype.load(Relaxed)))?;
+                let ndim = self.ndim.load(Relaxed);
+                let mut shape = [0; DIMS_KEPT];
+                for (d, n) in shape.iter_mut().enumerate().take(ndim) {
+                    *n = w(1 + d);
+                }
+                ArgSummary::Array { dtype, ndim, shape, ptr: w(0) }
+            }
+            kind::BOOL => ArgSummary::Scalar(ScalarShown::Bool(w(0) != 0)),
+            kind::INT => ArgSummary::Scalar(ScalarShown::Int(i128::from(w(1) as i64) << 64 | i128::from(w(0)))),
+            kind::FLOAT => ArgSummary::Scalar(ScalarShown::Float(f64::from_bits(w(0)))),
+            kind::COMPLEX => ArgSummary::Scalar(ScalarShown::Complex(f64::from_bits(w(0)), f64::from_bits(w(1)))),
+            kind::BYTES => ArgSummary::Bytes(w(0)),
+            kind::POINTER => ArgSummary::Pointer(w(0)),
+            _ => return None,
+        })
+    }
+}
+
+/// One launch in a ring: relaxed atomic words, so that a launch writes it with plain
+/// stores (no lock), and a reader racing a writer reads a mix it can detect by `seq`
+/// instead of undefined behaviour.
+#[derive(Debug)]
+pub struct Slot {
+    /// The launch's number, [`WRITING`] while a launch fills the slot, 0 when empty.
+    seq: AtomicU64,
+    /// The kernel instance's name, by its address (see [`name_kernel`]).
+    kernel: AtomicU64,
+    grid_xy: AtomicU64,
+    grid_z_block_x: AtomicU64,
+    block_yz: AtomicU64,
+    /// Dynamic shared memory (low half) and the number of arguments (high half).
+    shared_nargs: AtomicU64,
+    stream: AtomicU64,
+    site: AtomicU64,
+    args: [ArgSlot; ARGS_KEPT],
+}
+
+/// A slot's `seq` while a launch writes it.
+const WRITING: u64 = u64::MAX;
+
+impl Slot {
+    #[allow(clippy::declare_interior_mutable_const)] // the initialiser of the statics below
+    const EMPTY: Slot = {
+        const ZERO: AtomicU64 = AtomicU64::new(0);
+        const ARG: ArgSlot =
+            ArgSlot { kind: AtomicU8::new(0), dtype: AtomicU8::new(0), ndim: AtomicUsize::new(0), words: [ZERO; 1 + DIMS_KEPT] };
+        Slot {
+            seq: ZERO,
+            kernel: ZERO,
+            grid_xy: ZERO,
+            grid_z_block_x: ZERO,
+            block_yz: ZERO,
+            shared_nargs: ZERO,
+            stream: ZERO,
+            site: ZERO,
+            args: [ARG; ARGS_KEPT],
+        }
     };
+
+    /// Write the launch itself: `kernel` must have been named with [`name_kernel`] for the
+    /// record to name it; `nargs` is how many arguments it had (write the first
+    /// [`ARGS_KEPT`] with [`Slot::args`]).
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch(&self, kernel: &'static str, grid: [u32; 3], block: [u32; 3], shared_mem: u32, stream: u64, nargs: usize, site: u64) {
+        let pair = |lo: u32, hi: u32| u64::from(lo) | u64::from(hi) << 32;
+        self.kernel.store(kernel.as_ptr() as u64, Relaxed);
+        self.grid_xy.store(pair(grid[0], grid[1]), Relaxed);
+        self.grid_z_block_x.store(pair(grid[2], block[0]), Relaxed);
+        self.block_yz.store(pair(block[1], block[2]), Relaxed);
+        self.shared_nargs.store(u64::from(shared_mem) | (nargs as u64) << 32, Relaxed);
+        self.stream.store(stream, Relaxed);
+        self.site.store(site, Relaxed);
+    }
+
+    /// The argument slots, in order.
+    #[inline]
+    pub fn args(&self) -> &[ArgSlot; ARGS_KEPT] {
+        &self.args
+    }
+
+    /// The record in the slot, or `None` if the slot is empty, being written, or was
+    /// rewritten while read (seqlock: the words are read between two loads of `seq`).
+    fn read(&self, device: usize) -> Option<LaunchRecord> {
+        let seq = self.seq.load(Acquire);
+        if seq == 0 || seq == WRITING {
+            return None;
+        }
+        let r = self.decode(seq, device);
+        fence(Acquire);
+        (self.seq.load(Relaxed) == seq).then_some(r)
+    }
+
+    /// The slot's words as the record of launch `seq` on `device`.
+    fn decode(&self, seq: u64, device: usize) -> LaunchRecord {
+        let half = |w: &AtomicU64| {
+            let v = w.load(Relaxed);
+            (v as u32, (v >> 32) as u32)
+        };
+        let (gx, gy) = half(&self.grid_xy);
+        let (gz, bx) = half(&self.grid_z_block_x);
+        let (by, bz) = half(&self.block_yz);
+        let (shared_mem, nargs) = half(&self.shared_nargs);
+        let nargs = nargs as usize;
+        let mut args = [None; ARGS_KEPT];
+        for (a, slot) in args.iter_mut().zip(&self.args).take(nargs) {
+            *a = slot.read();
+        }
+        let kernel = kernel_named(self.kernel.load(Relaxed)).unwrap_or("<a kernel caijit did not name>");
+        let (stream, site) = (self.stream.load(Relaxed), self.site.load(Relaxed));
+        LaunchRecord { seq, device, kernel, grid: [gx, gy, gz], block: [bx, by, bz], shared_mem, stream, nargs, args, site }
+    }
 }
 
 struct Ring {
-    /// Slot `(seq - 1) % RING_LEN` holds launch `seq`; `seq` 0 is an empty slot.
-    records: [LaunchRecord; RING_LEN],
+    /// Slot `seq % RING_LEN` holds launch `seq`.
+    slots: [Slot; RING_LEN],
     /// Launches recorded so far on the device.
-    count: u64,
+    count: AtomicU64,
 }
 
-static RINGS: [Mutex<Ring>; DEVICES] = [const { Mutex::new(Ring { records: [LaunchRecord::EMPTY; RING_LEN], count: 0 }) }; DEVICES];
+#[allow(clippy::declare_interior_mutable_const)]
+const EMPTY_RING: Ring = Ring { slots: [Slot::EMPTY; RING_LEN], count: AtomicU64::new(0) };
+static RINGS: [Ring; DEVICES] = [EMPTY_RING; DEVICES];
 
-/// Write a launch on `device` into its ring: `fill` writes every field but `seq` and
-/// `device` straight into the slot (no copy of the record, no allocation). Returns `seq`.
-#[inline]
-pub fn record_with(device: usize, fill: impl FnOnce(&mut LaunchRecord)) -> u64 {
+/// Write a launch on `device` into its ring: `fill` writes the slot's words in place (with
+/// [`Slot::launch`] and [`Slot::args`]). Returns the launch's `seq`, or 0 when it was not
+/// recorded (a device beyond the rings, or a slot another launch is still writing).
+///
+/// No lock: the launch takes a number with one relaxed `fetch_add`, claims its slot by
+/// swapping in a "being written" mark and releases it by storing its number (a seqlock),
+/// so a reader drops a slot it raced (`seq` differs before and after). The swap also tells a launch
+/// that its slot is still being written by the launch [`RING_LEN`] before it (a thread
+/// preempted mid-record while others launched 16 times): that launch is then left out
+/// rather than mixed with the other.
+#[inline(always)]
+pub fn write(device: usize, fill: impl FnOnce(&Slot)) -> u64 {
     let Some(ring) = RINGS.get(device) else { return 0 };
-    // A poisoned lock only means a panic elsewhere while holding it: the records are plain
-    // values, still consistent.
-    let mut ring = ring.lock().unwrap_or_else(|p| p.into_inner());
-    ring.count += 1;
-    let seq = ring.count;
-    let slot = &mut ring.records[((seq - 1) % RING_LEN as u64) as usize];
+    let seq = ring.count.fetch_add(1, Relaxed) + 1;
+    let slot = &ring.slots[(seq % RING_LEN as u64) as usize];
+    if slot.seq.swap(WRITING, Relaxed) == WRITING {
+        return 0;
+    }
+    fence(Release);
     fill(slot);
-    slot.seq = seq;
-    slot.device = device;
+    slot.seq.store(seq, Release);
     seq
 }
 
-/// Write a whole record into its device's ring; returns it with its `seq`.
-pub fn record(r: LaunchRecord) -> LaunchRecord {
-    let seq = record_with(r.device, |slot| *slot = r);
-    LaunchRecord { seq, ..r }
+/// The launch `seq` of `device`, if the ring still holds it.
+pub fn launch(device: usize, seq: u64) -> Option<LaunchRecord> {
+    let ring = RINGS.get(device)?;
+    ring.slots[(seq % RING_LEN as u64) as usize].read(device).filter(|r| r.seq == seq)
+}
+
+/// The record `fill` writes for launch `seq` on `device`, read back without the ring (for
+/// a launch's own error, which must not depend on what other threads launched since).
+pub fn record_of(seq: u64, device: usize, fill: impl FnOnce(&Slot)) -> LaunchRecord {
+    let slot = Slot::EMPTY;
+    fill(&slot);
+    slot.decode(seq, device)
 }
 
 /// The launches kept for `device`, newest first.
 pub fn recent(device: usize) -> Vec<LaunchRecord> {
     let Some(ring) = RINGS.get(device) else { return Vec::new() };
-    let ring = ring.lock().unwrap_or_else(|p| p.into_inner());
-    let mut v: Vec<LaunchRecord> = ring.records.iter().filter(|r| r.seq != 0).copied().collect();
+    let mut v: Vec<LaunchRecord> = ring.slots.iter().filter_map(|s| s.read(device)).collect();
     v.sort_by_key(|r| std::cmp::Reverse(r.seq));
     v
 }
@@ -286,68 +482,218 @@ pub fn recent_all() -> Vec<LaunchRecord> {
 /// Forget the launches kept (tests; a fresh process starts empty).
 pub fn clear() {
     for ring in &RINGS {
-        let mut ring = ring.lock().unwrap_or_else(|p| p.into_inner());
-        ring.records = [LaunchRecord::EMPTY; RING_LEN];
-        ring.count = 0;
+        for slot in &ring.slots {
+            slot.seq.store(0, Relaxed);
+        }
+        ring.count.store(0, Relaxed);
     }
+}
+
+/// Kernel names by address: a launch writes its kernel's name as a pointer, and the ring
+/// reads the name back from here (only ever with the address of a name put here).
+static KERNEL_NAMES: Mutex<BTreeMap<u64, &'static str>> = Mutex::new(BTreeMap::new());
+
+/// Make `name` (a kernel instance's, kept for the process) nameable by launch records.
+pub fn name_kernel(name: &'static str) {
+    KERNEL_NAMES.lock().unwrap_or_else(|p| p.into_inner()).insert(name.as_ptr() as u64, name);
+}
+
+fn kernel_named(address: u64) -> Option<&'static str> {
+    KERNEL_NAMES.lock().unwrap_or_else(|p| p.into_inner()).get(&address).copied()
+}
+
+// ---------------------------------------------------------------------------------------
+// Call sites
+
+thread_local! {
+    static SITE: Cell<u64> = const { Cell::new(0) };
+}
+
+/// The site of the next launch on this thread (with [`SITES`] on; a token of the caller's,
+/// named by the function given to [`set_site_names`]). The launch takes it.
+pub fn set_site(token: u64) {
+    SITE.with(|s| s.set(token));
+}
+
+/// The site [`set_site`] left for this launch (0 when none), forgotten once taken.
+pub fn take_site() -> u64 {
+    SITE.with(|s| s.replace(0))
+}
+
+static SITE_NAMES: OnceLock<fn(u64) -> Option<String>> = OnceLock::new();
+
+/// The function that names a site token as `file:line` (`None` once it can no longer);
+/// set once per process, by the caller that sets sites (the Python extension).
+pub fn set_site_names(name: fn(u64) -> Option<String>) {
+    let _ = SITE_NAMES.set(name);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn rec(device: usize, kernel: &'static str) -> LaunchRecord {
-        let mut args = [None; ARGS_KEPT];
-        args[0] = Some(ArgSummary::array(DType::F32, &[3, 4], 0x7000));
-        args[1] = Some(ArgSummary::Scalar(ScalarShown::Int(12)));
-        assert_eq!(std::mem::size_of::<Option<ArgSummary>>(), 32, "a summary is written with a few stores");
-        LaunchRecord { seq: 0, device, kernel, grid: [2, 1, 1], block: [128, 1, 1], shared_mem: 0, stream: 1, nargs: 2, args }
+    /// Write a launch of `kernel` on `device` with a 3×4 float32 array and the int 12.
+    fn launch_of(device: usize, kernel: &'static str) -> u64 {
+        name_kernel(kernel);
+        write(device, |s| {
+            s.launch(kernel, [2, 1, 1], [128, 1, 1], 0, 1, 2, 0);
+            s.args()[0].array(DType::F32, &[3, 4], 0x7000);
+            s.args()[1].int(12);
+        })
     }
 
     #[test]
     fn the_ring_keeps_the_newest_launches_per_device_and_formats_them() {
-        clear();
-        // A slot reused by a launch with fewer arguments shows only that launch's.
-        record_with(11, |r| *r = rec(11, "two"));
-        for _ in 1..RING_LEN {
-            record(rec(11, "filler"));
-        }
-        record_with(11, |r| {
-            r.kernel = "none";
-            r.nargs = 0;
-        });
-        let newest = recent(11)[0];
-        assert_eq!((newest.kernel, newest.arguments().len()), ("none", 0));
+        // Devices of their own: the other tests (and GPU tests in the process) use theirs.
         for _ in 0..RING_LEN + 3 {
-            record(rec(7, "old<float>"));
+            launch_of(7, "old<float>");
         }
-        record(rec(7, "axpy<float>"));
-        record(rec(9, "other"));
+        let seq = launch_of(7, "axpy<float>");
+        launch_of(9, "other");
         let r = recent(7);
         assert_eq!(r.len(), RING_LEN);
-        assert_eq!(r[0].kernel, "axpy<float>");
-        assert_eq!(r[0].seq, RING_LEN as u64 + 4);
+        assert_eq!((r[0].kernel, r[0].seq), ("axpy<float>", seq));
         assert!(r.windows(2).all(|w| w[0].seq == w[1].seq + 1));
         assert_eq!(recent(9).len(), 1);
+        assert_eq!(launch(7, seq), Some(r[0]));
+        assert_eq!(launch(7, seq - RING_LEN as u64), None, "overwritten");
         assert_eq!(
             r[0].to_string(),
-            format!("#{} axpy<float> grid (2, 1, 1) block (128, 1, 1) on device 7 stream 0x1 with (float32[3, 4] at 0x7000, 12)", r[0].seq)
+            format!("#{seq} axpy<float> grid (2, 1, 1) block (128, 1, 1) on device 7 stream 0x1 with (float32[3, 4] at 0x7000, 12)")
         );
-        record(rec(DEVICES + 1, "ignored"));
-        clear();
-        assert!(recent_all().is_empty());
+        assert_eq!(write(DEVICES + 1, |_| panic!("no ring")), 0);
     }
 
     #[test]
-    fn summaries_keep_the_rank_beyond_the_dimensions_kept_and_count_left_out_arguments() {
-        let a = ArgSummary::array(DType::I64, &[1, 2, 3, 4, 5, 6], 0x10);
-        assert_eq!(a.to_string(), "int64[1, 2, 3, 4, …] at 0x10");
-        let mut r = rec(0, "k");
-        r.nargs = ARGS_KEPT + 2;
-        assert_eq!(r.arguments().last().unwrap(), "… 2 more");
-        assert_eq!(ArgSummary::Scalar(ScalarShown::Complex(1.0, -2.0)).to_string(), "(1.0-2.0j)");
-        let huge = ArgSummary::array(DType::U8, &[1 << 33], 0x10);
-        assert_eq!(huge.to_string(), format!("uint8[≥{}] at 0x10", u32::MAX));
+    fn a_reused_slot_shows_only_its_own_launch() {
+        let (two, none) = ("two", "none");
+        name_kernel(two);
+        name_kernel(none);
+        write(11, |s| {
+            s.launch(two, [1; 3], [1; 3], 0, 1, 2, 0);
+            s.args()[0].array(DType::F64, &[5, 6, 7], 0x10);
+            s.args()[1].complex(1.0, -2.0);
+        });
+        for _ in 1..RING_LEN {
+            launch_of(11, "filler");
+        }
+        write(11, |s| s.launch(none, [3, 4, 5], [6, 7, 8], 96, 0x55, 1, 0));
+        let newest = recent(11)[0];
+        assert_eq!((newest.kernel, newest.grid, newest.block, newest.shared_mem, newest.stream), ("none", [3, 4, 5], [6, 7, 8], 96, 0x55));
+        // Its one argument was not written: the slot's older one is not shown as its.
+        assert_eq!(newest.nargs, 1);
+        assert_eq!(newest.args[0], Some(ArgSummary::Array { dtype: DType::F64, ndim: 3, shape: [5, 6, 7, 0], ptr: 0x10 }));
+        assert_eq!(newest.args[1], None);
+    }
+
+    #[test]
+    fn every_kind_of_argument_reads_back_exactly() {
+        let kinds = "kinds";
+        name_kernel(kinds);
+        let big = -(1i128 << 100) + 7;
+        let seq = write(12, |s| {
+            s.launch(kinds, [1; 3], [1; 3], 0, 1, ARGS_KEPT + 2, 0);
+            let a = s.args();
+            a[0].array(DType::I64, &[1, 2, 3, 4, 5, 6], 0x10);
+            a[1].int(big);
+            a[2].int(u64::MAX.into());
+            a[3].bool(true);
+            a[4].float(0.5);
+            a[5].complex(1.0, -2.0);
+            a[6].bytes(24);
+            a[7].pointer(0xbeef);
+        });
+        let r = launch(12, seq).unwrap();
+        assert_eq!(
+            r.arguments(),
+            [
+                "int64[1, 2, 3, 4, …] at 0x10".to_string(),
+                big.to_string(),
+                u64::MAX.to_string(),
+                "true".into(),
+                "0.5".into(),
+                "(1.0-2.0j)".into(),
+                "struct of 24 bytes".into(),
+                "pointer 0xbeef".into(),
+                "… 2 more".into(),
+            ]
+        );
+        for (i, d) in DType::ALL.into_iter().enumerate() {
+            assert_eq!(d as usize, i, "a dtype's code is its place in DType::ALL");
+        }
+    }
+
+    #[test]
+    fn a_slot_being_written_is_not_read() {
+        let torn = "torn";
+        name_kernel(torn);
+        let mut seen_inside = None;
+        write(13, |s| {
+            s.launch(torn, [1; 3], [1; 3], 0, 1, 0, 0);
+            seen_inside = Some(recent(13).len());
+        });
+        assert_eq!(seen_inside, Some(0));
+        assert_eq!(recent(13).len(), 1);
+    }
+
+    #[test]
+    fn a_site_is_named_by_the_function_set_for_it_and_taken_once() {
+        set_site(77);
+        assert_eq!((take_site(), take_site()), (77, 0));
+        set_site_names(|t| (t == 77).then(|| "here.py:3".to_string()));
+        let sited = "sited";
+        name_kernel(sited);
+        let seq = write(14, |s| s.launch(sited, [1; 3], [1; 3], 0, 1, 0, 77));
+        let r = launch(14, seq).unwrap();
+        assert_eq!(r.call_site().as_deref(), Some("here.py:3"));
+        assert!(r.to_string().ends_with("with () from here.py:3"), "{r}");
+    }
+
+    #[test]
+    fn a_launch_whose_slot_is_still_being_written_is_left_out() {
+        let slow = "slow";
+        name_kernel(slow);
+        let mut inner = Vec::new();
+        let outer = write(16, |s| {
+            s.launch(slow, [1; 3], [1; 3], 0, 1, 0, 0);
+            // RING_LEN launches while this one writes: the last wants this one's slot.
+            inner = (0..RING_LEN).map(|_| launch_of(16, "fast")).collect();
+            s.args()[0].int(5);
+        });
+        assert_eq!(inner.last(), Some(&0));
+        assert!(inner[..RING_LEN - 1].iter().all(|&q| q != 0));
+        assert_eq!(launch(16, outer).map(|r| r.kernel), Some("slow"));
+    }
+
+    #[test]
+    fn concurrent_writers_leave_only_whole_records() {
+        // Names are told apart by address: one static each (two equal literals need not
+        // share one).
+        static NAMES: [&str; 2] = ["a", "b"];
+        NAMES.into_iter().for_each(name_kernel);
+        let fill = |kernel: &'static str, n: u32| {
+            move |s: &Slot| {
+                s.launch(kernel, [n; 3], [n; 3], n, u64::from(n), 1, 0);
+                s.args()[0].int(n.into());
+            }
+        };
+        std::thread::scope(|scope| {
+            for (kernel, n) in NAMES.into_iter().zip(1..) {
+                scope.spawn(move || {
+                    for _ in 0..20_000 {
+                        write(15, fill(kernel, n));
+                    }
+                });
+            }
+            for _ in 0..2_000 {
+                for r in recent(15) {
+                    let n = r.grid[0];
+                    let whole = r.grid == [n; 3] && r.block == [n; 3] && r.shared_mem == n && r.stream == u64::from(n);
+                    assert!(whole && r.args[0] == Some(ArgSummary::Scalar(ScalarShown::Int(n.into()))), "{r:?}");
+                    assert_eq!(r.kernel, NAMES[n as usize - 1]);
+                }
+            }
+        });
     }
 
     #[test]

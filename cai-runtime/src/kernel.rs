@@ -133,9 +133,10 @@ impl Module {
         let max_dynamic_shared = AtomicI32::new(attributes.max_dynamic_shared_size_bytes);
         let pointee_alignment = info.params.iter().map(pointee_alignment).collect();
         // Kept for the life of the process, as the kernel itself is (modules are never
-        // unloaded): launch records then carry the name as a plain `&'static str`.
+        // unloaded): launch records then carry the name by its address (named in the ring).
         let named: &'static str = Box::leak(format!("{}\0", instance_name(&info)).into_boxed_str());
         let instance = &named[..named.len() - 1];
+        crate::diag::name_kernel(instance);
         let instance_c = std::ffi::CStr::from_bytes_with_nul(named.as_bytes()).ok();
         Ok(Arc::new(Kernel {
             module: self.clone(),

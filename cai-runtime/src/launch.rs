@@ -40,7 +40,7 @@ pub use crate::sys::LaunchConfig;
 pub use trace::{nvtx_tool, ProfileRow, Profiler};
 
 mod bounds;
-mod trace;
+pub(crate) mod trace;
 
 impl LaunchConfig {
     pub fn new(grid: [u32; 3], block: [u32; 3]) -> Self {

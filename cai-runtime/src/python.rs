@@ -20,6 +20,12 @@ pub mod capi {
     pub use crate::sys::capi::*;
 }
 
+/// The running Python code of this thread: the innermost frame's code object and
+/// instruction offset (launch call sites).
+pub mod frame {
+    pub use crate::sys::frame::*;
+}
+
 /// Why a Python object could not be read as a CUDA array.
 #[derive(Debug)]
 #[non_exhaustive]

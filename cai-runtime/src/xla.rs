@@ -71,7 +71,7 @@ use smallvec::SmallVec;
 use crate::cai::DType;
 use crate::compile::{KernelInfo, Program};
 use crate::kernel::Kernel;
-use crate::launch::LaunchConfig;
+use crate::launch::{trace, LaunchConfig};
 use crate::params::{check_array, check_count, encode_scalar, mismatch, param_error, ArrayArg, Num, ParamBuffer};
 use crate::runtime::{self, Context};
 use crate::signature::{ArrayLayout, ParamKind};
@@ -160,6 +160,8 @@ pub struct Prepared {
     buffer_size: usize,
     inputs: Vec<BufferSpec>,
     outputs: Vec<BufferSpec>,
+    /// What each parameter is bound to (for the ring of recent launches).
+    bindings: Vec<Binding>,
     config: LaunchConfig,
     /// The loaded kernel per device ordinal.
     kernels: Vec<OnceLock<Arc<Kernel>>>,
@@ -341,6 +343,7 @@ fn build(d: Description, description: String, devices: Devices<'_>) -> Result<Pr
         plan,
         inputs: d.inputs,
         outputs: d.outputs,
+        bindings: d.bindings,
         config: d.config,
         kernels,
     })
@@ -667,6 +670,7 @@ fn execute(call: &Call<'_>) -> Result<()> {
         }
     }
     let d = k.context().bind()?;
+    let span = trace::begin(k, &d, call.stream)?;
     // SAFETY: `k` is loaded in the context just bound, and `call.stream` is XLA's stream
     // of that device; every parameter's bytes were laid out at its offset from the kernel's
     // own parameter list (`plan`), and `with_pointers` points at each; the device pointers
@@ -676,7 +680,36 @@ fn execute(call: &Call<'_>) -> Result<()> {
     let launched = buf.with_pointers(&p.info.params, |pointers| unsafe { d.launch_checked(k.raw, &p.config, call.stream, pointers) });
     launched?;
     bump(&COUNTERS.launches);
-    Ok(())
+    let launched = p.record(k, call);
+    trace::end(span, k, &d, call.stream)?;
+    // Launch-blocking mode: wait for the kernel here, unless XLA is capturing the call into
+    // a graph (where waiting is illegal, and the kernel does not run yet).
+    match launched {
+        Some(r) if crate::diag::enabled(crate::diag::BLOCKING) && d.capture_id(call.stream)? == 0 => trace::block(k.context(), &r),
+        _ => Ok(()),
+    }
+}
+
+impl Prepared {
+    /// Write a call's launch into the ring of recent launches, as [`Kernel::launch`] does,
+    /// so that a sticky fault reported by a later caijit call names it. Returns its record
+    /// when launch-blocking mode or bounds checks need it.
+    fn record(&self, k: &Kernel, call: &Call<'_>) -> Option<Box<crate::diag::LaunchRecord>> {
+        let specs = || self.inputs.iter().chain(&self.outputs);
+        let buffers = || call.args.iter().chain(&call.rets);
+        trace::record_with(k, &self.config, call.stream, self.bindings.len(), |slots| {
+            for (b, w) in self.bindings.iter().zip(slots) {
+                match *b {
+                    Binding::Buffer(i) => {
+                        let (Some(spec), Some(got)) = (specs().nth(i), buffers().nth(i)) else { continue };
+                        let dims: SmallVec<[usize; 4]> = got.dims.iter().map(|&n| n as usize).collect();
+                        w.array(spec.dtype, &dims, got.ptr);
+                    }
+                    Binding::Scalar(v) => trace::scalar(w, v),
+                }
+            }
+        })
+    }
 }
 
 /// The handler's [`Serve`] implementation: `CAPTURABLE` says whether it declares itself
@@ -892,6 +925,7 @@ mod tests {
             buffer_size: 0,
             inputs: d.inputs.clone(),
             outputs: d.outputs.clone(),
+            bindings: d.bindings.clone(),
             config: d.config,
             kernels: Vec::new(),
         };

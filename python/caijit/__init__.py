@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 from . import _native
 from ._native import DeviceArray, Interface, Kernel, Launcher, Stream, __version__, parse_interface
-from .diag import debug, nvtx, profile, recent_launches
+from .diag import debug, launch_sites, nvtx, profile, recent_launches
 from .diag import _options as _with_lineinfo
 from .errors import (
     ArgumentError,
@@ -51,6 +51,7 @@ __all__ = [
     "empty_cache",
     "ops",
     "debug",
+    "launch_sites",
     "nvtx",
     "profile",
     "recent_launches",

@@ -10,7 +10,7 @@ from typing import Any, Optional, Sequence, TextIO
 
 from . import _native
 
-__all__ = ["debug", "nvtx", "profile", "Profile", "recent_launches"]
+__all__ = ["debug", "launch_sites", "nvtx", "profile", "Profile", "recent_launches"]
 
 
 def debug(on: bool = True) -> bool:
@@ -47,10 +47,20 @@ def nvtx(on: bool = True) -> bool:
     return was
 
 
+def launch_sites(on: bool = True) -> bool:
+    """Keep the Python ``file:line`` of every kernel launch in the ring of recent launches,
+    on or off (``CAIJIT_LAUNCH_SITES=1`` sets it at start-up): a sticky fault then names
+    where each recent launch was made. Costs a frame lookup per launch (a few hundred
+    instructions when the launching function was just called), hence off by default; the
+    line is worked out only when a fault is reported. Returns the previous state."""
+    return bool(_native._set_switch("sites", bool(on)))
+
+
 def recent_launches() -> list[dict[str, Any]]:
     """The launches caijit keeps per device (the last 16), newest first: ``kernel``,
-    ``grid``, ``block``, ``shared_mem``, ``stream``, ``arguments`` (each formatted) and
-    ``text`` (the whole record as one line). The same list a sticky fault's
+    ``grid``, ``block``, ``shared_mem``, ``stream``, ``arguments`` (each formatted),
+    ``site`` (the Python ``file:line`` of the launch with :func:`launch_sites` on, else
+    ``None``) and ``text`` (the whole record as one line). The same list a sticky fault's
     :class:`caijit.LaunchError` carries as ``.recent_launches``."""
     return _native.recent_launches()
 

@@ -1,6 +1,7 @@
 //! `caijit.debug`, `caijit.nvtx`, `caijit.profile` and the ring of recent launches: thin
 //! wrappers over `cai_runtime::diag` and `cai_runtime::launch::Profiler`.
 
+use std::collections::VecDeque;
 use std::sync::Mutex;
 
 use cai_runtime::diag;
@@ -10,7 +11,7 @@ use pyo3::types::PyDict;
 
 use crate::errors::PyCaiResult;
 
-/// Turn a switch on or off (`"blocking"`, `"bounds"`, `"nvtx"`). Returns its previous state.
+/// Turn a switch on or off (`"blocking"`, `"bounds"`, `"nvtx"`, `"sites"`). Returns its previous state.
 #[pyfunction]
 pub fn _set_switch(which: &str, on: bool) -> PyCaiResult<bool> {
     let mask = switch(which)?;
@@ -19,7 +20,7 @@ pub fn _set_switch(which: &str, on: bool) -> PyCaiResult<bool> {
     Ok(was)
 }
 
-/// Whether a switch is on (`"blocking"`, `"bounds"`, `"nvtx"`, `"profile"`).
+/// Whether a switch is on (`"blocking"`, `"bounds"`, `"nvtx"`, `"profile"`, `"sites"`).
 #[pyfunction]
 pub fn _switch(which: &str) -> PyCaiResult<bool> {
     Ok(diag::enabled(switch(which)?))
@@ -31,6 +32,7 @@ fn switch(which: &str) -> PyCaiResult<u32> {
         "nvtx" => diag::NVTX,
         "profile" => diag::PROFILE,
         "bounds" => diag::BOUNDS,
+        "sites" => diag::SITES,
         other => return Err(crate::errors::PyCaiError::argument(format!("unknown switch {other:?}"))),
     })
 }
@@ -67,6 +69,7 @@ pub fn record_dict<'py>(py: Python<'py>, r: &diag::LaunchRecord) -> PyResult<Bou
     d.set_item("shared_mem", r.shared_mem)?;
     d.set_item("stream", r.stream)?;
     d.set_item("arguments", r.arguments())?;
+    d.set_item("site", r.call_site())?;
     d.set_item("text", r.to_string())?;
     Ok(d)
 }
@@ -143,4 +146,93 @@ fn call_site(py: Python<'_>) -> PyResult<Option<String>> {
         frame = frame.getattr("f_back")?;
     }
     Ok(None)
+}
+
+// ---------------------------------------------------------------------------------------
+// Launch sites in the ring (`caijit.launch_sites`, `CAIJIT_LAUNCH_SITES=1`)
+
+/// Code objects of recent launch sites, each under an id that is never reused: a ring
+/// record's site token names one by id, so a code object freed and another allocated at
+/// its address is never mistaken for it. Holding code objects (not frames) keeps no
+/// locals alive.
+struct Sites {
+    /// The id the newest code object got; ids start at 1.
+    newest: u32,
+    held: VecDeque<(u32, Py<PyAny>)>,
+}
+
+/// How many code objects are held: enough for every record of several devices' rings
+/// even when each launch comes from another function.
+const SITES_HELD: usize = 4 * diag::RING_LEN;
+
+static SITES: Mutex<Sites> = Mutex::new(Sites { newest: 0, held: VecDeque::new() });
+
+fn sites() -> std::sync::MutexGuard<'static, Sites> {
+    SITES.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Before a launch: with [`diag::SITES`] on, leave the Python call site for its ring
+/// record (a relaxed load when off). The launch takes it; dropping the guard forgets it
+/// if the launch failed before it did (so that no later launch takes it).
+#[inline]
+pub fn leave_site(py: Python<'_>) -> SiteLeft {
+    let on = diag::flags() & diag::SITES != 0;
+    if on {
+        leave_site_now(py);
+    }
+    SiteLeft(on)
+}
+
+/// See [`leave_site`].
+pub struct SiteLeft(bool);
+
+impl Drop for SiteLeft {
+    fn drop(&mut self) {
+        if self.0 {
+            diag::take_site();
+        }
+    }
+}
+
+/// The innermost frame's code object (held, under its id) and instruction offset, as the
+/// site token `id << 32 | offset`. Consecutive launches from one function share one id.
+#[cold]
+fn leave_site_now(py: Python<'_>) {
+    let Some((code, at)) = cai_runtime::python::frame::current(py) else { return diag::set_site(0) };
+    let mut s = sites();
+    let id = match s.held.back() {
+        Some((id, held)) if held.as_ptr() == code.as_ptr() => *id,
+        _ => {
+            s.newest = s.newest.checked_add(1).unwrap_or(1);
+            let id = s.newest;
+            s.held.push_back((id, code.unbind()));
+            if s.held.len() > SITES_HELD {
+                s.held.pop_front();
+            }
+            id
+        }
+    };
+    diag::set_site(u64::from(id) << 32 | u64::from(at));
+}
+
+/// `file:line` of a site token ([`leave_site_now`]), while its code object is still held:
+/// the line is the one `co_lines()` gives the instruction offset.
+fn site_name(token: u64) -> Option<String> {
+    let (id, at) = ((token >> 32) as u32, u64::from(token as u32));
+    Python::attach(|py| {
+        let code = sites().held.iter().find(|(i, _)| *i == id).map(|(_, c)| c.clone_ref(py))?;
+        let code = code.bind(py);
+        let file: String = code.getattr("co_filename").ok()?.extract().ok()?;
+        let lines = code.call_method0("co_lines").ok()?;
+        let line = lines.try_iter().ok()?.find_map(|item| {
+            let (start, end, line): (u64, u64, Option<i64>) = item.ok()?.extract().ok()?;
+            (start <= at && at < end).then_some(line).flatten()
+        })?;
+        Some(format!("{file}:{line}"))
+    })
+}
+
+/// Let the ring name the sites [`leave_site`] leaves (once, at import).
+pub fn name_sites() {
+    diag::set_site_names(site_name);
 }

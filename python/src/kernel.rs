@@ -152,6 +152,7 @@ fn launch_now(
     let probe = timing::start();
     let k = kernel.resolve(py, device, &launch_args)?;
     probe.stop(Phase::Resolve);
+    let _site = crate::diag::leave_site(py);
     // The GIL is released while the driver enqueues: other Python threads keep running.
     let probe = timing::start();
     let on = py.detach(|| {

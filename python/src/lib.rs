@@ -213,6 +213,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(diag::_lineinfo_by_env, m)?)?;
     m.add_function(wrap_pyfunction!(diag::_nvtx_tool, m)?)?;
     m.add_function(wrap_pyfunction!(diag::recent_launches, m)?)?;
+    diag::name_sites();
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(empty_cache, m)?)?;
     m.add_function(wrap_pyfunction!(pointer_device, m)?)?;

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -24,6 +24,11 @@ def run_subprocess(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     full = dict(os.environ)
     full.update(env)
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300, env=full)
+
+
+def _line_of(code: str, marker: str) -> int:
+    """The line of `code` (dedented, as run) that holds `marker`."""
+    return next(i for i, l in enumerate(textwrap.dedent(code).splitlines(), 1) if marker in l)
 
 
 # A kernel that writes far outside any allocation (an illegal address), and one that is
@@ -40,15 +45,20 @@ __global__ void bad(T* y, int n) { y[(1ll << 40) + threadIdx.x] = T(2); }
 # Without a GPU
 
 
-def test_switches_turn_on_and_off_and_say_what_they_were() -> None:
-    assert _native._switch("blocking") is False
-    assert caijit.debug(True) is False
+def _turns_on_and_off(turn: Callable[[bool], bool], switch: str) -> None:
+    """`turn(True)` turns `switch` on and says it was off; `turn(False)` turns it off."""
+    assert _native._switch(switch) is False
+    assert turn(True) is False
     try:
-        assert _native._switch("blocking") is True
-        assert caijit.debug(True) is True
+        assert _native._switch(switch) is True
+        assert turn(True) is True
     finally:
-        caijit.debug(False)
-    assert _native._switch("blocking") is False
+        turn(False)
+    assert _native._switch(switch) is False
+
+
+def test_switches_turn_on_and_off_and_say_what_they_were() -> None:
+    _turns_on_and_off(caijit.debug, "blocking")
     assert caijit.nvtx(False) is False
     with pytest.raises(caijit.ArgumentError, match="unknown switch"):
         _native._switch("everything")
@@ -192,7 +202,49 @@ def test_recent_launches_is_a_list_of_records() -> None:
     launches = caijit.recent_launches()
     assert isinstance(launches, list)
     for r in launches:
-        assert {"kernel", "grid", "block", "arguments", "text"} <= r.keys()
+        assert {"kernel", "grid", "block", "arguments", "text", "site"} <= r.keys()
+
+
+def test_launch_sites_turn_on_and_off_and_are_read_from_the_environment() -> None:
+    _turns_on_and_off(caijit.launch_sites, "sites")
+    r = run_subprocess("import caijit; from caijit import _native; print(_native._switch('sites'))", CAIJIT_LAUNCH_SITES="1")
+    assert r.stdout.strip() == "True", r.stdout + r.stderr
+
+
+STUB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "count_launch", "stub_cuda.c")
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build the stand-in driver")
+def test_the_ring_keeps_each_launch_and_its_site_without_a_gpu(tmp_path: Any) -> None:
+    """Under the stand-in driver of the launch-cost count (every call succeeds, no GPU), the
+    ring holds each launch as it was made, and, with launch sites on, its file:line."""
+    subprocess.run(["gcc", "-O1", "-shared", "-fPIC", "-o", str(tmp_path / "libcuda.so.1"), STUB], check=True)
+    (tmp_path / "libcuda.so").symlink_to("libcuda.so.1")
+    src = 'extern "C" __global__ void ring3(const float* a, float* c, int n, double x) {}'
+    _native.compile_program(src, "sm_90")  # into this run's disk cache, where the launches find it
+    code = f"""
+        import caijit
+        k = caijit.kernel({src!r})
+        a = caijit.zeros(12, "float32")
+        def launch():
+            k[2, 32](a, a, 7, 0.5)  # FIRST
+        launch()
+        k[1, 64](a, a, -3, 2.0)  # SECOND
+        for r in caijit.recent_launches():
+            print(r["kernel"], r["grid"], r["arguments"][2:], r["site"], "|", r["text"])
+        """
+    env = dict(LD_LIBRARY_PATH=f"{tmp_path}:{os.environ.get('LD_LIBRARY_PATH', '')}")
+    first, second = _line_of(code, "FIRST"), _line_of(code, "SECOND")
+    r = run_subprocess(code, CAIJIT_LAUNCH_SITES="1", **env)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith(f"ring3 (1, 1, 1) ['-3', '2.0'] <string>:{second} | #"), lines
+    assert lines[1].startswith(f"ring3 (2, 1, 1) ['7', '0.5'] <string>:{first} | #"), lines
+    assert "ring3 grid (1, 1, 1) block (64, 1, 1) on device 0 stream 0x1 with (float32[12] at 0x" in lines[0], lines
+    assert lines[0].endswith(f", -3, 2.0) from <string>:{second}"), lines
+    r = run_subprocess(code, **env)  # sites off: none kept
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0].startswith("ring3 (1, 1, 1) ['-3', '2.0'] None | #"), r.stdout
 
 
 # ---------------------------------------------------------------------------------------
@@ -226,6 +278,79 @@ def test_a_sticky_fault_names_the_faulting_kernel_from_the_ring() -> None:
     assert "'bad<float>'" in out, out
     assert "bad<float> grid (1, 1, 1) block (32, 1, 1)" in out, out
     assert "float32[64]" in out, out
+
+
+# Launches from two lines, the faulting one inside a function; then an unrelated call that
+# reports the fault. Prints each recent launch's kernel and site, and the message.
+SITED = f"""
+    import caijit
+    src = {FAULTING!r}
+    good, bad = caijit.kernel(src, "good"), caijit.kernel(src, "bad")
+    y = caijit.zeros(64, "float32")
+    good[1, 64](y, 64)  # GOOD LAUNCH
+    y.copy_to_host()
+    def launch_bad():
+        bad[1, 32](y, 64)  # BAD LAUNCH
+    launch_bad()
+    try:
+        for _ in range(100):
+            caijit.zeros(8, "int32").copy_to_host()
+        print("no error")
+    except caijit.LaunchError as e:
+        print("sites", [(l["kernel"], l["site"]) for l in e.recent_launches])
+        print("message", str(e).replace(chr(10), " | "))
+    """
+
+
+@pytest.mark.gpu
+def test_with_launch_sites_on_the_ring_names_each_launch_call_site() -> None:
+    good_line, bad_line = _line_of(SITED, "GOOD LAUNCH"), _line_of(SITED, "BAD LAUNCH")
+    for on in (dict(CAIJIT_LAUNCH_SITES="1"), {}):
+        r = run_subprocess(SITED, **on)
+        assert r.returncode == 0, r.stderr
+        out = r.stdout
+        if on:
+            assert f"('bad<float>', '<string>:{bad_line}')" in out, out
+            assert f"('good<float>', '<string>:{good_line}')" in out, out
+            assert f"bad<float> grid (1, 1, 1) block (32, 1, 1) on device" in out and f"from <string>:{bad_line}" in out, out
+        else:  # off: no site is kept
+            assert "('bad<float>', None)" in out and "from <string>" not in out, out
+    # caijit.launch_sites(True) does the same without the environment.
+    r = run_subprocess(SITED.replace("import caijit", "import caijit; caijit.launch_sites(True)"))
+    assert f"('bad<float>', '<string>:{bad_line}')" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.gpu
+def test_a_fault_in_a_jax_custom_call_is_named_by_the_next_caijit_call() -> None:
+    code = f"""
+        import os, time, caijit
+        try:
+            import jax, jax.numpy as jnp
+            jax.devices("gpu")
+        except Exception as e:
+            print("NO JAX GPU", e); raise SystemExit(0)
+        import caijit.jax as cjax
+        bad = caijit.kernel({FAULTING!r}, "bad")
+        f = jax.jit(cjax.kernel_call(bad, lambda y: y, grid=1, block=32, input_output_aliases={{0: 0}}, n=64))
+        out = f(jnp.zeros(64, jnp.float32))  # enqueued by XLA's handler; faults on the device
+        try:
+            for _ in range(200):  # until the fault reaches the context (XLA runs asynchronously)
+                caijit.zeros(8, "int32").copy_to_host()
+                time.sleep(0.01)
+            print("no error", flush=True)
+        except caijit.LaunchError as e:
+            print("kernels", [l["kernel"] for l in e.recent_launches])
+            print("message", str(e).replace(chr(10), " | "), flush=True)
+        os._exit(0)  # the context is dead: skip JAX's teardown
+        """
+    r = run_subprocess(code)
+    if "NO JAX GPU" in r.stdout:
+        if os.environ.get("CAIJIT_REQUIRE_GPU") == "1":
+            pytest.fail(f"CAIJIT_REQUIRE_GPU=1 but JAX sees no GPU: {r.stdout}")
+        pytest.skip("JAX has no CUDA backend here")
+    assert r.returncode == 0, r.stderr
+    assert "kernels [" in r.stdout and "'bad<float>'" in r.stdout, r.stdout + r.stderr
+    assert "bad<float> grid (1, 1, 1) block (32, 1, 1)" in r.stdout and "float32[64]" in r.stdout and ", 64)" in r.stdout, r.stdout
 
 
 @pytest.mark.gpu

@@ -23,6 +23,9 @@ mod capture;
 /// DLPack's structs, capsules and C exchange API (Python objects, so feature `python`).
 #[cfg(feature = "python")]
 pub(crate) mod dlpack;
+/// The running Python frame's code and instruction (launch call sites; feature `python`).
+#[cfg(feature = "python")]
+pub(crate) mod frame;
 /// NVTX ranges through NVTX's injection interface.
 pub(crate) mod nvtx;
 /// Timing events (profiling).
