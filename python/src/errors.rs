@@ -111,7 +111,7 @@ fn cai_to_py(e: Error) -> PyErr {
                 vec![("code", error.code.into_py_any(py)), ("code_name", error.name.into_py_any(py)), ("call", error.call.into_py_any(py))],
             ),
             Error::Fault(f) => {
-                let (message, site) = crate::diag::with_call_site(py, message);
+                let (message, site) = crate::fault::with_call_site(py, message);
                 let launched = f.launch.as_ref();
                 let attrs = vec![
                     ("code", f.error.code.into_py_any(py)),
@@ -125,7 +125,7 @@ fn cai_to_py(e: Error) -> PyErr {
                         "recent_launches",
                         f.recent
                             .iter()
-                            .map(|r| crate::diag::record_dict(py, r))
+                            .map(|r| crate::fault::record_dict(py, r))
                             .collect::<PyResult<Vec<_>>>()
                             .and_then(|v| v.into_py_any(py)),
                     ),

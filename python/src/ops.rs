@@ -129,7 +129,7 @@ impl<'py> OpCall<'py> {
 
 /// "`what`: `name` must be a CUDA array, got `type`".
 fn not_an_array(what: &str, name: &str, obj: &Bound<'_, PyAny>) -> PyCaiError {
-    PyCaiError::argument(format!("{what}: {name} must be a CUDA array, got {}", args::type_name(obj)))
+    PyCaiError::argument(format!("{what}: {name} must be a CUDA array, got {}", crate::pyobj::type_name(obj)))
 }
 
 /// The GPU part of an op call (the GIL released): copies of strided inputs, the result's
