@@ -26,13 +26,16 @@ use crate::array::{dtype_from_py, DeviceArray};
 use crate::errors::{PyCaiError, PyCaiResult};
 use crate::stream::stream_from_py;
 
-/// A Python or NumPy number as an op's scalar (converted to the arrays' dtype exactly, or
-/// refused), read as a launch reads a scalar argument.
-fn number(what: &str, obj: &Bound<'_, PyAny>) -> PyCaiResult<Num> {
-    match args::number(0, obj)? {
-        Some((n, _)) => Ok(n),
-        None => Err(PyCaiError::argument(format!("{what}: expected a number, got {}", obj.get_type().name()?))),
-    }
+/// A Python or NumPy number as an op's scalar `name`, argument `index` of the `caijit.ops`
+/// function (converted to the arrays' dtype exactly, or refused), read as a launch reads a
+/// scalar argument.
+fn number(what: &str, index: usize, name: &str, obj: &Bound<'_, PyAny>) -> PyCaiResult<Num> {
+    let n = match args::number(index, obj) {
+        Ok(Some((n, _))) => Ok(n),
+        Ok(None) => Err(PyCaiError::argument(format!("{what}: {name} must be a number, got {}", crate::pyobj::type_name(obj)))),
+        Err(e) => Err(e),
+    };
+    n.map_err(|e| e.at_argument(index, Some(name), None))
 }
 
 /// A shape on the stack (ranks up to 8 are the kernels' limit).
@@ -197,7 +200,7 @@ pub fn axpy<'py>(
     let mut c = OpCall::new(py, "axpy", stream)?;
     c.input(1, "x", x)?;
     c.input(2, "y", y)?;
-    let a = number("axpy", a)?;
+    let a = number("axpy", 0, "a", a)?;
     let new = like(out, c.view(0));
     c.run(out, 2, true, new, move |ctx, v, o, s| ops::axpy(ctx, a, v[0], v[1], o, s))
 }
@@ -214,7 +217,7 @@ pub fn scale<'py>(
 ) -> PyCaiResult<Py<PyAny>> {
     let mut c = OpCall::new(py, "scale", stream)?;
     c.input(0, "x", x)?;
-    let a = number("scale", a)?;
+    let a = number("scale", 1, "a", a)?;
     let new = like(out, c.view(0));
     c.run(out, 1, true, new, move |ctx, v, o, s| ops::scale(ctx, v[0], a, o, s))
 }
@@ -223,7 +226,7 @@ pub fn scale<'py>(
 #[pyfunction]
 #[pyo3(signature = (out, value, stream = None))]
 pub fn fill(py: Python<'_>, out: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>) -> PyCaiResult<()> {
-    let value = number("fill", value)?;
+    let value = number("fill", 1, "value", value)?;
     OpCall::new(py, "fill", stream)?.run(Some(out), 0, false, None, move |ctx, _, o, s| ops::fill(ctx, o, value, s))?;
     Ok(())
 }
@@ -255,7 +258,7 @@ pub fn cast<'py>(
 ) -> PyCaiResult<Py<PyAny>> {
     let mut c = OpCall::new(py, "cast", stream)?;
     c.input(0, "x", x)?;
-    let to = cast_dtype(dtype, out.is_none())?;
+    let to = cast_dtype(dtype, out.is_none()).map_err(|e| e.at_argument(1, Some("dtype"), None))?;
     let new = to.map(|d| (c.view(0).shape().into(), d));
     c.run(out, 1, true, new, |ctx, v, o, s| ops::cast(ctx, v[0], o, s))
 }
