@@ -78,20 +78,6 @@ const CRATE_LAYERS: &[&[&str]] = &[
     &["caijit-integration"],
 ];
 
-/// Items `cai-runtime`'s root re-exports, by the module that defines them.
-const ROOT_REEXPORTS: &[(&str, &str)] = &[
-    ("Error", "error"),
-    ("Result", "error"),
-    ("ArgumentError", "error"),
-    ("ArgumentInterfaceError", "error"),
-    ("CompileError", "error"),
-    ("DriverError", "error"),
-    ("Fault", "error"),
-    ("NvrtcError", "error"),
-    ("CudaArrayInterface", "cai"),
-    ("FromCudaArrayInterface", "cai"),
-];
-
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
@@ -174,8 +160,8 @@ impl<'a> Uses<'a> {
         })
     }
 
-    /// A `use` of `segments` under the name `name`: named, and remembered as an import
-    /// (a child module's path through this module's name means the item's own module).
+    /// A `use` of `segments` under the name `name`: named, and remembered, so that a path
+    /// to `name` through this module (a re-export) is followed to the module defining it.
     fn import(&mut self, segments: &[String], name: String) {
         if let Some(absolute) = self.absolute(segments) {
             self.named.insert(absolute.clone());
@@ -246,9 +232,8 @@ struct SourceFile {
 type Graph = BTreeMap<String, BTreeSet<String>>;
 
 impl Source {
-    /// Read every file under `dir`; `reexports` are items the crate root re-exports, by the
-    /// top-level module that defines them (a path to the root's item names that module).
-    fn read(dir: &Path, reexports: &[(&str, &str)]) -> Source {
+    /// Read every file under `dir` (a crate's `src`).
+    fn read(dir: &Path) -> Source {
         let mut all = Vec::new();
         files(dir, &[], &mut all);
         let modules: BTreeSet<Module> = all.iter().map(|(_, m)| m.clone()).collect();
@@ -262,13 +247,10 @@ impl Source {
                 (path.clone(), module.clone(), uses)
             })
             .collect();
-        let mut imports: BTreeMap<Module, BTreeMap<String, Module>> =
-            scanned.iter().map(|(_, m, u)| (m.clone(), u.imports.clone())).collect();
-        for (item, m) in reexports {
-            imports.entry(vec![]).or_default().insert(item.to_string(), vec![m.to_string()]);
-        }
+        let imports: BTreeMap<Module, BTreeMap<String, Module>> = scanned.iter().map(|(_, m, u)| (m.clone(), u.imports.clone())).collect();
         // The module file a path names: its longest prefix that is one, or, when the item
-        // after that is one the module imports (a re-export), the module the import names.
+        // after that is one the module imports (a re-export: the crate root's `pub use
+        // error::Error`), the module the import names.
         let module_of = |path: &Module| -> Module {
             let mut path = path.clone();
             for _ in 0..8 {
@@ -361,7 +343,7 @@ fn find_cycle(graph: &Graph) -> Option<Vec<String>> {
 
 #[test]
 fn every_module_has_a_layer_and_looks_only_down() {
-    let source = Source::read(&src_dir(), ROOT_REEXPORTS);
+    let source = Source::read(&src_dir());
     assert!(source.files.len() > 10, "found only {} files under {}", source.files.len(), src_dir().display());
     let wrong = layering_errors(&source.module_graph(), LAYERS, "LAYERS");
     assert!(wrong.is_empty(), "layering broken:\n{}", wrong.join("\n"));
@@ -369,7 +351,7 @@ fn every_module_has_a_layer_and_looks_only_down() {
 
 #[test]
 fn the_binding_has_layers_too() {
-    let source = Source::read(&binding_dir(), &[]);
+    let source = Source::read(&binding_dir());
     assert!(source.files.len() > 5, "found only {} files under python/src", source.files.len());
     let wrong = layering_errors(&source.module_graph(), BINDING_LAYERS, "BINDING_LAYERS");
     assert!(wrong.is_empty(), "the Python binding's layering broken:\n{}", wrong.join("\n"));
@@ -377,7 +359,7 @@ fn the_binding_has_layers_too() {
 
 #[test]
 fn no_file_of_the_binding_imports_a_file_that_imports_it() {
-    let graph = Source::read(&binding_dir(), &[]).file_graph();
+    let graph = Source::read(&binding_dir()).file_graph();
     assert!(graph.len() > 10 && graph.contains_key("args::torch"), "{graph:?}");
     if let Some(cycle) = find_cycle(&graph) {
         panic!("python/src has an import cycle: {}", cycle.join(" → "));
@@ -399,7 +381,7 @@ const RUNTIME_FILE_CYCLES_LEFT: &[&[&str]] = &[
 
 #[test]
 fn the_runtime_has_no_new_file_cycle() {
-    let mut graph = Source::read(&src_dir(), ROOT_REEXPORTS).file_graph();
+    let mut graph = Source::read(&src_dir()).file_graph();
     // Take each cycle found out of the graph (the edges of its last file), until none is
     // left: every one must lie inside a group known to be left.
     while let Some(cycle) = find_cycle(&graph) {
@@ -477,18 +459,22 @@ fn crates_depend_only_on_lower_crates() {
             .collect();
         let lib = ["src", "."].map(|d| dir.join(d)).into_iter().find(|d| d.join("lib.rs").exists());
         let Some(lib) = lib.filter(|_| name != "caijit-integration") else { continue };
-        for f in Source::read(&lib, &[]).files {
-            for root in f.roots.intersection(&above) {
-                wrong.push(format!("{}: names the crate `{root}`, which is not below `{name}`", f.path.display()));
-            }
-        }
+        wrong.extend(
+            crates_named(&lib, &above).into_iter().map(|(file, c)| format!("{file}: names the crate `{c}`, which is not below `{name}`")),
+        );
     }
     assert!(wrong.is_empty(), "crate layering broken:\n{}", wrong.join("\n"));
 }
 
+/// `(file, crate)` for each of `crates` (as Rust names them) a file under `dir` names.
+fn crates_named(dir: &Path, crates: &BTreeSet<String>) -> Vec<(String, String)> {
+    let files = Source::read(dir).files;
+    files.iter().flat_map(|f| f.roots.intersection(crates).map(|c| (f.path.display().to_string(), c.clone()))).collect()
+}
+
 #[test]
 fn unsafe_code_lives_only_in_sys() {
-    let source = Source::read(&src_dir(), ROOT_REEXPORTS);
+    let source = Source::read(&src_dir());
     let unsafe_files: Vec<_> = source.files.iter().filter(|f| f.has_unsafe).map(|f| &f.path).collect();
     let sys = src_dir().join("sys");
     let outside: Vec<_> = unsafe_files.iter().filter(|f| !f.starts_with(&sys)).collect();
@@ -528,7 +514,7 @@ fn the_checker_catches_a_cycle() {
         ("b.rs", "pub fn f() { super::a::g() }"),
         ("c.rs", "use crate::{a, b}; fn h() { a::g(); b::f(); }"),
     ]);
-    let source = Source::read(dir.path(), &[]);
+    let source = Source::read(dir.path());
     assert_eq!(find_cycle(&source.file_graph()), Some(vec!["a".to_string(), "b".to_string(), "a".to_string()]));
     assert_eq!(layering_errors(&source.module_graph(), &[&["a"], &["b"], &["c"]], "L"), ["`a` (layer 0) uses `b` (layer Some(1))"]);
     // Within one top-level module: `x/mod.rs` uses its child `y` by a relative path, and
@@ -539,7 +525,7 @@ fn the_checker_catches_a_cycle() {
         ("x/y.rs", "use super::{z::Z, h}; pub fn f() { h() }"),
         ("x/z.rs", "pub struct Z;"),
     ]);
-    let graph = Source::read(dir.path(), &[]).file_graph();
+    let graph = Source::read(dir.path()).file_graph();
     assert_eq!(find_cycle(&graph), Some(vec!["x".to_string(), "x::y".to_string(), "x".to_string()]));
     assert_eq!(graph["x::y"], BTreeSet::from(["x".to_string(), "x::z".to_string()]));
     // Without the use back, no cycle.
@@ -549,14 +535,31 @@ fn the_checker_catches_a_cycle() {
         ("x/y.rs", "use super::z::Z; pub fn f() {}"),
         ("x/z.rs", "pub struct Z;"),
     ]);
-    assert_eq!(find_cycle(&Source::read(dir.path(), &[]).file_graph()), None);
+    assert_eq!(find_cycle(&Source::read(dir.path()).file_graph()), None);
+}
+
+#[test]
+fn the_checker_follows_re_exports_to_the_defining_module() {
+    // `c` names `a`'s item through the root's and `b`'s re-exports: it uses `a`, not `b`.
+    let dir = fake_crate(&[
+        ("lib.rs", "mod a; mod b; mod c; pub use a::X;"),
+        ("a.rs", "pub struct X; pub struct Y;"),
+        ("b.rs", "pub use crate::a::Y as Z; pub fn f() {}"),
+        ("c.rs", "use crate::X; fn g(_: crate::b::Z) { crate::b::f() }"),
+    ]);
+    let graph = Source::read(dir.path()).file_graph();
+    assert_eq!(graph["c"], BTreeSet::from(["a".to_string(), "b".to_string()]), "b::f is b's own");
+    let dir = fake_crate(&[("lib.rs", "mod a; pub use a::X;"), ("a.rs", "pub struct X;"), ("b.rs", "fn g(_: crate::X) {}")]);
+    assert_eq!(Source::read(dir.path()).file_graph()["b"], BTreeSet::from(["a".to_string()]));
 }
 
 #[test]
 fn the_crate_checker_sees_a_library_naming_a_crate_above_it() {
-    let dir = fake_crate(&[("lib.rs", "use caijit_integration::gpu; fn f() { cai_runtime::cai::DType::F32; }")]);
-    let roots = &Source::read(dir.path(), &[]).files[0].roots;
-    assert!(roots.contains("caijit_integration") && roots.contains("cai_runtime"), "{roots:?}");
+    let dir = fake_crate(&[("lib.rs", "mod m; fn f() { cai_runtime::cai::DType::F32; }"), ("m.rs", "use caijit_integration::gpu;")]);
+    let above = BTreeSet::from(["caijit_integration".to_string(), "caijit_python".to_string()]);
+    let found = crates_named(dir.path(), &above);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].0.ends_with("m.rs") && found[0].1 == "caijit_integration", "{found:?}");
 }
 
 /// What belongs to dispatch (name resolution, template deduction, overload picking, the
