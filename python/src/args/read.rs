@@ -20,7 +20,9 @@ thread_local! {
 /// Look `key`'s address up in a per-thread table, computing and recording it the first
 /// time. Every recorded object is kept alive for the process's life (a leaked strong
 /// reference: types and dtype singletons, a handful per process), so no address in a table
-/// can be reused by another object.
+/// can be reused by another object. (Inlined: it runs per argument per launch, and its
+/// caller, `route_of`, is in another module, whose code it would otherwise be called from.)
+#[inline]
 pub fn remember<V: Copy>(
     table: &'static std::thread::LocalKey<RefCell<Vec<(usize, V)>>>,
     key: &Bound<'_, PyAny>,
