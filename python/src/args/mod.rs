@@ -35,8 +35,6 @@ pub use arg::{launch_device, release_after, PyArg};
 pub use context::ArgContext;
 pub use scalar::number;
 
-use std::cell::RefCell;
-
 use cai_runtime::cai::{ArrayView, TypestrOptions};
 use cai_runtime::launch::Num;
 use cai_runtime::python::dlpack::ExchangeApi;
@@ -52,27 +50,9 @@ use crate::interface::{interface_dict, view_from_dict, Interface, Owner};
 use crate::pyobj::type_name;
 use crate::stream::stream_from_py;
 use context::Path;
-use read::remember;
+use read::{remembered_route, Route};
 use scalar::{int_value, numpy_scalar, python_number};
 use timing::Phase;
-
-/// How arguments of one type are read, decided once per type.
-#[derive(Clone, Copy, Debug)]
-enum Route {
-    /// Through the type's DLPack exchange API (`torch`: a PyTorch tensor type).
-    Exchange {
-        api: ExchangeApi,
-        torch: bool,
-    },
-    /// CuPy's ndarray; `exact` when the type is CuPy's own (not a Python subclass, which
-    /// may override the attributes CuPy's interface reads).
-    Cupy {
-        exact: bool,
-    },
-    Torch,
-    Numba,
-    Other,
-}
 
 /// Whether the exchange API is used (`CAIJIT_DLPACK_EXCHANGE=0` turns it off, read once).
 fn exchange_enabled() -> bool {
@@ -83,7 +63,7 @@ fn exchange_enabled() -> bool {
 /// The route of a type: its exchange API when it has a usable one, else a known type by
 /// its MRO (subclasses included: a subclass's work is on its base's current stream).
 fn route_of(ty: &Bound<'_, PyType>) -> Route {
-    remember(&ROUTES, ty.as_any(), || {
+    remembered_route(ty.as_any(), || {
         let mut torch_type = false;
         let mut known = Route::Other;
         for base in ty.mro().iter() {
@@ -116,11 +96,6 @@ fn qualified_name(ty: &Bound<'_, PyAny>) -> PyResult<String> {
     let module: String = ty.getattr(intern!(ty.py(), "__module__"))?.extract().unwrap_or_default();
     let name: String = ty.getattr(intern!(ty.py(), "__qualname__"))?.extract()?;
     Ok(format!("{module}.{name}"))
-}
-
-thread_local! {
-    /// Routes of the types seen: per thread, so the launch path takes no lock.
-    static ROUTES: RefCell<Vec<(usize, Route)>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Convert argument `index` of a launch.

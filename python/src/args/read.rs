@@ -1,10 +1,11 @@
 //! Reading producers' objects cheaply, for the fast paths: per-thread tables keyed by a
-//! type's or a dtype object's address, NumPy dtypes, shape and stride tuples, and the
+//! type's address (its [`Route`]) or a dtype object's, NumPy dtypes, shape and stride tuples, and the
 //! device of a known type's array.
 
 use std::cell::RefCell;
 
 use cai_runtime::cai::DType;
+use cai_runtime::python::dlpack::ExchangeApi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
@@ -12,18 +13,41 @@ use smallvec::SmallVec;
 
 use crate::errors::PyCaiResult;
 
+/// How arguments of one type are read, decided once per type.
+#[derive(Clone, Copy, Debug)]
+pub enum Route {
+    /// Through the type's DLPack exchange API (`torch`: a PyTorch tensor type).
+    Exchange {
+        api: ExchangeApi,
+        torch: bool,
+    },
+    /// CuPy's ndarray; `exact` when the type is CuPy's own (not a Python subclass, which
+    /// may override the attributes CuPy's interface reads).
+    Cupy {
+        exact: bool,
+    },
+    Torch,
+    Numba,
+    Other,
+}
+
 thread_local! {
-    /// caijit dtypes of the dtype objects seen: per thread, so the launch path takes no lock.
+    /// Routes of the types seen, and caijit dtypes of the dtype objects seen: per thread,
+    /// so the launch path takes no lock.
+    static ROUTES: RefCell<Vec<(usize, Route)>> = const { RefCell::new(Vec::new()) };
     static SEEN_DTYPES: RefCell<Vec<(usize, Option<DType>)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A type's route, looked up by the type's address after the first time (`compute`).
+pub fn remembered_route(ty: &Bound<'_, PyAny>, compute: impl FnOnce() -> PyResult<Route>) -> PyResult<Route> {
+    remember(&ROUTES, ty, compute)
 }
 
 /// Look `key`'s address up in a per-thread table, computing and recording it the first
 /// time. Every recorded object is kept alive for the process's life (a leaked strong
 /// reference: types and dtype singletons, a handful per process), so no address in a table
-/// can be reused by another object. (Inlined: it runs per argument per launch, and its
-/// caller, `route_of`, is in another module, whose code it would otherwise be called from.)
-#[inline]
-pub fn remember<V: Copy>(
+/// can be reused by another object.
+fn remember<V: Copy>(
     table: &'static std::thread::LocalKey<RefCell<Vec<(usize, V)>>>,
     key: &Bound<'_, PyAny>,
     compute: impl FnOnce() -> PyResult<V>,
