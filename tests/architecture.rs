@@ -1,15 +1,24 @@
-//! The layering of `cai-runtime` (docs/architecture.md), checked on its source: every
-//! `crate::…` and `super::…` path of every file is resolved to the top-level module it
-//! names, and a module may only name modules of lower layers (or itself). `unsafe` code
-//! appears only in `sys`, except calls of `sys`'s `unsafe fn`s (see [`UNSAFE_FNS`]). A new
-//! top-level module must be given a layer here.
+//! The import graph of the repository, checked on its source (docs/architecture.md):
+//!
+//! - in each crate, every path of every file (`crate::…`, `super::…`, `self::…`, a child
+//!   module's name) is resolved to the module file it names; no file imports a file that
+//!   imports it back (no cycle);
+//! - `cai-runtime`'s and the Python binding's top-level modules each have a layer, and a
+//!   module names only modules of lower layers;
+//! - the workspace's crates have layers too: a library depends on, and names, only crates
+//!   below it (the binding uses `cai_runtime`, never the other way);
+//! - `unsafe` code appears only in `cai-runtime`'s `sys`, except calls of `sys`'s `unsafe
+//!   fn`s (see [`UNSAFE_FNS`]): each an `unsafe` block that is that one call.
+//!
+//! A new top-level module must be given a layer here.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use syn::visit::Visit;
 
-/// Top-level modules by layer, lowest first. A module may use modules of lower layers only.
+/// `cai-runtime`'s top-level modules by layer, lowest first. A module may use modules of
+/// lower layers only.
 const LAYERS: &[&[&str]] = &[
     // The CUDA Array Interface model and the process-wide counters: nothing of caijit below.
     &["cai", "stats", "sync"],
@@ -39,32 +48,57 @@ const LAYERS: &[&[&str]] = &[
     &["ops"],
 ];
 
-/// Items the crate root re-exports, by the module that defines them.
-const ROOT_REEXPORTS: &[(&str, &str)] = &[
-    ("Error", "error"),
-    ("Result", "error"),
-    ("ArgumentError", "error"),
-    ("CompileError", "error"),
-    ("DriverError", "error"),
-    ("Fault", "error"),
-    ("NvrtcError", "error"),
-    ("CudaArrayInterface", "cai"),
-    ("FromCudaArrayInterface", "cai"),
-    ("ParamBytes", "params"),
-    ("KernelStruct", "params"),
+/// The Python binding's (`python/src`) top-level modules by layer, lowest first.
+const BINDING_LAYERS: &[&[&str]] = &[
+    // Python objects read and made without caijit's errors; sticky faults as Python sees
+    // them; the binding's launch phases (`CAIJIT_PHASE_TIMES`).
+    &["fault", "timing"],
+    // `cai_runtime::Error` → caijit's exceptions.
+    &["errors"],
+    // Streams and dtypes from Python; diagnostics and bundles (thin wrappers).
+    &["stream", "pyobj", "diag", "bundles"],
+    // DLPack both ways: capsules read, caijit arrays exported.
+    &["dlpack"],
+    // `caijit.DeviceArray`, then the views (`caijit.Interface`) that may hold one.
+    &["array"],
+    &["interface"],
+    // Python objects → launch arguments.
+    &["args"],
+    // Launches and the kernel library.
+    &["kernel", "ops"],
+    // `caijit.jax` (launches prepared for XLA, through `Kernel`'s dispatcher).
+    &["jax"],
 ];
 
-fn layer_of(module: &str) -> Option<usize> {
-    LAYERS.iter().position(|l| l.contains(&module))
+/// The repository's crates (package names) by layer, lowest first. A crate's library may
+/// depend on crates of lower layers only.
+const CRATE_LAYERS: &[&[&str]] = &[
+    &["cai-macros"],
+    &["cai-runtime"],
+    // Users of the runtime: the Python binding, the derive example extension, the fuzzers.
+    &["caijit-python", "cai-image", "caijit-fuzz"],
+    // Cross-crate tests.
+    &["caijit-integration"],
+];
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
 fn src_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../cai-runtime/src")
+    repo().join("cai-runtime/src")
 }
+
+fn binding_dir() -> PathBuf {
+    repo().join("python/src")
+}
+
+/// A module path (`["args", "torch"]`); the crate root is `[]`.
+type Module = Vec<String>;
 
 /// Every `.rs` file under `dir`, with its module path relative to the crate root
 /// (`compile/cache.rs` → `["compile", "cache"]`, `sys/mod.rs` → `["sys"]`).
-fn files(dir: &Path, module: &[String], out: &mut Vec<(PathBuf, Vec<String>)>) {
+fn files(dir: &Path, module: &[String], out: &mut Vec<(PathBuf, Module)>) {
     let mut entries: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
     entries.sort();
     for path in entries {
@@ -78,10 +112,18 @@ fn files(dir: &Path, module: &[String], out: &mut Vec<(PathBuf, Vec<String>)>) {
     }
 }
 
-/// The top-level modules a file's paths name, and its `unsafe` code.
+/// The paths a file names, resolved to absolute module paths, and whether it has `unsafe`
+/// code.
 struct Uses<'a> {
-    module: &'a [String],
-    named: BTreeSet<String>,
+    /// The module the visitor is in: the file's, and an inline module's inside it.
+    module: Module,
+    /// The crate's module files (to tell a child module's name in a relative path).
+    modules: &'a BTreeSet<Module>,
+    named: BTreeSet<Module>,
+    /// Names this file's `use`s bring in, with what they name.
+    imports: BTreeMap<String, Module>,
+    /// The first segments of every path (other crates' names among them).
+    roots: BTreeSet<String>,
     /// `unsafe fn`, `unsafe impl` or `unsafe trait` items.
     unsafe_items: usize,
     /// Each `unsafe { … }` block: the function it calls when it is nothing but one call
@@ -101,20 +143,49 @@ fn sole_call(block: &syn::Block) -> Option<String> {
     }
 }
 
-impl Uses<'_> {
+impl<'a> Uses<'a> {
+    fn new(module: &[String], modules: &'a BTreeSet<Module>) -> Self {
+        Uses {
+            module: module.to_vec(),
+            modules,
+            named: BTreeSet::new(),
+            imports: BTreeMap::new(),
+            roots: BTreeSet::new(),
+            unsafe_items: 0,
+            unsafe_blocks: Vec::new(),
+        }
+    }
+
     fn path(&mut self, segments: &[String]) {
-        let target = match segments.first().map(String::as_str) {
-            Some("crate") => segments.get(1).cloned(),
-            // `super::x` from `a::b` names `a` (or `x`, from a top-level file's submodule).
-            Some("super") => {
+        if let Some(absolute) = self.absolute(segments) {
+            self.named.insert(absolute);
+        }
+    }
+
+    /// The absolute module path of a path, when it names something of this crate.
+    fn absolute(&mut self, segments: &[String]) -> Option<Module> {
+        let first = segments.first()?;
+        self.roots.insert(first.clone());
+        Some(match first.as_str() {
+            "crate" => segments[1..].to_vec(),
+            // `super::x` from `a::b` names `a::x`; from `a/mod.rs` (module `a`), the root's `x`.
+            "super" => {
                 let supers = segments.iter().take_while(|s| *s == "super").count();
-                let base = &self.module[..self.module.len().saturating_sub(supers)];
-                base.first().cloned().or_else(|| segments.get(supers).cloned())
+                [&self.module[..self.module.len().saturating_sub(supers)], &segments[supers..]].concat()
             }
-            _ => None,
-        };
-        if let Some(t) = target {
-            self.named.insert(t);
+            "self" => [&self.module, &segments[1..]].concat(),
+            // A child module by its name (`cupy::view` in `args/mod.rs`).
+            child if self.modules.contains(&[&self.module, &[child.to_string()][..]].concat()) => [&self.module, segments].concat(),
+            _ => return None,
+        })
+    }
+
+    /// A `use` of `segments` under the name `name`: named, and remembered, so that a path
+    /// to `name` through this module (a re-export) is followed to the module defining it.
+    fn import(&mut self, segments: &[String], name: String) {
+        if let Some(absolute) = self.absolute(segments) {
+            self.named.insert(absolute.clone());
+            self.imports.insert(name, absolute);
         }
     }
 
@@ -125,8 +196,9 @@ impl Uses<'_> {
                 self.use_tree(prefix, &p.tree);
                 prefix.pop();
             }
-            syn::UseTree::Name(n) => self.path(&[prefix.as_slice(), &[n.ident.to_string()]].concat()),
-            syn::UseTree::Rename(r) => self.path(&[prefix.as_slice(), &[r.ident.to_string()]].concat()),
+            syn::UseTree::Name(n) if n.ident == "self" => self.import(prefix, prefix.last().cloned().unwrap_or_default()),
+            syn::UseTree::Name(n) => self.import(&[prefix.as_slice(), &[n.ident.to_string()]].concat(), n.ident.to_string()),
+            syn::UseTree::Rename(r) => self.import(&[prefix.as_slice(), &[r.ident.to_string()]].concat(), r.rename.to_string()),
             syn::UseTree::Glob(_) => self.path(prefix),
             syn::UseTree::Group(g) => g.items.iter().for_each(|t| self.use_tree(prefix, t)),
         }
@@ -140,6 +212,12 @@ impl<'ast> Visit<'ast> for Uses<'_> {
     }
     fn visit_item_use(&mut self, u: &'ast syn::ItemUse) {
         self.use_tree(&mut Vec::new(), &u.tree);
+    }
+    fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+        // An inline module (`mod tests { use super::*; }`): its paths are relative to it.
+        self.module.push(m.ident.to_string());
+        syn::visit::visit_item_mod(self, m);
+        self.module.pop();
     }
     fn visit_expr_unsafe(&mut self, e: &'ast syn::ExprUnsafe) {
         self.unsafe_blocks.push(sole_call(&e.block));
@@ -159,55 +237,268 @@ impl<'ast> Visit<'ast> for Uses<'_> {
     }
 }
 
-/// A file's `unsafe` code: its unsafe items and, per `unsafe` block, the one function it
-/// calls (when it is one call).
-struct UnsafeCode {
-    path: PathBuf,
-    items: usize,
-    blocks: Vec<Option<String>>,
+/// A crate's source, file by file.
+struct Source {
+    /// Each file's module, the module files it names (itself and the root left out), the
+    /// first segments of its paths, and its `unsafe` code.
+    files: Vec<SourceFile>,
 }
 
-/// `top-level module → modules it names` (itself excluded), and the files with `unsafe`.
-fn module_graph() -> (BTreeMap<String, BTreeSet<String>>, Vec<UnsafeCode>) {
-    let mut all = Vec::new();
-    files(&src_dir(), &[], &mut all);
-    assert!(all.len() > 10, "found only {} files under {}", all.len(), src_dir().display());
-    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    let mut unsafe_files = Vec::new();
-    for (path, module) in &all {
-        let text = std::fs::read_to_string(path).unwrap();
-        let file = syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        let mut uses = Uses { module, named: BTreeSet::new(), unsafe_items: 0, unsafe_blocks: Vec::new() };
-        uses.visit_file(&file);
-        if uses.unsafe_items > 0 || !uses.unsafe_blocks.is_empty() {
-            unsafe_files.push(UnsafeCode { path: path.clone(), items: uses.unsafe_items, blocks: std::mem::take(&mut uses.unsafe_blocks) });
-        }
-        // The crate root declares every module and re-exports; it is above all layers.
-        let Some(top) = module.first() else { continue };
-        let named = uses.named.into_iter().map(|n| ROOT_REEXPORTS.iter().find(|(item, _)| *item == n).map_or(n, |(_, m)| m.to_string()));
-        let modules = named.filter(|n| n != top && all.iter().any(|(_, m)| m.first() == Some(n)));
-        graph.entry(top.clone()).or_default().extend(modules);
+struct SourceFile {
+    path: PathBuf,
+    module: Module,
+    uses: BTreeSet<Module>,
+    roots: BTreeSet<String>,
+    /// `unsafe fn`, `unsafe impl` or `unsafe trait` items.
+    unsafe_items: usize,
+    /// Per `unsafe` block, the one function it calls (when it is one call).
+    unsafe_blocks: Vec<Option<String>>,
+}
+
+/// A graph of named nodes: `node → the nodes it uses`.
+type Graph = BTreeMap<String, BTreeSet<String>>;
+
+impl Source {
+    /// Read every file under `dir` (a crate's `src`).
+    fn read(dir: &Path) -> Source {
+        let mut all = Vec::new();
+        files(dir, &[], &mut all);
+        let modules: BTreeSet<Module> = all.iter().map(|(_, m)| m.clone()).collect();
+        let scanned: Vec<(PathBuf, Module, Uses<'_>)> = all
+            .iter()
+            .map(|(path, module)| {
+                let text = std::fs::read_to_string(path).unwrap();
+                let file = syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                let mut uses = Uses::new(module, &modules);
+                uses.visit_file(&file);
+                (path.clone(), module.clone(), uses)
+            })
+            .collect();
+        let imports: BTreeMap<Module, BTreeMap<String, Module>> = scanned.iter().map(|(_, m, u)| (m.clone(), u.imports.clone())).collect();
+        // The module file a path names: its longest prefix that is one, or, when the item
+        // after that is one the module imports (a re-export: the crate root's `pub use
+        // error::Error`), the module the import names.
+        let module_of = |path: &Module| -> Module {
+            let mut path = path.clone();
+            for _ in 0..8 {
+                let m = (0..=path.len()).rev().map(|k| path[..k].to_vec()).find(|m| modules.contains(m)).unwrap_or_default();
+                match path.get(m.len()).and_then(|item| imports.get(&m)?.get(item)) {
+                    Some(target) if !target.starts_with(&path[..=m.len()]) => path = [target, &path[m.len() + 1..]].concat(),
+                    _ => return m,
+                }
+            }
+            panic!("re-exports of {path:?} go round");
+        };
+        let files = scanned
+            .into_iter()
+            .map(|(path, module, uses)| {
+                let named: BTreeSet<Module> = uses.named.iter().map(module_of).filter(|m| *m != module).collect();
+                let (roots, unsafe_items, unsafe_blocks) = (uses.roots, uses.unsafe_items, uses.unsafe_blocks);
+                SourceFile { module, uses: named, roots, unsafe_items, unsafe_blocks, path }
+            })
+            .collect();
+        Source { files }
     }
-    (graph, unsafe_files)
+
+    /// File by file: `module → the modules it names`. The crate root, which declares every
+    /// module and re-exports, is above them all and left out.
+    fn file_graph(&self) -> Graph {
+        let name = |m: &Module| m.join("::");
+        let mut graph = Graph::new();
+        for f in self.files.iter().filter(|f| !f.module.is_empty()) {
+            graph.entry(name(&f.module)).or_default().extend(f.uses.iter().filter(|m| !m.is_empty()).map(name));
+        }
+        graph
+    }
+
+    /// `top-level module → top-level modules it names` (itself left out).
+    fn module_graph(&self) -> Graph {
+        let mut graph = Graph::new();
+        for f in &self.files {
+            let Some(top) = f.module.first() else { continue };
+            let named = f.uses.iter().filter_map(|m| m.first()).filter(|m| *m != top).cloned();
+            graph.entry(top.clone()).or_default().extend(named);
+        }
+        graph
+    }
+}
+
+fn layer_of(layers: &[&[&str]], node: &str) -> Option<usize> {
+    layers.iter().position(|l| l.contains(&node))
+}
+
+/// What breaks `layers` in `graph`: a node without a layer, and each use of a node that is
+/// not on a lower layer.
+fn layering_errors(graph: &Graph, layers: &[&[&str]], table: &str) -> Vec<String> {
+    let mut wrong = Vec::new();
+    for (node, named) in graph {
+        let Some(layer) = layer_of(layers, node) else {
+            wrong.push(format!("`{node}` has no layer: add it to {table} in tests/architecture.rs"));
+            continue;
+        };
+        for n in named {
+            match layer_of(layers, n) {
+                Some(l) if l < layer => {}
+                l => wrong.push(format!("`{node}` (layer {layer}) uses `{n}` (layer {l:?})")),
+            }
+        }
+    }
+    wrong
+}
+
+/// A cycle of `graph` (its first node repeated at the end), if it has one.
+fn find_cycle(graph: &Graph) -> Option<Vec<String>> {
+    fn visit<'g>(graph: &'g Graph, node: &'g str, path: &mut Vec<&'g str>, done: &mut BTreeSet<&'g str>) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|n| *n == node) {
+            return Some(path[at..].iter().chain([&node]).map(|n| n.to_string()).collect());
+        }
+        if !done.insert(node) {
+            return None;
+        }
+        path.push(node);
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(cycle) = visit(graph, next, path, done) {
+                return Some(cycle);
+            }
+        }
+        path.pop();
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph.keys().find_map(|n| visit(graph, n, &mut Vec::new(), &mut done))
 }
 
 #[test]
 fn every_module_has_a_layer_and_looks_only_down() {
-    let (graph, _) = module_graph();
-    let mut wrong = Vec::new();
-    for (module, named) in &graph {
-        let Some(layer) = layer_of(module) else {
-            wrong.push(format!("module `{module}` has no layer: add it to LAYERS in tests/architecture.rs"));
-            continue;
-        };
-        for n in named {
-            match layer_of(n) {
-                Some(l) if l < layer => {}
-                _ => wrong.push(format!("`{module}` (layer {layer}) uses `{n}` (layer {:?})", layer_of(n))),
+    let source = Source::read(&src_dir());
+    assert!(source.files.len() > 10, "found only {} files under {}", source.files.len(), src_dir().display());
+    let wrong = layering_errors(&source.module_graph(), LAYERS, "LAYERS");
+    assert!(wrong.is_empty(), "layering broken:\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn the_binding_has_layers_too() {
+    let source = Source::read(&binding_dir());
+    assert!(source.files.len() > 5, "found only {} files under python/src", source.files.len());
+    let wrong = layering_errors(&source.module_graph(), BINDING_LAYERS, "BINDING_LAYERS");
+    assert!(wrong.is_empty(), "the Python binding's layering broken:\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn no_file_of_the_binding_imports_a_file_that_imports_it() {
+    let graph = Source::read(&binding_dir()).file_graph();
+    assert!(graph.len() > 10 && graph.contains_key("args::torch"), "{graph:?}");
+    if let Some(cycle) = find_cycle(&graph) {
+        panic!("python/src has an import cycle: {}", cycle.join(" → "));
+    }
+}
+
+/// The runtime's files that still import each other, each group inside one top-level
+/// module (a `mod.rs` and the children that use its items, two files of the CAI model):
+/// the layering of top-level modules above is acyclic, these are cycles of files inside
+/// one module, left to untangle. A new cycle, or one that grows, fails.
+const RUNTIME_FILE_CYCLES_LEFT: &[&[&str]] = &[
+    &["cai::dtype", "cai::error"],
+    &["cai::descriptor", "cai::view"],
+    &["signature", "signature::decl", "signature::deduce", "signature::demangle", "signature::layout"],
+    &["compile", "compile::bundled", "compile::cache", "compile::includes", "compile::lineinfo"],
+    &["kernel", "kernel::debug"],
+    &["launch", "launch::bounds", "launch::trace"],
+    &["sys", "sys::nvrtc"],
+    &["ops", "ops::call", "ops::kernels", "ops::registry", "ops::rules"],
+];
+
+#[test]
+fn the_runtime_has_no_new_file_cycle() {
+    let mut graph = Source::read(&src_dir()).file_graph();
+    // Take each cycle found out of the graph (the edges of its last file), until none is
+    // left: every one must lie inside a group known to be left.
+    while let Some(cycle) = find_cycle(&graph) {
+        let known = RUNTIME_FILE_CYCLES_LEFT.iter().any(|group| cycle.iter().all(|f| group.contains(&f.as_str())));
+        assert!(known, "cai-runtime/src has a new import cycle: {}", cycle.join(" → "));
+        let (from, to) = (&cycle[cycle.len() - 2], &cycle[cycle.len() - 1]);
+        graph.get_mut(from).unwrap().remove(to);
+    }
+}
+
+/// The repository's crates: package name → (manifest directory, the repository's crates
+/// its library depends on).
+fn crate_graph() -> BTreeMap<String, (PathBuf, BTreeSet<String>)> {
+    let mut manifests = Vec::new();
+    for dir in [".", "cai-runtime", "cai-macros", "python", "tests", "fuzz", "examples/rust-extension"] {
+        let path = repo().join(dir).join("Cargo.toml");
+        manifests.push((repo().join(dir), std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))));
+    }
+    let package = |text: &str| {
+        let (_, body) = sections(text).into_iter().find(|(header, _)| header == "package")?;
+        let line = body.lines().find(|l| l.trim_start().starts_with("name"))?;
+        Some(line.split('"').nth(1)?.to_string())
+    };
+    let names: BTreeSet<String> = manifests.iter().filter_map(|(_, t)| package(t)).collect();
+    let mut graph = BTreeMap::new();
+    for (dir, text) in &manifests {
+        let Some(name) = package(text) else { continue };
+        // What the library links: its normal and build dependencies. (Dev-dependencies are
+        // its tests', which are crates of their own above it: cai-macros' tests use the runtime.)
+        let mut deps = BTreeSet::new();
+        for (_, body) in sections(text).iter().filter(|(h, _)| h == "dependencies" || h == "build-dependencies") {
+            for line in body.lines() {
+                let key = line.split(['=', '.']).next().unwrap_or("").trim();
+                if names.contains(key) {
+                    deps.insert(key.to_string());
+                }
+            }
+        }
+        graph.insert(name, (dir.clone(), deps));
+    }
+    graph
+}
+
+/// A Cargo manifest's `[section]`s: (header, the lines under it).
+fn sections(manifest: &str) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for line in manifest.lines() {
+        match line.trim().strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+            Some(header) => out.push((header.to_string(), String::new())),
+            None => {
+                if let Some((_, body)) = out.last_mut() {
+                    body.push_str(line);
+                    body.push('\n');
+                }
             }
         }
     }
-    assert!(wrong.is_empty(), "layering broken:\n{}", wrong.join("\n"));
+    out
+}
+
+#[test]
+fn crates_depend_only_on_lower_crates() {
+    let crates = crate_graph();
+    assert!(crates.len() >= 6 && crates["caijit-python"].1.contains("cai-runtime"), "{crates:?}");
+    let graph: Graph = crates.iter().map(|(n, (_, deps))| (n.clone(), deps.clone())).collect();
+    let mut wrong = layering_errors(&graph, CRATE_LAYERS, "CRATE_LAYERS");
+    // And what a library's source names: no crate of its own layer or above (the binding
+    // names `cai_runtime`; the runtime never names the binding's crate).
+    for (name, (dir, _)) in &crates {
+        let layer = layer_of(CRATE_LAYERS, name).unwrap_or(0);
+        let above: BTreeSet<String> = crates
+            .keys()
+            .filter(|c| *c != name && layer_of(CRATE_LAYERS, c).is_none_or(|l| l >= layer))
+            .map(|c| c.replace('-', "_"))
+            .collect();
+        let lib = ["src", "."].map(|d| dir.join(d)).into_iter().find(|d| d.join("lib.rs").exists());
+        let Some(lib) = lib.filter(|_| name != "caijit-integration") else { continue };
+        wrong.extend(
+            crates_named(&lib, &above).into_iter().map(|(file, c)| format!("{file}: names the crate `{c}`, which is not below `{name}`")),
+        );
+    }
+    assert!(wrong.is_empty(), "crate layering broken:\n{}", wrong.join("\n"));
+}
+
+/// `(file, crate)` for each of `crates` (as Rust names them) a file under `dir` names.
+fn crates_named(dir: &Path, crates: &BTreeSet<String>) -> Vec<(String, String)> {
+    let files = Source::read(dir).files;
+    files.iter().flat_map(|f| f.roots.intersection(crates).map(|c| (f.path.display().to_string(), c.clone()))).collect()
 }
 
 /// The `sys` functions whose callers must uphold what the driver cannot check: device memory
@@ -313,15 +604,15 @@ fn unsafe_code_lives_only_in_sys() {
     // Outside sys, `unsafe` is only a block that is one call of a sys `unsafe fn` (its
     // `// SAFETY:` comment is required by clippy's `undocumented_unsafe_blocks`, denied at
     // the crate root); no unsafe item, and no other unsafe operation.
-    let (_, unsafe_files) = module_graph();
-    let unsafe_fns: BTreeSet<String> = sys_fns().into_iter().filter(|f| f.is_unsafe && !f.is_extern).map(|f| f.name).collect();
+    let source = Source::read(&src_dir());
     let sys = src_dir().join("sys");
+    let unsafe_fns: BTreeSet<String> = sys_fns().into_iter().filter(|f| f.is_unsafe && !f.is_extern).map(|f| f.name).collect();
     let mut wrong = Vec::new();
-    for f in unsafe_files.iter().filter(|f| !f.path.starts_with(&sys)) {
-        if f.items > 0 {
-            wrong.push(format!("{}: {} unsafe fn/impl/trait item(s)", f.path.display(), f.items));
+    for f in source.files.iter().filter(|f| !f.path.starts_with(&sys)) {
+        if f.unsafe_items > 0 {
+            wrong.push(format!("{}: {} unsafe fn/impl/trait item(s)", f.path.display(), f.unsafe_items));
         }
-        for block in &f.blocks {
+        for block in &f.unsafe_blocks {
             match block {
                 Some(called) if unsafe_fns.contains(called) => {}
                 Some(called) => {
@@ -332,7 +623,11 @@ fn unsafe_code_lives_only_in_sys() {
         }
     }
     assert!(wrong.is_empty(), "`unsafe` outside cai-runtime/src/sys:\n{}", wrong.join("\n"));
-    assert!(unsafe_files.iter().any(|f| f.path.starts_with(&sys)), "the checker found no `unsafe` at all, not even in sys");
+    let in_sys = source.files.iter().filter(|f| f.path.starts_with(&sys));
+    assert!(
+        in_sys.into_iter().any(|f| f.unsafe_items > 0 || !f.unsafe_blocks.is_empty()),
+        "the checker found no `unsafe` at all, not even in sys"
+    );
     let lib = std::fs::read_to_string(src_dir().join("lib.rs")).unwrap();
     assert!(
         lib.contains("#![deny(unsafe_code, clippy::undocumented_unsafe_blocks)]"),
@@ -372,7 +667,8 @@ fn the_unsafe_checkers_see_what_they_check() {
     )
     .unwrap();
     let module = ["array".to_string()];
-    let mut uses = Uses { module: &module, named: BTreeSet::new(), unsafe_items: 0, unsafe_blocks: Vec::new() };
+    let modules = BTreeSet::new();
+    let mut uses = Uses::new(&module, &modules);
     uses.visit_file(&file);
     assert_eq!(uses.unsafe_blocks, [Some("zero_owned".to_string()), Some("g".to_string()), None]);
     assert_eq!(uses.unsafe_items, 1);
@@ -393,9 +689,79 @@ fn the_checker_sees_a_use_that_looks_up() {
     // What the tests above rely on: a `use` of a higher layer, inside a group, is found.
     let file = syn::parse_file("use crate::{cai::DType, launch::{Arg, Num}}; fn f() { super::x::y(); }").unwrap();
     let module = ["runtime".to_string()];
-    let mut uses = Uses { module: &module, named: BTreeSet::new(), unsafe_items: 0, unsafe_blocks: Vec::new() };
+    let modules = BTreeSet::new();
+    let mut uses = Uses::new(&module, &modules);
     uses.visit_file(&file);
-    assert_eq!(uses.named, BTreeSet::from(["cai".to_string(), "launch".to_string(), "x".to_string()]));
+    let tops: BTreeSet<&str> = uses.named.iter().map(|n| n[0].as_str()).collect();
+    assert_eq!(tops, BTreeSet::from(["cai", "launch", "x"]));
+}
+
+/// Write `files` (path, text) as a crate's source in a new temporary directory.
+fn fake_crate(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for (path, text) in files {
+        let path = dir.path().join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn the_checker_catches_a_cycle() {
+    // Two top-level modules that use each other: a cycle, and one of the uses is upward.
+    let dir = fake_crate(&[
+        ("lib.rs", "mod a; mod b; mod c;"),
+        ("a.rs", "use crate::b::f; pub fn g() {}"),
+        ("b.rs", "pub fn f() { super::a::g() }"),
+        ("c.rs", "use crate::{a, b}; fn h() { a::g(); b::f(); }"),
+    ]);
+    let source = Source::read(dir.path());
+    assert_eq!(find_cycle(&source.file_graph()), Some(vec!["a".to_string(), "b".to_string(), "a".to_string()]));
+    assert_eq!(layering_errors(&source.module_graph(), &[&["a"], &["b"], &["c"]], "L"), ["`a` (layer 0) uses `b` (layer Some(1))"]);
+    // Within one top-level module: `x/mod.rs` uses its child `y` by a relative path, and
+    // `y` an item of `x/mod.rs` through `super` (what args/ did before it was untangled).
+    let dir = fake_crate(&[
+        ("lib.rs", "mod x;"),
+        ("x/mod.rs", "mod y; mod z; pub fn h() {} fn k() { y::f(); }"),
+        ("x/y.rs", "use super::{z::Z, h}; pub fn f() { h() }"),
+        ("x/z.rs", "pub struct Z;"),
+    ]);
+    let graph = Source::read(dir.path()).file_graph();
+    assert_eq!(find_cycle(&graph), Some(vec!["x".to_string(), "x::y".to_string(), "x".to_string()]));
+    assert_eq!(graph["x::y"], BTreeSet::from(["x".to_string(), "x::z".to_string()]));
+    // Without the use back, no cycle.
+    let dir = fake_crate(&[
+        ("lib.rs", "mod x;"),
+        ("x/mod.rs", "mod y; mod z; fn k() { y::f(); }"),
+        ("x/y.rs", "use super::z::Z; pub fn f() {}"),
+        ("x/z.rs", "pub struct Z;"),
+    ]);
+    assert_eq!(find_cycle(&Source::read(dir.path()).file_graph()), None);
+}
+
+#[test]
+fn the_checker_follows_re_exports_to_the_defining_module() {
+    // `c` names `a`'s item through the root's and `b`'s re-exports: it uses `a`, not `b`.
+    let dir = fake_crate(&[
+        ("lib.rs", "mod a; mod b; mod c; pub use a::X;"),
+        ("a.rs", "pub struct X; pub struct Y;"),
+        ("b.rs", "pub use crate::a::Y as Z; pub fn f() {}"),
+        ("c.rs", "use crate::X; fn g(_: crate::b::Z) { crate::b::f() }"),
+    ]);
+    let graph = Source::read(dir.path()).file_graph();
+    assert_eq!(graph["c"], BTreeSet::from(["a".to_string(), "b".to_string()]), "b::f is b's own");
+    let dir = fake_crate(&[("lib.rs", "mod a; pub use a::X;"), ("a.rs", "pub struct X;"), ("b.rs", "fn g(_: crate::X) {}")]);
+    assert_eq!(Source::read(dir.path()).file_graph()["b"], BTreeSet::from(["a".to_string()]));
+}
+
+#[test]
+fn the_crate_checker_sees_a_library_naming_a_crate_above_it() {
+    let dir = fake_crate(&[("lib.rs", "mod m; fn f() { cai_runtime::cai::DType::F32; }"), ("m.rs", "use caijit_integration::gpu;")]);
+    let above = BTreeSet::from(["caijit_integration".to_string(), "caijit_python".to_string()]);
+    let found = crates_named(dir.path(), &above);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].0.ends_with("m.rs") && found[0].1 == "caijit_integration", "{found:?}");
 }
 
 /// What belongs to dispatch (name resolution, template deduction, overload picking, the
@@ -453,7 +819,7 @@ fn dispatch_uses(source: &str) -> BTreeSet<String> {
 #[test]
 fn the_python_binding_leaves_dispatch_to_the_runtime() {
     let mut all = Vec::new();
-    files(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../python/src"), &[], &mut all);
+    files(&binding_dir(), &[], &mut all);
     assert!(all.len() > 5, "found only {} files under python/src", all.len());
     let mut wrong = Vec::new();
     for (path, _) in &all {

@@ -245,14 +245,22 @@ impl Dispatcher {
         self.decl.as_ref().map(|d| d.params.iter().map(|(n, _)| n.clone()).collect())
     }
 
-    /// Give an argument error about argument `index` (one found before the kernel's
-    /// parameters were looked at: a host array, an object that is no argument) the index,
-    /// and the parameter's name and declared type where the source declares them. Other
-    /// errors, and argument errors that already say, are returned as they are.
+    /// Give an error about argument `index` (one found before the kernel's parameters were
+    /// looked at: a host array, an object that is no argument, a malformed interface) the
+    /// index, and the parameter's name and declared type where the source declares them
+    /// ([`Error::at_argument`]). Other errors, and argument errors that already say, are
+    /// returned as they are.
     pub fn name_argument(&self, index: usize, e: Error) -> Error {
+        let (name, ctype) = self.parameter(index);
+        e.at_argument(index, name, ctype.as_deref())
+    }
+
+    /// Parameter `index`'s name and declared C++ type, each where the source declares
+    /// them (a template's parameter types as written: `T*`).
+    pub fn parameter(&self, index: usize) -> (Option<&str>, Option<String>) {
         match self.decl.as_ref().and_then(|d| d.params.get(index)) {
-            Some((name, ty)) => e.at_argument(index, name.as_deref(), Some(&ty.to_string())),
-            None => e.at_argument(index, None, None),
+            Some((name, ty)) => (name.as_deref(), Some(ty.to_string())),
+            None => (None, None),
         }
     }
 
@@ -592,6 +600,10 @@ mod tests {
         let Error::Argument(a) = macro_made.name_argument(3, Error::argument("bad")) else { panic!() };
         assert_eq!((a.index, a.name, a.ctype), (Some(3), None, None));
         assert!(matches!(d.name_argument(0, Error::launch("x")), Error::Launch(_)));
+        // A malformed interface, too: it names the argument, and stays an interface error.
+        let Error::InterfaceAt(a) = d.name_argument(1, Error::Interface(crate::cai::InterfaceError::StreamZero)) else { panic!() };
+        assert_eq!((a.index, a.name.as_deref(), a.ctype.as_deref()), (1, Some("x"), Some("const T*")));
+        assert_eq!((d.parameter(0), d.parameter(2)), ((Some("n"), Some("int".to_string())), (None, None)));
     }
 
     #[test]

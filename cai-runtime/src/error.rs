@@ -14,7 +14,8 @@ pub use crate::sys::{DriverError, NvrtcError};
 ///
 /// | variant | Python class | attributes |
 /// | --- | --- | --- |
-/// | [`Error::Interface`] | `caijit.InterfaceError` (also `ValueError`) | |
+/// | [`Error::Interface`] | `caijit.InterfaceError` (also `ValueError`) | (`index`, `argument`, `ctype` are `None`) |
+/// | [`Error::InterfaceAt`] | `caijit.InterfaceError` | `index`, `argument`, `ctype` |
 /// | [`Error::Argument`] | `caijit.ArgumentError` (also `TypeError`) | `index`, `argument`, `ctype` |
 /// | [`Error::Compile`] | `caijit.CompileError` | `log`, `code`, `code_name` |
 /// | [`Error::Driver`] | `caijit.LaunchError` | `code`, `code_name`, `call` |
@@ -28,6 +29,10 @@ pub use crate::sys::{DriverError, NvrtcError};
 pub enum Error {
     #[error(transparent)]
     Interface(#[from] InterfaceError),
+    /// A producer's array that caijit cannot accept, found while converting an argument
+    /// of a call: the interface error, with the argument's place ([`Error::at_argument`]).
+    #[error(transparent)]
+    InterfaceAt(Box<ArgumentInterfaceError>),
     /// An argument does not match what the kernel or function expects.
     #[error(transparent)]
     Argument(#[from] ArgumentError),
@@ -69,6 +74,21 @@ pub struct ArgumentError {
     pub message: String,
     /// The argument's position in the call.
     pub index: Option<usize>,
+    /// The parameter's name in the kernel's declaration.
+    pub name: Option<String>,
+    /// The parameter's C++ type.
+    pub ctype: Option<String>,
+}
+
+/// A `__cuda_array_interface__` (or DLPack tensor) that caijit cannot accept, given as
+/// argument `index` of a call, for parameter `name` of C++ type `ctype` where known. The
+/// message names the argument, then what is wrong with the array.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[error("argument {index}{}{}: {error}", name.as_ref().map(|n| format!(" `{n}`")).unwrap_or_default(), ctype.as_ref().map(|c| format!(" (`{c}`)")).unwrap_or_default())]
+pub struct ArgumentInterfaceError {
+    pub error: InterfaceError,
+    /// The argument's position in the call.
+    pub index: usize,
     /// The parameter's name in the kernel's declaration.
     pub name: Option<String>,
     /// The parameter's C++ type.
@@ -135,20 +155,38 @@ impl Error {
         })
     }
 
-    /// This error, when it is an argument error, with what it does not say yet filled in:
+    /// This error, when it is about an argument, with what it does not say yet filled in:
     /// the argument's `index`, its parameter's `name` and C++ type `ctype` (for an error
-    /// found while converting an argument, before its parameter was looked at). The
-    /// message is kept; other errors are returned as they are.
+    /// found while converting an argument, before its parameter was looked at). An
+    /// argument error keeps its message; an interface error becomes
+    /// [`Error::InterfaceAt`], whose message names the argument. Other errors are returned
+    /// as they are.
     pub fn at_argument(self, index: usize, name: Option<&str>, ctype: Option<&str>) -> Self {
-        let Error::Argument(mut a) = self else { return self };
-        a.index.get_or_insert(index);
-        if a.name.is_none() {
-            a.name = name.map(str::to_string);
+        let fill = |have: &mut Option<String>, given: Option<&str>| {
+            if have.is_none() {
+                *have = given.map(str::to_string);
+            }
+        };
+        match self {
+            Error::Argument(mut a) => {
+                a.index.get_or_insert(index);
+                fill(&mut a.name, name);
+                fill(&mut a.ctype, ctype);
+                Error::Argument(a)
+            }
+            Error::Interface(error) => Error::InterfaceAt(Box::new(ArgumentInterfaceError {
+                error,
+                index,
+                name: name.map(str::to_string),
+                ctype: ctype.map(str::to_string),
+            })),
+            Error::InterfaceAt(mut a) => {
+                fill(&mut a.name, name);
+                fill(&mut a.ctype, ctype);
+                Error::InterfaceAt(a)
+            }
+            other => other,
         }
-        if a.ctype.is_none() {
-            a.ctype = ctype.map(str::to_string);
-        }
-        Error::Argument(a)
     }
 
     /// A launch caijit refuses itself (see [`Error::Launch`]).
@@ -215,6 +253,18 @@ mod tests {
         let Error::Argument(a) = e else { panic!() };
         assert_eq!((a.index, a.name.as_deref(), a.ctype.as_deref()), (Some(2), Some("x"), Some("const float*")));
         assert_eq!(Error::argument_at(0, None, "int", "too big").to_string(), "argument 0 (`int`): too big");
+    }
+
+    #[test]
+    fn interface_errors_at_an_argument_name_it_and_keep_its_data() {
+        let e = Error::Interface(InterfaceError::StreamZero).at_argument(1, None, None).at_argument(1, Some("x"), Some("const float*"));
+        let Error::InterfaceAt(a) = &e else { panic!("{e:?}") };
+        assert_eq!((a.index, a.name.as_deref(), a.ctype.as_deref()), (1, Some("x"), Some("const float*")));
+        assert_eq!(a.error, InterfaceError::StreamZero);
+        assert!(e.to_string().starts_with("argument 1 `x` (`const float*`): __cuda_array_interface__['stream'] is 0"), "{e}");
+        let first = Error::Interface(InterfaceError::StreamZero).at_argument(2, Some("y"), None).at_argument(2, Some("z"), Some("int*"));
+        assert!(first.to_string().starts_with("argument 2 `y` (`int*`): "), "the first name given stays: {first}");
+        assert!(matches!(Error::launch("x").at_argument(0, None, None), Error::Launch(_)));
     }
 
     #[test]

@@ -49,10 +49,9 @@ use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
 use crate::cai::{ArrayView, Element, StreamRef};
 use crate::Result;
 
-/// The CAI value of a cudarc stream (its null default stream is the legacy stream, `1`).
+/// The CAI value of a cudarc stream (its null default stream is the legacy stream).
 pub fn cudarc_stream(stream: &CudaStream) -> StreamRef {
-    let handle = stream.cu_stream() as usize as u64;
-    StreamRef::from_cai(if handle == 0 { 1 } else { handle }).expect("non-zero")
+    StreamRef::from_raw(stream.cu_stream() as usize as u64)
 }
 
 /// A 1-D CAI view of cudarc memory with cudarc's record of the access: cudarc records the

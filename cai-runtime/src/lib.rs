@@ -188,7 +188,7 @@ pub mod array;
 pub mod cai;
 mod error;
 
-pub use error::{ArgumentError, CompileError, DriverError, Error, Fault, NvrtcError, Result};
+pub use error::{ArgumentError, ArgumentInterfaceError, CompileError, DriverError, Error, Fault, NvrtcError, Result};
 pub mod bundle;
 pub mod compile;
 pub mod diag;

@@ -23,7 +23,13 @@ class CaijitError(Exception):
 class InterfaceError(CaijitError, ValueError):
     """A ``__cuda_array_interface__`` (or DLPack capsule) that caijit cannot accept.
 
-    The message names the offending key and value."""
+    The message names the offending key and value. When the array was an argument of a
+    launch or of a ``caijit.ops`` function, ``.index``, ``.argument`` and ``.ctype`` say
+    which, as :class:`ArgumentError`'s do; otherwise they are ``None``."""
+
+    index: int | None = None
+    argument: str | None = None
+    ctype: str | None = None
 
 
 class ArgumentError(CaijitError, TypeError):

@@ -110,18 +110,29 @@ def _gpu_ordinals() -> list[int]:
     return sorted({d.local_hardware_id for d in devices if d.platform == "gpu" and d.local_hardware_id is not None})
 
 
-def _static_scalar(name: str, value: Any) -> Any:
+def _scalar_error(kernel: Kernel, name: str, message: str) -> ArgumentError:
+    """An error about scalar ``name``, naming its parameter (``.argument``, and ``.index``
+    and ``.ctype`` where the source declares it) as the extension's errors do."""
+    e = ArgumentError(message)
+    e.argument = name
+    e.index, e.ctype = kernel._parameter(name) or (None, None)
+    return e
+
+
+def _static_scalar(kernel: Kernel, name: str, value: Any) -> Any:
     """A scalar as the extension takes it: concrete JAX scalars become NumPy scalars."""
     if not isinstance(value, jax.Array):
         return value
     try:
         concrete = numpy.asarray(value)
     except (jax.errors.TracerArrayConversionError, jax.errors.ConcretizationTypeError):
-        raise ArgumentError(
-            f"scalar `{name}` is a traced value; scalars are fixed when the function is traced (pass values computed inside jit as arrays)"
+        raise _scalar_error(
+            kernel,
+            name,
+            f"scalar `{name}` is a traced value; scalars are fixed when the function is traced (pass values computed inside jit as arrays)",
         ) from None
     if concrete.shape != ():
-        raise ArgumentError(f"scalar `{name}` is an array of shape {concrete.shape}; pass a number")
+        raise _scalar_error(kernel, name, f"scalar `{name}` is an array of shape {concrete.shape}; pass a number")
     return concrete[()]
 
 
@@ -239,7 +250,7 @@ def kernel_call(
         for o in outs:
             if not hasattr(o, "shape") or not hasattr(o, "dtype"):
                 raise ArgumentError(f"out_shapes must give jax.ShapeDtypeStruct objects, got {o!r}")
-        values = {n: _static_scalar(n, evaluate(v, avals)) for n, v in scalars.items()}
+        values = {n: _static_scalar(kernel, n, evaluate(v, avals)) for n, v in scalars.items()}
         g = _dims("grid", evaluate(grid, avals))
         b = _dims("block", evaluate(block, avals))
         if 0 in g:

@@ -1,19 +1,18 @@
 //! `caijit.DeviceArray`: caijit's own device memory from Python. (Turning Python objects
-//! into launch arguments is the `args` layer.)
+//! into launch arguments is the `args` layer; DLPack export is `dlpack`'s.)
 
 use std::sync::Arc;
 
 use cai_runtime::array::DeviceArray as RtArray;
 use cai_runtime::cai::{shorten_plain, DType};
-use cai_runtime::python::index_integer;
+use cai_runtime::python::{descriptor_to_dict, index_integer};
 use cai_runtime::runtime::{Context, Stream as RtStream};
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
 
-use crate::args::type_name;
 use crate::errors::{PyCaiError, PyCaiResult};
-use crate::interface::{descriptor_to_dict, numpy_dtype};
+use crate::pyobj::{numpy_dtype, type_name};
 use crate::stream::stream_from_py;
 
 /// Device memory owned by caijit, exporting CAI v3 with its stream.
@@ -194,7 +193,7 @@ impl DeviceArray {
         // max_version, an older one, one that is not a pair of ints) the legacy capsule.
         let major = max_version.and_then(|v| v.get_item(0).ok()?.extract::<u32>().ok());
         let versioned = major.is_some_and(|m| m >= 1);
-        Ok(crate::args::dlpack::export(slf, stream, versioned)?)
+        Ok(crate::dlpack::export(slf.py(), &slf.get().inner, slf.clone().into_any().unbind(), stream, versioned)?)
     }
 
     /// `(kDLCUDA, device ordinal)`.

@@ -31,12 +31,29 @@ impl PyCaiError {
 }
 
 impl PyCaiError {
-    /// [`Error::at_argument`]: an argument error with its index, parameter name and C++
-    /// type filled in where it does not say them yet (Python exceptions pass unchanged).
+    /// [`Error::at_argument`]: an argument or interface error with its index, parameter
+    /// name and C++ type filled in where it does not say them yet. A caijit exception
+    /// already made (a producer's `__cuda_array_interface__` that raised, made an
+    /// `InterfaceError` with the producer's exception as its cause) gets the same
+    /// attributes where they are `None`; other Python exceptions pass unchanged.
     pub fn at_argument(self, index: usize, name: Option<&str>, ctype: Option<&str>) -> Self {
         match self {
             PyCaiError::Cai(e) => PyCaiError::Cai(e.at_argument(index, name, ctype)),
-            other => other,
+            PyCaiError::Py(e) => Python::attach(|py| {
+                let about_an_argument = e.is_instance_of::<InterfaceError>(py) || e.is_instance_of::<ArgumentError>(py);
+                if about_an_argument {
+                    let value = e.value(py);
+                    let attributes =
+                        [("index", index.into_py_any(py)), ("argument", name.into_py_any(py)), ("ctype", ctype.into_py_any(py))];
+                    for (attr, v) in attributes {
+                        let unset = value.getattr(attr).is_ok_and(|a| a.is_none());
+                        if let Err(failed) = v.and_then(|v| if unset { value.setattr(attr, v) } else { Ok(()) }) {
+                            return PyCaiError::Py(failed);
+                        }
+                    }
+                }
+                PyCaiError::Py(e)
+            }),
         }
     }
 }
@@ -93,6 +110,10 @@ fn cai_to_py(e: Error) -> PyErr {
     Python::attach(|py| {
         let (err, attrs): (PyErr, Vec<Attribute>) = match e {
             Error::Interface(_) => (InterfaceError::new_err(message), vec![]),
+            Error::InterfaceAt(a) => (
+                InterfaceError::new_err(message),
+                vec![("index", a.index.into_py_any(py)), ("argument", a.name.into_py_any(py)), ("ctype", a.ctype.into_py_any(py))],
+            ),
             Error::Argument(a) => (
                 ArgumentError::new_err(message),
                 vec![("index", a.index.into_py_any(py)), ("argument", a.name.into_py_any(py)), ("ctype", a.ctype.into_py_any(py))],
@@ -111,7 +132,7 @@ fn cai_to_py(e: Error) -> PyErr {
                 vec![("code", error.code.into_py_any(py)), ("code_name", error.name.into_py_any(py)), ("call", error.call.into_py_any(py))],
             ),
             Error::Fault(f) => {
-                let (message, site) = crate::diag::with_call_site(py, message);
+                let (message, site) = crate::fault::with_call_site(py, message);
                 let launched = f.launch.as_ref();
                 let attrs = vec![
                     ("code", f.error.code.into_py_any(py)),
@@ -125,7 +146,7 @@ fn cai_to_py(e: Error) -> PyErr {
                         "recent_launches",
                         f.recent
                             .iter()
-                            .map(|r| crate::diag::record_dict(py, r))
+                            .map(|r| crate::fault::record_dict(py, r))
                             .collect::<PyResult<Vec<_>>>()
                             .and_then(|v| v.into_py_any(py)),
                     ),

@@ -1,14 +1,14 @@
 //! `parse_interface`: a `__cuda_array_interface__` dict → a validated `Interface`.
 
-use cai_runtime::cai::{ArrayView, DType, StreamRef, TypestrOptions};
+use cai_runtime::cai::{ArrayView, StreamRef, TypestrOptions};
 use cai_runtime::python::descriptor_from_object;
 pub use cai_runtime::python::{descriptor_from_dict, descriptor_to_dict, interface_dict};
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple};
 
 use crate::array::DeviceArray;
 use crate::errors::PyCaiResult;
+use crate::pyobj::numpy_dtype;
 
 /// A validated `__cuda_array_interface__`: the facts caijit derived from it.
 #[pyclass(frozen, module = "caijit", name = "Interface")]
@@ -184,24 +184,6 @@ impl Interface {
             v.version(),
             v.stream().map_or("None".to_string(), |s| s.to_cai().to_string())
         )
-    }
-}
-
-/// The `numpy.dtype` of a dtype, made once per process (ops read it on every call).
-pub fn numpy_dtype(py: Python<'_>, dtype: DType) -> PyResult<Bound<'_, PyAny>> {
-    static MADE: [PyOnceLock<Py<PyAny>>; DType::ALL.len()] = [const { PyOnceLock::new() }; DType::ALL.len()];
-    let make = || -> PyResult<Py<PyAny>> {
-        let np_dtype = py.import("numpy")?.getattr("dtype")?;
-        if dtype == DType::BF16 {
-            if let Ok(m) = py.import("ml_dtypes") {
-                return Ok(np_dtype.call1((m.getattr("bfloat16")?,))?.unbind());
-            }
-        }
-        Ok(np_dtype.call1((dtype.typestr(),))?.unbind())
-    };
-    match MADE.get(dtype as usize) {
-        Some(cell) => Ok(cell.get_or_try_init(py, make)?.bind(py).clone()),
-        None => Ok(make()?.into_bound(py)),
     }
 }
 

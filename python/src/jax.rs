@@ -6,11 +6,13 @@ use cai_runtime::cai::DType;
 use cai_runtime::launch::{LaunchConfig, Num};
 use cai_runtime::signature::ArgType;
 use cai_runtime::xla::{self, Binding, BufferSpec};
+use cai_runtime::Error;
 use pyo3::prelude::*;
 
 use crate::args::number;
 use crate::errors::{PyCaiError, PyCaiResult};
 use crate::kernel::{inspection_arch, Kernel};
+use crate::pyobj::type_name;
 
 fn buffer_spec(what: &str, i: usize, (dtype, shape): &(String, Vec<usize>)) -> PyCaiResult<BufferSpec> {
     let dtype =
@@ -19,14 +21,27 @@ fn buffer_spec(what: &str, i: usize, (dtype, shape): &(String, Vec<usize>)) -> P
 }
 
 /// A static scalar's value and, for a NumPy scalar, its dtype (which deduces templates).
-fn scalar(name: &str, obj: &Bound<'_, PyAny>) -> PyCaiResult<(Num, Option<DType>)> {
-    if let Some(v) = number(0, obj)? {
-        return Ok(v);
-    }
-    Err(PyCaiError::argument(format!(
-        "scalar `{name}`: expected a Python or NumPy number known when the function is traced, got a {}; pass values computed inside jit as arrays",
-        obj.get_type().name().map(|n| n.to_string()).unwrap_or_default()
-    )))
+/// An error names the scalar's parameter: its name, and its index and declared type where
+/// the kernel's source declares a parameter of that name.
+fn scalar(kernel: &Kernel, name: &str, obj: &Bound<'_, PyAny>) -> PyCaiResult<(Num, Option<DType>)> {
+    let param = kernel.parameter_named(name);
+    let read = match number(param.as_ref().map_or(0, |p| p.0), obj) {
+        Ok(Some(v)) => return Ok(v),
+        Ok(None) => PyCaiError::argument(format!(
+            "scalar `{name}`: expected a Python or NumPy number known when the function is traced, got a {}; pass values computed inside jit as arrays",
+            type_name(obj)
+        )),
+        Err(e) => e,
+    };
+    Err(match (param, read) {
+        (Some((index, ctype)), e) => e.at_argument(index, Some(name), ctype.as_deref()),
+        // (no parameter of that name: the bindings say so; the error still names the scalar)
+        (None, PyCaiError::Cai(Error::Argument(mut a))) => {
+            a.name.get_or_insert_with(|| name.to_string());
+            PyCaiError::Cai(Error::Argument(a))
+        }
+        (None, e) => e,
+    })
 }
 
 /// Bind each kernel parameter to a buffer or a named scalar: parameters named by `scalars`
@@ -124,7 +139,7 @@ pub fn xla_prepare(
         }
     }
     let scalars: Vec<(String, (Num, Option<DType>))> =
-        scalars.iter().map(|(n, v)| Ok((n.clone(), scalar(n, v)?))).collect::<PyCaiResult<_>>()?;
+        scalars.iter().map(|(n, v)| Ok((n.clone(), scalar(&kernel, n, v)?))).collect::<PyCaiResult<_>>()?;
     let k = kernel.name().to_string();
     let bind = |names: &[Option<String>]| bindings(&k, names, &inputs, &outputs, &aliases, &scalars);
     let buffers = || {

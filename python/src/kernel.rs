@@ -62,6 +62,13 @@ impl Kernel {
         self.dispatcher.declared_params()
     }
 
+    /// The index and declared C++ type of the parameter named `name`, where the source
+    /// declares one (`caijit.jax` binds scalars to parameters by name).
+    pub fn parameter_named(&self, name: &str) -> Option<(usize, Option<String>)> {
+        let index = self.dispatcher.declared_params()?.iter().position(|n| n.as_deref() == Some(name))?;
+        Some((index, self.dispatcher.parameter(index).1))
+    }
+
     /// The compiled, loaded kernel for a device and the launch's arguments: the
     /// dispatcher's cache with the GIL held (the launch path), else compiled and loaded with
     /// the GIL released.
@@ -73,13 +80,11 @@ impl Kernel {
         Ok(py.detach(|| self.dispatcher.resolve(device, args))?)
     }
 
-    /// An error converting argument `index`, with the index and the declared parameter
-    /// ([`Dispatcher::name_argument`]).
-    fn name_argument(&self, index: usize, e: PyCaiError) -> PyCaiError {
-        match e {
-            PyCaiError::Cai(e) => PyCaiError::Cai(self.dispatcher.name_argument(index, e)),
-            other => other,
-        }
+    /// An error converting argument `index`, with the index and the declared parameter's
+    /// name and type ([`Dispatcher::parameter`], [`PyCaiError::at_argument`]).
+    pub fn name_argument(&self, index: usize, e: PyCaiError) -> PyCaiError {
+        let (name, ctype) = self.dispatcher.parameter(index);
+        e.at_argument(index, name, ctype.as_deref())
     }
 
     fn resolved_for_attributes(&self, py: Python<'_>) -> PyCaiResult<Arc<RtKernel>> {
@@ -269,6 +274,12 @@ impl Kernel {
     #[pyo3(signature = (*_args, **_kwargs))]
     fn __call__(&self, _args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>) -> PyCaiResult<()> {
         Err(PyCaiError::argument(format!("kernel `{}` has no launch configuration; {SYNTAX}", self.name())))
+    }
+
+    /// `(index, C++ type)` of the parameter named `name` (`None` when the source declares
+    /// none): what `caijit.jax`'s errors about a scalar say.
+    fn _parameter(&self, name: &str) -> Option<(usize, Option<String>)> {
+        self.parameter_named(name)
     }
 
     /// An explicit instance: `k.specialize("axpy<float>")` or `k.specialize("float")`.

@@ -8,11 +8,14 @@ mod args;
 mod array;
 mod bundles;
 mod diag;
+mod dlpack;
 mod errors;
+mod fault;
 mod interface;
 mod jax;
 mod kernel;
 mod ops;
+mod pyobj;
 mod stream;
 mod timing;
 
@@ -177,10 +180,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(args::launch_view, m)?)?;
     m.add_function(wrap_pyfunction!(args::phase_times, m)?)?;
     m.add_function(wrap_pyfunction!(args::_route, m)?)?;
-    m.add_function(wrap_pyfunction!(args::dlpack::_dlpack_read, m)?)?;
-    m.add_function(wrap_pyfunction!(args::dlpack::_dlpack_consume, m)?)?;
-    m.add_function(wrap_pyfunction!(args::dlpack::_dlpack_layouts, m)?)?;
-    m.add_function(wrap_pyfunction!(args::dlpack::_dlpack_export_host, m)?)?;
+    m.add_function(wrap_pyfunction!(dlpack::_dlpack_read, m)?)?;
+    m.add_function(wrap_pyfunction!(dlpack::_dlpack_consume, m)?)?;
+    m.add_function(wrap_pyfunction!(dlpack::_dlpack_layouts, m)?)?;
+    m.add_function(wrap_pyfunction!(dlpack::_dlpack_export_host, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::compile_program, m)?)?;
     for f in [
         wrap_pyfunction!(ops::axpy, m)?,

@@ -26,13 +26,16 @@ use crate::array::{dtype_from_py, DeviceArray};
 use crate::errors::{PyCaiError, PyCaiResult};
 use crate::stream::stream_from_py;
 
-/// A Python or NumPy number as an op's scalar (converted to the arrays' dtype exactly, or
-/// refused), read as a launch reads a scalar argument.
-fn number(what: &str, obj: &Bound<'_, PyAny>) -> PyCaiResult<Num> {
-    match args::number(0, obj)? {
-        Some((n, _)) => Ok(n),
-        None => Err(PyCaiError::argument(format!("{what}: expected a number, got {}", obj.get_type().name()?))),
-    }
+/// A Python or NumPy number as an op's scalar `name`, argument `index` of the `caijit.ops`
+/// function (converted to the arrays' dtype exactly, or refused), read as a launch reads a
+/// scalar argument.
+fn number(what: &str, index: usize, name: &str, obj: &Bound<'_, PyAny>) -> PyCaiResult<Num> {
+    let n = match args::number(index, obj) {
+        Ok(Some((n, _))) => Ok(n),
+        Ok(None) => Err(PyCaiError::argument(format!("{what}: {name} must be a number, got {}", crate::pyobj::type_name(obj)))),
+        Err(e) => Err(e),
+    };
+    n.map_err(|e| e.at_argument(index, Some(name), None))
 }
 
 /// An array argument as an op's operand: a caijit array, or a view of one, with the array
@@ -67,7 +70,7 @@ impl<'py> OpCall<'py> {
     fn input(&mut self, index: usize, name: &str, obj: &Bound<'py, PyAny>) -> PyCaiResult<()> {
         let a = arg_from_py(index, obj, &mut self.cx).map_err(|e| e.at_argument(index, Some(name), None))?;
         if a.view().is_none() {
-            let e = PyCaiError::argument(format!("{}: {name} must be a CUDA array, got {}", self.what, args::type_name(obj)));
+            let e = PyCaiError::argument(format!("{}: {name} must be a CUDA array, got {}", self.what, crate::pyobj::type_name(obj)));
             return Err(e.at_argument(index, Some(name), None));
         }
         self.args.push(a);
@@ -134,7 +137,7 @@ pub fn axpy<'py>(
     let mut c = OpCall::new(py, "axpy", stream)?;
     c.input(1, "x", x)?;
     c.input(2, "y", y)?;
-    let a = number("axpy", a)?;
+    let a = number("axpy", 0, "a", a)?;
     c.run(out, 3, move |call, v, o| call.axpy(a, v[0], v[1], o))
 }
 
@@ -150,7 +153,7 @@ pub fn scale<'py>(
 ) -> PyCaiResult<Py<PyAny>> {
     let mut c = OpCall::new(py, "scale", stream)?;
     c.input(0, "x", x)?;
-    let a = number("scale", a)?;
+    let a = number("scale", 1, "a", a)?;
     c.run(out, 2, move |call, v, o| call.scale(v[0], a, o))
 }
 
@@ -160,7 +163,7 @@ pub fn scale<'py>(
 pub fn fill(py: Python<'_>, out: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>) -> PyCaiResult<()> {
     let mut c = OpCall::new(py, "fill", stream)?;
     c.input(0, "out", out)?;
-    let value = number("fill", value)?;
+    let value = number("fill", 1, "value", value)?;
     c.run(None, 0, move |call, v, _| call.fill(v[0].view(), value).map(|()| None))?;
     Ok(())
 }
@@ -191,7 +194,7 @@ pub fn cast<'py>(
 ) -> PyCaiResult<Py<PyAny>> {
     let mut c = OpCall::new(py, "cast", stream)?;
     c.input(0, "x", x)?;
-    let to = cast_dtype(dtype)?;
+    let to = cast_dtype(dtype).map_err(|e| e.at_argument(1, Some("dtype"), None))?;
     c.run(out, 2, move |call, v, o| call.cast(v[0], to, o))
 }
 
@@ -276,13 +279,13 @@ pub fn reduce<'py>(
     let r = Reduction::from_name(op)?;
     let mut c = OpCall::new(py, r.name(), stream)?;
     c.input(0, "x", x)?;
-    let index = match axis {
-        None => None,
-        Some(a) => Some(
-            a.extract::<i64>()
-                .map_err(|_| PyCaiError::argument(format!("{}: axis must be None or an int, got {}", r.name(), args::type_name(a))))?,
-        ),
-    };
+    let index =
+        match axis {
+            None => None,
+            Some(a) => Some(a.extract::<i64>().map_err(|_| {
+                PyCaiError::argument(format!("{}: axis must be None or an int, got {}", r.name(), crate::pyobj::type_name(a)))
+            })?),
+        };
     let axis = Axis::from_index(r.name(), index, c.view(0).map_or(0, ArrayView::ndim))?;
     c.run(out, 2, move |call, v, o| call.reduce(r, v[0], axis, o))
 }

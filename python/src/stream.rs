@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use cai_runtime::cai::StreamRef;
 use cai_runtime::runtime::{Context, Stream as RtStream};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyInt, PyTuple};
@@ -80,7 +81,7 @@ fn stream_handle(obj: &Bound<'_, PyAny>) -> PyCaiResult<u64> {
     if let Some(h) = as_handle(obj) {
         return Ok(h);
     }
-    object_stream_handle(obj).map(|h| if h == 0 { 1 } else { h })
+    object_stream_handle(obj).map(|h| StreamRef::from_raw(h).to_cai())
 }
 
 fn object_stream_handle(obj: &Bound<'_, PyAny>) -> PyCaiResult<u64> {

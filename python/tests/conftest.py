@@ -50,6 +50,17 @@ extern "C" __global__ void row_sum(caijit::Array<const float, 2> x, float* out) 
 """
 
 
+class Raising:
+    """A producer whose `__cuda_array_interface__` property raises `exc`."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, object]:
+        raise self.exc
+
+
 def has(module: str) -> bool:
     """Whether `module` can be imported (an optional peer: CuPy, PyTorch, Numba, JAX)."""
     return importlib.util.find_spec(module) is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import caijit
+from conftest import Raising
 
 
 def test_compile_errors_carry_the_log_and_no_code_when_nvrtc_ran() -> None:
@@ -59,3 +60,92 @@ def test_conversion_errors_name_the_argument_index_name_and_declared_type() -> N
     with pytest.raises(caijit.ArgumentError) as e:
         caijit.ops.scale(np.zeros(3), 2.0)
     assert (e.value.index, e.value.argument) == (0, "x")
+
+
+# --- errors keep their data across conversion (CPU: each is refused before any GPU use) ---
+
+KERNEL = 'extern "C" __global__ void k(int n, const float* x) {}'
+TEMPLATE = "template <typename T> __global__ void t(T* y, T v) {}"
+
+
+class Cai:
+    """A foreign array: only `__cuda_array_interface__` (never read by a GPU here)."""
+
+    def __init__(self, **changes: object) -> None:
+        d: dict[str, object] = {"shape": (4,), "typestr": "<f4", "data": (0x7F0000000000, False), "version": 3}
+        d.update(changes)
+        self.__cuda_array_interface__ = {k: v for k, v in d.items() if v is not None}
+
+
+def where(e: pytest.ExceptionInfo[BaseException]) -> tuple[object, object, object]:
+    return (getattr(e.value, "index"), getattr(e.value, "argument"), getattr(e.value, "ctype"))
+
+
+def test_a_malformed_interface_of_a_launch_argument_names_it() -> None:
+    k = caijit.kernel(KERNEL, "k")
+    with pytest.raises(caijit.InterfaceError, match="missing the required key 'data'") as e:
+        k[1, 1](3, Cai(data=None))
+    assert where(e) == (1, "x", "const float*")
+    assert str(e.value).startswith("argument 1 `x` (`const float*`): "), str(e.value)
+    assert isinstance(e.value, ValueError), "still an InterfaceError (a ValueError), not reclassified"
+    t = caijit.kernel(TEMPLATE)
+    with pytest.raises(caijit.InterfaceError, match="'stream'") as e:
+        t[1, 1](Cai(stream=0), 1.0)
+    assert where(e) == (0, "y", "T*")
+    # Outside a call, no argument: None, as before.
+    with pytest.raises(caijit.InterfaceError) as e:
+        caijit.parse_interface(Cai(data=None))
+    assert where(e) == (None, None, None)
+
+
+def test_a_producer_whose_interface_raises_is_named_as_the_argument() -> None:
+    exc = RuntimeError("the device is gone")
+    k = caijit.kernel(KERNEL, "k")
+    with pytest.raises(caijit.InterfaceError) as e:
+        k[1, 1](3, Raising(exc))
+    assert e.value.__cause__ is exc and "Raising" in str(e.value)
+    assert where(e) == (1, "x", "const float*")
+
+
+def test_wrong_typed_and_oversized_scalars_name_the_argument() -> None:
+    k = caijit.kernel(KERNEL, "k")
+    x = Cai()
+    with pytest.raises(caijit.ArgumentError, match="cannot pass a str") as e:
+        k[1, 1]("3", x)
+    assert where(e) == (0, "n", "int")
+    with pytest.raises(caijit.ArgumentError, match="does not fit in 128 bits") as e:
+        k[1, 1](1 << 200, x)
+    assert where(e) == (0, "n", "int")
+    with pytest.raises(caijit.ArgumentError, match="cannot pass a dict") as e:
+        k[1, 1](3, dict(x.__cuda_array_interface__))
+    assert where(e) == (1, "x", "const float*")
+
+
+def test_caijit_ops_errors_name_the_argument_of_the_ops_function() -> None:
+    np = pytest.importorskip("numpy")
+    x = Cai()
+    with pytest.raises(caijit.ArgumentError, match="a must be a number, got str") as e:
+        caijit.ops.scale(x, "two")
+    assert where(e) == (1, "a", None)
+    with pytest.raises(caijit.ArgumentError, match="does not fit in 128 bits") as e:
+        caijit.ops.axpy(1 << 200, x, x)
+    assert where(e) == (0, "a", None)
+    with pytest.raises(caijit.ArgumentError, match="value must be a number") as e:
+        caijit.ops.fill(x, object())
+    assert where(e) == (1, "value", None)
+    with pytest.raises(caijit.InterfaceError, match="missing the required key 'data'") as e:
+        caijit.ops.scale(Cai(data=None), 2.0)
+    assert where(e) == (0, "x", None)
+    assert str(e.value).startswith("argument 0 `x`: "), str(e.value)
+    with pytest.raises(caijit.InterfaceError) as e:
+        caijit.ops.add(x, Raising(KeyError("shape")))
+    assert where(e) == (1, "b", None)
+    with pytest.raises(caijit.ArgumentError, match="host memory") as e:
+        caijit.ops.add(x, np.zeros(4, np.float32))
+    assert where(e) == (1, "b", None)
+    with pytest.raises(caijit.ArgumentError, match="host memory") as e:
+        caijit.ops.scale(x, 2.0, out=np.zeros(4, np.float32))
+    assert where(e)[1:] == ("out", None) and isinstance(e.value.index, int)
+    with pytest.raises(caijit.ArgumentError, match="not supported by caijit") as e:
+        caijit.ops.cast(x, "object")
+    assert where(e) == (1, "dtype", None)

@@ -282,3 +282,15 @@ def test_torch_views_whose_values_are_not_their_memory_are_refused_on_every_path
             k[1, 32](neg, out, 4)
         k[1, 32](neg.resolve_neg(), out, 4)
         torch.testing.assert_close(out, -torch.ones(4, device="cuda"))
+
+
+@pytest.mark.parametrize("library", ["torch", "cupy"])
+def test_an_empty_view_with_a_pointer_has_pointer_0_on_every_path(library: str) -> None:
+    """One rule (cai_runtime::cai::exported_ptr): an array of no elements is addressed by
+    pointer 0 whichever path read it, although its producer hands out a pointer into memory."""
+    lib = pytest.importorskip(library)
+    empty = (lib.ones(4, device="cuda") if library == "torch" else lib.ones(4, dtype=lib.float32))[2:2]
+    assert (empty.data_ptr() if library == "torch" else empty.data.ptr) != 0, "the producer's own pointer is not 0"
+    for path in ("auto", "exchange", "known", "generic", "dlpack"):
+        v = _native.launch_view(empty, path=path)
+        assert (v.shape, v.size, v.ptr) == ((0,), 0, 0), (path, v)

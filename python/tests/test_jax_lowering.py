@@ -537,3 +537,28 @@ def test_a_serialized_program_resolves_its_launch_in_a_fresh_process(what: str) 
     assert "differs from the launch registered under its fingerprint" in fresh["registry"], fresh
     assert "loaded" not in tampered and "does not match its fingerprint" in tampered["error"], tampered
     assert "does not match its fingerprint" in tampered["registry"], tampered
+
+
+def test_scalar_errors_carry_the_parameter_index_name_and_type() -> None:
+    x = jnp.ones(16, jnp.float32)
+    k = caijit.kernel(SCALE_IN_PLACE)  # scale(float* x, float a, int n)
+
+    def call(**scalars):  # type: ignore[no-untyped-def]
+        return cjax.kernel_call(k, lambda x: x, grid=1, block=16, input_output_aliases={0: 0}, **scalars)
+
+    with pytest.raises(caijit.ArgumentError, match="scalar `a`: expected a Python or NumPy number") as e:
+        lower_for_cuda(call(a="two", n=16), x)
+    assert (e.value.index, e.value.argument, e.value.ctype) == (1, "a", "float")
+    with pytest.raises(caijit.ArgumentError, match="does not fit in 128 bits") as e:
+        lower_for_cuda(call(a=1.0, n=1 << 200), x)
+    assert (e.value.index, e.value.argument, e.value.ctype) == (2, "n", "int")
+    with pytest.raises(caijit.ArgumentError, match="traced value") as e:
+        lower_for_cuda(lambda x: call(a=x[0], n=16)(x), x)
+    assert (e.value.index, e.value.argument, e.value.ctype) == (1, "a", "float")
+    with pytest.raises(caijit.ArgumentError, match="an array of shape") as e:
+        lower_for_cuda(call(a=jnp.ones(2), n=16), x)
+    assert (e.value.index, e.value.argument, e.value.ctype) == (1, "a", "float")
+    # A scalar the kernel has no parameter for: named, with no index or type.
+    with pytest.raises(caijit.ArgumentError) as e:
+        lower_for_cuda(call(a=1.0, n=16, alpha=object()), x)
+    assert (e.value.index, e.value.argument, e.value.ctype) == (None, "alpha", None)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import caijit
-from conftest import gpu_unavailable_reason
+from conftest import Raising, gpu_unavailable_reason
 
 SOURCE = 'extern "C" __global__ void scale(float a, float* y) { y[0] *= a; }\n'
 TEMPLATE = "template <typename T>\n__global__ void axpy(T a, const T* x, T* y) { y[0] += a * x[0]; }\n"
@@ -54,15 +54,6 @@ def test_source_text_is_not_read_as_a_path() -> None:
 
 
 # --- producers' __cuda_array_interface__ ----------------------------------------------------
-
-
-class Raising:
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
-
-    @property
-    def __cuda_array_interface__(self) -> dict[str, object]:
-        raise self.exc
 
 
 @pytest.mark.parametrize("exc", [RuntimeError("the device is gone"), KeyError("shape")])

@@ -2,6 +2,14 @@
 
 use super::InterfaceError;
 
+// dlpack.h's `DLDataTypeCode`s of the element kinds caijit has.
+const DLPACK_INT: u8 = 0;
+const DLPACK_UINT: u8 = 1;
+const DLPACK_FLOAT: u8 = 2;
+const DLPACK_BFLOAT: u8 = 4;
+const DLPACK_COMPLEX: u8 = 5;
+const DLPACK_BOOL: u8 = 6;
+
 /// An element type that caijit can pass to a kernel.
 ///
 /// Parsed from a NumPy typestr (`"<f4"`, `"|u1"`, …). `<V2` means bfloat16 only where
@@ -184,6 +192,48 @@ impl DType {
     pub fn from_name(name: &str) -> Option<DType> {
         DType::ALL.into_iter().find(|d| d.name() == name)
     }
+
+    /// The dtype of a DLPack `DLDataType` (`code`, `bits`, `lanes`: dlpack.h's
+    /// `DLDataTypeCode`, bfloat16 and bool included); `None` for vectors (`lanes != 1`) and
+    /// types caijit has no dtype for. The one map DLPack imports (capsules, the exchange
+    /// API) read, and [`DType::dlpack`] inverts.
+    pub const fn from_dlpack(code: u8, bits: u8, lanes: u16) -> Option<DType> {
+        if lanes != 1 {
+            return None;
+        }
+        Some(match (code, bits) {
+            (DLPACK_INT, 8) => DType::I8,
+            (DLPACK_INT, 16) => DType::I16,
+            (DLPACK_INT, 32) => DType::I32,
+            (DLPACK_INT, 64) => DType::I64,
+            (DLPACK_UINT, 8) => DType::U8,
+            (DLPACK_UINT, 16) => DType::U16,
+            (DLPACK_UINT, 32) => DType::U32,
+            (DLPACK_UINT, 64) => DType::U64,
+            (DLPACK_FLOAT, 16) => DType::F16,
+            (DLPACK_FLOAT, 32) => DType::F32,
+            (DLPACK_FLOAT, 64) => DType::F64,
+            (DLPACK_BFLOAT, 16) => DType::BF16,
+            (DLPACK_COMPLEX, 64) => DType::C64,
+            (DLPACK_COMPLEX, 128) => DType::C128,
+            (DLPACK_BOOL, 8) => DType::Bool,
+            _ => return None,
+        })
+    }
+
+    /// The DLPack `DLDataType` of this dtype as `(code, bits, lanes)` (one lane): what a
+    /// DLPack export writes.
+    pub const fn dlpack(self) -> (u8, u8, u16) {
+        let code = match self {
+            DType::I8 | DType::I16 | DType::I32 | DType::I64 => DLPACK_INT,
+            DType::U8 | DType::U16 | DType::U32 | DType::U64 => DLPACK_UINT,
+            DType::F16 | DType::F32 | DType::F64 => DLPACK_FLOAT,
+            DType::BF16 => DLPACK_BFLOAT,
+            DType::C64 | DType::C128 => DLPACK_COMPLEX,
+            DType::Bool => DLPACK_BOOL,
+        };
+        (code, (self.itemsize() * 8) as u8, 1)
+    }
 }
 
 impl std::fmt::Display for DType {
@@ -263,6 +313,26 @@ mod tests {
         let big_endian = format!(">f4{}", "x".repeat(200));
         let message = InterfaceError::NonNativeByteOrder { typestr: big_endian }.to_string();
         assert!(message.len() < 300 && message.contains("…"), "{message}");
+    }
+
+    #[test]
+    fn dlpack_types_round_trip_and_vectors_are_refused() {
+        for d in DType::ALL {
+            let (code, bits, lanes) = d.dlpack();
+            assert_eq!((bits as usize, lanes), (d.itemsize() * 8, 1), "{d}");
+            assert_eq!(DType::from_dlpack(code, bits, lanes), Some(d), "{d}");
+            assert_eq!(DType::from_dlpack(code, bits, 4), None, "{d} x4 is a vector");
+        }
+        // dlpack.h's codes: kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4, kDLComplex 5, kDLBool 6.
+        assert_eq!(DType::F32.dlpack(), (2, 32, 1));
+        assert_eq!(DType::BF16.dlpack(), (4, 16, 1));
+        assert_eq!(DType::C128.dlpack(), (5, 128, 1));
+        assert_eq!(DType::Bool.dlpack(), (6, 8, 1));
+        assert_eq!(DType::U16.dlpack(), (1, 16, 1));
+        // kDLOpaqueHandle (3), float8 (code 2, 8 bits) and 1-bit bools have no caijit dtype.
+        for (code, bits) in [(3, 64), (2, 8), (6, 1), (0, 128), (7, 8)] {
+            assert_eq!(DType::from_dlpack(code, bits, 1), None, "({code}, {bits})");
+        }
     }
 
     #[test]

@@ -38,7 +38,7 @@ pub use derive::{
 pub use descriptor::{Data, Descriptor};
 pub use dtype::{DType, TypestrOptions};
 pub use error::{shorten_plain, InterfaceError};
-pub use view::{c_strides, is_multiple_of, ArrayView, StreamRef, MAX_RANK};
+pub use view::{c_strides, exported_ptr, is_multiple_of, ArrayView, StreamRef, MAX_RANK};
 
 #[cfg(test)]
 mod tests {

@@ -31,6 +31,19 @@ impl StreamRef {
         }
     }
 
+    /// A raw `CUstream` handle, as a library names its current stream: the null stream
+    /// (`0`, which CAI forbids as ambiguous) is the legacy default stream, as CUDA itself
+    /// reads a null handle; `1` and `2` are CUDA's own legacy and per-thread handles.
+    /// Every reading of a producer's raw stream goes through here.
+    pub fn from_raw(handle: u64) -> StreamRef {
+        match NonZeroU64::new(handle) {
+            None => StreamRef::Legacy,
+            Some(h) if h.get() == 1 => StreamRef::Legacy,
+            Some(h) if h.get() == 2 => StreamRef::PerThread,
+            Some(h) => StreamRef::Handle(h),
+        }
+    }
+
     /// The CAI `stream` value: `1`, `2` or the handle, never `0`.
     pub fn to_cai(self) -> u64 {
         match self {
@@ -283,11 +296,23 @@ impl ArrayView {
     /// Export as a version-3 descriptor by the CAI v3 producer rules: `strides: None`
     /// when C-contiguous, `data: (0, readonly)` when empty, stream `1`/`2`/handle.
     pub fn to_descriptor(&self) -> Descriptor {
-        let ptr = if self.is_empty() { 0 } else { self.ptr };
+        let ptr = exported_ptr(self.ptr, &self.shape);
         let mut d = Descriptor::new(self.shape.iter().map(|&n| n as i64).collect(), self.dtype.typestr(), ptr, self.readonly);
         d.strides = (!self.is_c_contiguous()).then(|| self.strides.to_vec());
         d.stream = self.stream.map(StreamRef::to_cai);
         d
+    }
+}
+
+/// The pointer an array of `shape` at `ptr` is exported and imported with: `0` when it
+/// has no elements (the CAI v3 producer rule: a view of no elements may point anywhere, and
+/// CuPy, PyTorch and DLPack producers hand out such pointers), else `ptr`. Every export
+/// and every fast-path import of an array's pointer goes through here.
+pub fn exported_ptr(ptr: u64, shape: &[usize]) -> u64 {
+    if shape.contains(&0) {
+        0
+    } else {
+        ptr
     }
 }
 
@@ -362,5 +387,23 @@ mod tests {
         assert!(v.is_itemsize_aligned());
         let odd = ArrayView::new(0x1000, &[4, 3], Some(&[-6, 4]), DType::F32, false, None).unwrap();
         assert!(!odd.is_itemsize_aligned());
+    }
+
+    #[test]
+    fn a_null_raw_stream_is_the_legacy_stream() {
+        assert_eq!(StreamRef::from_raw(0), StreamRef::Legacy);
+        assert_eq!(StreamRef::from_raw(1), StreamRef::Legacy);
+        assert_eq!(StreamRef::from_raw(2), StreamRef::PerThread);
+        assert_eq!(StreamRef::from_raw(0x7f00), StreamRef::from_cai(0x7f00).unwrap());
+        assert_eq!(StreamRef::from_raw(0).to_cai(), 1);
+    }
+
+    #[test]
+    fn an_empty_array_exports_pointer_0() {
+        assert_eq!(exported_ptr(0x1000, &[3, 0, 2]), 0);
+        assert_eq!(exported_ptr(0x1000, &[3, 2]), 0x1000);
+        assert_eq!(exported_ptr(0x1000, &[]), 0x1000, "a 0-d array has one element");
+        let empty = ArrayView::new(0x1000, &[0], None, DType::F32, false, None).unwrap();
+        assert_eq!(empty.to_descriptor().data.ptr, 0);
     }
 }

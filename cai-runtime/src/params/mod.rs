@@ -12,7 +12,7 @@ use crate::{Error, Result};
 
 pub(crate) use buffer::ParamBuffer;
 pub use bytes::{KernelStruct, ParamBytes};
-pub use scalar::{encode_scalar, ScalarBytes};
+pub use scalar::{encode_scalar, Num, ScalarBytes};
 
 mod buffer;
 mod bytes;
@@ -39,50 +39,6 @@ const _: () = {
     assert!(offset_of!(ArrayParam<3>, shape) == ArrayLayout::extent(0));
     assert!(offset_of!(ArrayParam<3>, strides) == ArrayLayout::stride(3, 0));
 };
-
-/// A scalar argument's value.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Num {
-    Bool(bool),
-    Int(i128),
-    Float(f64),
-    Complex(f64, f64),
-}
-
-macro_rules! num_from {
-    ($($t:ty => $v:ident),* $(,)?) => {
-        $(impl From<$t> for Num {
-            fn from(x: $t) -> Num {
-                Num::$v(x.into())
-            }
-        })*
-    };
-}
-num_from!(bool => Bool, i8 => Int, i16 => Int, i32 => Int, i64 => Int, u8 => Int, u16 => Int, u32 => Int, u64 => Int, f32 => Float, f64 => Float);
-
-impl From<usize> for Num {
-    fn from(x: usize) -> Num {
-        Num::Int(x as i128)
-    }
-}
-
-impl From<isize> for Num {
-    fn from(x: isize) -> Num {
-        Num::Int(x as i128)
-    }
-}
-
-impl From<half::f16> for Num {
-    fn from(x: half::f16) -> Num {
-        Num::Float(x.into())
-    }
-}
-
-impl From<half::bf16> for Num {
-    fn from(x: half::bf16) -> Num {
-        Num::Float(x.into())
-    }
-}
 
 /// A launch argument.
 #[derive(Clone, Copy, Debug)]

@@ -1,8 +1,51 @@
 //! Scalar arguments encoded as exactly their parameter's type, range-checked: the one
 //! encoding a launch, a JAX launch's prepared scalars and the ops share.
 
-use super::Num;
 use crate::cai::DType;
+
+/// A scalar argument's value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Num {
+    Bool(bool),
+    Int(i128),
+    Float(f64),
+    Complex(f64, f64),
+}
+
+macro_rules! num_from {
+    ($($t:ty => $v:ident),* $(,)?) => {
+        $(impl From<$t> for Num {
+            fn from(x: $t) -> Num {
+                Num::$v(x.into())
+            }
+        })*
+    };
+}
+num_from!(bool => Bool, i8 => Int, i16 => Int, i32 => Int, i64 => Int, u8 => Int, u16 => Int, u32 => Int, u64 => Int, f32 => Float, f64 => Float);
+
+impl From<usize> for Num {
+    fn from(x: usize) -> Num {
+        Num::Int(x as i128)
+    }
+}
+
+impl From<isize> for Num {
+    fn from(x: isize) -> Num {
+        Num::Int(x as i128)
+    }
+}
+
+impl From<half::f16> for Num {
+    fn from(x: half::f16) -> Num {
+        Num::Float(x.into())
+    }
+}
+
+impl From<half::bf16> for Num {
+    fn from(x: half::bf16) -> Num {
+        Num::Float(x.into())
+    }
+}
 
 /// A scalar parameter's bytes (at most 16, for complex128), kept on the stack: encoding
 /// a launch's scalars allocates nothing.

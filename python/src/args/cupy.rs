@@ -1,12 +1,14 @@
 //! CuPy arrays, read through their attributes instead of building a CAI dict: the same
 //! facts CuPy's `__cuda_array_interface__` would hold, with CuPy's current stream.
 
-use cai_runtime::cai::{ArrayView, StreamRef};
+use cai_runtime::cai::{exported_ptr, ArrayView};
 use pyo3::intern;
 use pyo3::prelude::*;
 use smallvec::{smallvec, SmallVec};
 
-use super::{ints, numpy_dtype_of, object_device, ArgContext, PyArg};
+use super::arg::PyArg;
+use super::context::ArgContext;
+use super::read::{ints, numpy_dtype_of, object_device};
 use crate::errors::PyCaiResult;
 
 /// Whether a type (from its MRO) is CuPy's ndarray: `cupy.ndarray` or its Cython base,
@@ -26,7 +28,7 @@ pub fn view(obj: &Bound<'_, PyAny>, exact: bool, ctx: &mut ArgContext) -> PyCaiR
     // Attributes that cannot be read as CuPy's own are left to the generic path, which reads
     // the object's interface and reports what is wrong with it.
     let Ok((ptr, shape, strides, data)) = read(obj, exact) else { return Ok(None) };
-    let stream = ctx.cupy_stream(py)?.map(StreamRef::from_cai).transpose()?;
+    let stream = Some(ctx.cupy_stream(py)?);
     // The memory's device, from its pointer object (`a.device` would build a Device).
     let device = object_device(|| match data.getattr(intern!(py, "device_id")) {
         Ok(id) => Ok(id.extract()?),
@@ -50,7 +52,7 @@ fn read<'py>(obj: &Bound<'py, PyAny>, exact: bool) -> PyResult<Layout<'py>> {
         false => ints::<usize>(&obj.getattr(intern!(py, "shape"))?)?,
     };
     // CuPy exports an empty array's pointer as 0 (a view of no elements may point anywhere).
-    let ptr = if shape.contains(&0) { 0 } else { ptr };
+    let ptr = exported_ptr(ptr, &shape);
     // A C-contiguous array's strides follow from its shape (CuPy's own CAI exports
     // `strides: None` then); its flag is a C field, cheaper than the strides tuple.
     // A CuPy without the (private) flag gives its strides.

@@ -10,13 +10,15 @@
 //! interfaces (a host tensor, an unsupported dtype, a producer error) takes the next path,
 //! so errors stay the generic paths' own.
 
-use cai_runtime::cai::{DType, StreamRef};
+use cai_runtime::cai::DType;
 use cai_runtime::python::dlpack::ExchangeApi;
 use pyo3::intern;
 use pyo3::prelude::*;
 
-use super::dlpack::{is_cuda, view_of};
-use super::{ArgContext, PyArg};
+use super::arg::PyArg;
+use super::context::ArgContext;
+use super::torch::refuse_lazy_views;
+use crate::dlpack::{is_cuda, view_of};
 use crate::errors::PyCaiResult;
 
 /// The view and device of `obj` through `api`; `None` to take the next path. `torch`:
@@ -35,10 +37,10 @@ pub fn view(index: usize, obj: &Bound<'_, PyAny>, api: &ExchangeApi, torch: bool
         return Ok(None);
     }
     if torch {
-        let complex = matches!(super::dlpack::dtype_of(info.dtype), Some(DType::C64 | DType::C128));
-        super::torch::refuse_lazy_views(index, obj, Some(complex))?;
+        let complex = matches!(DType::from_dlpack(info.dtype.code, info.dtype.bits, info.dtype.lanes), Some(DType::C64 | DType::C128));
+        refuse_lazy_views(index, obj, Some(complex))?;
     }
     let device = info.device.device_id as usize;
     let stream = ctx.exchange_stream(py, api, info.device.device_type, device)?;
-    Ok(view_of(&info, Some(StreamRef::from_cai(stream)?)).ok().map(|v| PyArg::ArrayOn(v, device)))
+    Ok(view_of(&info, Some(stream)).ok().map(|v| PyArg::ArrayOn(v, device)))
 }

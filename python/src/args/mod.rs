@@ -18,190 +18,38 @@
 //! and one line in [`route_of`]; tests compare it with the generic path through
 //! `launch_view(obj, path=...)`.
 
-pub mod cupy;
-pub mod dlpack;
-pub mod exchange;
-pub mod numba;
-pub mod torch;
+mod arg;
+mod context;
+mod cupy;
+mod dlpack;
+mod exchange;
+mod numba;
+mod read;
+mod scalar;
+mod torch;
 
-use std::cell::RefCell;
+pub use arg::{launch_device, release_after, PyArg};
+pub use context::ArgContext;
+pub use scalar::number;
 
-use cai_runtime::cai::{ArrayView, DType, TypestrOptions};
-use cai_runtime::launch::{Arg, Num};
-use cai_runtime::python::capi::IntptrFn;
+use cai_runtime::cai::{ArrayView, TypestrOptions};
+use cai_runtime::launch::Num;
 use cai_runtime::python::dlpack::ExchangeApi;
 use cai_runtime::python::FromPyError;
-use cai_runtime::runtime::{Context, Stream as RtStream};
+use cai_runtime::runtime::Stream as RtStream;
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBool, PyBytes, PyComplex, PyDict, PyFloat, PyInt, PyTuple, PyType};
-use smallvec::SmallVec;
+use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyType};
 
 use crate::array::DeviceArray;
 use crate::errors::{PyCaiError, PyCaiResult};
 use crate::interface::{interface_dict, view_from_dict, Interface, Owner};
+use crate::pyobj::type_name;
 use crate::stream::stream_from_py;
 use crate::timing::{self, Phase};
-
-/// A launch argument converted from Python, holding what must stay alive until the launch.
-pub enum PyArg {
-    Array(ArrayView),
-    /// An array imported by DLPack, with its device when the capsule named one, and the
-    /// capsule that keeps it alive (released by [`release_after`] once the work that reads
-    /// it has finished).
-    Dlpack {
-        view: ArrayView,
-        device: Option<usize>,
-        holder: Py<PyAny>,
-    },
-    /// An array whose device is known without asking the driver.
-    ArrayOn(ArrayView, usize),
-    /// A caijit array: its view is borrowed for the launch (the reference keeps it alive),
-    /// never copied.
-    Own(Py<DeviceArray>),
-    /// A view of a caijit array (an `Interface`), holding the array.
-    OwnView(ArrayView, Py<DeviceArray>),
-    Scalar(Num, Option<DType>),
-    Bytes(Vec<u8>),
-}
-
-impl PyArg {
-    /// The array's view; `None` for a scalar or struct bytes.
-    pub fn view(&self) -> Option<&ArrayView> {
-        match self {
-            PyArg::Array(v) | PyArg::Dlpack { view: v, .. } | PyArg::ArrayOn(v, _) | PyArg::OwnView(v, _) => Some(v),
-            PyArg::Own(a) => Some(a.get().inner.as_view()),
-            PyArg::Scalar(..) | PyArg::Bytes(_) => None,
-        }
-    }
-
-    /// The device of an array argument's memory: the one its conversion learnt, else the
-    /// pointer's (asked of the driver only with several devices; the answer is kept, so a
-    /// launch does not ask again); `None` for a scalar, struct bytes, or a pointer no device
-    /// owns.
-    pub fn device(&mut self) -> PyCaiResult<Option<usize>> {
-        let asked = match self {
-            PyArg::ArrayOn(_, d) | PyArg::Dlpack { device: Some(d), .. } => return Ok(Some(*d)),
-            PyArg::Own(a) | PyArg::OwnView(_, a) => return Ok(Some(a.get().inner.context().ordinal())),
-            PyArg::Scalar(..) | PyArg::Bytes(_) => return Ok(None),
-            _ if cai_runtime::runtime::device_count()? <= 1 => return Ok(Some(0)),
-            PyArg::Array(v) | PyArg::Dlpack { view: v, device: None, .. } => cai_runtime::runtime::pointer_device(v.ptr())?,
-        };
-        match (&mut *self, asked) {
-            (PyArg::Array(v), Some(d)) => *self = PyArg::ArrayOn(v.clone(), d),
-            (PyArg::Dlpack { device, .. }, Some(d)) => *device = Some(d),
-            _ => {}
-        }
-        Ok(asked)
-    }
-
-    pub fn as_arg(&self) -> Arg<'_> {
-        match self {
-            PyArg::Array(v) | PyArg::Dlpack { view: v, device: None, .. } => Arg::Array(v),
-            PyArg::ArrayOn(v, d) | PyArg::Dlpack { view: v, device: Some(d), .. } => Arg::ArrayOn(v, *d),
-            PyArg::Own(a) => {
-                let inner = &a.get().inner;
-                Arg::ArrayOn(inner.as_view(), inner.context().ordinal())
-            }
-            PyArg::OwnView(v, a) => Arg::ArrayOn(v, a.get().inner.context().ordinal()),
-            PyArg::Scalar(value, dtype) => Arg::Scalar { value: *value, dtype: *dtype },
-            PyArg::Bytes(b) => Arg::Bytes(b),
-        }
-    }
-}
-
-/// Which device a launch runs on: the device of its first non-empty array, else the
-/// stream's, else 0.
-pub fn launch_device(args: &mut [PyArg], stream: Option<&RtStream>) -> PyCaiResult<usize> {
-    if cai_runtime::runtime::device_count()? <= 1 {
-        return Ok(0);
-    }
-    for a in args {
-        if a.view().is_some_and(|v| !v.is_empty()) {
-            if let Some(d) = a.device()? {
-                return Ok(d);
-            }
-        }
-    }
-    match stream {
-        Some(s) => Ok(s.device_from_driver()?.unwrap_or(0)),
-        None => Ok(0),
-    }
-}
-
-/// Hand the DLPack capsules among `args` to `ctx`, to be released once the work enqueued
-/// so far on `stream` (a CAI value) has finished: a capsule's deleter gives the memory back
-/// to its producer (PyTorch's caching allocator, say), which must not reuse it while the
-/// kernel still reads it. Other arguments are dropped now.
-pub fn release_after(ctx: &Context, stream: u64, args: impl IntoIterator<Item = PyArg>) -> PyCaiResult<()> {
-    let mut result: cai_runtime::Result<()> = Ok(());
-    for a in args {
-        if let PyArg::Dlpack { holder, .. } = a {
-            // (a failure waits for the stream before it drops the capsule: see release_after)
-            result = result.and(ctx.release_after(stream, Box::new(holder)));
-        }
-    }
-    Ok(result?)
-}
-
-pub fn type_name(obj: &Bound<'_, PyAny>) -> String {
-    let t = obj.get_type();
-    let module = t.module().map(|m| m.to_string()).unwrap_or_default();
-    let name = t.name().map(|n| n.to_string()).unwrap_or_default();
-    if module.is_empty() || module == "builtins" {
-        name
-    } else {
-        format!("{module}.{name}")
-    }
-}
-
-/// How arguments of one type are read, decided once per type.
-#[derive(Clone, Copy, Debug)]
-enum Route {
-    /// Through the type's DLPack exchange API (`torch`: a PyTorch tensor type).
-    Exchange {
-        api: ExchangeApi,
-        torch: bool,
-    },
-    /// CuPy's ndarray; `exact` when the type is CuPy's own (not a Python subclass, which
-    /// may override the attributes CuPy's interface reads).
-    Cupy {
-        exact: bool,
-    },
-    Torch,
-    Numba,
-    Other,
-}
-
-/// Which paths a conversion may take: all (a launch), or one forced for tests that
-/// compare a fast path with the generic one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum Path {
-    #[default]
-    Auto,
-    /// Only the exchange API (else the generic paths).
-    Exchange,
-    /// Only the attribute-reading fast path of a known type (else the generic paths).
-    Known,
-    /// Neither: `__cuda_array_interface__`, then `__dlpack__`.
-    Generic,
-    /// `__dlpack__` only.
-    Dlpack,
-}
-
-impl Path {
-    fn parse(s: Option<&str>) -> PyCaiResult<Path> {
-        Ok(match s {
-            None | Some("auto") => Path::Auto,
-            Some("exchange") => Path::Exchange,
-            Some("known") => Path::Known,
-            Some("generic") | Some("cai") => Path::Generic,
-            Some("dlpack") => Path::Dlpack,
-            Some(other) => return Err(PyCaiError::argument(format!("no conversion path {other:?}"))),
-        })
-    }
-}
+use context::Path;
+use read::{remembered_route, Route};
+use scalar::{int_value, numpy_scalar, python_number};
 
 /// Whether the exchange API is used (`CAIJIT_DLPACK_EXCHANGE=0` turns it off, read once).
 fn exchange_enabled() -> bool {
@@ -212,7 +60,7 @@ fn exchange_enabled() -> bool {
 /// The route of a type: its exchange API when it has a usable one, else a known type by
 /// its MRO (subclasses included: a subclass's work is on its base's current stream).
 fn route_of(ty: &Bound<'_, PyType>) -> Route {
-    remember(&ROUTES, ty.as_any(), || {
+    remembered_route(ty.as_any(), || {
         let mut torch_type = false;
         let mut known = Route::Other;
         for base in ty.mro().iter() {
@@ -245,206 +93,6 @@ fn qualified_name(ty: &Bound<'_, PyAny>) -> PyResult<String> {
     let module: String = ty.getattr(intern!(ty.py(), "__module__"))?.extract().unwrap_or_default();
     let name: String = ty.getattr(intern!(ty.py(), "__qualname__"))?.extract()?;
     Ok(format!("{module}.{name}"))
-}
-
-thread_local! {
-    /// Routes of the types seen, and caijit dtypes of the dtype objects seen: per thread,
-    /// so the launch path takes no lock.
-    static ROUTES: RefCell<Vec<(usize, Route)>> = const { RefCell::new(Vec::new()) };
-    static SEEN_DTYPES: RefCell<Vec<(usize, Option<DType>)>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Look `key`'s address up in a per-thread table, computing and recording it the first
-/// time. Every recorded object is kept alive for the process's life (a leaked strong
-/// reference: types and dtype singletons, a handful per process), so no address in a table
-/// can be reused by another object.
-fn remember<V: Copy>(
-    table: &'static std::thread::LocalKey<RefCell<Vec<(usize, V)>>>,
-    key: &Bound<'_, PyAny>,
-    compute: impl FnOnce() -> PyResult<V>,
-) -> PyResult<V> {
-    let addr = key.as_ptr() as usize;
-    if let Some(v) = table.with_borrow(|t| t.iter().find(|(k, _)| *k == addr).map(|&(_, v)| v)) {
-        return Ok(v);
-    }
-    let v = compute()?;
-    std::mem::forget(key.clone().unbind());
-    table.with_borrow_mut(|t| t.push((addr, v)));
-    Ok(v)
-}
-
-/// NumPy, CuPy and PyTorch dtype objects are singletons: their caijit dtype is looked up by
-/// address after the first time (the table holds a reference, so addresses stay unique).
-fn cached_dtype(dtype_obj: &Bound<'_, PyAny>, read: impl FnOnce() -> PyResult<Option<DType>>) -> PyResult<Option<DType>> {
-    remember(&SEEN_DTYPES, dtype_obj, read)
-}
-
-/// The dtype of an array whose `dtype` is a NumPy dtype (CuPy's, Numba's), from its
-/// typestr, read once per dtype object; `None` for a dtype caijit does not know.
-fn numpy_dtype_of(obj: &Bound<'_, PyAny>) -> PyResult<Option<DType>> {
-    let py = obj.py();
-    let dtype_obj = obj.getattr(intern!(py, "dtype"))?;
-    cached_dtype(&dtype_obj, || {
-        let typestr: String = dtype_obj.getattr(intern!(py, "str"))?.extract()?;
-        Ok(DType::from_typestr(&typestr).ok())
-    })
-}
-
-/// A shape or strides tuple (torch.Size included) read item by item, into a buffer on the
-/// stack; any other sequence through the generic conversion.
-fn ints<T>(obj: &Bound<'_, PyAny>) -> PyResult<SmallVec<[T; 4]>>
-where
-    T: for<'a, 'py> FromPyObject<'a, 'py, Error = PyErr>,
-{
-    match obj.cast::<PyTuple>() {
-        Ok(t) => {
-            let mut out = SmallVec::new();
-            for item in t.iter_borrowed() {
-                out.push(item.extract::<T>()?);
-            }
-            Ok(out)
-        }
-        Err(_) => Ok(obj.extract::<Vec<T>>()?.into()),
-    }
-}
-
-/// The device of a known type's array: 0 on a single-GPU machine (or one without a driver,
-/// where a launch fails later with its own error), else asked of the object itself by `ask`
-/// (still cheaper than the driver's pointer query).
-fn object_device(ask: impl FnOnce() -> PyCaiResult<usize>) -> PyCaiResult<usize> {
-    match cai_runtime::runtime::device_count() {
-        Ok(n) if n > 1 => ask(),
-        _ => Ok(0),
-    }
-}
-
-/// Per-launch facts shared by all arguments (each read at most once per launch).
-#[derive(Default)]
-pub struct ArgContext {
-    cupy_stream: Option<Option<u64>>,
-    /// PyTorch's current stream on a device (CAI value).
-    torch_stream: Option<(usize, u64)>,
-    /// An exchange API producer's current work stream: (table, device type, device, CAI value).
-    exchange_stream: Option<(usize, i32, usize, u64)>,
-    /// The stream the launch will use when it was given (CAI value); DLPack producers are
-    /// asked to order their work before it.
-    explicit_stream: Option<u64>,
-    /// Whether that stream is being captured into a CUDA graph (asked once per launch, at
-    /// the first DLPack import).
-    capturing: Option<bool>,
-    path: Path,
-}
-
-/// A producer's raw current stream as a CAI value (its null default stream is the legacy
-/// stream, 1).
-fn cai_stream(raw: u64) -> u64 {
-    if raw == 0 {
-        1
-    } else {
-        raw
-    }
-}
-
-impl ArgContext {
-    pub fn new(explicit_stream: Option<u64>) -> Self {
-        ArgContext { explicit_stream, ..Default::default() }
-    }
-
-    /// What DLPack producers are asked for (`__dlpack__(stream=...)`), and the producer
-    /// stream the imported view carries.
-    ///
-    /// Normally the launch's explicit stream, else the legacy default stream: the producer
-    /// orders its pending work before it, and the view carries it, so the stream protocol
-    /// needs no special case for DLPack. But when the launch stream is being captured into
-    /// a CUDA graph, the producer would make it wait on the producer's own stream, outside
-    /// the capture (`cudaErrorStreamCaptureIsolation`: the capture is invalidated). Then
-    /// the producer is asked for `-1` (no ordering) and the view carries no stream, as
-    /// caijit leaves out its own edges to streams outside a capture: ordering a replay
-    /// against other work is the capturer's business.
-    pub fn dlpack_stream(&mut self) -> PyCaiResult<(i64, Option<u64>)> {
-        let stream = self.explicit_stream.unwrap_or(1);
-        // (The legacy default stream is never captured, and never asked: asking it while a
-        // blocking stream captures is itself an illegal implicit synchronisation.)
-        let capturing = match self.capturing {
-            Some(c) => c,
-            None if stream == 1 => false,
-            None => {
-                // A stream the driver cannot answer for (the per-thread default stream of a
-                // thread without a current context) is no capture of caijit's to keep: the
-                // producer is asked as before.
-                let c = RtStream::borrowed(stream)?.is_capturing().unwrap_or(false);
-                self.capturing = Some(c);
-                c
-            }
-        };
-        if capturing {
-            return Ok((-1, None));
-        }
-        Ok((stream as i64, Some(stream)))
-    }
-
-    /// The stream CuPy's `__cuda_array_interface__` would export now: its current stream
-    /// (the null stream exported as 1, the legacy default stream), from the C function
-    /// CuPy's own export calls (`cupy_backends.cuda.stream.get_current_stream_ptr`, through
-    /// Cython's C API) where this CuPy exports it, else `cupy.cuda.get_current_stream().ptr`.
-    fn cupy_stream(&mut self, py: Python<'_>) -> PyResult<Option<u64>> {
-        static C_FUNCTION: PyOnceLock<Option<IntptrFn>> = PyOnceLock::new();
-        static CURRENT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-        if let Some(s) = self.cupy_stream {
-            return Ok(s);
-        }
-        let probe = timing::start();
-        let c_function = C_FUNCTION.get_or_init(py, || {
-            let module = py.import("cupy_backends.cuda.stream").ok()?;
-            IntptrFn::from_pyx_capi(&module, "get_current_stream_ptr")
-        });
-        let ptr: u64 = match c_function {
-            Some(f) => f.call(py)? as u64,
-            None => {
-                let f = CURRENT
-                    .get_or_try_init(py, || -> PyResult<_> { Ok(py.import("cupy.cuda")?.getattr("get_current_stream")?.unbind()) })?;
-                f.bind(py).call0()?.getattr(intern!(py, "ptr"))?.extract()?
-            }
-        };
-        let s = Some(cai_stream(ptr));
-        self.cupy_stream = Some(s);
-        probe.stop(Phase::ProducerStream);
-        Ok(s)
-    }
-
-    /// PyTorch's current stream on `device`, on which PyTorch enqueues a tensor's work and
-    /// frees its memory for reuse (its default stream, handle 0, is the legacy stream: 1).
-    /// A tensor carries it as its producer stream, so a launch on another stream gets both
-    /// edges: the reverse edge keeps PyTorch's caching allocator from handing a temporary's
-    /// memory to new work before the kernel has read it.
-    fn torch_stream(&mut self, py: Python<'_>, device: usize) -> PyResult<u64> {
-        static CURRENT: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
-        if let Some((_, s)) = self.torch_stream.filter(|(d, _)| *d == device) {
-            return Ok(s);
-        }
-        let probe = timing::start();
-        let f = CURRENT.get_or_try_init(py, || -> PyResult<_> {
-            Ok(py.import("torch")?.getattr("_C")?.getattr("_cuda_getCurrentRawStream")?.unbind())
-        })?;
-        let s = cai_stream(f.bind(py).call1((device,))?.extract()?);
-        self.torch_stream = Some((device, s));
-        probe.stop(Phase::ProducerStream);
-        Ok(s)
-    }
-
-    /// An exchange API producer's current work stream on a device (as a CAI value), asked
-    /// once per launch per (producer, device).
-    fn exchange_stream(&mut self, py: Python<'_>, api: &ExchangeApi, device_type: i32, device: usize) -> PyResult<u64> {
-        let id = api.id();
-        if let Some((_, _, _, s)) = self.exchange_stream.filter(|&(a, t, d, _)| a == id && t == device_type && d == device) {
-            return Ok(s);
-        }
-        let probe = timing::start();
-        let s = cai_stream(api.current_work_stream(py, device_type, device as i32)?);
-        self.exchange_stream = Some((id, device_type, device, s));
-        probe.stop(Phase::ProducerStream);
-        Ok(s)
-    }
 }
 
 /// Convert argument `index` of a launch.
@@ -536,7 +184,7 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
     if let Some((value, dtype)) = numpy_scalar(index, obj)? {
         return Ok(PyArg::Scalar(value, dtype));
     }
-    if obj.hasattr("__array_interface__")? || obj.hasattr("__array__")? || is_cpu_dlpack(obj)? {
+    if obj.hasattr("__array_interface__")? || obj.hasattr("__array__")? || dlpack::is_host(obj)? {
         return Err(PyCaiError::argument(format!(
             "argument {index}: a {} is host memory; caijit never copies implicitly (use caijit.to_device, or a GPU array)",
             type_name(obj)
@@ -559,75 +207,6 @@ fn caijit_arg(array: Py<DeviceArray>, view: Option<ArrayView>) -> PyCaiResult<Py
         None => PyArg::Own(array),
         Some(v) => PyArg::OwnView(v, array),
     })
-}
-
-/// A Python number (bool, int, float or complex, subclasses included) as a scalar's value;
-/// `None` for anything else.
-pub fn python_number(index: usize, obj: &Bound<'_, PyAny>) -> PyCaiResult<Option<Num>> {
-    // NumPy's float64 and complex128 subclass float and complex: they are NumPy scalars,
-    // whose dtype takes part in deduction (`numpy_scalar`). (Anything that is no number at
-    // all, an array say, is told by its type alone, before that slower look.)
-    let exact = obj.is_exact_instance_of::<PyInt>() || obj.is_exact_instance_of::<PyFloat>() || obj.is_exact_instance_of::<PyBool>();
-    let number = exact || obj.is_instance_of::<PyInt>() || obj.is_instance_of::<PyFloat>() || obj.is_instance_of::<PyComplex>();
-    if !number || (!exact && is_numpy_scalar(obj)?) {
-        return Ok(None);
-    }
-    Ok(Some(if obj.is_instance_of::<PyBool>() {
-        Num::Bool(obj.extract()?)
-    } else if obj.is_instance_of::<PyInt>() {
-        Num::Int(int_value(index, obj)?)
-    } else if obj.is_instance_of::<PyFloat>() {
-        Num::Float(obj.extract()?)
-    } else if let Ok(c) = obj.cast::<PyComplex>() {
-        Num::Complex(c.real(), c.imag())
-    } else {
-        return Ok(None);
-    }))
-}
-
-/// A Python number, or a NumPy scalar with its dtype (which deduces templates); `None` for
-/// anything else.
-pub fn number(index: usize, obj: &Bound<'_, PyAny>) -> PyCaiResult<Option<(Num, Option<DType>)>> {
-    if let Some(n) = python_number(index, obj)? {
-        return Ok(Some((n, None)));
-    }
-    numpy_scalar(index, obj)
-}
-
-/// A NumPy scalar (`numpy.float32(1.5)`): its value, and its dtype, which also drives
-/// template deduction; `None` for anything else.
-pub fn numpy_scalar(index: usize, obj: &Bound<'_, PyAny>) -> PyCaiResult<Option<(Num, Option<DType>)>> {
-    if !is_numpy_scalar(obj)? {
-        return Ok(None);
-    }
-    let name: String = obj.getattr("dtype")?.getattr("name")?.extract()?;
-    match python_number(index, &obj.call_method0("item")?)? {
-        Some(value) => Ok(Some((value, DType::from_name(&name)))),
-        None => Err(PyCaiError::argument(format!("argument {index}: unsupported NumPy scalar {name}"))),
-    }
-}
-
-/// An int's value: through `i64` (one C call), and only beyond that through the limited
-/// API's slower 128-bit path.
-fn int_value(index: usize, obj: &Bound<'_, PyAny>) -> PyCaiResult<i128> {
-    if let Ok(v) = obj.extract::<i64>() {
-        return Ok(v.into());
-    }
-    obj.extract::<i128>().map_err(|_| PyCaiError::argument(format!("argument {index}: integer {obj} does not fit in 128 bits")))
-}
-
-/// `numpy.float32(1.5)` and friends (0-d, typed), but not `numpy.ndarray`.
-fn is_numpy_scalar(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
-    if !type_name(obj).starts_with("numpy.") || obj.get_type().name().is_ok_and(|n| n == "ndarray") {
-        return Ok(false);
-    }
-    Ok(obj.hasattr("dtype")? && obj.hasattr("item")?)
-}
-
-fn is_cpu_dlpack(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
-    Ok(
-        matches!(dlpack::dlpack_device(obj)?, Some((kind, _)) if kind == cai_runtime::python::dlpack::KDL_CPU || kind == cai_runtime::python::dlpack::KDL_CUDA_HOST),
-    )
 }
 
 /// The view a launch on `stream` takes of `obj` (fast paths included), with its device when

@@ -11,7 +11,8 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::PyInt;
 
-use super::{ints, numpy_dtype_of, PyArg};
+use super::arg::PyArg;
+use super::read::{ints, numpy_dtype_of};
 use crate::errors::PyCaiResult;
 
 /// Whether a type (from its MRO) is Numba's device array base, in numba-cuda's

@@ -3,11 +3,13 @@
 //! `__cuda_array_interface__` would give, and torch's current stream as the producer stream
 //! (PyTorch enqueues a tensor's work and frees its memory for reuse on it).
 
-use cai_runtime::cai::{ArrayView, DType, StreamRef};
+use cai_runtime::cai::{exported_ptr, ArrayView, DType};
 use pyo3::intern;
 use pyo3::prelude::*;
 
-use super::{cached_dtype, ints, object_device, ArgContext, PyArg};
+use super::arg::PyArg;
+use super::context::ArgContext;
+use super::read::{cached_dtype, ints, object_device};
 use crate::errors::{PyCaiError, PyCaiResult};
 
 pub fn is_type(qualified_name: &str) -> bool {
@@ -55,8 +57,8 @@ pub fn view(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCai
     for s in &mut strides {
         *s = s.checked_mul(item).ok_or_else(|| PyCaiError::argument(format!("stride {s} of a torch tensor overflows")))?;
     }
-    let ptr = if shape.contains(&0) { 0 } else { ptr };
+    let ptr = exported_ptr(ptr, &shape);
     let device = object_device(|| Ok(obj.call_method0(intern!(py, "get_device"))?.extract()?))?;
-    let stream = StreamRef::from_cai(ctx.torch_stream(py, device)?)?;
+    let stream = ctx.torch_stream(py, device)?;
     Ok(Some(PyArg::ArrayOn(ArrayView::new(ptr, &shape, Some(&strides), dtype, false, Some(stream))?, device)))
 }

@@ -1,0 +1,267 @@
+//! DLPack both ways, as far as it is not a launch's business: reading a producer's
+//! device and capsule, the view of a DLPack tensor (shared by the capsule import and the
+//! exchange API path of `args`), and exporting caijit arrays as capsules
+//! (`DeviceArray.__dlpack__`). The dtype map is the runtime's ([`DType::from_dlpack`]).
+
+use cai_runtime::array::DeviceArray as RtArray;
+use cai_runtime::cai::{exported_ptr, ArrayView, DType, StreamRef, TypestrOptions};
+use cai_runtime::python::descriptor_from_object;
+use cai_runtime::python::dlpack::{self as dl, DLDataType, DLDevice, ExportTensor, TensorInfo};
+use cai_runtime::runtime::{Context, Stream as RtStream};
+use pyo3::exceptions::PyTypeError;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use crate::errors::{PyCaiError, PyCaiResult};
+use crate::pyobj::type_name;
+
+/// Whether a DLPack device is CUDA device memory caijit can launch on (managed included).
+pub fn is_cuda(d: DLDevice) -> bool {
+    matches!(d.device_type, dl::KDL_CUDA | dl::KDL_CUDA_MANAGED)
+}
+
+/// The view of a DLPack tensor (strides in elements become bytes; an empty tensor's
+/// pointer is 0, as CAI writes it: [`exported_ptr`]), with its producer stream. `Err` says why not.
+pub fn view_of(t: &TensorInfo, stream: Option<StreamRef>) -> Result<ArrayView, String> {
+    let dtype = DType::from_dlpack(t.dtype.code, t.dtype.bits, t.dtype.lanes).ok_or_else(|| {
+        format!("DLPack dtype code {} with {} bits and {} lanes is not supported", t.dtype.code, t.dtype.bits, t.dtype.lanes)
+    })?;
+    // (plain loops: this runs per tensor per launch on the exchange API path)
+    let mut shape = smallvec::SmallVec::<[usize; 4]>::new();
+    for &n in &t.shape {
+        shape.push(usize::try_from(n).map_err(|_| format!("DLPack shape {:?} has a negative extent", t.shape))?);
+    }
+    let item = dtype.itemsize() as i64;
+    let strides = match &t.strides {
+        None => None,
+        Some(s) => {
+            let mut bytes = smallvec::SmallVec::<[i64; 4]>::new();
+            for &x in s {
+                bytes.push(x.checked_mul(item).ok_or_else(|| format!("DLPack stride {x} overflows in bytes"))?);
+            }
+            Some(bytes)
+        }
+    };
+    ArrayView::new(exported_ptr(t.data, &shape), &shape, strides.as_deref(), dtype, t.readonly, stream).map_err(|e| e.to_string())
+}
+
+/// `obj.__dlpack_device__()` as `(type, id)`; `None` without one.
+pub fn dlpack_device(obj: &Bound<'_, PyAny>) -> PyResult<Option<(i32, i32)>> {
+    let py = obj.py();
+    if !obj.hasattr(intern!(py, "__dlpack__"))? || !obj.hasattr(intern!(py, "__dlpack_device__"))? {
+        return Ok(None);
+    }
+    let dev = obj.call_method0(intern!(py, "__dlpack_device__"))?;
+    Ok(Some((dev.get_item(0)?.extract()?, dev.get_item(1)?.extract()?)))
+}
+
+/// `obj.__dlpack__(stream=stream, max_version=(1, 3), copy=False)` (caijit works on the
+/// producer's memory, never on a copy); a producer predating DLPack 1.0 (its `TypeError`
+/// names `max_version` or `copy`) is asked again with the stream alone. Any other
+/// exception, a `TypeError` of the producer's own included, passes unchanged after one call.
+pub fn call_dlpack<'py>(obj: &Bound<'py, PyAny>, stream: i64) -> PyResult<Bound<'py, PyAny>> {
+    let py = obj.py();
+    let kwargs = PyDict::new(py);
+    kwargs.set_item(intern!(py, "stream"), stream)?;
+    kwargs.set_item(intern!(py, "max_version"), (dl::VERSION.major, dl::VERSION.minor))?;
+    kwargs.set_item(intern!(py, "copy"), false)?;
+    match obj.call_method(intern!(py, "__dlpack__"), (), Some(&kwargs)) {
+        Ok(c) => Ok(c),
+        Err(e)
+            if e.is_instance_of::<PyTypeError>(py) && {
+                let text = e.value(py).to_string();
+                text.contains("max_version") || text.contains("copy")
+            } =>
+        {
+            let kwargs = PyDict::new(py);
+            kwargs.set_item(intern!(py, "stream"), stream)?;
+            obj.call_method(intern!(py, "__dlpack__"), (), Some(&kwargs))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// `DeviceArray.__dlpack__`: a capsule of a caijit array (`array`, whose Python object
+/// `holder` the capsule keeps alive; versioned when the consumer's `max_version` allows
+/// 1.x), after making the consumer's stream wait for the array's pending work (`-1`: no
+/// ordering; `None`: the legacy default stream). When the consumer releases the tensor,
+/// the array's stream waits for the consumer's, so the array is not freed under the
+/// consumer's last use of it (see [`ConsumerStream`] for how the consumer's stream is
+/// still named then). The ordering uses the array's own stream: the export opt-outs change
+/// what the CAI tells other libraries, never caijit's ordering.
+pub fn export<'py>(
+    py: Python<'py>,
+    array: &RtArray,
+    holder: Py<PyAny>,
+    stream: Option<&Bound<'py, PyAny>>,
+    versioned: bool,
+) -> PyCaiResult<Bound<'py, PyAny>> {
+    array.check_usable_here()?;
+    let consumer: i64 = match stream {
+        None => 1,
+        Some(s) if s.is_none() => 1,
+        Some(s) => s.extract().map_err(|_| PyCaiError::argument("__dlpack__(stream=...) must be an int or None"))?,
+    };
+    if consumer == 0 {
+        return Err(PyCaiError::argument("__dlpack__(stream=0) is ambiguous; pass 1 (legacy) or 2 (per-thread)"));
+    }
+    if consumer < -1 {
+        return Err(PyCaiError::argument(format!(
+            "__dlpack__(stream={consumer}): a CUDA stream is a handle, 1 (legacy), 2 (per-thread) or -1 (no ordering)"
+        )));
+    }
+    let own = array.stream().handle();
+    let ordered = consumer != -1 && consumer as u64 != own;
+    if ordered {
+        let waiter = RtStream::borrowed(consumer as u64)?;
+        array.context().order_streams(&waiter, array.stream())?;
+    }
+    let device = DLDevice { device_type: dl::KDL_CUDA, device_id: array.context().ordinal() as i32 };
+    let t = export_tensor(array.as_view(), device, false);
+    let consumer = if ordered { Some(ConsumerStream::of(py, consumer as u64)?) } else { None };
+    let (ctx, own) = (array.context().clone(), array.stream().clone());
+    let on_release = Box::new(move |used: bool| {
+        if let Some(consumer) = consumer.filter(|_| used) {
+            // A deleter cannot raise; a dead context orders nothing anyway.
+            let _ = consumer.order_after(&ctx, &own);
+        }
+        drop(holder);
+    });
+    Ok(dl::export_capsule(py, t, versioned, on_release)?)
+}
+
+/// The DLPack tensor of a view on `device` (strides in elements; DLPack's dtype).
+fn export_tensor(view: &ArrayView, device: DLDevice, readonly: bool) -> ExportTensor {
+    let item = view.dtype().itemsize() as i64;
+    let (code, bits, lanes) = view.dtype().dlpack();
+    ExportTensor {
+        data: exported_ptr(view.ptr(), view.shape()),
+        device,
+        dtype: DLDataType { code, bits, lanes },
+        shape: view.shape().iter().map(|&n| n as i64).collect(),
+        strides: view.strides().iter().map(|&s| s / item).collect(),
+        readonly,
+    }
+}
+
+/// The consumer's stream of a DLPack export, as the release of the tensor names it: the
+/// release may come much later, on any thread, after the consumer let go of its stream.
+enum ConsumerStream {
+    /// The legacy default stream, or a handle with the consumer library's stream object
+    /// that owns it (CuPy's or PyTorch's current stream, which a consumer passes): held
+    /// from the export to the release, so the handle cannot be destroyed in between.
+    Named(RtStream),
+    /// The per-thread default stream of the exporting thread: on another thread "2" names
+    /// another stream, so a release there waits for the device instead (a counted host
+    /// synchronisation, as the free of a per-thread array on another thread does).
+    PerThread(std::thread::ThreadId),
+}
+
+impl ConsumerStream {
+    fn of(py: Python<'_>, handle: u64) -> PyCaiResult<ConsumerStream> {
+        Ok(match handle {
+            2 => ConsumerStream::PerThread(std::thread::current().id()),
+            1 => ConsumerStream::Named(RtStream::legacy()),
+            h => match consumer_stream_object(py, h) {
+                Some(owner) => ConsumerStream::Named(RtStream::borrowed_from(h, Box::new(owner))?),
+                // A handle caijit cannot tie to its owner: the consumer's promise that it
+                // outlives the tensor (CuPy's ExternalStream rule).
+                None => ConsumerStream::Named(RtStream::borrowed(h)?),
+            },
+        })
+    }
+
+    /// Make the array's stream `own` (in `ctx`) wait for the work enqueued so far on the
+    /// consumer's.
+    fn order_after(self, ctx: &Context, own: &RtStream) -> cai_runtime::Result<()> {
+        match self {
+            ConsumerStream::Named(s) => ctx.order_streams(own, &s),
+            ConsumerStream::PerThread(t) if t == std::thread::current().id() => ctx.order_streams(own, &RtStream::per_thread()),
+            ConsumerStream::PerThread(_) => ctx.synchronize(),
+        }
+    }
+}
+
+/// The stream object of a consumer library (CuPy's or PyTorch's current stream, the stream
+/// their `from_dlpack` passes) whose handle is `handle`, when it owns the stream (not an
+/// external stream wrapper); `None` otherwise. Libraries not yet imported, or PyTorch with
+/// CUDA not initialised, are not asked.
+fn consumer_stream_object(py: Python<'_>, handle: u64) -> Option<Py<PyAny>> {
+    let modules = py.import("sys").ok()?.getattr("modules").ok()?;
+    let owns = |s: &Bound<'_, PyAny>, attr: &str| -> bool {
+        s.getattr(attr).and_then(|h| h.extract::<u64>()).ok() == Some(handle) && !type_name(s).contains("External")
+    };
+    if let Ok(cupy) = modules.get_item("cupy") {
+        if let Ok(s) = cupy.getattr("cuda").and_then(|c| c.call_method0("get_current_stream")) {
+            if owns(&s, "ptr") {
+                return Some(s.unbind());
+            }
+        }
+    }
+    if let Ok(cuda) = modules.get_item("torch").and_then(|t| t.getattr("cuda")) {
+        if cuda.call_method0("is_initialized").and_then(|b| b.is_truthy()).unwrap_or(false) {
+            if let Ok(s) = cuda.call_method0("current_stream") {
+                if owns(&s, "cuda_stream") {
+                    return Some(s.unbind());
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Test support: the facts of an unconsumed DLPack capsule, as a dict (`data`, `device`,
+/// `dtype` as `(code, bits, lanes)`, `shape`, `strides` in elements or `None`, `readonly`).
+#[pyfunction]
+pub fn _dlpack_read<'py>(capsule: &Bound<'py, PyAny>) -> PyCaiResult<Bound<'py, PyDict>> {
+    let py = capsule.py();
+    let t = dl::read_capsule(capsule).map_err(PyCaiError::argument)?;
+    let d = PyDict::new(py);
+    d.set_item("data", t.data)?;
+    d.set_item("device", (t.device.device_type, t.device.device_id))?;
+    d.set_item("dtype", (t.dtype.code, t.dtype.bits, t.dtype.lanes))?;
+    d.set_item("shape", t.shape.to_vec())?;
+    d.set_item("strides", t.strides.map(|s| s.to_vec()))?;
+    d.set_item("readonly", t.readonly)?;
+    d.set_item("caijit_dtype", DType::from_dlpack(t.dtype.code, t.dtype.bits, t.dtype.lanes).map(|d| d.typestr().to_string()))?;
+    Ok(d)
+}
+
+/// Test support: consume a capsule as a DLPack consumer would (rename it, call its
+/// deleter); returns whether it was an unconsumed DLPack capsule.
+#[pyfunction]
+pub fn _dlpack_consume(capsule: &Bound<'_, PyAny>) -> PyResult<bool> {
+    dl::consume_capsule(capsule)
+}
+
+/// Test support: `[(struct, size, align, [offsets])]` of the DLPack structs as compiled.
+#[pyfunction]
+pub fn _dlpack_layouts() -> Vec<(&'static str, usize, usize, Vec<usize>)> {
+    dl::layouts()
+}
+
+/// Test support: export host memory (a NumPy array's, kept alive by the capsule) as a
+/// `kDLCPU` capsule through the same code as `DeviceArray.__dlpack__`, so that NumPy can
+/// consume it on a machine without a GPU. `released` gets one `True` (a consumer took the
+/// tensor and released it) or `False` (the capsule died unconsumed).
+#[pyfunction]
+pub fn _dlpack_export_host<'py>(
+    array: &Bound<'py, PyAny>,
+    versioned: bool,
+    released: &Bound<'py, pyo3::types::PyList>,
+) -> PyCaiResult<Bound<'py, PyAny>> {
+    let py = array.py();
+    // NumPy's __array_interface__ has the CAI's keys (and no stream).
+    let desc = descriptor_from_object(&array.getattr("__array_interface__")?)?;
+    let view = ArrayView::from_descriptor(&desc, TypestrOptions::default())?;
+    let t = export_tensor(&view, DLDevice { device_type: dl::KDL_CPU, device_id: 0 }, view.readonly());
+    let (keep, log) = (array.clone().unbind(), released.clone().unbind());
+    let on_release = Box::new(move |used: bool| {
+        Python::attach(|py| {
+            let _ = log.bind(py).append(used);
+            drop(keep);
+        })
+    });
+    Ok(dl::export_capsule(py, t, versioned, on_release)?)
+}
