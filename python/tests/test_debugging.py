@@ -17,6 +17,7 @@ import pytest
 
 import caijit
 from caijit import _native
+from conftest import gpu_unavailable_reason
 
 
 def run_subprocess(code: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -215,6 +216,7 @@ STUB = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build the stand-in driver")
+@pytest.mark.skipif(gpu_unavailable_reason() is None, reason="the stand-in driver replaces a missing one: with a GPU, the GPU tests above read the ring")
 def test_the_ring_keeps_each_launch_and_its_site_without_a_gpu(tmp_path: Any) -> None:
     """Under the stand-in driver of the launch-cost count (every call succeeds, no GPU), the
     ring holds each launch as it was made, and, with launch sites on, its file:line."""

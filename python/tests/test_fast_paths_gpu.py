@@ -287,10 +287,12 @@ def test_torch_views_whose_values_are_not_their_memory_are_refused_on_every_path
 @pytest.mark.parametrize("library", ["torch", "cupy"])
 def test_an_empty_view_with_a_pointer_has_pointer_0_on_every_path(library: str) -> None:
     """One rule (cai_runtime::cai::exported_ptr): an array of no elements is addressed by
-    pointer 0 whichever path read it, although its producer hands out a pointer into memory."""
+    pointer 0 whichever path read it, also where its producer hands out a pointer into
+    memory (CuPy does; PyTorch 2.11 itself says 0)."""
     lib = pytest.importorskip(library)
     empty = (lib.ones(4, device="cuda") if library == "torch" else lib.ones(4, dtype=lib.float32))[2:2]
-    assert (empty.data_ptr() if library == "torch" else empty.data.ptr) != 0, "the producer's own pointer is not 0"
+    if library == "cupy":
+        assert empty.data.ptr != 0, "CuPy's own pointer of an empty slice is not 0 (the case this test is for)"
     for path in ("auto", "exchange", "known", "generic", "dlpack"):
         v = _native.launch_view(empty, path=path)
         assert (v.shape, v.size, v.ptr) == ((0,), 0, 0), (path, v)
