@@ -283,11 +283,10 @@ impl Bundle {
             .as_array()
             .ok_or_else(|| corrupt("architectures"))?
             .iter()
-            .filter_map(|a| a.as_u64())
-            .map(|a| a as u32)
-            .collect();
+            .map(|a| a.as_u64().and_then(|a| u32::try_from(a).ok()).ok_or_else(|| corrupt("architectures")))
+            .collect::<Result<_>>()?;
         let section_of = |v: &Value, kind: u32, what: &str| -> Result<usize> {
-            let i = v.as_u64().ok_or_else(|| corrupt(what))? as usize;
+            let i = v.as_u64().and_then(|i| usize::try_from(i).ok()).ok_or_else(|| corrupt(what))?;
             match self.sections.get(i) {
                 Some(s) if s.kind == kind => Ok(i),
                 _ => Err(corrupt(what)),
@@ -305,7 +304,7 @@ impl Bundle {
                 };
                 let want = if kind == ImageKind::Cubin { SECTION_CUBIN } else { SECTION_PTX };
                 images.push(ImageRef {
-                    arch: im["arch"].as_u64().ok_or_else(|| corrupt("image architecture"))? as u32,
+                    arch: im["arch"].as_u64().and_then(|a| u32::try_from(a).ok()).ok_or_else(|| corrupt("image architecture"))?,
                     kind,
                     section: section_of(&im["section"], want, "image section")?,
                 });
@@ -327,9 +326,19 @@ impl Bundle {
         Ok(())
     }
 
+    /// `program` is one of this bundle's (its sections are this bundle's to read), else an
+    /// error: a program of another bundle must not be served this one's bytes.
+    fn own(&self, program: &BundledProgram) -> Result<()> {
+        match self.programs.get(program.position) {
+            Some(p) if std::ptr::eq(p, program) => Ok(()),
+            _ => Err(Error::Bundle(format!("the program {} is not one of bundle {}'s", program.name, self.origin))),
+        }
+    }
+
     /// What the bundle says of `program` beyond its index entry: its description section,
     /// verified and read at the first call.
     pub fn details(&self, program: &BundledProgram) -> Result<&ProgramDetails> {
+        self.own(program)?;
         let read = || -> Result<ProgramDetails> {
             let d = self.json_section(program.description_section, "program description")?;
             let corrupt = |what: &str| bad(&self.origin, format!("is corrupt (the description of {} has no valid {what})", program.name));
@@ -442,6 +451,7 @@ impl Bundle {
 
     /// The PTX `.entry` declarations of `program` (what its parameter layouts are read from).
     pub fn entries(&self, program: &BundledProgram) -> Result<String> {
+        self.own(program)?;
         self.text_section(program.entries_section)
     }
 
@@ -450,6 +460,7 @@ impl Bundle {
     /// devices), else the PTX when its architecture is not newer than `arch` (the driver
     /// compiles it). `Err`: a message saying what the bundle has.
     pub fn image(&self, program: &BundledProgram, arch: u32) -> Result<(ImageRef, Vec<u8>)> {
+        self.own(program)?;
         let cubin = program
             .images
             .iter()
@@ -514,8 +525,8 @@ impl Bundle {
             s.push_str(&format!(
                 "\nprogram {} (key {}, source sha256 {})\n  options: {:?}\n  images: {}\n",
                 p.name,
-                &p.key[..p.key.len().min(16)],
-                &d.source_sha256[..d.source_sha256.len().min(16)],
+                p.key.chars().take(16).collect::<String>(),
+                d.source_sha256.chars().take(16).collect::<String>(),
                 d.options,
                 images.join(", ")
             ));
@@ -677,8 +688,11 @@ pub fn loaded() -> Result<Vec<Arc<Bundle>>> {
     if let Err(e) = env {
         return Err(Error::Bundle(e.clone()));
     }
-    let defaults = std::mem::take(&mut *crate::sync::lock(&DEFAULTS));
-    for path in defaults {
+    // Shipped bundles are opened under the lock that holds them, so that a lookup racing
+    // the first one waits until they are installed (not finding them would compile, or,
+    // without NVRTC, fail).
+    let mut defaults = crate::sync::lock(&DEFAULTS);
+    for path in std::mem::take(&mut *defaults) {
         match Bundle::open(&path) {
             Ok(b) => {
                 install(b);
@@ -686,6 +700,7 @@ pub fn loaded() -> Result<Vec<Arc<Bundle>>> {
             Err(e) => eprintln!("caijit: warning: not using a shipped kernel bundle: {e}; compiling with NVRTC instead"),
         }
     }
+    drop(defaults);
     Ok(LOADED.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone())
 }
 
@@ -769,6 +784,24 @@ mod tests {
         // Another caijit version's bundle, correctly sealed.
         let other = write_index(json!({"format": FORMAT_VERSION, "caijit": "0.0.0-other", "archs": [], "programs": []}));
         assert!(err(other).contains("was built by caijit 0.0.0-other"));
+    }
+
+    /// Checked, not reinterpreted: a program of another bundle is refused (not served this
+    /// bundle's bytes), an architecture past `u32` is corruption (not read modulo 2^32), and
+    /// a listing of non-ASCII keys is made, not a panic.
+    #[test]
+    fn foreign_programs_odd_numbers_and_odd_text_are_errors_not_reinterpreted() {
+        let a = Bundle::from_vec(sample(), "a").unwrap();
+        let b = Bundle::from_vec(sample(), "b").unwrap();
+        let theirs = &b.programs()[0];
+        for e in [a.image(theirs, 90).map(|_| ()), a.entries(theirs).map(|_| ()), a.details(theirs).map(|_| ())] {
+            assert!(e.unwrap_err().to_string().contains("not one of bundle a's"));
+        }
+        let huge = write_index(json!({"format": FORMAT_VERSION, "caijit": CAIJIT_VERSION, "archs": [(1u64 << 32) + 90], "programs": []}));
+        assert!(Bundle::from_vec(huge, "h").unwrap_err().to_string().contains("architectures"));
+        let mut odd = Bundle::from_vec(sample(), "o").unwrap();
+        odd.programs[0].key = "ü".repeat(20);
+        assert!(odd.describe().unwrap().contains(&"ü".repeat(16)));
     }
 
     /// A section is verified when it is used, not at load: a damaged CUBIN of one
