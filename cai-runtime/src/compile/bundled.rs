@@ -5,7 +5,9 @@
 //! the source, the file name, the options and defines, the name expressions, caijit's
 //! embedded headers, and every header of the program's own (found in its directories and
 //! its `-I` options, hashed by name and contents as for the cache key; the toolkit's
-//! headers are not searched, they belong to the NVRTC build the bundle records). Include
+//! headers are not searched, they belong to the NVRTC build the bundle records; since one
+//! of them may include a header the program's include directories supply, a program that
+//! includes anything not found there has every file of those directories covered). Include
 //! directories are not in it, so a bundle works wherever the program's headers are found.
 //!
 //! A bundled program also serves a program of its *family* (the same key without the name
@@ -22,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
 
 use super::{cache, describe_kernels, embedded_headers_digest, includes, options, sha256_hex, Arch, Compiled, Image, Program};
 use crate::bundle::{self, Bundle, BundledProgram, ImageKind};
@@ -30,7 +33,7 @@ use crate::sync::{lock, OnceMap};
 use crate::{Error, Result};
 
 /// Bumped whenever what a bundle key covers changes.
-const BUNDLE_KEY_VERSION: u32 = 1;
+const BUNDLE_KEY_VERSION: u32 = 2;
 
 /// The bundle key of `program` (see the module's documentation): `Ok(Err(why))` when it
 /// cannot have one (caijit cannot name every header it may read; it is then compiled, and
@@ -47,6 +50,19 @@ fn keys(program: &Program) -> Result<std::result::Result<(String, String), Strin
     if let Some(why) = found.untrusted {
         return Ok(Err(why));
     }
+    // A toolkit header (not followed here: a process without NVRTC has none) may include a
+    // header of the program's include directories (`<cuda/std/version>` found in `-I inc`
+    // first): then every file of those directories is covered, so that no edit there leaves
+    // a bundled program stale.
+    let dirs: Vec<&Path> = program.include_dirs.iter().chain(&sorted.include_dirs).map(PathBuf::as_path).collect();
+    let reachable = if found.missing && !dirs.is_empty() {
+        match directories_digest(&dirs) {
+            Ok(d) => d,
+            Err(why) => return Ok(Err(why)),
+        }
+    } else {
+        [0; 32]
+    };
     let version = BUNDLE_KEY_VERSION.to_le_bytes();
     let defines: Vec<String> = program
         .defines
@@ -63,10 +79,64 @@ fn keys(program: &Program) -> Result<std::result::Result<(String, String), Strin
     parts.push(b"--headers");
     parts.push(embedded_headers_digest());
     parts.push(&found.digest);
+    parts.push(&reachable);
     let family = sha256_hex(&parts);
     parts.push(b"--exprs");
     parts.extend(program.name_expressions.iter().map(|e| e.as_bytes()));
     Ok(Ok((sha256_hex(&parts), family)))
+}
+
+/// At most this many files, and bytes, of a program's include directories are covered by
+/// its bundle key ([`directories_digest`]); a program with more is not bundled.
+const COVERED_FILES: usize = 20_000;
+const COVERED_BYTES: u64 = 512 << 20;
+
+/// A digest of every regular file under `dirs` (relative path and contents, in order),
+/// following links to a depth of 32; `Err(why)` past [`COVERED_FILES`] or
+/// [`COVERED_BYTES`], or when a directory cannot be read.
+fn directories_digest(dirs: &[&Path]) -> std::result::Result<[u8; 32], String> {
+    fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> std::result::Result<(), String> {
+        if depth > 32 {
+            return Err(format!("{} nests directories deeper than 32", dir.display()));
+        }
+        let Ok(entries) = std::fs::read_dir(dir) else { return Ok(()) }; // NVRTC finds nothing there either
+        for e in entries {
+            let path = e.map_err(|e| format!("cannot read {}: {e}", dir.display()))?.path();
+            match std::fs::metadata(&path) {
+                Ok(m) if m.is_dir() => walk(&path, depth + 1, out)?,
+                Ok(m) if m.is_file() => out.push(path),
+                _ => {}
+            }
+            if out.len() > COVERED_FILES {
+                return Err(format!("its include directories hold more than {COVERED_FILES} files, which its key would have to cover"));
+            }
+        }
+        Ok(())
+    }
+    let mut h = Sha256::new();
+    let mut bytes = 0u64;
+    // Directories by position, not path: a bundle serves wherever its headers are found.
+    for (i, dir) in dirs.iter().enumerate() {
+        let mut files = Vec::new();
+        walk(dir, 0, &mut files)?;
+        files.sort();
+        h.update((i as u64).to_le_bytes());
+        for f in files {
+            let contents = std::fs::read(&f).map_err(|e| format!("cannot read {}: {e}", f.display()))?;
+            bytes += contents.len() as u64;
+            if bytes > COVERED_BYTES {
+                return Err(format!(
+                    "its include directories hold more than {} MiB, which its key would have to cover",
+                    COVERED_BYTES >> 20
+                ));
+            }
+            let rel = f.strip_prefix(dir).unwrap_or(&f);
+            h.update((rel.as_os_str().len() as u64).to_le_bytes());
+            h.update(rel.as_os_str().as_encoded_bytes());
+            h.update(Sha256::digest(&contents));
+        }
+    }
+    Ok(h.finalize().into())
 }
 
 /// The family key of `program` (its bundle key without the name expressions).
@@ -325,4 +395,42 @@ pub fn read_manifest(path: &Path) -> Result<Vec<Program>> {
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A header of the program's include directories that only a toolkit header includes
+    /// (`<cuda/std/cstdint>` → `<cuda/std/version>`, found in `-I inc` first) is covered: an
+    /// edit to it changes the key (a bundle then misses, never serves the stale binary).
+    #[test]
+    fn a_header_reached_through_a_toolkit_header_is_covered() {
+        let dir = tempfile::tempdir().unwrap();
+        let inc = dir.path().join("inc");
+        std::fs::create_dir_all(inc.join("cuda/std")).unwrap();
+        std::fs::write(inc.join("cuda/std/version"), "#define MYVAL 1\n").unwrap();
+        let src = "#include <cuda/std/cstdint>\n__global__ void k(int* x) { *x = MYVAL; }";
+        let program = Program::new(src).option(format!("-I{}", inc.display()));
+        let before = bundle_key(&program).unwrap().unwrap();
+        assert_eq!(bundle_key(&program).unwrap().unwrap(), before, "the key is stable");
+        std::fs::write(inc.join("cuda/std/version"), "#define MYVAL 2\n").unwrap();
+        assert_ne!(bundle_key(&program).unwrap().unwrap(), before, "an edit under -I changes the key");
+        // Include directories given as such (not as `-I` options, which are options) are not
+        // in the key: moved elsewhere with the same contents, the same key.
+        let with_dir = |d: &Path| {
+            let mut p = Program::new(src);
+            p.include_dirs = vec![d.to_path_buf()];
+            bundle_key(&p).unwrap().unwrap()
+        };
+        let here = with_dir(&inc);
+        let moved = dir.path().join("moved");
+        std::fs::rename(&inc, &moved).unwrap();
+        assert_eq!(with_dir(&moved), here, "same files, other place: same key");
+        std::fs::write(moved.join("cuda/std/version"), "#define MYVAL 3\n").unwrap();
+        assert_ne!(with_dir(&moved), here);
+        // Without include directories nothing more is covered.
+        let plain = Program::new(src);
+        assert!(bundle_key(&plain).unwrap().is_ok());
+    }
 }

@@ -358,6 +358,9 @@ pub(crate) struct Includes {
     pub untrusted: Option<String>,
     /// The pre-included headers' names, in order (each is among `headers` when trusted).
     pub pre_includes: Vec<String>,
+    /// Some name was found nowhere caijit looked (without toolkit directories, a toolkit
+    /// header: what it includes in turn is not followed).
+    pub missing: bool,
 }
 
 /// A header file as read: its contents and what they include.
@@ -660,6 +663,7 @@ impl Resolver<'_> {
             h.update(p);
         };
         let mut headers = Vec::new();
+        let missing = self.names.values().any(|t| *t == Target::Missing);
         for name in &self.order {
             part(name.as_bytes());
             match self.names[name] {
@@ -679,7 +683,7 @@ impl Resolver<'_> {
         if let Some(why) = &self.untrusted {
             part(why.as_bytes());
         }
-        Includes { digest: h.finalize().into(), headers, pre_includes: pre_includes.to_vec(), untrusted: self.untrusted }
+        Includes { digest: h.finalize().into(), headers, pre_includes: pre_includes.to_vec(), untrusted: self.untrusted, missing }
     }
 }
 

@@ -262,21 +262,26 @@ pub(crate) fn parse_param(toks: &[Tok], tparams: &[TemplateParam], spelling: Spe
                 None => break,
             }
         }
-        let n = t.len();
-        let declarator = |at: usize| n >= at + 3 && t[at] == Tok::Punct('(') && t[at + 1] == Tok::Punct('*') && t[n - 1] == Tok::Punct(')');
-        let at = if n >= 4 && declarator(n - 4) && matches!(t[n - 2], Tok::Ident(_)) {
-            Some(n - 4)
-        } else if n >= 3 && declarator(n - 3) {
-            Some(n - 3)
-        } else {
-            None
-        };
-        if let Some(at) = at.filter(|&at| at > 0) {
-            let name = (n - at == 4).then(|| t[n - 2].clone());
-            t.truncate(at);
-            t.push(Tok::Punct('*'));
-            t.extend(name);
-            array_suffix = false;
+        // `( * [const…] [name] )` at the end: the pointer declarator (a `const` there makes
+        // the pointer itself const, which a kernel's caller does not see).
+        let close = t.len().checked_sub(1).filter(|&c| t[c] == Tok::Punct(')'));
+        let open = close.and_then(|c| t[..c].iter().rposition(|x| *x == Tok::Punct('(')));
+        if let (Some(open), Some(close)) = (open, close) {
+            let inner = &t[open + 1..close];
+            let words = inner.get(1..).unwrap_or_default();
+            let qualifiers = words.iter().take_while(|w| is_ident(Some(w), "const")).count();
+            let rest = &words[qualifiers..];
+            let name = match rest {
+                [] => Some(None),
+                [Tok::Ident(n)] => Some(Some(Tok::Ident(n.clone()))),
+                _ => None,
+            };
+            if let (Some(name), true, true) = (name, inner.first() == Some(&Tok::Punct('*')), open > 0) {
+                t.truncate(open);
+                t.push(Tok::Punct('*'));
+                t.extend(name);
+                array_suffix = false;
+            }
         }
     }
     // The compiler's text names no parameters: every word of it is the type's.
@@ -676,8 +681,9 @@ mod tests {
 
     #[test]
     fn a_pointer_to_an_array_is_named_and_read_as_a_pointer() {
-        let k = parse_kernels("__global__ void k(float (*rows)[8], const double (*)[4][2], int n) {}").kernels;
+        let k = parse_kernels("__global__ void k(float (*rows)[8], const double (*)[4][2], int n, float (* const p)[4]) {}").kernels;
         assert_eq!(k[0].params[0], (Some("rows".into()), ParamType::Pointer { elem: CType::Scalar(DType::F32), is_const: false }));
+        assert_eq!(k[0].params[3], (Some("p".into()), ParamType::Pointer { elem: CType::Scalar(DType::F32), is_const: false }));
         assert_eq!(k[0].params[1], (None, ParamType::Pointer { elem: CType::Scalar(DType::F64), is_const: true }));
         assert_eq!(k[0].params[2].0.as_deref(), Some("n"));
     }
