@@ -469,3 +469,26 @@ def test_ops_write_strided_outs(dtype: str) -> None:
     ops.max(caijit.to_device(want[:, :24].copy()), axis=-1, out=rows)
     want[:, 47] = want[:, :24].max(axis=-1)
     np.testing.assert_array_equal(host(base), want)
+
+
+@pytest.mark.gpu
+def test_an_out_overlapping_an_input_gets_the_numpy_result() -> None:
+    """`out` sharing memory with an input (a square transpose into itself, a shifted add)
+    is written through a temporary; an elementwise op's exact in-place write stays in place."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(7)
+    x_h = rng.standard_normal((256, 256)).astype(np.float32)
+    warm = torch.tensor(x_h, device="cuda")
+    ops.transpose(warm, out=torch.empty_like(warm))  # warm-up
+    x = torch.tensor(x_h, device="cuda")
+    ops.transpose(x, out=x)
+    np.testing.assert_array_equal(x.cpu().numpy(), x_h.T)
+    a_h = rng.standard_normal(1 << 16).astype(np.float32)
+    a = torch.tensor(a_h, device="cuda")
+    ops.add(a[1:], a[:-1], out=a[:-1])
+    want = a_h.copy()
+    np.add(want[1:], want[:-1].copy(), out=want[:-1])
+    np.testing.assert_array_equal(a.cpu().numpy(), want)
+    y = torch.tensor(a_h, device="cuda")
+    ops.axpy(2.0, torch.tensor(a_h, device="cuda"), y, out=y)
+    np.testing.assert_allclose(y.cpu().numpy(), 3 * a_h, rtol=1e-6)

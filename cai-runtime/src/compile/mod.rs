@@ -178,13 +178,18 @@ impl Program {
 pub struct Arch(pub u32);
 
 impl Arch {
-    /// Parse `sm_90`, `sm_90a` or `90`. A virtual architecture (`compute_90`) is refused:
+    /// Parse `sm_90` or `90`. A virtual architecture (`compute_90`) and an architecture-specific one (`sm_90a`) are refused:
     /// caijit compiles CUBINs for a real one.
     pub fn parse(s: &str) -> Result<Arch> {
         if let Some(n) = s.trim().strip_prefix("compute_") {
             return Err(Error::argument(format!("{s:?} is a virtual architecture (PTX); caijit compiles for a real one: give sm_{n}")));
         }
-        let digits = s.trim().trim_start_matches("sm_").trim_end_matches('a');
+        let digits = s.trim().trim_start_matches("sm_");
+        if let Some(n) = digits.strip_suffix('a').or_else(|| digits.strip_suffix('f')) {
+            return Err(Error::argument(format!(
+                "{s:?} is an architecture-specific target (its code runs on sm_{n} only); caijit compiles portable CUBINs: give sm_{n}"
+            )));
+        }
         digits
             .parse::<u32>()
             .ok()
@@ -992,7 +997,7 @@ mod tests {
     #[test]
     fn arch_parsing() {
         assert_eq!(Arch::parse("sm_90").unwrap(), Arch(90));
-        assert_eq!(Arch::parse("sm_90a").unwrap(), Arch(90));
+        assert!(Arch::parse("sm_90a").unwrap_err().to_string().contains("give sm_90"));
         assert_eq!(Arch::parse("80").unwrap(), Arch(80));
         assert!(Arch::parse("sm_x").is_err());
         assert_eq!(Arch::from_capability(9, 0).to_string(), "sm_90");

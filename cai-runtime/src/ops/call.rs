@@ -198,10 +198,14 @@ impl<'c> Call<'c> {
             });
         }
         let read: SmallVec<[&ArrayView; 3]> = views.iter().zip(&temps).map(|(v, t)| t.as_ref().map_or(*v, DeviceArray::as_view)).collect();
-        if out.is_c_contiguous() {
+        // An `out` that shares memory with what the kernels read (other than an elementwise
+        // op's exact in-place write) is written after them, from a temporary.
+        let clobbered = read.iter().any(|v| super::rules::clobbers(out, v, spec.in_place));
+        if out.is_c_contiguous() && !clobbered {
             launch(&l, &read, out)?;
         } else {
-            // The kernels write C order: into a temporary, then scattered into `out`.
+            // The kernels write C order, and nothing they read: into a temporary, then
+            // scattered into `out`.
             let temp = DeviceArray::empty(self.ctx, out.shape(), out.dtype(), &stream)?;
             launch(&l, &read, temp.as_view())?;
             super::kernels::scatter(&l, temp.as_view(), out)?;

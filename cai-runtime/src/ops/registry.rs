@@ -20,25 +20,28 @@ pub enum Strided {
     Refuse,
 }
 
-/// An op of the kernel library: the name its errors and its Python function carry, and
-/// its strided-input policy.
+/// An op of the kernel library: the name its errors and its Python function carry, its
+/// strided-input policy, and whether its kernels may write an output that is exactly one of
+/// their inputs (elementwise: each element is read before it is written, by one thread).
+/// Any other overlap of `out` with an input is written through a temporary, as NumPy does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OpSpec {
     pub name: &'static str,
     pub strided: Strided,
+    pub in_place: bool,
 }
 
-const fn spec(name: &'static str, strided: Strided) -> OpSpec {
-    OpSpec { name, strided }
+const fn spec(name: &'static str, strided: Strided, in_place: bool) -> OpSpec {
+    OpSpec { name, strided, in_place }
 }
 
-pub(super) const AXPY: OpSpec = spec("axpy", Strided::Copy);
-pub(super) const SCALE: OpSpec = spec("scale", Strided::Copy);
-pub(super) const FILL: OpSpec = spec("fill", Strided::Refuse);
-pub(super) const CAST: OpSpec = spec("cast", Strided::Copy);
-pub(super) const ASCONTIGUOUS: OpSpec = spec("ascontiguous", Strided::Any);
-pub(super) const TRANSPOSE: OpSpec = spec("transpose", Strided::Copy);
-pub(super) const SOFTMAX: OpSpec = spec("softmax", Strided::Copy);
+pub(super) const AXPY: OpSpec = spec("axpy", Strided::Copy, true);
+pub(super) const SCALE: OpSpec = spec("scale", Strided::Copy, true);
+pub(super) const FILL: OpSpec = spec("fill", Strided::Refuse, true);
+pub(super) const CAST: OpSpec = spec("cast", Strided::Copy, true);
+pub(super) const ASCONTIGUOUS: OpSpec = spec("ascontiguous", Strided::Any, true);
+pub(super) const TRANSPOSE: OpSpec = spec("transpose", Strided::Copy, false);
+pub(super) const SOFTMAX: OpSpec = spec("softmax", Strided::Copy, false);
 /// The binary operations' policy ([`BinaryOp::spec`]): `binary_broadcast` reads any strides.
 const BINARY: Strided = Strided::Any;
 /// The reductions' policy ([`Reduction::spec`]).
@@ -85,7 +88,7 @@ impl UnaryOp {
     }
 
     pub fn spec(&self) -> OpSpec {
-        spec(self.name, self.strided)
+        spec(self.name, self.strided, true)
     }
 }
 
@@ -138,7 +141,7 @@ impl BinaryOp {
     }
 
     pub const fn spec(self) -> OpSpec {
-        spec(self.name(), BINARY)
+        spec(self.name(), BINARY, true)
     }
 }
 
@@ -168,7 +171,7 @@ impl Reduction {
     }
 
     pub const fn spec(self) -> OpSpec {
-        spec(self.name(), REDUCE)
+        spec(self.name(), REDUCE, false)
     }
 }
 

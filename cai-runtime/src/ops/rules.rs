@@ -84,6 +84,37 @@ pub(super) fn distinct_elements(v: &ArrayView) -> bool {
     })
 }
 
+/// Whether writing `out` may change what an op reads of `input` while it runs: their
+/// memory overlaps, unless `out` is exactly `input` (same address, shape and strides) and
+/// the op is elementwise (`in_place`).
+pub(super) fn clobbers(out: &ArrayView, input: &ArrayView, in_place: bool) -> bool {
+    let (a, b) = (bytes_spanned(out), bytes_spanned(input));
+    let overlap = a.0 < b.1 && b.0 < a.1;
+    let same = out.ptr() == input.ptr()
+        && out.shape() == input.shape()
+        && out.strides() == input.strides()
+        && out.dtype().itemsize() == input.dtype().itemsize();
+    overlap && !(same && in_place)
+}
+
+/// `[first byte, past the last byte)` of the memory `v`'s elements lie in (empty for an
+/// empty array).
+fn bytes_spanned(v: &ArrayView) -> (u64, u64) {
+    if v.is_empty() {
+        return (0, 0);
+    }
+    let (mut lo, mut hi) = (v.ptr() as i128, v.ptr() as i128);
+    for (&n, &s) in v.shape().iter().zip(v.strides()) {
+        let reach = (n as i128 - 1) * s as i128;
+        if reach < 0 {
+            lo += reach;
+        } else {
+            hi += reach;
+        }
+    }
+    (lo.max(0) as u64, (hi + v.dtype().itemsize() as i128).max(0) as u64)
+}
+
 fn is_real(d: DType) -> bool {
     !matches!(d, DType::C64 | DType::C128)
 }
@@ -307,6 +338,19 @@ mod tests {
             let e = copies(Strided::Refuse, "fill", v).unwrap_err().to_string();
             assert!(e.contains("fill: needs C-contiguous arrays"), "{e}");
         }
+    }
+
+    #[test]
+    fn an_out_clobbers_an_input_it_overlaps_unless_written_in_place_elementwise() {
+        let v = |ptr: u64, shape: &[usize], strides: &[i64]| ArrayView::new(ptr, shape, Some(strides), DType::F32, false, None).unwrap();
+        let a = v(0x10000, &[8], &[4]);
+        assert!(!clobbers(&a, &a, true), "the same array, elementwise: in place");
+        assert!(clobbers(&a, &a, false), "the same array, a transpose or reduction: through a temporary");
+        assert!(clobbers(&v(0x10000, &[7], &[4]), &v(0x10004, &[7], &[4]), true), "shifted by one element");
+        assert!(!clobbers(&v(0x10000, &[4], &[4]), &v(0x10010, &[4], &[4]), true), "adjacent, no overlap");
+        assert!(clobbers(&v(0x10000, &[4, 4], &[16, 4]), &v(0x10000, &[4, 4], &[4, 16]), true), "its own transpose");
+        assert!(clobbers(&v(0x1000c, &[4], &[-4]), &v(0x10000, &[1], &[4]), true), "a reversed view reaches back");
+        assert!(!clobbers(&v(0x10000, &[0], &[4]), &a, false), "an empty out writes nothing");
     }
 
     #[test]
