@@ -491,7 +491,17 @@ pub fn with_name_expressions(mut program: Program, exprs: impl IntoIterator<Item
 /// of that instance, named or deduced, compiles (with the headers its types need). A
 /// bundle baked from them serves those launches.
 pub fn instance_programs(program: &Program, instances: &[String]) -> Result<Vec<Program>> {
-    instances.iter().map(|e| Ok(Dispatcher::new(program.clone(), Some(e))?.instance_for(&[])?.0)).collect()
+    let one = |e: &String| -> Result<Program> {
+        let d = Dispatcher::new(program.clone(), Some(e))?;
+        if d.is_deduced_template() || d.is_overloaded() {
+            let what = if d.is_overloaded() { "an overload set" } else { "a template" };
+            return Err(Error::argument(format!(
+                "the instance {e:?} names {what}, not one kernel: name it exactly (`axpy<float>`, or an overload cast `(void(*)(float*, int))k`)"
+            )));
+        }
+        Ok(d.instance_for(&[])?.0)
+    };
+    instances.iter().map(one).collect()
 }
 
 /// Which device a launch on `args` runs on: the device of its first non-empty array, else
@@ -552,6 +562,15 @@ pub fn overload_list<'a>(ks: impl Iterator<Item = &'a KernelInfo>) -> String {
 mod tests {
     use super::*;
     use crate::cai::DType;
+
+    #[test]
+    fn instances_to_bake_are_named_exactly() {
+        let p = Program::new("template <typename T> __global__ void axpy(T a, const T* x, T* y, long long n) {}");
+        let e = instance_programs(&p, &["axpy".to_string()]).unwrap_err().to_string();
+        assert!(e.contains("names a template") && e.contains("axpy<float>"), "{e}");
+        let made = instance_programs(&p, &["axpy<float>".to_string()]).unwrap();
+        assert_eq!(made[0].name_expressions, ["axpy<float>"]);
+    }
 
     #[test]
     fn names_resolve_to_declarations_overloads_and_namespaces() {

@@ -701,7 +701,11 @@ impl Prepared {
             for (b, w) in self.bindings.iter().zip(slots) {
                 match *b {
                     Binding::Buffer(i) => {
-                        let (Some(spec), Some(got)) = (specs().nth(i), buffers().nth(i)) else { continue };
+                        // (Checked against the plan before the launch: never absent; a slot is written anyway.)
+                        let (Some(spec), Some(got)) = (specs().nth(i), buffers().nth(i)) else {
+                            w.pointer(0);
+                            continue;
+                        };
                         let dims: SmallVec<[usize; 4]> = got.dims.iter().map(|&n| n as usize).collect();
                         w.array(spec.dtype, &dims, got.ptr);
                     }
