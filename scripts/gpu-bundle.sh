@@ -5,7 +5,9 @@
 # Then run it there with scripts/gpu-run.sh (device tool: carry .gpu).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ -x .venv/bin/python ] || scripts/setup.sh
+# Always (quick when nothing changed): the wheel, the Rust tests and the bundle the example
+# embeds (baked by .venv's caijit) must all come from this tree, or their bundle keys differ.
+scripts/setup.sh
 rm -rf .gpu/bin .gpu/wheels .gpu/rust-bundle && mkdir -p .gpu/bin .gpu/wheels .gpu/rust-bundle   # (.gpu/mutants: scripts/mutants.sh)
 (cd python && ../.venv/bin/maturin build --release -q -o ../.gpu/wheels)
 # The example extension (the derive's GPU test launches through it).
