@@ -240,6 +240,11 @@ def test_the_ring_keeps_each_launch_and_its_site_without_a_gpu(tmp_path: Any) ->
     r = run_subprocess(code, CAIJIT_LAUNCH_SITES="1", **env)
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
+    if sys.version_info < (3, 11):
+        # Python 3.10 has no PyFrame_GetLasti: the ring keeps no sites there (docs/debugging.md).
+        assert lines[0].startswith("ring3 (1, 1, 1) ['-3', '2.0'] None | #"), lines
+        assert lines[1].startswith("ring3 (2, 1, 1) ['7', '0.5'] None | #"), lines
+        return
     assert lines[0].startswith(f"ring3 (1, 1, 1) ['-3', '2.0'] <string>:{second} | #"), lines
     assert lines[1].startswith(f"ring3 (2, 1, 1) ['7', '0.5'] <string>:{first} | #"), lines
     assert "ring3 grid (1, 1, 1) block (64, 1, 1) on device 0 stream 0x1 with (float32[12] at 0x" in lines[0], lines
