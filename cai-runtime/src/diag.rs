@@ -34,6 +34,7 @@ use std::sync::atomic::{fence, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Orde
 use std::sync::{Mutex, OnceLock};
 
 use crate::cai::DType;
+use crate::sync::lock;
 
 /// Synchronize after each launch and report a fault at the launch that caused it
 /// (`CAIJIT_LAUNCH_BLOCKING=1`, `caijit.debug(True)`).
@@ -495,11 +496,11 @@ static KERNEL_NAMES: Mutex<BTreeMap<u64, &'static str>> = Mutex::new(BTreeMap::n
 
 /// Make `name` (a kernel instance's, kept for the process) nameable by launch records.
 pub fn name_kernel(name: &'static str) {
-    KERNEL_NAMES.lock().unwrap_or_else(|p| p.into_inner()).insert(name.as_ptr() as u64, name);
+    lock(&KERNEL_NAMES).insert(name.as_ptr() as u64, name);
 }
 
 fn kernel_named(address: u64) -> Option<&'static str> {
-    KERNEL_NAMES.lock().unwrap_or_else(|p| p.into_inner()).get(&address).copied()
+    lock(&KERNEL_NAMES).get(&address).copied()
 }
 
 // ---------------------------------------------------------------------------------------

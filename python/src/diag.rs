@@ -6,6 +6,7 @@ use std::sync::Mutex;
 
 use cai_runtime::diag;
 use cai_runtime::launch::{ProfileRow, Profiler};
+use cai_runtime::sync::lock;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -75,7 +76,7 @@ impl Profile {
 
     /// Start timing every caijit launch.
     fn start(&self) -> PyCaiResult<()> {
-        let mut a = self.active.lock().unwrap_or_else(|p| p.into_inner());
+        let mut a = lock(&self.active);
         if a.is_some() {
             return Err(crate::errors::PyCaiError::argument("this profile is already running"));
         }
@@ -85,7 +86,7 @@ impl Profile {
 
     /// Stop, wait for the timed launches, and return one dict per kernel instance.
     fn finish<'py>(&self, py: Python<'py>) -> PyCaiResult<Vec<Bound<'py, PyDict>>> {
-        let taken = self.active.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let taken = lock(&self.active).take();
         let Some(p) = taken else { return Err(crate::errors::PyCaiError::argument("this profile is not running")) };
         let rows = py.detach(|| p.finish())?;
         Ok(rows.iter().map(|r| row_dict(py, r)).collect::<PyResult<_>>()?)
@@ -122,10 +123,6 @@ const SITES_HELD: usize = 4 * diag::RING_LEN;
 
 static SITES: Mutex<Sites> = Mutex::new(Sites { newest: 0, held: VecDeque::new() });
 
-fn sites() -> std::sync::MutexGuard<'static, Sites> {
-    SITES.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 /// Before a launch: with [`diag::SITES`] on, leave the Python call site for its ring
 /// record (a relaxed load when off). The launch takes it; dropping the guard forgets it
 /// if the launch failed before it did (so that no later launch takes it).
@@ -154,7 +151,7 @@ impl Drop for SiteLeft {
 #[cold]
 fn leave_site_now(py: Python<'_>) {
     let Some((code, at)) = cai_runtime::python::frame::current(py) else { return diag::set_site(0) };
-    let mut s = sites();
+    let mut s = lock(&SITES);
     let id = match s.held.back() {
         Some((id, held)) if held.as_ptr() == code.as_ptr() => *id,
         _ => {
@@ -175,7 +172,7 @@ fn leave_site_now(py: Python<'_>) {
 fn site_name(token: u64) -> Option<String> {
     let (id, at) = ((token >> 32) as u32, u64::from(token as u32));
     Python::attach(|py| {
-        let code = sites().held.iter().find(|(i, _)| *i == id).map(|(_, c)| c.clone_ref(py))?;
+        let code = lock(&SITES).held.iter().find(|(i, _)| *i == id).map(|(_, c)| c.clone_ref(py))?;
         let code = code.bind(py);
         let file: String = code.getattr("co_filename").ok()?.extract().ok()?;
         let lines = code.call_method0("co_lines").ok()?;
