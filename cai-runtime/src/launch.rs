@@ -189,7 +189,7 @@ impl Kernel {
             recorded = trace::record(self, cfg, args, launch_stream);
             trace::end(span, self, d, launch_stream)
         })?;
-        if let Some(r) = recorded.as_ref().filter(|_| crate::diag::flags() & crate::diag::BLOCKING != 0) {
+        if let Some(r) = &recorded {
             trace::block(self.context(), r)?;
         }
         Ok((on, recorded))

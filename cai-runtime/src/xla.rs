@@ -682,11 +682,9 @@ fn execute(call: &Call<'_>) -> Result<()> {
     bump(&COUNTERS.launches);
     let launched = p.record(k, call);
     trace::end(span, k, &d, call.stream)?;
-    // Launch-blocking mode: wait for the kernel here, unless XLA is capturing the call into
-    // a graph (where waiting is illegal, and the kernel does not run yet).
     match launched {
-        Some(r) if crate::diag::enabled(crate::diag::BLOCKING) && d.capture_id(call.stream)? == 0 => trace::block(k.context(), &r),
-        _ => Ok(()),
+        Some(r) => trace::block(k.context(), &r),
+        None => Ok(()),
     }
 }
 

@@ -93,10 +93,19 @@ pub(crate) fn scalar(w: &ArgSlot, value: Num) {
     }
 }
 
-/// Launch-blocking mode: wait for the launch and report a fault as an error naming it.
+/// Launch-blocking mode (when on): wait for the launch and report a fault as an error
+/// naming it; unless its stream is being captured into a graph (waiting there is illegal,
+/// and the kernel does not run until the graph is launched).
 pub(crate) fn block(ctx: &Context, launched: &LaunchRecord) -> Result<()> {
+    if !diag::enabled(diag::BLOCKING) {
+        return Ok(());
+    }
     let d = ctx.bind()?;
-    d.stream_synchronize(RawStream::from_cai(launched.stream)).map_err(|e| fault_at(launched, e))
+    let stream = RawStream::from_cai(launched.stream);
+    if d.capture_id(stream)? != 0 {
+        return Ok(());
+    }
+    d.stream_synchronize(stream).map_err(|e| fault_at(launched, e))
 }
 
 fn fault_at(launched: &LaunchRecord, e: DriverError) -> Error {
