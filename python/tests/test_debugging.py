@@ -390,6 +390,35 @@ def test_launch_blocking_raises_at_the_faulting_launch_with_its_call_site() -> N
 
 
 @pytest.mark.gpu
+def test_launch_blocking_leaves_a_launch_captured_into_a_graph_alone() -> None:
+    # Waiting on a stream being captured is illegal (and its kernel has not run): blocking
+    # mode must skip the wait for a captured launch, and the graph must compute what the
+    # launches would have.
+    code = """
+        import caijit, torch
+        k = caijit.kernel("__global__ void twice(const float* x, float* y, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] += 2 * x[i]; }")
+        n = 4096
+        x = torch.randn(n, device="cuda")
+        y = torch.zeros(n, device="cuda")
+        k[16, 256](x, y, n)  # load the module outside the capture
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        s = torch.cuda.Stream()
+        with torch.cuda.graph(g, stream=s):
+            k[16, 256, s](x, y, n)
+        y.zero_()
+        g.replay(); g.replay()
+        torch.cuda.synchronize()
+        torch.testing.assert_close(y, 4 * x)
+        print("OK")
+        """
+    r = run_subprocess(code, CAIJIT_LAUNCH_BLOCKING="1")
+    if r.returncode != 0 and "No module named 'torch'" in r.stderr:
+        pytest.skip("PyTorch is not installed")
+    assert r.returncode == 0 and "OK" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.gpu
 def test_nvtx_sees_one_range_per_launch_named_by_the_instance(nvtx_recorder: str, tmp_path: os.PathLike[str]) -> None:
     log = os.path.join(tmp_path, "nvtx.log")
     code = f"""
