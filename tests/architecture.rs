@@ -405,7 +405,6 @@ const RUNTIME_FILE_CYCLES_LEFT: &[&[&str]] = &[
     &["signature", "signature::decl", "signature::deduce", "signature::demangle", "signature::layout"],
     &["compile", "compile::bundled", "compile::cache", "compile::includes", "compile::lineinfo"],
     &["kernel", "kernel::debug"],
-    &["sys", "sys::nvrtc"],
     &["ops", "ops::call", "ops::kernels", "ops::registry", "ops::rules"],
 ];
 
