@@ -1,6 +1,5 @@
-//! The keys of a `__cuda_array_interface__` dict, as given by a producer.
-
-use super::{ArrayView, InterfaceError};
+//! The keys of a `__cuda_array_interface__` dict, as given by a producer. Validating them
+//! ([`Descriptor::validate`]) is in `view.rs`, beside the view it yields.
 
 /// The `data` entry: a device pointer and whether the array may be written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -13,7 +12,8 @@ pub struct Data {
 ///
 /// Every key of the specification is held: the values are the ones the producer wrote,
 /// already converted from Python objects into integers and strings, but not yet checked.
-/// [`Descriptor::validate`] applies caijit's consumer rules and yields an [`ArrayView`].
+/// [`Descriptor::validate`] applies caijit's consumer rules and yields an
+/// [`ArrayView`](super::ArrayView).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Descriptor {
@@ -48,10 +48,5 @@ impl Descriptor {
             mask: false,
             stream: None,
         }
-    }
-
-    /// Apply the CAI v3 consumer rules with default typestr options.
-    pub fn validate(&self) -> Result<ArrayView, InterfaceError> {
-        ArrayView::from_descriptor(self, Default::default())
     }
 }

@@ -29,6 +29,7 @@ mod derive;
 mod descriptor;
 mod dtype;
 mod error;
+mod typestr;
 mod view;
 
 pub use derive::{

@@ -75,6 +75,13 @@ pub struct ArrayView {
     own: bool,
 }
 
+impl Descriptor {
+    /// Apply the CAI v3 consumer rules with default typestr options.
+    pub fn validate(&self) -> Result<ArrayView, InterfaceError> {
+        ArrayView::from_descriptor(self, Default::default())
+    }
+}
+
 impl ArrayView {
     /// Validate a producer's descriptor (the CAI v3 consumer rules, as caijit applies them).
     pub fn from_descriptor(d: &Descriptor, options: TypestrOptions) -> Result<ArrayView, InterfaceError> {

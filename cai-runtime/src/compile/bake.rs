@@ -17,7 +17,10 @@ use std::sync::Mutex;
 
 use serde_json::json;
 
-use super::{bundled, compile_with, sha256_hex, toolkit, Arch, CompileOptions, Compiled, DiskCache, Image, Program};
+use super::compiled::{Compiled, Image};
+use super::key::sha256_hex;
+use super::program::{Arch, Program};
+use super::{bundled, compile_with, toolkit, CompileOptions, DiskCache};
 use crate::bundle::{self, ProgramBlobs};
 use crate::sync::lock;
 use crate::{Error, Result};

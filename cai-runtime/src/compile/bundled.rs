@@ -26,7 +26,11 @@ use std::sync::{Arc, Mutex, OnceLock};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use super::{cache, describe_kernels, embedded_headers_digest, includes, options, sha256_hex, Arch, Compiled, Image, Program};
+use super::compiled::{CacheSource, Compiled, Image};
+use super::describe::{describe_kernels, Described};
+use super::key::{embedded_headers_digest, sha256_hex};
+use super::program::{Arch, Program};
+use super::{cache, includes, options};
 use crate::bundle::{self, Bundle, BundledProgram, ImageKind};
 use crate::signature::Declarations;
 use crate::sync::{lock, OnceMap};
@@ -223,7 +227,7 @@ fn hit(b: &Arc<Bundle>, p: &BundledProgram, program: &Program, arch: Arch) -> Re
         let details = b.details(p)?;
         let entry = cache::Entry { image, ptx: b.entries(p)?, log: String::new(), lowered: details.lowered.clone() };
         let Declarations { kernels: decls, notes } = program.declarations();
-        let super::Described { kernels, unusable, notes } = describe_kernels(&entry, &decls, notes);
+        let Described { kernels, unusable, notes } = describe_kernels(&entry, &decls, notes);
         crate::stats::bump(&crate::stats::COUNTERS.bundle_hits);
         Ok(Arc::new(Compiled {
             key,
@@ -234,7 +238,7 @@ fn hit(b: &Arc<Bundle>, p: &BundledProgram, program: &Program, arch: Arch) -> Re
             kernels,
             unusable,
             notes,
-            source: super::CacheSource::Bundle,
+            source: CacheSource::Bundle,
             untrusted: None,
             nvrtc_options: details.nvrtc_options.clone(),
         }))

@@ -49,7 +49,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use sha2::{Digest, Sha256};
 
-use super::{options, Program, HEADERS};
+use super::headers::HEADERS;
+use super::options;
+use super::program::Program;
 use crate::sync::lock;
 
 /// One `#include` (or `__has_include`) of a file.

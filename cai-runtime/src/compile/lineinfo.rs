@@ -4,7 +4,7 @@
 //! Nsight Compute name the `.cu` file and line of a fault or a hot spot. Not a debug build
 //! (`-G`): the code is the same optimized code, the line table is extra.
 
-use super::Program;
+use super::program::Program;
 
 /// With NVTX on (`CAIJIT_NVTX=1`), an NVTX range around a compilation, named
 /// `caijit compile <name expressions or file name>`.

@@ -16,8 +16,9 @@ use std::collections::HashMap;
 use std::ffi::CStr;
 use std::sync::{Arc, LazyLock, Mutex};
 
-use super::{Context, Kernel};
+use super::loaded::{Kernel, Module};
 use crate::compile::Program;
+use crate::runtime::Context;
 use crate::sync::OnceMap;
 use crate::Result;
 
@@ -65,7 +66,7 @@ impl Kernel {
     }
 }
 
-impl super::Module {
+impl Module {
     fn ctx_program(&self) -> Option<Arc<Program>> {
         crate::sync::lock(&PROGRAMS).get(&self.compiled.key).cloned()
     }

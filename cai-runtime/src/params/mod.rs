@@ -141,7 +141,8 @@ pub(crate) fn check_array(p: &ParamLayout, a: &ArrayArg<'_>) -> Result<()> {
 /// Elements must sit at multiples of their size: a misaligned access faults the kernel,
 /// and a fault kills the context for every library in the process. A pointer to a CUDA
 /// vector type (`float4*`, say) needs that type's alignment too.
-/// `vector` is [`crate::kernel::pointee_alignment`] of `p` (computed once, at the kernel's load).
+/// `vector` is the alignment `p`'s pointee needs (`pointee_alignment`, computed once at the
+/// kernel's load: [`crate::kernel::Kernel`] keeps it).
 fn check_aligned(p: &ParamLayout, v: &ArrayView, vector: usize) -> Result<()> {
     if !v.is_itemsize_aligned() || !crate::cai::is_multiple_of(v.ptr().into(), vector as u64) {
         if vector > 1 {
@@ -167,8 +168,8 @@ fn check_aligned(p: &ParamLayout, v: &ArrayView, vector: usize) -> Result<()> {
 const READONLY: &str = "the array is readonly but the parameter is not const; declare it `const T*` / `caijit::Array<const T, N>`";
 
 /// Lay out `args` for `params` (as many of each: [`check_count`] first): every check that
-/// names a parameter happens here. `vector[i]` is [`crate::kernel::pointee_alignment`] of
-/// `params[i]`.
+/// names a parameter happens here. `vector[i]` is the alignment `params[i]`'s pointee needs
+/// (`pointee_alignment`, kept by [`crate::kernel::Kernel`]).
 pub(crate) fn marshal(params: &[ParamLayout], vector: &[usize], args: &[Arg<'_>], buf: &mut ParamBuffer) -> Result<()> {
     for ((p, a), &vector) in params.iter().zip(args).zip(vector) {
         let a = match a {

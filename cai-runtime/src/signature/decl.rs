@@ -4,7 +4,7 @@
 //! the types a kernel is launched with come from the compiler ([`super::demangle`]).
 
 use super::tokens::{is_ident, join_type, matching, matching_angle_backwards, matching_backwards, split_top_level, tokenize, Tok};
-use super::{CType, ParamType, Rank};
+use super::types::{CType, ParamType, Rank};
 use crate::cai::DType;
 
 /// A template parameter of a kernel template.

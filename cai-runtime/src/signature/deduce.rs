@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use super::decl::{KernelDecl, TemplateParam};
 use super::error::SignatureError;
-use super::{CType, ParamType, Rank};
+use super::types::{CType, ParamType, Rank};
 use crate::cai::DType;
 
 /// The type of a launch argument, as far as deduction is concerned.
@@ -190,7 +190,7 @@ fn bind_earlier(text: &str, params: &[TemplateParam], values: &[String]) -> Stri
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signature::parse_kernels;
+    use crate::signature::decl::parse_kernels;
 
     fn one(src: &str) -> KernelDecl {
         let mut k = parse_kernels(src).kernels;

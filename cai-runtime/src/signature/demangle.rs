@@ -5,7 +5,7 @@
 use super::decl::{parse_param, Spelling};
 use super::error::SignatureError;
 use super::tokens::{matching_backwards, split_top_level, tokenize, Tok};
-use super::ParamType;
+use super::types::ParamType;
 
 /// The name of the probe template appended to every program that has `extern "C"`
 /// kernels: `caijit_probe_<decltype(&scale)>` is a kernel whose mangled name encodes
@@ -171,7 +171,7 @@ pub fn probe_types(lowered: &str) -> Result<Option<Vec<ParamType>>, SignatureErr
 mod tests {
     use super::*;
     use crate::cai::DType;
-    use crate::signature::{CType, Rank};
+    use crate::signature::types::{CType, Rank};
 
     fn ptr(d: DType, is_const: bool) -> ParamType {
         ParamType::Pointer { elem: CType::Scalar(d), is_const }

@@ -4,7 +4,7 @@
 use super::deduce::ArgType;
 use super::error::SignatureError;
 use super::ptx::{PtxClass, PtxParam};
-use super::{CType, ParamType, Rank};
+use super::types::{CType, ParamType, Rank};
 use crate::cai::DType;
 
 /// What a parameter of a compiled kernel accepts.

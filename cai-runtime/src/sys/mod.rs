@@ -26,6 +26,10 @@ pub(crate) mod dlpack;
 /// The running Python frame's code and instruction (launch call sites; feature `python`).
 #[cfg(feature = "python")]
 pub(crate) mod frame;
+/// Loading shared libraries for the life of the process.
+mod library;
+/// NVRTC's error type (its calls: `nvrtc.rs`, or `no_nvrtc.rs` without the feature).
+mod nvrtc_error;
 /// NVTX ranges through NVTX's injection interface.
 pub(crate) mod nvtx;
 /// Timing events (profiling).
@@ -38,33 +42,12 @@ pub(crate) mod xla_ffi;
 #[cfg_attr(feature = "nvrtc", path = "nvrtc.rs")]
 #[cfg_attr(not(feature = "nvrtc"), path = "no_nvrtc.rs")]
 mod nvrtc;
+pub(crate) use library::load_library;
 pub(crate) use nvrtc::{load_nvrtc, Nvrtc, LEFT_OUT as NVRTC_LEFT_OUT};
+pub use nvrtc_error::NvrtcError;
 
 // ---------------------------------------------------------------------------------------
-// Loading libraries
-
-/// Load a shared library by absolute path or soname and keep it loaded for the process.
-pub(crate) fn load_library(name: &Path) -> Result<(), String> {
-    open_library(name).map(drop)
-}
-
-/// [`load_library`], handing out the library.
-fn open_library(name: &Path) -> Result<&'static libloading::Library, String> {
-    // SAFETY: loading runs the library's initialisers; the libraries loaded here (NVRTC,
-    // its builtins, the CUDA driver) have no initialisers with preconditions on the caller.
-    let lib = unsafe { libloading::Library::new(name.as_os_str()) }.map_err(|e| {
-        // libloading puts dlerror()'s text in the source chain.
-        let mut message = e.to_string();
-        let mut source = std::error::Error::source(&e);
-        while let Some(s) = source {
-            message = format!("{message}: {s}");
-            source = s.source();
-        }
-        message
-    })?;
-    // Never unloaded: cudarc resolves symbols from it for the life of the process.
-    Ok(Box::leak(Box::new(lib)))
-}
+// The process
 
 /// The effective user id of this process (to check who owns the cache directory).
 pub(crate) fn effective_uid() -> u32 {
@@ -694,23 +677,3 @@ impl Driver {
         Ok((free, total))
     }
 }
-
-// ---------------------------------------------------------------------------------------
-// NVRTC (its calls: `nvrtc.rs`)
-
-/// A failed NVRTC call: the call's name, its `nvrtcResult` and NVRTC's description.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct NvrtcError {
-    pub call: &'static str,
-    pub code: i32,
-    pub name: String,
-    pub message: String,
-}
-
-impl std::fmt::Display for NvrtcError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} failed: {} ({}): {}", self.call, self.name, self.code, self.message)
-    }
-}
-
-impl std::error::Error for NvrtcError {}

@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use super::NvrtcError;
+use super::nvrtc_error::NvrtcError;
 
 /// Why NVRTC cannot be used: this build left it out.
 pub(crate) const LEFT_OUT: Option<&str> = Some("this build of cai-runtime has no NVRTC (the `nvrtc` feature is off)");

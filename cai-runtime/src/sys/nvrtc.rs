@@ -7,7 +7,8 @@ use std::sync::OnceLock;
 
 use cudarc::nvrtc::sys as nv;
 
-use super::{open_library, NvrtcError};
+use super::library::open_library;
+use super::nvrtc_error::NvrtcError;
 
 /// Why NVRTC cannot be used whatever is installed: never, in a build with it (see
 /// `no_nvrtc.rs`).

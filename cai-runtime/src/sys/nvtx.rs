@@ -119,7 +119,7 @@ fn attach() -> &'static Result<bool, String> {
     static ATTACHED: OnceLock<Result<bool, String>> = OnceLock::new();
     ATTACHED.get_or_init(|| {
         let Some(path) = std::env::var_os("NVTX_INJECTION64_PATH").filter(|p| !p.is_empty()) else { return Ok(false) };
-        let lib = super::open_library(Path::new(&path))?;
+        let lib = super::library::open_library(Path::new(&path))?;
         let s = slots();
         // SAFETY: the symbol, if present, has the type NVTX's headers declare for it.
         let init = unsafe { lib.get::<InitializeInjection>(b"InitializeInjectionNvtx2\0") }
