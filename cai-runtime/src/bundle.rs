@@ -20,7 +20,8 @@
 //! those (and that every section lies within the file); a section's checksum is checked
 //! and its bytes inflated only when it is first used (a program's description, its
 //! `.entry` declarations and the code for the device, when one of its instances is looked
-//! up). Loading costs the same however many programs a bundle holds.
+//! up). Loading costs the same however many programs a bundle holds: a bundle file is
+//! kept open and read a section at a time, never whole.
 //!
 //! # Examples
 //! ```no_run
@@ -153,7 +154,7 @@ struct Section {
 #[derive(Debug)]
 pub struct Bundle {
     origin: String,
-    data: Cow<'static, [u8]>,
+    data: Bytes,
     sections: Vec<Section>,
     /// The checksum of the header and table of contents: it covers every section's
     /// checksum, so two bundles of the same one hold the same bytes.
@@ -165,6 +166,55 @@ pub struct Bundle {
     /// Each program's details, read at their first use (a failure is kept: the bytes
     /// do not change).
     details: Vec<OnceLock<std::result::Result<ProgramDetails, String>>>,
+}
+
+/// A bundle's bytes: in memory (embedded, or given), or a file read a section at a time, so
+/// that opening one reads only its header, table of contents and index, however large it
+/// is (the kernel library's bundle for five architectures is 12 MB).
+#[derive(Debug)]
+enum Bytes {
+    Memory(Cow<'static, [u8]>),
+    File { file: std::fs::File, len: u64 },
+}
+
+impl Bytes {
+    fn len(&self) -> u64 {
+        match self {
+            Bytes::Memory(b) => b.len() as u64,
+            Bytes::File { len, .. } => *len,
+        }
+    }
+
+    /// `len` bytes from `start` (within [`Bytes::len`], which the caller checked).
+    fn read(&self, start: usize, len: usize) -> std::io::Result<Cow<'_, [u8]>> {
+        match self {
+            Bytes::Memory(b) => Ok(Cow::Borrowed(&b[start..start + len])),
+            Bytes::File { file, .. } => {
+                let mut out = vec![0; len];
+                read_exact_at(file, &mut out, start as u64)?;
+                Ok(Cow::Owned(out))
+            }
+        }
+    }
+}
+
+#[cfg(unix)]
+fn read_exact_at(file: &std::fs::File, out: &mut [u8], at: u64) -> std::io::Result<()> {
+    std::os::unix::fs::FileExt::read_exact_at(file, out, at)
+}
+
+#[cfg(windows)]
+fn read_exact_at(file: &std::fs::File, mut out: &mut [u8], mut at: u64) -> std::io::Result<()> {
+    while !out.is_empty() {
+        match std::os::windows::fs::FileExt::seek_read(file, out, at)? {
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            n => {
+                out = &mut out[n..];
+                at += n as u64;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A JSON list of strings.
@@ -182,32 +232,36 @@ impl Bundle {
     pub fn open(path: impl AsRef<Path>) -> Result<Bundle> {
         let path = path.as_ref();
         let origin = path.display().to_string();
-        let bytes = std::fs::read(path).map_err(|e| bad(&origin, format!("cannot be read: {e}")))?;
-        Bundle::parse(Cow::Owned(bytes), origin)
+        let unreadable = |e: std::io::Error| bad(&origin, format!("cannot be read: {e}"));
+        let file = std::fs::File::open(path).map_err(unreadable)?;
+        let len = file.metadata().map_err(unreadable)?.len();
+        Bundle::parse(Bytes::File { file, len }, origin)
     }
 
     /// A bundle embedded in the binary (`include_bytes!("app.caijit")`), verified as
     /// [`Bundle::open`] does.
     pub fn from_bytes(bytes: &'static [u8]) -> Result<Bundle> {
-        Bundle::parse(Cow::Borrowed(bytes), "<embedded>".into())
+        Bundle::parse(Bytes::Memory(Cow::Borrowed(bytes)), "<embedded>".into())
     }
 
     /// A bundle in memory; `origin` names it in messages.
     pub fn from_vec(bytes: Vec<u8>, origin: impl Into<String>) -> Result<Bundle> {
-        Bundle::parse(Cow::Owned(bytes), origin.into())
+        Bundle::parse(Bytes::Memory(Cow::Owned(bytes)), origin.into())
     }
 
-    fn parse(data: Cow<'static, [u8]>, origin: String) -> Result<Bundle> {
-        let b: &[u8] = &data;
-        if b.len() < 8 || &b[..8] != MAGIC {
+    fn parse(data: Bytes, origin: String) -> Result<Bundle> {
+        let size = usize::try_from(data.len()).unwrap_or(usize::MAX);
+        let read = |start: usize, len: usize| data.read(start, len).map_err(|e| bad(&origin, format!("cannot be read: {e}")));
+        let head = read(0, size.min(HEADER))?;
+        if head.len() < 8 || &head[..8] != MAGIC {
             return Err(bad(&origin, "is not a caijit bundle (its first bytes are not \"CAIJITBN\")"));
         }
-        if b.len() < HEADER {
-            return Err(bad(&origin, format!("is truncated ({} bytes)", b.len())));
+        if head.len() < HEADER {
+            return Err(bad(&origin, format!("is truncated ({size} bytes)")));
         }
-        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap_or_default());
-        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default());
-        let version = u32_at(8);
+        let u32_at = |b: &[u8], i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap_or_default());
+        let u64_at = |b: &[u8], i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default());
+        let version = u32_at(&head, 8);
         if version != FORMAT_VERSION {
             return Err(bad(
                 &origin,
@@ -217,11 +271,12 @@ impl Bundle {
                 ),
             ));
         }
-        let count = u32_at(12) as usize;
-        let toc_end = HEADER + count.saturating_mul(TOC_ENTRY);
-        if toc_end.saturating_add(DIGEST) > b.len() {
+        let count = u32_at(&head, 12) as usize;
+        let toc_end = HEADER.saturating_add(count.saturating_mul(TOC_ENTRY));
+        if toc_end.saturating_add(DIGEST) > size {
             return Err(bad(&origin, format!("is truncated (its table of contents of {count} sections is cut off)")));
         }
+        let b = read(0, toc_end + DIGEST)?;
         let toc_sha256: [u8; DIGEST] = Sha256::digest(&b[..toc_end]).into();
         if b[toc_end..toc_end + DIGEST] != toc_sha256 {
             return Err(bad(&origin, "is corrupt (the SHA-256 checksum of its table of contents does not match)"));
@@ -231,20 +286,22 @@ impl Bundle {
         let mut at = toc_end + DIGEST;
         for i in 0..count {
             let e = HEADER + i * TOC_ENTRY;
-            let (kind, flags, start, stored, len) = (u32_at(e), u32_at(e + 4), u64_at(e + 8), u64_at(e + 16), u64_at(e + 24));
+            let (kind, flags, start, stored, len) =
+                (u32_at(&b, e), u32_at(&b, e + 4), u64_at(&b, e + 8), u64_at(&b, e + 16), u64_at(&b, e + 24));
             if start != at as u64 || len > MAX_SECTION || flags & !FLAG_DEFLATE != 0 || (flags & FLAG_DEFLATE == 0 && stored != len) {
                 return Err(bad(&origin, format!("is corrupt (section {i}'s entry in the table of contents is not valid)")));
             }
-            if stored > (b.len() - at) as u64 {
+            if stored > (size - at) as u64 {
                 return Err(bad(&origin, format!("is truncated (section {i} of {count} ends past the end of the file)")));
             }
             let sha256 = b[e + 32..e + 64].try_into().unwrap_or_default();
             sections.push(Section { kind, flags, start: at, stored: stored as usize, len, sha256 });
             at += stored as usize;
         }
-        if at != b.len() {
+        if at != size {
             return Err(bad(&origin, "is corrupt (its sections do not end where the file does)"));
         }
+        drop((head, b));
         let mut bundle = Bundle {
             origin,
             data,
@@ -382,7 +439,8 @@ impl Bundle {
     /// Section `i`'s bytes, its checksum verified, inflated.
     fn section(&self, i: usize) -> Result<Vec<u8>> {
         let s = *self.sections.get(i).ok_or_else(|| bad(&self.origin, format!("has no section {i}")))?;
-        let raw = &self.data[s.start..s.start + s.stored];
+        let raw = self.data.read(s.start, s.stored).map_err(|e| bad(&self.origin, format!("cannot be read (section {i}): {e}")))?;
+        let raw: &[u8] = &raw;
         if Sha256::digest(raw).as_slice() != s.sha256 {
             return Err(bad(&self.origin, format!("is corrupt (the SHA-256 checksum of section {i} does not match its contents)")));
         }

@@ -1,6 +1,7 @@
 """The first call in a fresh process, to the result on the host: NVRTC cold, disk cache
 warm, and from a bundle (with NVRTC made unloadable), for `caijit.ops.add` on two float32
-PyTorch tensors and for a recorded user template kernel; then `bundle build` times for the
+PyTorch tensors (allocating its result, and into a given `out=`) and for a recorded user
+template kernel; then `bundle build` times for the
 kernel library and for a 50-instance manifest, serial (-j 1) and parallel.
 
 Every figure comes from its own fresh process (the median of REPS). What a process pays
@@ -36,6 +37,7 @@ import torch
 what = sys.argv[1]
 a = torch.arange(N, dtype=torch.float32, device="cuda")
 b = torch.ones(N, dtype=torch.float32, device="cuda")
+c = torch.empty(N, dtype=torch.float32, device="cuda")
 torch.cuda.synchronize()
 t0 = time.perf_counter()
 import caijit
@@ -44,6 +46,9 @@ if what == "ops":
     r = caijit.ops.add(a, b)
     host = torch.as_tensor(r, device="cuda").cpu()
     ok = bool(host[12345] == 12346.0)
+elif what == "ops_out":
+    caijit.ops.add(a, b, out=c)
+    ok = bool(c.cpu()[12345] == 12346.0)
 else:
     import numpy as np
     k = caijit.kernel(SRC)
@@ -136,7 +141,9 @@ def main() -> None:
         # The kernel library baked for this device (as the wheel carries it, for one architecture).
         ops_bundle = work / "ops.caijit"
         t_ops = bake(["--ops", "--arch", arch, "-o", str(ops_bundle)], work)
-        rows.append(("caijit.ops.add, 2 x float32 tensors", "ops", scenarios("ops", work, {"CAIJIT_BUNDLES": str(ops_bundle)})))
+        ops_env = {"CAIJIT_BUNDLES": str(ops_bundle)}
+        rows.append(("caijit.ops.add, 2 x float32 tensors", "ops", scenarios("ops", work, ops_env)))
+        rows.append(("caijit.ops.add into a given out=", "ops_out", scenarios("ops_out", work, ops_env)))
         # A user template kernel: record its instance, bake it, replay.
         child("template", {**base_env(), "CAIJIT_CACHE_DIR": str(work / "record"), "CAIJIT_RECORD": str(work / "app.json")}, work)
         bake([str(work / "app.json"), "--arch", arch, "-o", str(work / "app.caijit")], work)
