@@ -888,6 +888,37 @@ mod tests {
         assert!(d.describe().is_err());
     }
 
+    /// A bundle file is read a section at a time: opened, it is refused as the same bytes
+    /// in memory are (truncated, damaged); a file changed after opening is an error naming
+    /// the section when that section is used, never another file's bytes served.
+    #[test]
+    fn a_file_is_read_a_section_at_a_time_and_checked_as_bytes_are() {
+        let good = sample();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("app.caijit");
+        std::fs::write(&path, &good).unwrap();
+        let b = Bundle::open(&path).unwrap();
+        assert!(b.verify().is_ok());
+        assert_eq!(b.image(&b.programs()[0], 90).unwrap().1, vec![9; 4000]);
+        for cut in [0, 20, good.len() / 2, good.len() - 1] {
+            std::fs::write(&path, &good[..cut]).unwrap();
+            let e = Bundle::open(&path).unwrap_err().to_string();
+            assert!(e.contains("truncated") || e.contains("not a caijit bundle") || e.contains("corrupt"), "{cut}: {e}");
+        }
+        // Changed under an open bundle: truncated, then rewritten with one byte flipped.
+        std::fs::write(&path, &good).unwrap();
+        let b = Bundle::open(&path).unwrap();
+        let p = &b.programs()[0];
+        let sm90 = b.sections[p.images.iter().find(|i| i.arch == 90).unwrap().section];
+        std::fs::write(&path, &good[..sm90.start + 1]).unwrap();
+        assert!(b.image(p, 90).unwrap_err().to_string().contains("cannot be read"));
+        let mut flipped = good.clone();
+        flipped[sm90.start + sm90.stored / 2] ^= 1;
+        std::fs::write(&path, &flipped).unwrap();
+        assert!(b.image(p, 90).unwrap_err().to_string().contains("checksum"));
+        assert!(Bundle::open(dir.path().join("missing.caijit")).unwrap_err().to_string().contains("cannot be read"));
+    }
+
     /// A bundle of one index section and no program.
     fn write_index(index: Value) -> Vec<u8> {
         let raw = serde_json::to_vec(&index).unwrap();
