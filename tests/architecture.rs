@@ -405,7 +405,6 @@ const RUNTIME_FILE_CYCLES_LEFT: &[&[&str]] = &[
     &["kernel", "kernel::debug"],
     &["launch", "launch::bounds", "launch::trace"],
     &["sys", "sys::nvrtc"],
-    &["ops", "ops::call", "ops::kernels", "ops::registry", "ops::rules"],
 ];
 
 #[test]

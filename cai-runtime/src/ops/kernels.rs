@@ -7,7 +7,6 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use smallvec::SmallVec;
 
-use super::call::Launch;
 use super::registry::{BinaryOp, Reduction, UnaryOp, UNARY_OPS};
 use super::rules::accumulator;
 use crate::array::DeviceArray;
@@ -15,7 +14,7 @@ use crate::cai::{ArrayView, DType};
 use crate::compile::{Program, OPS};
 use crate::kernel::Kernel;
 use crate::launch::{Arg, LaunchConfig, Num};
-use crate::runtime::Context;
+use crate::runtime::{Context, Stream};
 use crate::sync::lock;
 use crate::{Error, Result};
 
@@ -91,6 +90,13 @@ fn scalar(value: impl Into<Num>) -> Arg<'static> {
     Arg::Scalar { value: value.into(), dtype: None }
 }
 
+/// What an op's kernels are launched with: the context and the launch stream, decided once
+/// per call (every kernel and copy of the call is enqueued on it).
+pub(crate) struct Launch<'s> {
+    pub ctx: &'s Arc<Context>,
+    pub stream: &'s Arc<Stream>,
+}
+
 impl Launch<'_> {
     /// Launch `k` on the call's stream (ordered against every producer, as any launch is).
     fn go(&self, k: &Kernel, cfg: &LaunchConfig, args: &[Arg<'_>]) -> Result<()> {
@@ -103,31 +109,31 @@ impl Launch<'_> {
 }
 
 /// `out = op(x)`: the op's `unary` kernel.
-pub(super) fn unary(l: &Launch, op: &UnaryOp, x: &ArrayView, out: &ArrayView) -> Result<()> {
+pub(crate) fn unary(l: &Launch, op: &UnaryOp, x: &ArrayView, out: &ArrayView) -> Result<()> {
     let k = l.kernel(op.name, "unary", &[TArg::T(x.dtype())])?;
     l.go(&k, &elementwise_grid(x), &[Arg::Array(x), Arg::Array(out), int(x.size())])
 }
 
 /// `out = a * x + y`; `a` is converted to the arrays' dtype as a launch converts a scalar.
-pub(super) fn axpy(l: &Launch, a: Num, x: &ArrayView, y: &ArrayView, out: &ArrayView) -> Result<()> {
+pub(crate) fn axpy(l: &Launch, a: Num, x: &ArrayView, y: &ArrayView, out: &ArrayView) -> Result<()> {
     let k = l.kernel("elementwise", "axpy", &[TArg::T(x.dtype())])?;
     l.go(&k, &elementwise_grid(x), &[scalar(a), Arg::Array(x), Arg::Array(y), Arg::Array(out), int(x.size())])
 }
 
 /// `out = a * x`.
-pub(super) fn scale(l: &Launch, x: &ArrayView, a: Num, out: &ArrayView) -> Result<()> {
+pub(crate) fn scale(l: &Launch, x: &ArrayView, a: Num, out: &ArrayView) -> Result<()> {
     let k = l.kernel("elementwise", "scale", &[TArg::T(x.dtype())])?;
     l.go(&k, &elementwise_grid(x), &[scalar(a), Arg::Array(x), Arg::Array(out), int(x.size())])
 }
 
 /// Every element of `out` = `value`.
-pub(super) fn fill(l: &Launch, out: &ArrayView, value: Num) -> Result<()> {
+pub(crate) fn fill(l: &Launch, out: &ArrayView, value: Num) -> Result<()> {
     let k = l.kernel("elementwise", "fill", &[TArg::T(out.dtype())])?;
     l.go(&k, &elementwise_grid(out), &[Arg::Array(out), scalar(value), int(out.size())])
 }
 
 /// `out = x` converted to `out`'s dtype, as C++ converts.
-pub(super) fn cast(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result<()> {
+pub(crate) fn cast(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result<()> {
     let k = l.kernel("elementwise", "cast", &[TArg::T(x.dtype()), TArg::T(out.dtype())])?;
     let blocks = x.size().div_ceil(8 * CAST_BLOCK as usize).clamp(1, i32::MAX as usize);
     let cfg = LaunchConfig::new([blocks as u32, 1, 1], [CAST_BLOCK, 1, 1]);
@@ -145,7 +151,7 @@ fn broadcast_to(v: &ArrayView, shape: &[usize]) -> Result<ArrayView> {
 
 /// `out = a (op) b`; `out` has the broadcast shape of `a` and `b` (the call's result), any
 /// strides on the inputs.
-pub(super) fn binary(l: &Launch, op: BinaryOp, a: &ArrayView, b: &ArrayView, out: &ArrayView) -> Result<()> {
+pub(crate) fn binary(l: &Launch, op: BinaryOp, a: &ArrayView, b: &ArrayView, out: &ArrayView) -> Result<()> {
     let shape = out.shape();
     let t = TArg::T(a.dtype());
     let code = scalar(op as i32);
@@ -166,7 +172,7 @@ pub(super) fn binary(l: &Launch, op: BinaryOp, a: &ArrayView, b: &ArrayView, out
 
 /// A C-ordered copy of any strided view (rank 1 to 8) into `out`: the driver's copy when
 /// `x` is C-contiguous.
-pub(super) fn ascontiguous(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result<()> {
+pub(crate) fn ascontiguous(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result<()> {
     if x.is_c_contiguous() {
         return crate::launch::copy_contiguous(l.ctx, &Arg::Array(x), &Arg::Array(out), Some(l.stream), true).map(drop);
     }
@@ -182,7 +188,7 @@ pub(super) fn ascontiguous(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result
 
 /// `x` (C-ordered) scattered into the strided view `out` of the same shape and dtype, whose
 /// elements are distinct memory (rank 1 to 8).
-pub(super) fn scatter(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result<()> {
+pub(crate) fn scatter(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result<()> {
     let Some(&cols) = out.shape().last().filter(|_| out.ndim() <= 8) else {
         return Err(Error::argument(format!("a strided out of rank {} (1 to 8 are written)", out.ndim())));
     };
@@ -193,7 +199,7 @@ pub(super) fn scatter(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result<()> 
 }
 
 /// `out` (cols × rows) = the transpose of the 2-D `x` (rows × cols).
-pub(super) fn transpose(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result<()> {
+pub(crate) fn transpose(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result<()> {
     let (rows, cols) = (out.shape()[1], out.shape()[0]);
     let tile = if x.dtype().itemsize() <= 8 { 64 } else { 32 }; // the kernel's tile width; its block is (tile, 2)
     let tiles = rows.div_ceil(tile) * cols.div_ceil(tile);
@@ -215,7 +221,7 @@ fn code(r: Reduction) -> Arg<'static> {
 /// (the last-axis kernel, one row). Others in two kernels: per-block partials into scratch
 /// memory allocated, stream-ordered, on the call's stream (caijit's pool keeps it for
 /// reuse), then one block over them.
-pub(super) fn reduce_all(l: &Launch, r: Reduction, x: &ArrayView, out: &ArrayView) -> Result<()> {
+pub(crate) fn reduce_all(l: &Launch, r: Reduction, x: &ArrayView, out: &ArrayView) -> Result<()> {
     if x.nbytes() <= ONE_BLOCK_BYTES {
         return reduce_rows(l, r, x, out, 1, x.size());
     }
@@ -234,7 +240,7 @@ pub(super) fn reduce_all(l: &Launch, r: Reduction, x: &ArrayView, out: &ArrayVie
 
 /// Reduce each of `rows` rows of `cols` elements of `x` (its last axis) into its element
 /// of `out`, one block per row (the `reduce_rows` kernel).
-pub(super) fn reduce_rows(l: &Launch, r: Reduction, x: &ArrayView, out: &ArrayView, rows: usize, cols: usize) -> Result<()> {
+pub(crate) fn reduce_rows(l: &Launch, r: Reduction, x: &ArrayView, out: &ArrayView, rows: usize, cols: usize) -> Result<()> {
     let (t, a, o) = (TArg::T(x.dtype()), TArg::T(accumulator(r, x.dtype())), TArg::T(out.dtype()));
     let k = l.kernel("reduce", "reduce_rows", &[t, a, o])?;
     let block = (cols.div_ceil(32) * 32).clamp(32, BLOCK as usize) as u32;
@@ -244,7 +250,7 @@ pub(super) fn reduce_rows(l: &Launch, r: Reduction, x: &ArrayView, out: &ArrayVi
 
 /// Softmax over the last axis of the floating `x` into `out`. Rows whose 16-byte vectors fit
 /// in one block's registers are read once; longer or unaligned rows take two passes.
-pub(super) fn softmax(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result<()> {
+pub(crate) fn softmax(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result<()> {
     let cols = x.shape().last().copied().unwrap_or(1);
     let rows = x.size() / cols;
     let t = TArg::T(x.dtype());
@@ -353,6 +359,7 @@ pub fn library_programs() -> Vec<Program> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::registry::Strided;
 
     #[test]
     fn every_registered_op_has_its_file_and_kernel() {
@@ -361,7 +368,7 @@ mod tests {
             let source = source.unwrap_or_else(|| panic!("op {}: no kernels/ops/{}.cu", op.name, op.name));
             assert!(source.contains("void unary("), "kernels/ops/{}.cu defines no `unary` kernel", op.name);
             // `unary` reads `const T* x`: C order only.
-            assert_ne!(op.strided, super::super::Strided::Any, "op {}: a pointer kernel cannot read strided views", op.name);
+            assert_ne!(op.strided, Strided::Any, "op {}: a pointer kernel cannot read strided views", op.name);
             assert!(op.dtypes().next().is_some() && !op.doc.is_empty(), "op {}", op.name);
         }
     }
