@@ -1,5 +1,9 @@
 //! The kernel library (`kernels/ops/*.cu`) as Rust functions over CAI arrays: the same op
-//! calls `caijit.ops` makes from Python, kernels compiled once per device and dtype.
+//! calls `caijit.ops` makes from Python. Each library kernel is a
+//! [`Dispatcher`](crate::dispatch::Dispatcher), made on first use; an op asks it for the
+//! instance its dtypes name ([`Dispatcher::instance`](crate::dispatch::Dispatcher::instance)),
+//! compiled (or found in the library's bundle, [`library_programs`]) and loaded once per
+//! device and template arguments, and cached there.
 //!
 //! An op call owns everything between its arguments and its launches: the checks, the
 //! result's shape and NumPy's result dtype, `out` (given, of any strides, and checked; or
@@ -29,6 +33,7 @@
 
 mod call;
 mod kernels;
+mod library;
 mod registry;
 mod rules;
 
