@@ -43,7 +43,7 @@ pub(crate) fn kernels() -> impl Iterator<Item = (&'static str, &'static str)> {
 
 /// The program of library file `file` (`kernels/ops/<file>.cu`), named `<file>.cu`: what
 /// its kernels' instances are compiled from, each with its one name expression.
-pub(crate) fn program(file: &str) -> Result<Program> {
+fn program(file: &str) -> Result<Program> {
     match OPS.iter().find(|(n, _)| *n == file) {
         Some((_, source)) => Ok(Program::new(*source).name(format!("{file}.cu"))),
         None => Err(Error::argument(format!("the kernel library has no file {file}.cu"))),
