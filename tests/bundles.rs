@@ -3,8 +3,10 @@
 //! Bundles installed here are process-wide: each test uses sources of its own.
 
 use cai_runtime::bundle::{self, Bundle};
+use cai_runtime::cai::DType;
 use cai_runtime::compile::bake::{bake, BakeOptions};
-use cai_runtime::compile::{bundle_key, compile_with, read_manifest, record_to, Arch, CacheSource, Image, Program};
+use cai_runtime::compile::{bundle_key, compile_with, family_key, read_manifest, record_to, Arch, CacheSource, Image, Program, OPS};
+use cai_runtime::dispatch::{Dispatcher, TemplateArg};
 use caijit_integration::fresh;
 
 const AXPY: &str = r#"
@@ -120,4 +122,32 @@ fn recording_writes_what_baking_reads() {
     std::fs::write(&manifest, "{\"not\": 1}\n").unwrap();
     let e = read_manifest(&manifest).unwrap_err().to_string();
     assert!(e.contains("line 1") && e.contains("not a caijit manifest entry"), "{e}");
+}
+
+/// What `bundle build --ops` bakes for `axpy<float>` (its program of `library_programs`, a
+/// group of instances) serves the program an op compiles for it: its library kernel's
+/// dispatcher's explicit instance, found by family.
+#[test]
+fn the_library_bundle_serves_the_explicit_instance_an_op_compiles() {
+    let programs = cai_runtime::ops::library_programs().unwrap();
+    let holds = |p: &&Program| p.name == "elementwise.cu" && p.name_expressions.iter().any(|e| e == "axpy<float>");
+    let group = programs.iter().find(holds).expect("the library bakes axpy<float>");
+    assert!(group.name_expressions.len() > 1, "{:?}", group.name_expressions);
+    // The program of `axpy`'s dispatcher in the library (`ops/library.rs`, checked there to be
+    // this one).
+    let source = OPS.iter().find(|(n, _)| *n == "elementwise").unwrap().1;
+    let axpy = Dispatcher::new(Program::new(source).name("elementwise.cu"), Some("axpy")).unwrap();
+    let f32s = [TemplateArg::Type(DType::F32)];
+    let (program, name) = axpy.explicit_instance_for(&f32s).unwrap();
+    assert_eq!((name.as_str(), program.name_expressions.as_slice()), ("axpy<float>", ["axpy<float>".to_string()].as_slice()));
+    assert_eq!(family_key(&program).unwrap(), family_key(group).unwrap());
+
+    bundle::install(bake_for(std::slice::from_ref(group), &[90], false));
+    let chosen = axpy.select_instance(Arch(90), &f32s).unwrap();
+    assert_eq!((chosen.name.as_str(), chosen.compiled.source), ("axpy<float>", CacheSource::Bundle));
+    let types: Vec<&str> = chosen.info().unwrap().params.iter().map(|p| p.cpp_type.as_str()).collect();
+    assert_eq!(types, ["float", "const float*", "const float*", "float*", "long long"]);
+    // Another instance of the group, too.
+    let f64s = axpy.select_instance(Arch(90), &[TemplateArg::Type(DType::F64)]).unwrap();
+    assert_eq!((f64s.name.as_str(), f64s.compiled.source), ("axpy<double>", CacheSource::Bundle));
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use cai_runtime::array::DeviceArray;
 use cai_runtime::cai::{ArrayView, DType};
 use cai_runtime::compile::Program;
-use cai_runtime::dispatch::Dispatcher;
+use cai_runtime::dispatch::{Dispatcher, TemplateArg};
 use cai_runtime::launch::{Arg, LaunchConfig};
 use cai_runtime::runtime::Context;
 use cai_runtime::runtime::Stream;
@@ -17,7 +17,11 @@ use caijit_integration::{randoms, seed, DISPATCH_SOURCE};
 
 // (The tests run through the GPU harness, `caijit_integration::run_gpu_tests`: without a
 // device each is reported ignored with the reason; a `#[test]` function would not run.)
-caijit_integration::gpu_main!(a_template_kernel_is_instantiated_from_the_arguments, an_overloaded_kernel_is_picked_by_the_arguments);
+caijit_integration::gpu_main!(
+    a_template_kernel_is_instantiated_from_the_arguments,
+    an_overloaded_kernel_is_picked_by_the_arguments,
+    explicit_instances_are_cached_per_device_and_template_arguments
+);
 
 /// Device memory owned elsewhere, described by a derived interface.
 #[derive(CudaArrayInterface)]
@@ -139,4 +143,33 @@ fn an_overloaded_kernel_is_picked_by_the_arguments(ctx: Arc<Context>) {
     // No overload takes a float array with a typed double scalar.
     let e = scale.launch(&cfg, &[Arg::Array(&fv), Arg::scalar(0.5f64), Arg::untyped(n)], None).unwrap_err();
     assert!(e.to_string().contains("no overload"), "{e}");
+}
+
+/// `caijit.ops`' path: an instance named by its template arguments, loaded once per device
+/// and arguments (the same kernel object each time), and launched.
+fn explicit_instances_are_cached_per_device_and_template_arguments(ctx: Arc<Context>) {
+    let s = Arc::new(Stream::new(&ctx).unwrap());
+    let axpy = Dispatcher::new(Program::new(DISPATCH_SOURCE), Some("axpy")).unwrap();
+    let f32s = [TemplateArg::Type(DType::F32)];
+    let k = axpy.instance(&ctx, &f32s).unwrap();
+    assert_eq!(k.info().name_expression.as_deref(), Some("axpy<float>"));
+    assert!(Arc::ptr_eq(&k, &axpy.instance(&ctx, &f32s).unwrap()), "the cached instance");
+    let other = axpy.instance(&ctx, &[TemplateArg::Type(DType::F64), TemplateArg::Type(DType::F32)]).unwrap();
+    assert_eq!(other.info().name_expression.as_deref(), Some("axpy<double, float>"));
+    assert!(!Arc::ptr_eq(&k, &other));
+    // Explicit instances are what the dispatcher compiles for inspection, with the deduced ones.
+    let (compiled, _) = axpy.compile_launched(ctx.arch()).unwrap();
+    let exprs: Vec<&str> = compiled.kernels.iter().filter_map(|k| k.name_expression.as_deref()).collect();
+    assert!(exprs.contains(&"axpy<float>") && exprs.contains(&"axpy<double, float>"), "{exprs:?}");
+
+    let n = 1000;
+    let xs = randoms(n, seed());
+    let x = DeviceArray::from_bytes(&ctx, &[n], DType::F32, &bytes(&xs, f32::to_le_bytes), &s).unwrap();
+    let y = DeviceArray::from_bytes(&ctx, &[n], DType::F32, &bytes(&vec![1.0f32; n], f32::to_le_bytes), &s).unwrap();
+    let args = [Arg::scalar(2.0f32), Arg::Array(x.as_view()), Arg::Array(y.as_view()), Arg::scalar(n as i32)];
+    k.launch(&LaunchConfig::for_elements(n, 128), &args, Some(&s), true).unwrap();
+    let got = back(&y.to_bytes().unwrap(), f32::from_le_bytes);
+    for i in 0..n {
+        assert_eq!(got[i], (2.0f64 * xs[i] as f64 + 1.0) as f32, "{i}");
+    }
 }

@@ -1,9 +1,11 @@
 //! Numba-style dispatch: a [`Dispatcher`] owns a program and a kernel name and turns
 //! (device, argument types) into a loaded kernel: any name expression, template deduction
 //! from the arguments (with default template arguments), overloads picked by the
-//! arguments, and one instance cache per argument-type signature. Rust launches
-//! ([`Dispatcher::launch`], [`Dispatcher::forall`]), Python launches, and `caijit.jax`
-//! all select their instances here.
+//! arguments, explicit instances by template arguments ([`Dispatcher::instance`]), and one
+//! instance cache per argument-type signature or template arguments. Rust launches
+//! ([`Dispatcher::launch`], [`Dispatcher::forall`]), Python launches, `caijit.jax` and the
+//! kernel library ([`crate::ops`], one dispatcher per library kernel, instances named by
+//! dtypes and integers) all select their instances here.
 //!
 //! # Examples
 //! Deduce and compile an instance without a GPU (for the inspection architecture):
@@ -32,8 +34,8 @@
 //!
 //! The instance cache is built for the launch path: a kernel that is neither a deduced
 //! template nor an overload set has one instance per device, read without a lock after the
-//! first launch; otherwise the key is the device and the argument types, inline (no
-//! allocation), behind one mutex.
+//! first launch; otherwise the key is the device and the argument types (or, for an
+//! explicit instance, the template arguments), inline (no allocation), behind one mutex.
 //!
 //! # Limitations
 //! Overloads are picked among non-template kernels only; a template overload set is named
@@ -44,6 +46,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use smallvec::SmallVec;
 
+use crate::cai::DType;
 use crate::compile::{self, Arch, CacheSource, CompileOptions, Compiled, KernelInfo, Program};
 use crate::kernel::{inspection_arch, Kernel};
 use crate::launch::{Arg, LaunchConfig};
@@ -52,9 +55,55 @@ use crate::signature::{deduce, headers_for, ArgType, KernelDecl, SignatureError}
 use crate::sync::lock;
 use crate::{Error, Result};
 
-/// (device, argument types; empty unless the kernel is selected by them), inline so that
-/// looking an instance up allocates nothing.
-type InstanceKey = (usize, SmallVec<[ArgType; 8]>);
+/// (device, what selects the instance), inline so that looking an instance up allocates
+/// nothing.
+type InstanceKey = (usize, Selector);
+
+/// What selects an instance of a dispatcher's kernel on a device.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+enum Selector {
+    /// A launch's argument types (empty unless the kernel is selected by them).
+    Types(SmallVec<[ArgType; 8]>),
+    /// Explicit template arguments ([`Dispatcher::instance`]).
+    Explicit(SmallVec<[TemplateArg; 4]>),
+}
+
+/// A template argument of an explicit instance ([`Dispatcher::instance`]): a type, as a
+/// dtype's C++ type (`float`, `__half`, `caijit::complex<double>`), or an integer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TemplateArg {
+    Type(DType),
+    Int(i64),
+}
+
+impl std::fmt::Display for TemplateArg {
+    /// As the name expression spells it: [`DType::cpp_name`], or the number.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TemplateArg::Type(d) => f.write_str(d.cpp_name()),
+            TemplateArg::Int(n) => write!(f, "{n}"),
+        }
+    }
+}
+
+impl From<DType> for TemplateArg {
+    fn from(d: DType) -> Self {
+        TemplateArg::Type(d)
+    }
+}
+
+impl From<i64> for TemplateArg {
+    fn from(n: i64) -> Self {
+        TemplateArg::Int(n)
+    }
+}
+
+/// The name expression of the instance `name<args>` (`axpy<float>`, `k<__half, 4>`): how
+/// [`Dispatcher::instance`] names it, and what a bundle of such instances is baked with.
+pub fn template_instance(name: &str, args: &[TemplateArg]) -> String {
+    let list: Vec<String> = args.iter().map(TemplateArg::to_string).collect();
+    format!("{name}<{}>", list.join(", "))
+}
 
 /// A kernel of a program, by any name: compiled on first use (per device, and per argument
 /// types for a deduced template or an overload set) and cached.
@@ -301,6 +350,82 @@ impl Dispatcher {
         Ok(Selection { program, name, compiled })
     }
 
+    /// The explicit instance `name<args>`'s name expression: an error unless this kernel's
+    /// name is a template's without template arguments (or a name the tokenizer did not
+    /// find: NVRTC decides).
+    fn explicit_name(&self, args: &[TemplateArg]) -> Result<String> {
+        let wrong = if args.is_empty() {
+            Some("needs template arguments for an explicit instance")
+        } else if self.name.contains(['<', '(']) {
+            Some("names one instance already")
+        } else if self.overloaded {
+            Some("is an overload set, not a template")
+        } else if !self.namespaces.is_empty() {
+            Some("is declared in several namespaces (name one, `a::k`)")
+        } else if self.decl.as_ref().is_some_and(|d| !d.is_template()) {
+            Some("is not a template")
+        } else {
+            None
+        };
+        match wrong {
+            Some(why) => Err(Error::argument(format!("`{}` {why}: no instance `{}`", self.name, template_instance(&self.name, args)))),
+            None => Ok(template_instance(&self.name, args)),
+        }
+    }
+
+    /// The program to compile and the name to look up for the explicit instance
+    /// `name<args>` ([`template_instance`]): this kernel's program as given, with that one
+    /// name expression. Unlike a deduced instance's ([`Dispatcher::instance_for`]), no
+    /// header is added for the types the arguments name: the source declares the types it
+    /// is instantiated with (the library's files include what they need), and the program
+    /// is exactly the one a bundle baked with that name expression holds (the library's
+    /// bundle: [`crate::ops::library_programs`]).
+    pub fn explicit_instance_for(&self, args: &[TemplateArg]) -> Result<(Program, String)> {
+        let name = self.explicit_name(args)?;
+        Ok((self.program.clone().name_expression(name.clone()), name))
+    }
+
+    /// Compile the explicit instance `name<args>` for `arch` (no GPU needed;
+    /// [`Dispatcher::explicit_instance_for`]).
+    ///
+    /// ```
+    /// use cai_runtime::cai::DType;
+    /// use cai_runtime::compile::Program;
+    /// use cai_runtime::dispatch::{Dispatcher, TemplateArg};
+    /// use cai_runtime::kernel::inspection_arch;
+    /// # std::env::set_var("CAIJIT_CACHE", "0"); // (a test: the user's disk cache is left alone)
+    ///
+    /// let src = "template <typename T, int N> __global__ void fill(T* x, T v) { x[N] = v; }";
+    /// let fill = Dispatcher::new(Program::new(src), Some("fill"))?;
+    /// let chosen = fill.select_instance(inspection_arch()?, &[TemplateArg::Type(DType::F64), TemplateArg::Int(3)])?;
+    /// assert_eq!(chosen.name, "fill<double, 3>");
+    /// assert_eq!(chosen.info()?.params[1].cpp_type, "double");
+    /// # Ok::<(), cai_runtime::Error>(())
+    /// ```
+    pub fn select_instance(&self, arch: Arch, args: &[TemplateArg]) -> Result<Selection> {
+        let (program, name) = self.explicit_instance_for(args)?;
+        let compiled = self.compile(&program, arch)?;
+        Ok(Selection { program, name, compiled })
+    }
+
+    /// The loaded explicit instance `name<args>` on `ctx`'s device: from the instance
+    /// cache (a lookup by device and template arguments, without allocating for up to four
+    /// arguments), else compiled ([`Dispatcher::select_instance`]: memory cache, bundles,
+    /// disk cache, NVRTC) and loaded, once per device and template arguments. Every call
+    /// with the same device and arguments gets the same [`Kernel`].
+    pub fn instance(&self, ctx: &Arc<Context>, args: &[TemplateArg]) -> Result<Arc<Kernel>> {
+        let key = (ctx.ordinal(), Selector::Explicit(SmallVec::from_slice(args)));
+        let hit = lock(&self.instances).get(&key).cloned();
+        if let Some(k) = hit {
+            return Ok(k);
+        }
+        let chosen = self.select_instance(ctx.arch(), args)?;
+        let k = ctx.load_compiled(&chosen.program, chosen.compiled)?.kernel(&chosen.name)?;
+        // Two threads asking first load one module (loads are once per key); keep the kernel
+        // the first one cached.
+        Ok(lock(&self.instances).entry(key).or_insert(k).clone())
+    }
+
     /// Choose the instance for parameters bound by name (`caijit.jax`: buffers and named
     /// scalars), for `arch`. `bind` binds a kernel's parameter names to values and says the
     /// argument types it made; `what` describes the arguments for messages ("buffers
@@ -359,11 +484,15 @@ impl Dispatcher {
         Ok((Selection { program, name, compiled: compiled.clone() }, bound))
     }
 
-    /// The instance cache's key for a launch on `device` with `args`.
+    /// The argument types that select the instance for `args`: none unless the kernel is
+    /// selected by them.
     #[inline]
-    fn key(&self, device: usize, args: &[Arg<'_>]) -> InstanceKey {
-        let types: SmallVec<[ArgType; 8]> = if self.by_types { args.iter().map(Arg::arg_type).collect() } else { SmallVec::new() };
-        (device, types)
+    fn types(&self, args: &[Arg<'_>]) -> SmallVec<[ArgType; 8]> {
+        if self.by_types {
+            args.iter().map(Arg::arg_type).collect()
+        } else {
+            SmallVec::new()
+        }
     }
 
     /// The instance for `device` and `args` when it was resolved before: the launch path's
@@ -374,7 +503,7 @@ impl Dispatcher {
         if let Some((_, k)) = self.first.get().filter(|(d, _)| !self.by_types && *d == device) {
             return Some(k.clone());
         }
-        lock(&self.instances).get(&self.key(device, args)).cloned()
+        lock(&self.instances).get(&(device, Selector::Types(self.types(args)))).cloned()
     }
 
     /// The compiled, loaded kernel for `device` and the types of `args` (read only for a
@@ -384,11 +513,11 @@ impl Dispatcher {
         if let Some(k) = self.cached(device, args) {
             return Ok(k);
         }
-        let key = self.key(device, args);
+        let types = self.types(args);
         let ctx = Context::new(device)?;
-        let chosen = self.select(ctx.arch(), &key.1)?;
+        let chosen = self.select(ctx.arch(), &types)?;
         let k = ctx.load_compiled(&chosen.program, chosen.compiled)?.kernel(&chosen.name)?;
-        lock(&self.instances).insert(key, k.clone());
+        lock(&self.instances).insert((device, Selector::Types(types)), k.clone());
         if !self.by_types {
             let _ = self.first.set((device, k.clone()));
         }
@@ -434,18 +563,20 @@ impl Dispatcher {
     }
 
     /// Compile this kernel for `arch` with every instance launched so far (a deduced
-    /// template's), and say where the compilation came from. Its kernels are this one's
-    /// where [`Dispatcher::is_mine`] says so.
+    /// template's, and the explicit instances asked for), and say where the compilation
+    /// came from. Its kernels are this one's where [`Dispatcher::is_mine`] says so.
     pub fn compile_launched(&self, arch: Arch) -> Result<(Arc<Compiled>, CacheSource)> {
-        let launched: Vec<String> = if self.is_deduced_template() {
-            let keys: Vec<_> = lock(&self.instances).keys().map(|(_, types)| types.clone()).collect();
-            let mut exprs = keys.iter().map(|t| self.instance_for(t).map(|(_, e)| e)).collect::<Result<Vec<_>>>()?;
-            exprs.sort();
-            exprs.dedup();
-            exprs
-        } else {
-            Vec::new()
-        };
+        let selectors: Vec<Selector> = lock(&self.instances).keys().map(|(_, s)| s.clone()).collect();
+        let mut launched = Vec::new();
+        for s in &selectors {
+            match s {
+                Selector::Types(t) if self.is_deduced_template() => launched.push(self.instance_for(t)?.1),
+                Selector::Types(_) => {}
+                Selector::Explicit(a) => launched.push(template_instance(&self.name, a)),
+            }
+        }
+        launched.sort();
+        launched.dedup();
         let (compiled, source) = compile::compile_reporting(&self.program_for(launched), arch, &CompileOptions::default())
             .map_err(|e| self.unknown_name(e, arch))?;
         if !self.namespaces.is_empty() {
@@ -561,7 +692,6 @@ pub fn overload_list<'a>(ks: impl Iterator<Item = &'a KernelInfo>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cai::DType;
 
     #[test]
     fn instances_to_bake_are_named_exactly() {
@@ -598,6 +728,30 @@ mod tests {
         let two = Program::new("__global__ void f(int n) {}\n__global__ void g(int n) {}");
         assert!(Dispatcher::new(two, None).unwrap_err().to_string().contains("declares 2 kernels (f, g)"));
         assert!(Dispatcher::new(Program::new("__global__ void f() {}"), Some("  ")).is_err());
+    }
+
+    #[test]
+    fn explicit_instances_are_the_program_with_one_name_expression() {
+        use TemplateArg::{Int, Type};
+        assert_eq!(template_instance("k", &[Type(DType::C64), Int(-4), Type(DType::U8)]), "k<caijit::complex<float>, -4, unsigned char>");
+        let src = "template <typename T, int N> __global__ void k(T* x) {}";
+        let d = Dispatcher::new(Program::new(src).name("k.cu"), None).unwrap();
+        let (p, name) = d.explicit_instance_for(&[Type(DType::F16), Int(8)]).unwrap();
+        assert_eq!(name, "k<__half, 8>");
+        // No header added (a deduced `__half` instance gets cuda_fp16.h): the source as given.
+        assert_eq!(p, Program::new(src).name("k.cu").name_expression("k<__half, 8>"));
+        // Only a template's plain name has explicit instances.
+        let e = |d: &Dispatcher, args: &[TemplateArg]| d.explicit_instance_for(args).unwrap_err().to_string();
+        assert!(e(&d, &[]).contains("`k` needs template arguments"), "{}", e(&d, &[]));
+        let one = d.specialize("float, 2").unwrap();
+        assert!(e(&one, &[Type(DType::F32)]).contains("`k<float, 2>` names one instance already"), "{}", e(&one, &[Type(DType::F32)]));
+        let plain = Dispatcher::new(Program::new("__global__ void f(int n) {}"), None).unwrap();
+        assert!(e(&plain, &[Int(1)]).contains("`f` is not a template: no instance `f<1>`"), "{}", e(&plain, &[Int(1)]));
+        let ov = Dispatcher::new(Program::new("__global__ void g(float* x) {}\n__global__ void g(double* x) {}"), None).unwrap();
+        assert!(e(&ov, &[Int(1)]).contains("overload set"), "{}", e(&ov, &[Int(1)]));
+        // A name the tokenizer does not find (made by a macro): NVRTC decides.
+        let made = Dispatcher::new(Program::new("#define K template <class T> __global__ void m(T* x) {}\nK"), Some("m")).unwrap();
+        assert_eq!(made.explicit_instance_for(&[Type(DType::F32)]).unwrap().1, "m<float>");
     }
 
     #[test]

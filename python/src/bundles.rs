@@ -78,7 +78,7 @@ pub fn bundle_build(
             programs.push(file);
         }
         if ops {
-            programs.extend(cai_runtime::ops::library_programs());
+            programs.extend(cai_runtime::ops::library_programs()?);
         }
         let mut options = BakeOptions::new(archs).ptx(ptx).progress(progress);
         if let Some(j) = jobs {

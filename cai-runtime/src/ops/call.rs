@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock};
 
 use smallvec::SmallVec;
 
+use super::kernels::{self, Launch};
 use super::registry::OpSpec;
 use super::rules::{copies, Planned};
 use crate::array::DeviceArray;
@@ -113,20 +114,13 @@ impl<'a> OutArg<'a> for &'a DeviceArray {
     fn finish(_: Option<DeviceArray>) {}
 }
 
-/// What an op's kernels are launched with: the context and the launch stream, decided once
-/// per call (every kernel and copy of the call is enqueued on it).
-pub(super) struct Launch<'s> {
-    pub ctx: &'s Arc<Context>,
-    pub stream: &'s Arc<Stream>,
-}
-
 /// Op calls on one context, on `stream` or (`None`) the stream caijit's protocol picks from
 /// the arrays. Each op is a method ([`Call::binary`], ...; the free functions of
 /// [`ops`](super) make a `Call` and call one); [`Call::stream`] then says which stream the
 /// call enqueued on, for what must outlive its work (the Python binding's DLPack capsules).
 pub struct Call<'c> {
-    pub(super) ctx: &'c Arc<Context>,
-    pub(super) requested: Option<&'c Arc<Stream>>,
+    pub(crate) ctx: &'c Arc<Context>,
+    pub(crate) requested: Option<&'c Arc<Stream>>,
     launched: Cell<Option<u64>>,
 }
 
@@ -143,7 +137,7 @@ impl<'c> Call<'c> {
     }
 
     /// Record the stream of the op call under way (`None` until it decides one).
-    pub(super) fn launched_on(&self, on: Option<u64>) {
+    pub(crate) fn launched_on(&self, on: Option<u64>) {
         self.launched.set(on);
     }
 
@@ -152,7 +146,7 @@ impl<'c> Call<'c> {
     /// inputs (C-ordered copies of the strided ones where the policy says so) and a
     /// C-ordered output (a strided `out` is scattered into from a temporary after).
     /// Nothing is launched for an empty result. Returns the new array of [`Out::Alloc`].
-    pub(super) fn run(
+    pub(crate) fn run(
         &self,
         spec: OpSpec,
         inputs: &[Operand<'_>],
@@ -191,7 +185,7 @@ impl<'c> Call<'c> {
             temps.push(match copy {
                 true => {
                     let temp = DeviceArray::empty(self.ctx, v.shape(), v.dtype(), &stream)?;
-                    super::kernels::ascontiguous(&l, v, temp.as_view())?;
+                    kernels::ascontiguous(&l, v, temp.as_view())?;
                     Some(temp)
                 }
                 false => None,
@@ -208,7 +202,7 @@ impl<'c> Call<'c> {
             // scattered into `out`.
             let temp = DeviceArray::empty(self.ctx, out.shape(), out.dtype(), &stream)?;
             launch(&l, &read, temp.as_view())?;
-            super::kernels::scatter(&l, temp.as_view(), out)?;
+            kernels::scatter(&l, temp.as_view(), out)?;
         }
         Ok(result)
     }

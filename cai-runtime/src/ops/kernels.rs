@@ -1,22 +1,22 @@
-//! The library's kernels: their instances (loaded once per device and template arguments),
-//! grids and launches, over operands an op call has checked and prepared
-//! ([`Call::run`](super::Call)), on the call's launch stream.
+//! The library's kernels: the instances they launch (each named by its template arguments
+//! and loaded through its kernel's dispatcher, [`library`](super::library)), grids and
+//! launches, over operands an op call has checked and prepared (`Call::run`), on the call's
+//! launch stream; and every instance the library can launch, for its bundle.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::call::Launch;
+use super::library;
 use super::registry::{BinaryOp, Reduction, UnaryOp, UNARY_OPS};
 use super::rules::accumulator;
 use crate::array::DeviceArray;
 use crate::cai::{ArrayView, DType};
-use crate::compile::{Program, OPS};
+use crate::compile::Program;
+use crate::dispatch::{template_instance, TemplateArg};
 use crate::kernel::Kernel;
 use crate::launch::{Arg, LaunchConfig, Num};
-use crate::runtime::Context;
-use crate::sync::lock;
+use crate::runtime::{Context, Stream};
 use crate::{Error, Result};
 
 const BLOCK: u32 = 256;
@@ -27,47 +27,14 @@ const SOFTMAX_VPT: usize = 8;
 /// Grid cap of the kernels that loop over rows or tiles.
 const MAX_BLOCKS: usize = 65535 * 32;
 
-/// A template argument of a library kernel: a dtype (its C++ type) or a number.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-enum TArg {
-    T(DType),
-    N(usize),
+/// A type template argument: the dtype's C++ type.
+fn ty(d: DType) -> TemplateArg {
+    TemplateArg::Type(d)
 }
 
-impl std::fmt::Display for TArg {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            TArg::T(d) => f.write_str(d.cpp_name()),
-            TArg::N(n) => write!(f, "{n}"),
-        }
-    }
-}
-
-/// The key of a loaded library kernel: (device, file, kernel, template arguments).
-type KernelKey = (usize, &'static str, &'static str, [Option<TArg>; 3]);
-
-/// Loaded library kernels, by key.
-type KernelCache = Mutex<HashMap<KernelKey, Arc<Kernel>>>;
-
-/// The loaded kernel `name<targs>` of library file `file`, cached per device: a call looks
-/// it up without writing its name expression, which is written once, when it is loaded.
-fn kernel(ctx: &Arc<Context>, file: &'static str, name: &'static str, targs: &[TArg]) -> Result<Arc<Kernel>> {
-    static CACHE: OnceLock<KernelCache> = OnceLock::new();
-    let cache = CACHE.get_or_init(Default::default);
-    let mut args = [None; 3];
-    for (slot, a) in args.iter_mut().zip(targs) {
-        *slot = Some(*a);
-    }
-    debug_assert!(targs.len() <= args.len());
-    let key = (ctx.ordinal(), file, name, args);
-    if let Some(k) = lock(cache).get(&key) {
-        return Ok(k.clone());
-    }
-    let list: Vec<String> = targs.iter().map(TArg::to_string).collect();
-    let expr = format!("{name}<{}>", list.join(", "));
-    let k = ctx.compile(&instance_program(file, &expr))?.kernel(&expr)?;
-    lock(cache).insert(key, k.clone());
-    Ok(k)
+/// A number template argument (a rank, a count of vectors).
+fn number(n: usize) -> TemplateArg {
+    TemplateArg::Int(n as i64)
 }
 
 fn grid(ctx: &Context, work: usize) -> LaunchConfig {
@@ -91,44 +58,53 @@ fn scalar(value: impl Into<Num>) -> Arg<'static> {
     Arg::Scalar { value: value.into(), dtype: None }
 }
 
+/// What an op's kernels are launched with: the context and the launch stream, decided once
+/// per call (every kernel and copy of the call is enqueued on it).
+pub(crate) struct Launch<'s> {
+    pub ctx: &'s Arc<Context>,
+    pub stream: &'s Arc<Stream>,
+}
+
 impl Launch<'_> {
     /// Launch `k` on the call's stream (ordered against every producer, as any launch is).
     fn go(&self, k: &Kernel, cfg: &LaunchConfig, args: &[Arg<'_>]) -> Result<()> {
         k.launch(cfg, args, Some(self.stream), true).map(drop)
     }
 
-    fn kernel(&self, file: &'static str, name: &'static str, targs: &[TArg]) -> Result<Arc<Kernel>> {
-        kernel(self.ctx, file, name, targs)
+    /// The instance `name<targs>` of library file `file`'s kernel `name`, on the call's
+    /// device.
+    fn kernel(&self, file: &'static str, name: &'static str, targs: &[TemplateArg]) -> Result<Arc<Kernel>> {
+        library::kernel(self.ctx, file, name, targs)
     }
 }
 
 /// `out = op(x)`: the op's `unary` kernel.
-pub(super) fn unary(l: &Launch, op: &UnaryOp, x: &ArrayView, out: &ArrayView) -> Result<()> {
-    let k = l.kernel(op.name, "unary", &[TArg::T(x.dtype())])?;
+pub(crate) fn unary(l: &Launch, op: &UnaryOp, x: &ArrayView, out: &ArrayView) -> Result<()> {
+    let k = l.kernel(op.name, "unary", &[ty(x.dtype())])?;
     l.go(&k, &elementwise_grid(x), &[Arg::Array(x), Arg::Array(out), int(x.size())])
 }
 
 /// `out = a * x + y`; `a` is converted to the arrays' dtype as a launch converts a scalar.
-pub(super) fn axpy(l: &Launch, a: Num, x: &ArrayView, y: &ArrayView, out: &ArrayView) -> Result<()> {
-    let k = l.kernel("elementwise", "axpy", &[TArg::T(x.dtype())])?;
+pub(crate) fn axpy(l: &Launch, a: Num, x: &ArrayView, y: &ArrayView, out: &ArrayView) -> Result<()> {
+    let k = l.kernel("elementwise", "axpy", &[ty(x.dtype())])?;
     l.go(&k, &elementwise_grid(x), &[scalar(a), Arg::Array(x), Arg::Array(y), Arg::Array(out), int(x.size())])
 }
 
 /// `out = a * x`.
-pub(super) fn scale(l: &Launch, x: &ArrayView, a: Num, out: &ArrayView) -> Result<()> {
-    let k = l.kernel("elementwise", "scale", &[TArg::T(x.dtype())])?;
+pub(crate) fn scale(l: &Launch, x: &ArrayView, a: Num, out: &ArrayView) -> Result<()> {
+    let k = l.kernel("elementwise", "scale", &[ty(x.dtype())])?;
     l.go(&k, &elementwise_grid(x), &[scalar(a), Arg::Array(x), Arg::Array(out), int(x.size())])
 }
 
 /// Every element of `out` = `value`.
-pub(super) fn fill(l: &Launch, out: &ArrayView, value: Num) -> Result<()> {
-    let k = l.kernel("elementwise", "fill", &[TArg::T(out.dtype())])?;
+pub(crate) fn fill(l: &Launch, out: &ArrayView, value: Num) -> Result<()> {
+    let k = l.kernel("elementwise", "fill", &[ty(out.dtype())])?;
     l.go(&k, &elementwise_grid(out), &[Arg::Array(out), scalar(value), int(out.size())])
 }
 
 /// `out = x` converted to `out`'s dtype, as C++ converts.
-pub(super) fn cast(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result<()> {
-    let k = l.kernel("elementwise", "cast", &[TArg::T(x.dtype()), TArg::T(out.dtype())])?;
+pub(crate) fn cast(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result<()> {
+    let k = l.kernel("elementwise", "cast", &[ty(x.dtype()), ty(out.dtype())])?;
     let blocks = x.size().div_ceil(8 * CAST_BLOCK as usize).clamp(1, i32::MAX as usize);
     let cfg = LaunchConfig::new([blocks as u32, 1, 1], [CAST_BLOCK, 1, 1]);
     l.go(&k, &cfg, &[Arg::Array(x), Arg::Array(out), int(x.size())])
@@ -145,9 +121,9 @@ fn broadcast_to(v: &ArrayView, shape: &[usize]) -> Result<ArrayView> {
 
 /// `out = a (op) b`; `out` has the broadcast shape of `a` and `b` (the call's result), any
 /// strides on the inputs.
-pub(super) fn binary(l: &Launch, op: BinaryOp, a: &ArrayView, b: &ArrayView, out: &ArrayView) -> Result<()> {
+pub(crate) fn binary(l: &Launch, op: BinaryOp, a: &ArrayView, b: &ArrayView, out: &ArrayView) -> Result<()> {
     let shape = out.shape();
-    let t = TArg::T(a.dtype());
+    let t = ty(a.dtype());
     let code = scalar(op as i32);
     if a.shape() == shape && b.shape() == shape && a.is_c_contiguous() && b.is_c_contiguous() {
         let k = l.kernel("elementwise", "binary_contiguous", &[t])?;
@@ -159,14 +135,14 @@ pub(super) fn binary(l: &Launch, op: BinaryOp, a: &ArrayView, b: &ArrayView, out
     };
     let (ab, bb) = (broadcast_to(a, shape)?, broadcast_to(b, shape)?);
     let tiles = (out.size() / cols) * cols.div_ceil(1024); // the kernel's (row, 1024-column chunk) tiles
-    let k = l.kernel("elementwise", "binary_broadcast", &[t, TArg::N(shape.len())])?;
+    let k = l.kernel("elementwise", "binary_broadcast", &[t, number(shape.len())])?;
     let cfg = LaunchConfig::new([tiles.clamp(1, l.ctx.sm_count() * 64) as u32, 1, 1], [BLOCK, 1, 1]);
     l.go(&k, &cfg, &[Arg::Array(&ab), Arg::Array(&bb), Arg::Array(out), code])
 }
 
 /// A C-ordered copy of any strided view (rank 1 to 8) into `out`: the driver's copy when
 /// `x` is C-contiguous.
-pub(super) fn ascontiguous(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result<()> {
+pub(crate) fn ascontiguous(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result<()> {
     if x.is_c_contiguous() {
         return crate::launch::copy_contiguous(l.ctx, &Arg::Array(x), &Arg::Array(out), Some(l.stream), true).map(drop);
     }
@@ -175,29 +151,29 @@ pub(super) fn ascontiguous(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result
     }
     let cols = *x.shape().last().expect("rank >= 1");
     let tiles = (x.size() / cols) * cols.div_ceil(4096);
-    let k = l.kernel("strided_copy", "strided_copy", &[TArg::T(x.dtype()), TArg::N(x.ndim())])?;
+    let k = l.kernel("strided_copy", "strided_copy", &[ty(x.dtype()), number(x.ndim())])?;
     let cfg = LaunchConfig::new([tiles.clamp(1, l.ctx.sm_count() * 64) as u32, 1, 1], [BLOCK, 1, 1]);
     l.go(&k, &cfg, &[Arg::Array(x), Arg::Array(out)])
 }
 
 /// `x` (C-ordered) scattered into the strided view `out` of the same shape and dtype, whose
 /// elements are distinct memory (rank 1 to 8).
-pub(super) fn scatter(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result<()> {
+pub(crate) fn scatter(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result<()> {
     let Some(&cols) = out.shape().last().filter(|_| out.ndim() <= 8) else {
         return Err(Error::argument(format!("a strided out of rank {} (1 to 8 are written)", out.ndim())));
     };
     let tiles = (out.size() / cols) * cols.div_ceil(4096);
-    let k = l.kernel("strided_copy", "strided_scatter", &[TArg::T(out.dtype()), TArg::N(out.ndim())])?;
+    let k = l.kernel("strided_copy", "strided_scatter", &[ty(out.dtype()), number(out.ndim())])?;
     let cfg = LaunchConfig::new([tiles.clamp(1, l.ctx.sm_count() * 64) as u32, 1, 1], [BLOCK, 1, 1]);
     l.go(&k, &cfg, &[Arg::Array(x), Arg::Array(out)])
 }
 
 /// `out` (cols × rows) = the transpose of the 2-D `x` (rows × cols).
-pub(super) fn transpose(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result<()> {
+pub(crate) fn transpose(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result<()> {
     let (rows, cols) = (out.shape()[1], out.shape()[0]);
     let tile = if x.dtype().itemsize() <= 8 { 64 } else { 32 }; // the kernel's tile width; its block is (tile, 2)
     let tiles = rows.div_ceil(tile) * cols.div_ceil(tile);
-    let k = l.kernel("transpose", "transpose", &[TArg::T(x.dtype())])?;
+    let k = l.kernel("transpose", "transpose", &[ty(x.dtype())])?;
     let cfg = LaunchConfig::new([tiles.clamp(1, MAX_BLOCKS) as u32, 1, 1], [tile as u32, 2, 1]);
     l.go(&k, &cfg, &[Arg::Array(x), Arg::Array(out), int(rows), int(cols)])
 }
@@ -215,7 +191,7 @@ fn code(r: Reduction) -> Arg<'static> {
 /// (the last-axis kernel, one row). Others in two kernels: per-block partials into scratch
 /// memory allocated, stream-ordered, on the call's stream (caijit's pool keeps it for
 /// reuse), then one block over them.
-pub(super) fn reduce_all(l: &Launch, r: Reduction, x: &ArrayView, out: &ArrayView) -> Result<()> {
+pub(crate) fn reduce_all(l: &Launch, r: Reduction, x: &ArrayView, out: &ArrayView) -> Result<()> {
     if x.nbytes() <= ONE_BLOCK_BYTES {
         return reduce_rows(l, r, x, out, 1, x.size());
     }
@@ -223,7 +199,7 @@ pub(super) fn reduce_all(l: &Launch, r: Reduction, x: &ArrayView, out: &ArrayVie
     let cfg = grid(l.ctx, x.size());
     let blocks = cfg.grid[0] as usize;
     let partial = DeviceArray::empty(l.ctx, &[blocks], acc, l.stream)?;
-    let (t, a, o) = (TArg::T(x.dtype()), TArg::T(acc), TArg::T(out.dtype()));
+    let (t, a, o) = (ty(x.dtype()), ty(acc), ty(out.dtype()));
     let scratch = Arg::ArrayOn(partial.as_view(), l.ctx.ordinal());
     let first = l.kernel("reduce", "reduce_partial", &[t, a])?;
     l.go(&first, &cfg, &[Arg::Array(x), scratch, int(x.size()), code(r)])?;
@@ -234,8 +210,8 @@ pub(super) fn reduce_all(l: &Launch, r: Reduction, x: &ArrayView, out: &ArrayVie
 
 /// Reduce each of `rows` rows of `cols` elements of `x` (its last axis) into its element
 /// of `out`, one block per row (the `reduce_rows` kernel).
-pub(super) fn reduce_rows(l: &Launch, r: Reduction, x: &ArrayView, out: &ArrayView, rows: usize, cols: usize) -> Result<()> {
-    let (t, a, o) = (TArg::T(x.dtype()), TArg::T(accumulator(r, x.dtype())), TArg::T(out.dtype()));
+pub(crate) fn reduce_rows(l: &Launch, r: Reduction, x: &ArrayView, out: &ArrayView, rows: usize, cols: usize) -> Result<()> {
+    let (t, a, o) = (ty(x.dtype()), ty(accumulator(r, x.dtype())), ty(out.dtype()));
     let k = l.kernel("reduce", "reduce_rows", &[t, a, o])?;
     let block = (cols.div_ceil(32) * 32).clamp(32, BLOCK as usize) as u32;
     let cfg = LaunchConfig::new([rows.min(65535 * 16) as u32, 1, 1], [block, 1, 1]);
@@ -244,15 +220,15 @@ pub(super) fn reduce_rows(l: &Launch, r: Reduction, x: &ArrayView, out: &ArrayVi
 
 /// Softmax over the last axis of the floating `x` into `out`. Rows whose 16-byte vectors fit
 /// in one block's registers are read once; longer or unaligned rows take two passes.
-pub(super) fn softmax(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result<()> {
+pub(crate) fn softmax(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result<()> {
     let cols = x.shape().last().copied().unwrap_or(1);
     let rows = x.size() / cols;
-    let t = TArg::T(x.dtype());
+    let t = ty(x.dtype());
     let args = [Arg::Array(x), Arg::Array(out), int(rows), int(cols)];
     let grid = [rows.min(MAX_BLOCKS) as u32, 1, 1];
     let per_vec = 16 / x.dtype().itemsize();
     if cols.is_multiple_of(per_vec) && x.ptr().is_multiple_of(16) && out.ptr().is_multiple_of(16) {
-        let k = l.kernel("softmax", "softmax_rows_reg", &[t, TArg::N(SOFTMAX_VPT)])?;
+        let k = l.kernel("softmax", "softmax_rows_reg", &[t, number(SOFTMAX_VPT)])?;
         let block = ((cols / per_vec).div_ceil(SOFTMAX_VPT).div_ceil(32) * 32).max(32);
         if block <= k.attributes().max_threads_per_block as usize {
             return l.go(&k, &LaunchConfig::new(grid, [block as u32, 1, 1]), &args);
@@ -263,41 +239,19 @@ pub(super) fn softmax(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result<()> 
     l.go(&k, &LaunchConfig::new(grid, [block, 1, 1]), &args)
 }
 
-/// The program of one instance (`expr`) of library file `file`.
-fn instance_program(file: &str, expr: &str) -> Program {
-    let source = OPS.iter().find(|(n, _)| *n == file).map(|(_, s)| *s).expect("a library file");
-    Program::new(source).name(format!("{file}.cu")).name_expression(expr)
-}
+/// An instance of a library kernel: (file, kernel, template arguments).
+type Instance = (&'static str, &'static str, Vec<TemplateArg>);
 
-/// Every kernel instance the library can launch, as programs of a few instances each (its
-/// instances as name expressions): what the precompiled bundle of the library is baked
-/// from (`python -m caijit bundle build --ops`). A bundled program serves each instance's
-/// own program (`kernel` asks for one instance at a time) as a member of its family.
-///
-/// One program holds the instances of one kernel that differ only in their last template
-/// argument (`axpy<*>`, `cast<float, *>`, `reduce_rows<float, double, *>`): a first call
-/// then loads a module of at most [`crate::compile::bake::MERGED_EXPRESSIONS`] kernels, not
-/// one of a whole file's hundreds (a module's load time and the reading of its kernels'
-/// layouts grow with its size).
-pub fn library_programs() -> Vec<Program> {
+/// Every kernel instance the library can launch, in the order [`library_programs`] groups
+/// them.
+fn library_instances() -> Vec<Instance> {
     let all = DType::ALL;
     let real: Vec<DType> = all.into_iter().filter(|d| !matches!(d, DType::C64 | DType::C128)).collect();
     let reducible: Vec<DType> = real.iter().copied().filter(|d| *d != DType::Bool).collect();
     let floats = [DType::F16, DType::BF16, DType::F32, DType::F64];
-    let t = TArg::T;
-    // (file, kernel, template arguments but the last) and the group's name expressions.
-    type Group = ((&'static str, String, Vec<TArg>), Vec<String>);
-    let mut groups: Vec<Group> = Vec::new();
-    let mut add = |file: &'static str, name: &str, targs: &[TArg]| {
-        let list: Vec<String> = targs.iter().map(TArg::to_string).collect();
-        let expr = format!("{name}<{}>", list.join(", "));
-        let group = (file, name.to_string(), targs[..targs.len() - 1].to_vec());
-        match groups.iter_mut().find(|(g, _)| *g == group) {
-            Some((_, exprs)) if !exprs.contains(&expr) => exprs.push(expr),
-            Some(_) => {}
-            None => groups.push((group, vec![expr])),
-        }
-    };
+    let t = ty;
+    let mut out: Vec<Instance> = Vec::new();
+    let mut add = |file: &'static str, name: &'static str, targs: &[TemplateArg]| out.push((file, name, targs.to_vec()));
     for op in UNARY_OPS {
         for d in op.dtypes() {
             add(op.name, "unary", &[t(d)]);
@@ -314,13 +268,13 @@ pub fn library_programs() -> Vec<Program> {
         }
         add("elementwise", "binary_contiguous", &[t(d)]);
         for n in 1..=8 {
-            add("elementwise", "binary_broadcast", &[t(d), TArg::N(n)]);
+            add("elementwise", "binary_broadcast", &[t(d), number(n)]);
         }
     }
     for &d in &all {
         for n in 1..=8 {
-            add("strided_copy", "strided_copy", &[t(d), TArg::N(n)]);
-            add("strided_copy", "strided_scatter", &[t(d), TArg::N(n)]);
+            add("strided_copy", "strided_copy", &[t(d), number(n)]);
+            add("strided_copy", "strided_scatter", &[t(d), number(n)]);
         }
         add("transpose", "transpose", &[t(d)]);
     }
@@ -335,24 +289,45 @@ pub fn library_programs() -> Vec<Program> {
         }
     }
     for d in floats {
-        add("softmax", "softmax_rows_reg", &[t(d), TArg::N(SOFTMAX_VPT)]);
+        add("softmax", "softmax_rows_reg", &[t(d), number(SOFTMAX_VPT)]);
         add("softmax", "softmax_rows", &[t(d)]);
     }
-    groups
-        .into_iter()
-        .map(|((file, _, _), exprs)| {
-            let mut p = instance_program(file, &exprs[0]);
-            for e in exprs {
-                p = p.name_expression(e);
-            }
-            p
-        })
-        .collect()
+    out
+}
+
+/// Every kernel instance the library can launch, as programs of a few instances each (its
+/// instances as name expressions): what the precompiled bundle of the library is baked
+/// from (`python -m caijit bundle build --ops`). A bundled program serves the program of
+/// each of its instances that an op compiles (one at a time, through the kernel's
+/// dispatcher: [`Dispatcher::explicit_instance_for`](crate::dispatch::Dispatcher::explicit_instance_for))
+/// as a member of its family.
+///
+/// One program holds the instances of one kernel that differ only in their last template
+/// argument (`axpy<*>`, `cast<float, *>`, `reduce_rows<float, double, *>`): a first call
+/// then loads a module of at most [`crate::compile::bake::MERGED_EXPRESSIONS`] kernels, not
+/// one of a whole file's hundreds (a module's load time and the reading of its kernels'
+/// layouts grow with its size).
+pub fn library_programs() -> Result<Vec<Program>> {
+    // (file, kernel, template arguments but the last) and the group's program.
+    type Group<'i> = ((&'static str, &'static str, &'i [TemplateArg]), Program);
+    let instances = library_instances();
+    let mut groups: Vec<Group<'_>> = Vec::new();
+    for (file, name, targs) in &instances {
+        let group = (*file, *name, &targs[..targs.len().saturating_sub(1)]);
+        match groups.iter_mut().find(|(g, _)| *g == group) {
+            Some((_, p)) => *p = std::mem::take(p).name_expression(template_instance(name, targs)),
+            // The group's first instance: the very program the op compiles for it.
+            None => groups.push((group, library::dispatcher(file, name)?.explicit_instance_for(targs)?.0)),
+        }
+    }
+    Ok(groups.into_iter().map(|(_, p)| p).collect())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compile::OPS;
+    use crate::ops::registry::Strided;
 
     #[test]
     fn every_registered_op_has_its_file_and_kernel() {
@@ -361,7 +336,7 @@ mod tests {
             let source = source.unwrap_or_else(|| panic!("op {}: no kernels/ops/{}.cu", op.name, op.name));
             assert!(source.contains("void unary("), "kernels/ops/{}.cu defines no `unary` kernel", op.name);
             // `unary` reads `const T* x`: C order only.
-            assert_ne!(op.strided, super::super::Strided::Any, "op {}: a pointer kernel cannot read strided views", op.name);
+            assert_ne!(op.strided, Strided::Any, "op {}: a pointer kernel cannot read strided views", op.name);
             assert!(op.dtypes().next().is_some() && !op.doc.is_empty(), "op {}", op.name);
         }
     }
@@ -369,7 +344,7 @@ mod tests {
     #[test]
     fn the_library_programs_serve_each_instance_program() {
         use crate::compile::family_key;
-        let programs = library_programs();
+        let programs = library_programs().unwrap();
         let mut files: Vec<&str> = Vec::new();
         for p in &programs {
             if !files.contains(&p.name.as_str()) {
@@ -382,12 +357,23 @@ mod tests {
         assert!(largest <= crate::compile::bake::MERGED_EXPRESSIONS, "a library program of {largest} instances");
         let exprs =
             |file: &str| -> Vec<String> { programs.iter().filter(|p| p.name == file).flat_map(|p| p.name_expressions.clone()).collect() };
-        for p in &programs {
-            let family = family_key(p).unwrap().unwrap();
-            let file = p.name.trim_end_matches(".cu");
-            for e in &p.name_expressions {
-                assert_eq!(family_key(&instance_program(file, e)).unwrap().unwrap(), family, "{e}");
-            }
+        // Each instance an op compiles (its kernel's dispatcher's program with its one name
+        // expression, byte for byte what the library compiled before it had dispatchers) is
+        // in one library program, of its family: a bundle of them serves it.
+        let families: Vec<String> = programs.iter().map(|p| family_key(p).unwrap().unwrap()).collect();
+        let instances = library_instances();
+        for (file, name, targs) in &instances {
+            let (program, expr) = library::dispatcher(file, name).unwrap().explicit_instance_for(targs).unwrap();
+            let source = OPS.iter().find(|(n, _)| n == file).unwrap().1;
+            assert_eq!(program, Program::new(source).name(format!("{file}.cu")).name_expression(expr.as_str()));
+            let holders: Vec<usize> =
+                (0..programs.len()).filter(|&i| programs[i].name == program.name && programs[i].name_expressions.contains(&expr)).collect();
+            assert_eq!(holders.len(), 1, "{expr}");
+            assert_eq!(family_key(&program).unwrap().unwrap(), families[holders[0]], "{expr}");
+        }
+        // Every library kernel has instances in the bundle.
+        for (file, name) in library::kernels() {
+            assert!(instances.iter().any(|(f, n, _)| (*f, *n) == (file, name)), "{file}.cu: `{name}`");
         }
         let elementwise = exprs("elementwise.cu");
         for e in ["axpy<__half>", "cast<bool, __nv_bfloat16>", "binary_broadcast<double, 8>", "fill<caijit::complex<double>>"] {

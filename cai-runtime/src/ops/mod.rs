@@ -1,5 +1,9 @@
 //! The kernel library (`kernels/ops/*.cu`) as Rust functions over CAI arrays: the same op
-//! calls `caijit.ops` makes from Python, kernels compiled once per device and dtype.
+//! calls `caijit.ops` makes from Python. Each library kernel is a
+//! [`Dispatcher`](crate::dispatch::Dispatcher), made on first use; an op asks it for the
+//! instance its dtypes name ([`Dispatcher::instance`](crate::dispatch::Dispatcher::instance)),
+//! compiled (or found in the library's bundle, [`library_programs`]) and loaded once per
+//! device and template arguments, and cached there.
 //!
 //! An op call owns everything between its arguments and its launches: the checks, the
 //! result's shape and NumPy's result dtype, `out` (given, of any strides, and checked; or
@@ -29,6 +33,7 @@
 
 mod call;
 mod kernels;
+mod library;
 mod registry;
 mod rules;
 
@@ -110,7 +115,7 @@ impl Call<'_> {
     /// a new array; a given `out` may have any real dtype (the result is converted into
     /// it), and one element of any shape for [`Axis::All`].
     pub fn reduce<'a, O: OutArg<'a>>(&self, r: Reduction, x: impl Into<Operand<'a>>, axis: Axis, out: O) -> Result<O::Output> {
-        let launch = |l: &call::Launch<'_>, v: &[&ArrayView], o: &ArrayView| match axis {
+        let launch = |l: &kernels::Launch<'_>, v: &[&ArrayView], o: &ArrayView| match axis {
             Axis::All => kernels::reduce_all(l, r, v[0], o),
             Axis::Last => {
                 let cols = v[0].shape().last().copied().unwrap_or(1);

@@ -35,13 +35,13 @@ const fn spec(name: &'static str, strided: Strided, in_place: bool) -> OpSpec {
     OpSpec { name, strided, in_place }
 }
 
-pub(super) const AXPY: OpSpec = spec("axpy", Strided::Copy, true);
-pub(super) const SCALE: OpSpec = spec("scale", Strided::Copy, true);
-pub(super) const FILL: OpSpec = spec("fill", Strided::Refuse, true);
-pub(super) const CAST: OpSpec = spec("cast", Strided::Copy, true);
-pub(super) const ASCONTIGUOUS: OpSpec = spec("ascontiguous", Strided::Any, true);
-pub(super) const TRANSPOSE: OpSpec = spec("transpose", Strided::Copy, false);
-pub(super) const SOFTMAX: OpSpec = spec("softmax", Strided::Copy, false);
+pub(crate) const AXPY: OpSpec = spec("axpy", Strided::Copy, true);
+pub(crate) const SCALE: OpSpec = spec("scale", Strided::Copy, true);
+pub(crate) const FILL: OpSpec = spec("fill", Strided::Refuse, true);
+pub(crate) const CAST: OpSpec = spec("cast", Strided::Copy, true);
+pub(crate) const ASCONTIGUOUS: OpSpec = spec("ascontiguous", Strided::Any, true);
+pub(crate) const TRANSPOSE: OpSpec = spec("transpose", Strided::Copy, false);
+pub(crate) const SOFTMAX: OpSpec = spec("softmax", Strided::Copy, false);
 /// The binary operations' policy ([`BinaryOp::spec`]): `binary_broadcast` reads any strides.
 const BINARY: Strided = Strided::Any;
 /// The reductions' policy ([`Reduction::spec`]).

@@ -9,11 +9,11 @@ use crate::cai::{ArrayView, DType};
 use crate::{Error, Result};
 
 /// A shape on the stack (ranks up to 8 are the kernels' limit).
-pub(super) type Shape = SmallVec<[usize; 8]>;
+pub(crate) type Shape = SmallVec<[usize; 8]>;
 
 /// What a given `out` may be, beside the planned result.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Fit {
+pub(crate) enum Fit {
     /// The result's shape and dtype exactly.
     Exact,
     /// The result's shape, any real dtype (the op converts into it).
@@ -25,7 +25,7 @@ pub(super) enum Fit {
 /// The result an op call makes: the shape and dtype of the array it allocates for
 /// `Out::Alloc`, and what a given `out` must be.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Planned {
+pub(crate) struct Planned {
     pub shape: Shape,
     pub dtype: DType,
     pub fit: Fit,
@@ -72,7 +72,7 @@ impl Planned {
 /// ordered by stride, each axis steps past everything the smaller ones span. Broadcast
 /// (zero-stride) and overlapping views are refused; a few exotic interleaved layouts that
 /// do not overlap are refused too.
-pub(super) fn distinct_elements(v: &ArrayView) -> bool {
+pub(crate) fn distinct_elements(v: &ArrayView) -> bool {
     let mut axes: SmallVec<[(u64, u64); 8]> =
         v.shape().iter().zip(v.strides()).filter(|(&n, _)| n > 1).map(|(&n, &s)| (s.unsigned_abs(), n as u64)).collect();
     axes.sort_unstable();
@@ -87,7 +87,7 @@ pub(super) fn distinct_elements(v: &ArrayView) -> bool {
 /// Whether writing `out` may change what an op reads of `input` while it runs: their
 /// memory overlaps, unless `out` is exactly `input` (same address, shape and strides) and
 /// the op is elementwise (`in_place`).
-pub(super) fn clobbers(out: &ArrayView, input: &ArrayView, in_place: bool) -> bool {
+pub(crate) fn clobbers(out: &ArrayView, input: &ArrayView, in_place: bool) -> bool {
     let (a, b) = (bytes_spanned(out), bytes_spanned(input));
     let overlap = a.0 < b.1 && b.0 < a.1;
     let same = out.ptr() == input.ptr()
@@ -120,7 +120,7 @@ fn is_real(d: DType) -> bool {
 }
 
 /// Refuses complex dtypes (the kernels named by `what` are written for real types).
-pub(super) fn real(what: &str, d: DType) -> Result<()> {
+pub(crate) fn real(what: &str, d: DType) -> Result<()> {
     if !is_real(d) {
         return Err(Error::argument(format!("{what}: {d} is not supported (real types only)")));
     }
@@ -129,7 +129,7 @@ pub(super) fn real(what: &str, d: DType) -> Result<()> {
 
 /// What an op whose registry entry says `policy` does with input `v`: reads it as it is
 /// (`false`), reads a C-ordered copy (`true`), or refuses it.
-pub(super) fn copies(policy: Strided, what: &str, v: &ArrayView) -> Result<bool> {
+pub(crate) fn copies(policy: Strided, what: &str, v: &ArrayView) -> Result<bool> {
     match (policy, v.is_c_contiguous()) {
         (_, true) | (Strided::Any, false) => Ok(false),
         (Strided::Copy, false) => Ok(true),
@@ -140,7 +140,7 @@ pub(super) fn copies(policy: Strided, what: &str, v: &ArrayView) -> Result<bool>
 }
 
 /// `axpy`: `x` and `y` of one shape and dtype; the result is like them.
-pub(super) fn axpy(x: &ArrayView, y: &ArrayView) -> Result<Planned> {
+pub(crate) fn axpy(x: &ArrayView, y: &ArrayView) -> Result<Planned> {
     if x.shape() != y.shape() || x.dtype() != y.dtype() {
         return Err(Error::argument(format!(
             "axpy: arrays must match, got {} {:?} and {} {:?}",
@@ -154,14 +154,14 @@ pub(super) fn axpy(x: &ArrayView, y: &ArrayView) -> Result<Planned> {
 }
 
 /// `cast`: real types both sides; the result has `x`'s shape and dtype `to`.
-pub(super) fn cast(x: &ArrayView, to: DType) -> Result<Planned> {
+pub(crate) fn cast(x: &ArrayView, to: DType) -> Result<Planned> {
     real("cast", x.dtype())?;
     real("cast", to)?;
     Ok(Planned::exact(x.shape(), to))
 }
 
 /// A unary op of the registry: defined for `x`'s dtype; the result is like `x`.
-pub(super) fn unary(op: &UnaryOp, x: &ArrayView) -> Result<Planned> {
+pub(crate) fn unary(op: &UnaryOp, x: &ArrayView) -> Result<Planned> {
     if !(op.supports)(x.dtype()) {
         let names: Vec<&str> = op.dtypes().map(|d| d.name()).collect();
         return Err(Error::argument(format!("{}: {} is not supported (supported: {})", op.name, x.dtype(), names.join(", "))));
@@ -184,7 +184,7 @@ pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Option<Vec<usize>> {
 
 /// A binary operation: one real dtype (no promotion: mixed operands are refused, never
 /// silently converted); the result has the broadcast shape (NumPy's rule).
-pub(super) fn binary(op: BinaryOp, a: &ArrayView, b: &ArrayView) -> Result<Planned> {
+pub(crate) fn binary(op: BinaryOp, a: &ArrayView, b: &ArrayView) -> Result<Planned> {
     let what = op.name();
     if a.dtype() != b.dtype() {
         return Err(Error::argument(format!("{what}: operands are {} and {}; cast one first", a.dtype(), b.dtype())));
@@ -196,7 +196,7 @@ pub(super) fn binary(op: BinaryOp, a: &ArrayView, b: &ArrayView) -> Result<Plann
 }
 
 /// `transpose`: a 2-D `x`; the result is `x`'s transpose.
-pub(super) fn transpose(x: &ArrayView) -> Result<Planned> {
+pub(crate) fn transpose(x: &ArrayView) -> Result<Planned> {
     let [rows, cols] = *x.shape() else {
         return Err(Error::argument(format!("transpose: expected a 2-D array, got {}-d", x.ndim())));
     };
@@ -204,7 +204,7 @@ pub(super) fn transpose(x: &ArrayView) -> Result<Planned> {
 }
 
 /// `softmax`: a floating `x`; the result is like `x`.
-pub(super) fn softmax(x: &ArrayView) -> Result<Planned> {
+pub(crate) fn softmax(x: &ArrayView) -> Result<Planned> {
     if !matches!(x.dtype(), DType::F16 | DType::BF16 | DType::F32 | DType::F64) {
         return Err(Error::argument(format!("softmax: {} is not a floating type", x.dtype())));
     }
@@ -222,7 +222,7 @@ pub fn reduction_dtype(r: Reduction, d: DType) -> DType {
 }
 
 /// The accumulator of a reduction over `d`: NumPy's result dtype, but float for 16-bit floats.
-pub(super) fn accumulator(r: Reduction, d: DType) -> DType {
+pub(crate) fn accumulator(r: Reduction, d: DType) -> DType {
     match d {
         DType::F16 | DType::BF16 => DType::F32,
         other => reduction_dtype(r, other),
@@ -232,7 +232,7 @@ pub(super) fn accumulator(r: Reduction, d: DType) -> DType {
 /// A reduction: a non-empty `x` of a real dtype other than bool; the result has NumPy's
 /// dtype and `x`'s shape without the reduced axes, and a given `out` may be of any real
 /// dtype (the reduction converts into it).
-pub(super) fn reduce(r: Reduction, x: &ArrayView, axis: Axis) -> Result<Planned> {
+pub(crate) fn reduce(r: Reduction, x: &ArrayView, axis: Axis) -> Result<Planned> {
     let what = r.name();
     if matches!(x.dtype(), DType::Bool | DType::C64 | DType::C128) {
         return Err(Error::argument(format!("{what}: {} is not supported", x.dtype())));
