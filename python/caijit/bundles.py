@@ -71,13 +71,16 @@ def build(
     progress: bool = False,
     ops: bool = False,
     instances: Optional[list[str]] = None,
+    merge: Optional[int] = None,
 ) -> tuple[int, int, int]:
     """Compile every instance of ``manifests`` (one or several) and every kernel of
     ``files`` for ``archs`` into the bundle ``output``; returns ``(programs read, programs
     in the bundle, bytes)`` (the instances of one source are compiled as one program).
     ``instances``: template instances (name expressions, ``"axpy<float>"``) to compile
     from every file of ``files``, as a launch that deduces them looks them up.
-    ``ops``: also every instance of the kernel library (``caijit.ops``). Needs NVRTC."""
+    ``ops``: also every instance of the kernel library (``caijit.ops``). ``merge``: at most
+    this many instances of one source per compiled program (default 16; 1: one module per
+    instance, the smallest first launch and the largest bundle). Needs NVRTC."""
     if manifests is None:
         manifests = []
     elif not isinstance(manifests, list):
@@ -92,6 +95,7 @@ def build(
         progress=progress,
         ops=ops,
         instances=list(instances or []),
+        merge=merge,
     )
 
 
@@ -131,6 +135,13 @@ def add_parser(sub: Any, fmt: Any) -> None:
     build_p.add_argument("--ptx", dest="ptx", action="store_true", default=True, help="also store PTX of the newest architecture (default)")
     build_p.add_argument("--no-ptx", dest="ptx", action="store_false", help="store CUBINs only (no forward compatibility)")
     build_p.add_argument("-j", "--jobs", type=int, metavar="N", help="compilations at once (default: one per CPU)")
+    build_p.add_argument(
+        "--merge",
+        type=int,
+        metavar="N",
+        help="at most N instances of one source per module (default 16; 1: one module per instance, the fastest first "
+        "launch and the largest bundle)",
+    )
     build_p.add_argument("-o", "--output", required=True, metavar="FILE", help="the bundle to write, e.g. app.caijit")
     info_p = bs.add_parser("info", help="verify a bundle and list its programs, kernels and parameters")
     info_p.add_argument("bundle", metavar="FILE", help="the bundle, e.g. app.caijit")
@@ -153,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
         progress=sys.stderr.isatty(),
         ops=args.ops,
         instances=args.instance,
+        merge=args.merge,
     )
     print(f"wrote {args.output}: {read} programs as {baked} for {', '.join(archs)}, {size} bytes")
     return 0

@@ -52,7 +52,7 @@ pub fn bundle_info(py: Python<'_>, path: PathBuf) -> PyCaiResult<String> {
 /// number of programs read, the number in the bundle (programs of one source are merged)
 /// and the file's size.
 #[pyfunction]
-#[pyo3(signature = (manifests, files, archs, output, ptx = true, jobs = None, progress = false, ops = false, instances = vec![]))]
+#[pyo3(signature = (manifests, files, archs, output, ptx = true, jobs = None, progress = false, ops = false, instances = vec![], merge = None))]
 #[allow(clippy::too_many_arguments)]
 pub fn bundle_build(
     py: Python<'_>,
@@ -65,6 +65,7 @@ pub fn bundle_build(
     progress: bool,
     ops: bool,
     instances: Vec<String>,
+    merge: Option<usize>,
 ) -> PyCaiResult<(usize, usize, usize)> {
     Ok(py.detach(|| -> cai_runtime::Result<(usize, usize, usize)> {
         let archs = archs.iter().map(|a| Arch::parse(a)).collect::<cai_runtime::Result<Vec<_>>>()?;
@@ -83,6 +84,9 @@ pub fn bundle_build(
         let mut options = BakeOptions::new(archs).ptx(ptx).progress(progress);
         if let Some(j) = jobs {
             options = options.jobs(j);
+        }
+        if let Some(m) = merge {
+            options = options.merge(m);
         }
         let bytes = bake(&programs, &options)?;
         std::fs::write(&output, &bytes)

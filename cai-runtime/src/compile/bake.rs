@@ -3,8 +3,9 @@
 //!
 //! Programs of one family (the same but for their name expressions: the instances of one
 //! source's templates) are merged into programs of up to [`MERGED_EXPRESSIONS`] name
-//! expressions, so that a source is compiled a few times per architecture, not once per
-//! instance, while the module a first launch loads stays small. Each (program, architecture) is compiled trusted (every header in memory, no search
+//! expressions ([`BakeOptions::merge`]), so that a source is compiled a few times per
+//! architecture, not once per instance, while the module a first launch loads stays small.
+//! Each (program, architecture) is compiled trusted (every header in memory, no search
 //! path) through a private disk cache, whose entry gives the CUBIN, the PTX and the lowered
 //! name of every name expression; a program caijit cannot compile trusted cannot be
 //! bundled (its key would not cover what NVRTC read) and is an error naming it. The PTX of
@@ -37,12 +38,15 @@ pub struct BakeOptions {
     pub jobs: usize,
     /// Draw a progress bar on stderr.
     pub progress: bool,
+    /// At most this many name expressions in a merged program (default
+    /// [`MERGED_EXPRESSIONS`]; 1: each program as given).
+    pub merge: usize,
 }
 
 impl BakeOptions {
     pub fn new(archs: Vec<Arch>) -> BakeOptions {
         let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
-        BakeOptions { archs, ptx: true, jobs, progress: false }
+        BakeOptions { archs, ptx: true, jobs, progress: false, merge: MERGED_EXPRESSIONS }
     }
     pub fn ptx(mut self, ptx: bool) -> Self {
         self.ptx = ptx;
@@ -54,6 +58,13 @@ impl BakeOptions {
     }
     pub fn progress(mut self, progress: bool) -> Self {
         self.progress = progress;
+        self
+    }
+    /// Merge the programs of one family into programs of up to `merge` name expressions
+    /// (at least 1): fewer compilations and a smaller bundle against larger modules, which a
+    /// first launch loads whole.
+    pub fn merge(mut self, merge: usize) -> Self {
+        self.merge = merge.max(1);
         self
     }
 }
@@ -81,7 +92,7 @@ pub fn bake(programs: &[Program], options: &BakeOptions) -> Result<Vec<u8>> {
     if programs.is_empty() {
         return Err(Error::argument("no program to bake (the manifest is empty and no file was given)"));
     }
-    let programs = merged(programs)?;
+    let programs = merged(programs, options.merge)?;
     let programs = programs.as_slice();
     let dir = tempfile::Builder::new()
         .prefix("caijit-bake-")
@@ -166,16 +177,16 @@ pub fn bake(programs: &[Program], options: &BakeOptions) -> Result<Vec<u8>> {
     Ok(bundle::write(&format!("{}.{}", tk.version.0, tk.version.1), &tk.build, &archs, blobs))
 }
 
-/// At most this many name expressions in a merged program (a program given with more
-/// stays whole). A module's load time, and the reading of its kernels' parameter layouts
+/// By default, at most this many name expressions in a merged program (a program given
+/// with more stays whole). A module's load time, and the reading of its kernels' parameter layouts
 /// when it is first used, grow with its kernels: the kernel library's elementwise file
 /// merged whole (331 instances) cost some 75 ms at its first launch.
 pub const MERGED_EXPRESSIONS: usize = 16;
 
 /// Programs of one family merged (every name expression of each, in the order first seen,
-/// a program's own kept together) into programs of up to [`MERGED_EXPRESSIONS`] name
-/// expressions, in the order each is first seen.
-fn merged(programs: &[Program]) -> Result<Vec<Program>> {
+/// a program's own kept together) into programs of up to `limit` name expressions, in the
+/// order each is first seen.
+fn merged(programs: &[Program], limit: usize) -> Result<Vec<Program>> {
     let mut out: Vec<(String, Program)> = Vec::new();
     for p in programs {
         let family = match bundled::family_key(p)? {
@@ -187,7 +198,7 @@ fn merged(programs: &[Program]) -> Result<Vec<Program>> {
             continue;
         }
         let new = |m: &Program| p.name_expressions.iter().filter(|e| !m.name_expressions.contains(e)).count();
-        match out.iter_mut().rev().find(|(f, m)| *f == family && m.name_expressions.len() + new(m) <= MERGED_EXPRESSIONS) {
+        match out.iter_mut().rev().find(|(f, m)| *f == family && m.name_expressions.len() + new(m) <= limit) {
             Some((_, m)) => {
                 for e in &p.name_expressions {
                     if !m.name_expressions.contains(e) {
@@ -225,9 +236,10 @@ mod tests {
         }
         programs.push(big);
         programs.push(Program::new(src).name("other.cu").name_expression("k<float, 0>")); // another family
-        let sizes: Vec<usize> = merged(&programs).unwrap().iter().map(|p| p.name_expressions.len()).collect();
+        let sizes: Vec<usize> = merged(&programs, MERGED_EXPRESSIONS).unwrap().iter().map(|p| p.name_expressions.len()).collect();
         assert_eq!(sizes, [16, 16, 8, 20, 1]);
-        let all: Vec<String> = merged(&programs).unwrap().into_iter().take(3).flat_map(|p| p.name_expressions).collect();
+        let all: Vec<String> =
+            merged(&programs, MERGED_EXPRESSIONS).unwrap().into_iter().take(3).flat_map(|p| p.name_expressions).collect();
         assert_eq!(all, (0..40).map(|i| format!("k<float, {i}>")).collect::<Vec<_>>(), "every instance once, in order");
     }
 }

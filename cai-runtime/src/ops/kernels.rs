@@ -13,7 +13,7 @@ use super::rules::accumulator;
 use crate::array::DeviceArray;
 use crate::cai::{ArrayView, DType};
 use crate::compile::Program;
-use crate::dispatch::{template_instance, TemplateArg};
+use crate::dispatch::TemplateArg;
 use crate::kernel::Kernel;
 use crate::launch::{Arg, LaunchConfig, Num};
 use crate::runtime::{Context, Stream};
@@ -295,32 +295,25 @@ fn library_instances() -> Vec<Instance> {
     out
 }
 
-/// Every kernel instance the library can launch, as programs of a few instances each (its
-/// instances as name expressions): what the precompiled bundle of the library is baked
-/// from (`python -m caijit bundle build --ops`). A bundled program serves the program of
-/// each of its instances that an op compiles (one at a time, through the kernel's
-/// dispatcher: [`Dispatcher::explicit_instance_for`](crate::dispatch::Dispatcher::explicit_instance_for))
-/// as a member of its family.
-///
-/// One program holds the instances of one kernel that differ only in their last template
-/// argument (`axpy<*>`, `cast<float, *>`, `reduce_rows<float, double, *>`): a first call
-/// then loads a module of at most [`crate::compile::bake::MERGED_EXPRESSIONS`] kernels, not
-/// one of a whole file's hundreds (a module's load time and the reading of its kernels'
-/// layouts grow with its size).
+/// Every kernel instance the library can launch, each as the very program an op compiles
+/// for it (its kernel's dispatcher's program with its one name expression:
+/// [`Dispatcher::explicit_instance_for`](crate::dispatch::Dispatcher::explicit_instance_for)):
+/// what the precompiled bundle of the library is baked from (`python -m caijit bundle build
+/// --ops`). Baking merges the instances of one file into programs of a few each
+/// ([`BakeOptions::merge`](crate::compile::bake::BakeOptions::merge)), in this order: the
+/// instances of one kernel together, those that differ only in their last template argument
+/// next to each other (`axpy<*>`, `cast<float, *>`, `reduce_rows<float, double, *>`).
 pub fn library_programs() -> Result<Vec<Program>> {
-    // (file, kernel, template arguments but the last) and the group's program.
-    type Group<'i> = ((&'static str, &'static str, &'i [TemplateArg]), Program);
-    let instances = library_instances();
-    let mut groups: Vec<Group<'_>> = Vec::new();
-    for (file, name, targs) in &instances {
-        let group = (*file, *name, &targs[..targs.len().saturating_sub(1)]);
-        match groups.iter_mut().find(|(g, _)| *g == group) {
-            Some((_, p)) => *p = std::mem::take(p).name_expression(template_instance(name, targs)),
-            // The group's first instance: the very program the op compiles for it.
-            None => groups.push((group, library::dispatcher(file, name)?.explicit_instance_for(targs)?.0)),
-        }
-    }
-    Ok(groups.into_iter().map(|(_, p)| p).collect())
+    let mut instances = library_instances();
+    // Stable: each kernel's instances stay in their order within a group.
+    instances.sort_by(|(f1, n1, a1), (f2, n2, a2)| {
+        let group = |a: &[TemplateArg]| a[..a.len().saturating_sub(1)].iter().map(ToString::to_string).collect::<Vec<_>>();
+        (f1, n1, group(a1)).cmp(&(f2, n2, group(a2)))
+    });
+    // Instances several ops launch (`reduce_final<long long, bool>`) once.
+    let mut seen = std::collections::HashSet::new();
+    instances.retain(|i| seen.insert(i.clone()));
+    instances.into_iter().map(|(file, name, targs)| Ok(library::dispatcher(file, name)?.explicit_instance_for(&targs)?.0)).collect()
 }
 
 #[cfg(test)]
@@ -351,10 +344,10 @@ mod tests {
                 files.push(&p.name);
             }
         }
-        assert_eq!(files, ["abs.cu", "elementwise.cu", "strided_copy.cu", "transpose.cu", "reduce.cu", "softmax.cu"]);
-        // Small programs: a first launch loads a module of a few kernels.
-        let largest = programs.iter().map(|p| p.name_expressions.len()).max().unwrap();
-        assert!(largest <= crate::compile::bake::MERGED_EXPRESSIONS, "a library program of {largest} instances");
+        files.sort_unstable();
+        assert_eq!(files, ["abs.cu", "elementwise.cu", "reduce.cu", "softmax.cu", "strided_copy.cu", "transpose.cu"]);
+        // One instance each: baking decides how many share a module.
+        assert!(programs.iter().all(|p| p.name_expressions.len() == 1));
         let exprs =
             |file: &str| -> Vec<String> { programs.iter().filter(|p| p.name == file).flat_map(|p| p.name_expressions.clone()).collect() };
         // Each instance an op compiles (its kernel's dispatcher's program with its one name
