@@ -145,7 +145,12 @@ fn the_library_bundle_serves_the_explicit_instance_an_op_compiles() {
     assert_eq!(family_key(&program).unwrap(), family_key(group).unwrap());
 
     let baked = bake_for(&axpys, &[90], false);
-    assert_eq!(baked.programs().len(), 1, "merged by the bake");
+    // Merged by family: the instances on the types of the C++ language in one program, each
+    // CUDA type's (`__half`, with its header) in one of its own.
+    let mut families: Vec<String> = axpys.iter().map(|p| family_key(p).unwrap().unwrap()).collect();
+    families.sort_unstable();
+    families.dedup();
+    assert_eq!((baked.programs().len(), families.len()), (4, 4), "merged by the bake");
     bundle::install(baked);
     let chosen = axpy.select_instance(Arch(90), &f32s).unwrap();
     assert_eq!((chosen.name.as_str(), chosen.compiled.source), ("axpy<float>", CacheSource::Bundle));
@@ -154,4 +159,23 @@ fn the_library_bundle_serves_the_explicit_instance_an_op_compiles() {
     // Another instance of the group, too.
     let f64s = axpy.select_instance(Arch(90), &[TemplateArg::Type(DType::F64)]).unwrap();
     assert_eq!((f64s.name.as_str(), f64s.compiled.source), ("axpy<double>", CacheSource::Bundle));
+}
+
+/// One instance is one program however it is asked for: a bundle baked for
+/// `rr_half<__half>` from its file (`bundle build k.cu --instance 'rr_half<__half>'`, which
+/// compiles what `specialize` does) serves the explicit instance by template arguments
+/// (`Dispatcher::instance`), whose program also carries the header of `__half`.
+#[test]
+fn a_bundle_baked_for_an_instance_serves_it_asked_by_template_arguments() {
+    let src = "// a_bundle_baked_for_an_instance\ntemplate <typename T> __global__ void rr_half(T* x) { x[0] = x[1]; }\n";
+    let program = Program::new(src).name("rr_half.cu");
+    let d = Dispatcher::new(program.clone(), Some("rr_half")).unwrap();
+    let f16 = [TemplateArg::Type(DType::F16)];
+    let (explicit, name) = d.explicit_instance_for(&f16).unwrap();
+    let baked = cai_runtime::dispatch::instance_programs(&program, std::slice::from_ref(&name)).unwrap();
+    assert_eq!(baked, [explicit.clone()]);
+    assert_eq!(baked[0], d.specialize("__half").unwrap().instance_for(&[]).unwrap().0);
+    bundle::install(bake_for(&baked, &[90], false));
+    let chosen = d.select_instance(Arch(90), &f16).unwrap();
+    assert_eq!((chosen.name.as_str(), chosen.compiled.source), ("rr_half<__half>", CacheSource::Bundle));
 }

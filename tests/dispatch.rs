@@ -3,7 +3,7 @@
 
 use cai_runtime::cai::{ArrayView, DType};
 use cai_runtime::compile::Program;
-use cai_runtime::dispatch::Dispatcher;
+use cai_runtime::dispatch::{Dispatcher, TemplateArg};
 use cai_runtime::kernel::inspection_arch;
 use cai_runtime::launch::Arg;
 use cai_runtime::signature::ArgType;
@@ -89,4 +89,16 @@ fn a_name_the_program_lacks_lists_the_kernels_it_has() {
     let e = d.select(inspection_arch().unwrap(), &[]).unwrap_err();
     assert!(e.to_string().contains(r#"no kernel named "nope" in the program (it has: axpy, scale)"#), "{e}");
     assert!(matches!(e, Error::Argument(_)));
+}
+
+/// Every `long long` template argument has a spelling NVRTC compiles, `i64::MIN` (which has
+/// no literal) included.
+#[test]
+fn an_i64_min_template_argument_compiles() {
+    let src = "// an_i64_min_template_argument\ntemplate <long long N> __global__ void rr_min(long long* x) { x[0] = N; }\n";
+    let d = Dispatcher::new(Program::new(src), Some("rr_min")).unwrap();
+    for n in [i64::MIN, -1, 0, i64::MAX] {
+        let chosen = d.select_instance(inspection_arch().unwrap(), &[TemplateArg::Int(n)]).unwrap();
+        assert_eq!(chosen.info().unwrap().params[0].cpp_type, "long long*");
+    }
 }

@@ -63,8 +63,11 @@ const FLAG_DEFLATE: u32 = 1;
 const HEADER: usize = 16;
 const TOC_ENTRY: usize = 64;
 const DIGEST: usize = 32;
-/// No section inflates beyond this (a corrupt length must not exhaust memory).
+/// No section is stored in, or inflates to, more than this (a corrupt length must not
+/// exhaust memory).
 const MAX_SECTION: u64 = 1 << 30;
+/// No bundle has more sections than this (its table of contents is read whole at open).
+const MAX_SECTIONS: usize = 1 << 20;
 
 /// How one architecture's code is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -190,7 +193,11 @@ impl Bytes {
         match self {
             Bytes::Memory(b) => Ok(Cow::Borrowed(&b[start..start + len])),
             Bytes::File { file, .. } => {
-                let mut out = vec![0; len];
+                // The length comes from the file: a damaged one must be an error, not an
+                // abort for want of memory.
+                let mut out = Vec::new();
+                out.try_reserve_exact(len).map_err(|_| std::io::Error::from(std::io::ErrorKind::OutOfMemory))?;
+                out.resize(len, 0);
                 read_exact_at(file, &mut out, start as u64)?;
                 Ok(Cow::Owned(out))
             }
@@ -272,6 +279,9 @@ impl Bundle {
             ));
         }
         let count = u32_at(&head, 12) as usize;
+        if count > MAX_SECTIONS {
+            return Err(bad(&origin, format!("is corrupt (it claims {count} sections; a bundle has at most {MAX_SECTIONS})")));
+        }
         let toc_end = HEADER.saturating_add(count.saturating_mul(TOC_ENTRY));
         if toc_end.saturating_add(DIGEST) > size {
             return Err(bad(&origin, format!("is truncated (its table of contents of {count} sections is cut off)")));
@@ -288,7 +298,12 @@ impl Bundle {
             let e = HEADER + i * TOC_ENTRY;
             let (kind, flags, start, stored, len) =
                 (u32_at(&b, e), u32_at(&b, e + 4), u64_at(&b, e + 8), u64_at(&b, e + 16), u64_at(&b, e + 24));
-            if start != at as u64 || len > MAX_SECTION || flags & !FLAG_DEFLATE != 0 || (flags & FLAG_DEFLATE == 0 && stored != len) {
+            if start != at as u64
+                || len > MAX_SECTION
+                || stored > MAX_SECTION
+                || flags & !FLAG_DEFLATE != 0
+                || (flags & FLAG_DEFLATE == 0 && stored != len)
+            {
                 return Err(bad(&origin, format!("is corrupt (section {i}'s entry in the table of contents is not valid)")));
             }
             if stored > (size - at) as u64 {
@@ -614,6 +629,27 @@ pub struct ProgramBlobs {
     pub ptx: Option<(u32, String)>,
 }
 
+/// Write a bundle's bytes to `path` whole, or not at all: into a temporary file beside it,
+/// then renamed over it. A process that has the old file open (bundles are read a section
+/// at a time) keeps reading the old bytes, never a mix.
+pub fn save(path: &Path, bytes: &[u8]) -> Result<()> {
+    let fail = |e: &dyn std::fmt::Display| Error::argument(format!("cannot write the bundle {}: {e}", path.display()));
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let mut tmp = tempfile::Builder::new().prefix(".caijit-bundle-").tempfile_in(dir).map_err(|e| fail(&e))?;
+    std::io::Write::write_all(&mut tmp, bytes).map_err(|e| fail(&e))?;
+    // Readable as a file written directly would be (a temporary file is private).
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        tmp.as_file().set_permissions(std::fs::Permissions::from_mode(0o644)).map_err(|e| fail(&e))?;
+    }
+    tmp.persist(path).map_err(|e| fail(&e.error))?;
+    Ok(())
+}
+
 /// Write a bundle: `nvrtc` / `nvrtc_build` name the compiler, `archs` the architectures
 /// baked. Sections are compressed (raw DEFLATE) where that makes them smaller.
 pub fn write(nvrtc: &str, nvrtc_build: &str, archs: &[u32], programs: Vec<ProgramBlobs>) -> Vec<u8> {
@@ -917,6 +953,44 @@ mod tests {
         std::fs::write(&path, &flipped).unwrap();
         assert!(b.image(p, 90).unwrap_err().to_string().contains("checksum"));
         assert!(Bundle::open(dir.path().join("missing.caijit")).unwrap_err().to_string().contains("cannot be read"));
+    }
+
+    /// Lengths read from a file are checked before anything is allocated for them: a file
+    /// claiming 4 billion sections, or a section stored in a terabyte, is an error (the files
+    /// are sparse: no disk is used), not an abort for want of memory.
+    #[test]
+    fn a_file_claiming_huge_lengths_is_an_error_not_an_allocation() {
+        let dir = tempfile::tempdir().unwrap();
+        let sparse = |name: &str, head: &[u8], len: u64| {
+            let path = dir.path().join(name);
+            let f = std::fs::File::create(&path).unwrap();
+            std::io::Write::write_all(&mut &f, head).unwrap();
+            f.set_len(len).unwrap();
+            path
+        };
+        let mut head = MAGIC.to_vec();
+        head.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        head.extend_from_slice(&u32::MAX.to_le_bytes());
+        let path = sparse("sections.caijit", &head, (HEADER + TOC_ENTRY * u32::MAX as usize + DIGEST) as u64);
+        let e = Bundle::open(&path).unwrap_err().to_string();
+        assert!(e.contains("claims 4294967295 sections"), "{e}");
+        // One deflated index section stored in 1 TiB, its table of contents sealed.
+        let stored: u64 = 1 << 40;
+        let start = (HEADER + TOC_ENTRY + DIGEST) as u64;
+        let mut head = MAGIC.to_vec();
+        head.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+        head.extend_from_slice(&1u32.to_le_bytes());
+        for word in [SECTION_INDEX, FLAG_DEFLATE] {
+            head.extend_from_slice(&word.to_le_bytes());
+        }
+        for word in [start, stored, 100] {
+            head.extend_from_slice(&word.to_le_bytes());
+        }
+        head.extend_from_slice(&[0; DIGEST]);
+        let toc = Sha256::digest(&head);
+        head.extend_from_slice(&toc);
+        let e = Bundle::open(sparse("stored.caijit", &head, start + stored)).unwrap_err().to_string();
+        assert!(e.contains("section 0's entry in the table of contents is not valid"), "{e}");
     }
 
     /// A bundle of one index section and no program.

@@ -81,6 +81,9 @@ impl std::fmt::Display for TemplateArg {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             TemplateArg::Type(d) => f.write_str(d.cpp_name()),
+            // The literal 9223372036854775808 does not fit a `long long`: its negation is
+            // no constant NVRTC can match to an integer parameter.
+            TemplateArg::Int(i64::MIN) => f.write_str("(-9223372036854775807LL - 1)"),
             TemplateArg::Int(n) => write!(f, "{n}"),
         }
     }
@@ -374,15 +377,15 @@ impl Dispatcher {
     }
 
     /// The program to compile and the name to look up for the explicit instance
-    /// `name<args>` ([`template_instance`]): this kernel's program as given, with that one
-    /// name expression. Unlike a deduced instance's ([`Dispatcher::instance_for`]), no
-    /// header is added for the types the arguments name: the source declares the types it
-    /// is instantiated with (the library's files include what they need), and the program
-    /// is exactly the one a bundle baked with that name expression holds (the library's
-    /// bundle: [`crate::ops::library_programs`]).
+    /// `name<args>` ([`template_instance`]): this kernel's program with that one name
+    /// expression, and the headers of the CUDA types the arguments name (`cuda_fp16.h` for
+    /// `__half`), exactly as [`Dispatcher::specialize`] and a deduced instance
+    /// ([`Dispatcher::instance_for`]) compile it: one instance is one program, however it
+    /// is asked for, and a bundle baked for it (`bundle build --instance`, the library's
+    /// [`crate::ops::library_programs`]) serves each way.
     pub fn explicit_instance_for(&self, args: &[TemplateArg]) -> Result<(Program, String)> {
         let name = self.explicit_name(args)?;
-        Ok((self.program.clone().name_expression(name.clone()), name))
+        Ok((self.program.clone().including(&headers_for(&name)).name_expression(name.clone()), name))
     }
 
     /// Compile the explicit instance `name<args>` for `arch` (no GPU needed;
@@ -738,8 +741,16 @@ mod tests {
         let d = Dispatcher::new(Program::new(src).name("k.cu"), None).unwrap();
         let (p, name) = d.explicit_instance_for(&[Type(DType::F16), Int(8)]).unwrap();
         assert_eq!(name, "k<__half, 8>");
-        // No header added (a deduced `__half` instance gets cuda_fp16.h): the source as given.
-        assert_eq!(p, Program::new(src).name("k.cu").name_expression("k<__half, 8>"));
+        // The program `specialize` compiles (a deduced instance too): with the header of
+        // `__half`, so that a bundle baked for the instance serves each way of asking.
+        assert_eq!(p, Program::new(src).name("k.cu").including(&["cuda_fp16.h"]).name_expression("k<__half, 8>"));
+        assert_eq!(p, d.specialize("__half, 8").unwrap().instance_for(&[]).unwrap().0);
+        assert_eq!(
+            d.explicit_instance_for(&[Type(DType::F32), Int(8)]).unwrap().0,
+            Program::new(src).name("k.cu").name_expression("k<float, 8>")
+        );
+        // i64::MIN has no literal: written as NVRTC reads a `long long` constant.
+        assert_eq!(template_instance("k", &[Int(i64::MIN)]), "k<(-9223372036854775807LL - 1)>");
         // Only a template's plain name has explicit instances.
         let e = |d: &Dispatcher, args: &[TemplateArg]| d.explicit_instance_for(args).unwrap_err().to_string();
         assert!(e(&d, &[]).contains("`k` needs template arguments"), "{}", e(&d, &[]));

@@ -137,7 +137,7 @@ def add_parser(sub: Any, fmt: Any) -> None:
     build_p.add_argument("-j", "--jobs", type=int, metavar="N", help="compilations at once (default: one per CPU)")
     build_p.add_argument(
         "--merge",
-        type=int,
+        type=_at_least_one,
         metavar="N",
         help="at most N instances of one source per module (default 16; 1: one module per instance, the fastest first "
         "launch and the largest bundle)",
@@ -145,6 +145,16 @@ def add_parser(sub: Any, fmt: Any) -> None:
     build_p.add_argument("-o", "--output", required=True, metavar="FILE", help="the bundle to write, e.g. app.caijit")
     info_p = bs.add_parser("info", help="verify a bundle and list its programs, kernels and parameters")
     info_p.add_argument("bundle", metavar="FILE", help="the bundle, e.g. app.caijit")
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return n
 
 
 def run(args: argparse.Namespace) -> int:

@@ -65,7 +65,7 @@ pub fn bundle_build(
     progress: bool,
     ops: bool,
     instances: Vec<String>,
-    merge: Option<usize>,
+    merge: Option<i64>,
 ) -> PyCaiResult<(usize, usize, usize)> {
     Ok(py.detach(|| -> cai_runtime::Result<(usize, usize, usize)> {
         let archs = archs.iter().map(|a| Arch::parse(a)).collect::<cai_runtime::Result<Vec<_>>>()?;
@@ -86,11 +86,11 @@ pub fn bundle_build(
             options = options.jobs(j);
         }
         if let Some(m) = merge {
-            options = options.merge(m);
+            let m = usize::try_from(m).ok().filter(|&m| m >= 1);
+            options = options.merge(m.ok_or_else(|| cai_runtime::Error::argument("merge must be at least 1 (instances per module)"))?);
         }
         let bytes = bake(&programs, &options)?;
-        std::fs::write(&output, &bytes)
-            .map_err(|e| cai_runtime::Error::argument(format!("cannot write the bundle {}: {e}", output.display())))?;
+        bundle::save(&output, &bytes)?;
         let written = Bundle::open(&output)?;
         written.verify()?;
         Ok((programs.len(), written.programs().len(), bytes.len()))

@@ -39,7 +39,7 @@ pub struct BakeOptions {
     /// Draw a progress bar on stderr.
     pub progress: bool,
     /// At most this many name expressions in a merged program (default
-    /// [`MERGED_EXPRESSIONS`]; 1: each program as given).
+    /// [`MERGED_EXPRESSIONS`]; 1: each program as given; 0 is taken as 1).
     pub merge: usize,
 }
 
@@ -92,7 +92,7 @@ pub fn bake(programs: &[Program], options: &BakeOptions) -> Result<Vec<u8>> {
     if programs.is_empty() {
         return Err(Error::argument("no program to bake (the manifest is empty and no file was given)"));
     }
-    let programs = merged(programs, options.merge)?;
+    let programs = merged(programs, options.merge.max(1))?;
     let programs = programs.as_slice();
     let dir = tempfile::Builder::new()
         .prefix("caijit-bake-")

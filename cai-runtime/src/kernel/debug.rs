@@ -33,9 +33,27 @@ static PROGRAMS: LazyLock<Mutex<HashMap<String, Arc<Program>>>> = LazyLock::new(
 /// Debug instances by device, module key and lowered name.
 static TWINS: LazyLock<OnceMap<(usize, String, String), Arc<Kernel>>> = LazyLock::new(Default::default);
 
-/// Keep the program a module with `key` was compiled from.
+/// Keep the program a module with `key` was compiled from. One module may serve several
+/// programs: a bundled program serves each program of its family whose name expressions
+/// it holds (they differ in nothing else), under one key; their name expressions are kept
+/// together, so that the debug instance of any of its kernels is compiled with its own.
 pub(super) fn remember(key: &str, program: &Program) {
-    crate::sync::lock(&PROGRAMS).entry(key.to_string()).or_insert_with(|| Arc::new(program.clone()));
+    let mut programs = crate::sync::lock(&PROGRAMS);
+    match programs.get_mut(key) {
+        Some(kept) if program.name_expressions.iter().any(|e| !kept.name_expressions.contains(e)) => {
+            let mut all = (**kept).clone();
+            for e in &program.name_expressions {
+                if !all.name_expressions.contains(e) {
+                    all.name_expressions.push(e.clone());
+                }
+            }
+            *kept = Arc::new(all);
+        }
+        Some(_) => {}
+        None => {
+            programs.insert(key.to_string(), Arc::new(program.clone()));
+        }
+    }
 }
 
 fn is_debug_program(p: &Program) -> bool {

@@ -102,7 +102,7 @@ pub(crate) fn block(ctx: &Context, launched: &LaunchRecord) -> Result<()> {
     }
     let d = ctx.bind()?;
     let stream = RawStream::from_cai(launched.stream);
-    if d.capture_id(stream)? != 0 {
+    if d.capture_id(stream).map_err(|e| fault_at(launched, e))? != 0 {
         return Ok(());
     }
     d.stream_synchronize(stream).map_err(|e| fault_at(launched, e))

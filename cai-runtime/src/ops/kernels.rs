@@ -351,14 +351,15 @@ mod tests {
         let exprs =
             |file: &str| -> Vec<String> { programs.iter().filter(|p| p.name == file).flat_map(|p| p.name_expressions.clone()).collect() };
         // Each instance an op compiles (its kernel's dispatcher's program with its one name
-        // expression, byte for byte what the library compiled before it had dispatchers) is
-        // in one library program, of its family: a bundle of them serves it.
+        // expression, and the headers of the CUDA types it names) is in one library
+        // program, of its family: a bundle of them serves it.
         let families: Vec<String> = programs.iter().map(|p| family_key(p).unwrap().unwrap()).collect();
         let instances = library_instances();
         for (file, name, targs) in &instances {
             let (program, expr) = library::dispatcher(file, name).unwrap().explicit_instance_for(targs).unwrap();
             let source = OPS.iter().find(|(n, _)| n == file).unwrap().1;
-            assert_eq!(program, Program::new(source).name(format!("{file}.cu")).name_expression(expr.as_str()));
+            let headers = crate::signature::headers_for(&expr);
+            assert_eq!(program, Program::new(source).name(format!("{file}.cu")).including(&headers).name_expression(expr.as_str()));
             let holders: Vec<usize> =
                 (0..programs.len()).filter(|&i| programs[i].name == program.name && programs[i].name_expressions.contains(&expr)).collect();
             assert_eq!(holders.len(), 1, "{expr}");

@@ -93,9 +93,11 @@ mod tests {
         let axpy = dispatcher("elementwise", "axpy").unwrap();
         let (program, name) = axpy.explicit_instance_for(&[TemplateArg::Type(DType::F16)]).unwrap();
         assert_eq!(name, "axpy<__half>");
-        // Byte for byte what the library's bundle is baked from: no header added.
+        // What `specialize` compiles for it (with the header of `__half`), and what the
+        // library's bundle is baked from (`library_programs`).
         let source = OPS.iter().find(|(f, _)| *f == "elementwise").unwrap().1;
-        assert_eq!(program, Program::new(source).name("elementwise.cu").name_expression("axpy<__half>"));
+        let expected = Program::new(source).name("elementwise.cu").including(&["cuda_fp16.h"]).name_expression("axpy<__half>");
+        assert_eq!(program, expected);
         let (_, name) = dispatcher("reduce", "reduce_rows")
             .unwrap()
             .explicit_instance_for(&[DType::F16.into(), DType::F32.into(), DType::I64.into()])
