@@ -173,7 +173,7 @@ fn a_bundle_baked_for_an_instance_serves_it_asked_by_template_arguments() {
     let f16 = [TemplateArg::Type(DType::F16)];
     let (explicit, name) = d.explicit_instance_for(&f16).unwrap();
     let baked = cai_runtime::dispatch::instance_programs(&program, std::slice::from_ref(&name)).unwrap();
-    assert_eq!(baked, [explicit.clone()]);
+    assert_eq!(baked, std::slice::from_ref(&explicit));
     assert_eq!(baked[0], d.specialize("__half").unwrap().instance_for(&[]).unwrap().0);
     bundle::install(bake_for(&baked, &[90], false));
     let chosen = d.select_instance(Arch(90), &f16).unwrap();
