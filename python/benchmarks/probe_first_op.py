@@ -1,7 +1,7 @@
 """Where the first caijit.ops call from a bundle spends its time: fresh processes, the
 kernel library bundle given as argv[1] (CAIJIT_BUNDLES), NVRTC unloadable; each line times
-import caijit, import caijit.ops, the first op into an out= and the first op that allocates
-(in both orders), and the copy to the host. Needs a GPU and PyTorch:
+import caijit, import caijit.ops, the first op into an out= (then another dtype, another op)
+and the first op that allocates (in both orders), and the copy to the host. Needs a GPU and PyTorch:
 
     python -m caijit bundle build --ops --arch sm_90 -o /tmp/ops.caijit
     python python/benchmarks/probe_first_op.py /tmp/ops.caijit
@@ -11,6 +11,7 @@ CHILD = r'''
 import sys, time, torch
 order = sys.argv[1]
 a = torch.arange(1 << 16, dtype=torch.float32, device="cuda"); b = torch.ones_like(a); c = torch.empty_like(a)
+a64, b64, c64 = a.double(), b.double(), c.double()
 torch.cuda.synchronize()
 T = [("start", time.perf_counter())]
 def mark(n): T.append((n, time.perf_counter()))
@@ -18,7 +19,9 @@ import caijit; mark("import caijit")
 import caijit.ops as ops; mark("import caijit.ops")
 if order == "out":
     ops.add(a, b, out=c); mark("first add(out=)"); torch.cuda.synchronize(); mark("sync")
-    r = ops.add(a, b); mark("second add (alloc)"); torch.cuda.synchronize(); mark("sync")
+    ops.add(a64, b64, out=c64); mark("float64 add(out=)"); torch.cuda.synchronize(); mark("sync")
+    ops.multiply(a, b, out=c); mark("multiply(out=)"); torch.cuda.synchronize(); mark("sync")
+    r = ops.add(a, b); mark("add (alloc)"); torch.cuda.synchronize(); mark("sync")
 else:
     r = ops.add(a, b); mark("first add (alloc)"); torch.cuda.synchronize(); mark("sync")
     ops.add(a, b, out=c); mark("second add(out=)"); torch.cuda.synchronize(); mark("sync")
