@@ -173,7 +173,7 @@ pub struct Bundle {
 
 /// A bundle's bytes: in memory (embedded, or given), or a file read a section at a time, so
 /// that opening one reads only its header, table of contents and index, however large it
-/// is (the kernel library's bundle for five architectures is 12 MB).
+/// is (the kernel library's bundle for four architectures and PTX is 12.7 MB).
 #[derive(Debug)]
 enum Bytes {
     Memory(Cow<'static, [u8]>),
