@@ -455,14 +455,14 @@ impl Bundle {
     fn section(&self, i: usize) -> Result<Vec<u8>> {
         let s = *self.sections.get(i).ok_or_else(|| bad(&self.origin, format!("has no section {i}")))?;
         let raw = self.data.read(s.start, s.stored).map_err(|e| bad(&self.origin, format!("cannot be read (section {i}): {e}")))?;
-        let raw: &[u8] = &raw;
-        if Sha256::digest(raw).as_slice() != s.sha256 {
+        if Sha256::digest(&raw).as_slice() != s.sha256 {
             return Err(bad(&self.origin, format!("is corrupt (the SHA-256 checksum of section {i} does not match its contents)")));
         }
         if s.flags & FLAG_DEFLATE == 0 {
-            return Ok(raw.to_vec());
+            // (Read from a file, the bytes are already this section's own.)
+            return Ok(raw.into_owned());
         }
-        let out = miniz_oxide::inflate::decompress_to_vec_with_limit(raw, s.len as usize)
+        let out = miniz_oxide::inflate::decompress_to_vec_with_limit(&raw, s.len as usize)
             .map_err(|e| bad(&self.origin, format!("is corrupt (section {i} does not inflate: {e:?})")))?;
         if out.len() as u64 != s.len {
             return Err(bad(&self.origin, format!("is corrupt (section {i} inflates to {} bytes, not {})", out.len(), s.len)));

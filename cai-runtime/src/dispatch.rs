@@ -282,13 +282,19 @@ impl Dispatcher {
                         None => e.into(),
                     }
                 })?;
-                Ok((self.program.clone().including(&i.headers).name_expression(i.expression.clone()), i.expression))
+                Ok(self.instance_program(i.expression))
             }
-            _ if self.needs_name_expression() => {
-                Ok((self.program.clone().including(&headers_for(&self.name)).name_expression(self.name.clone()), self.name.clone()))
-            }
+            _ if self.needs_name_expression() => Ok(self.instance_program(self.name.clone())),
             _ => Ok((self.program.clone(), self.name.clone())),
         }
+    }
+
+    /// This kernel's program with the one name expression `expr`, and the headers of the
+    /// CUDA types it names (`cuda_fp16.h` for `__half`), and `expr`: how an instance is
+    /// compiled however it is asked for (deduced, named, by template arguments), so that
+    /// one instance is one program, and a bundle baked for it serves each way.
+    fn instance_program(&self, expr: String) -> (Program, String) {
+        (self.program.clone().including(&headers_for(&expr)).name_expression(expr.clone()), expr)
     }
 
     /// The declared parameters' names, in order (`None` for a kernel the source does not
@@ -377,15 +383,12 @@ impl Dispatcher {
     }
 
     /// The program to compile and the name to look up for the explicit instance
-    /// `name<args>` ([`template_instance`]): this kernel's program with that one name
-    /// expression, and the headers of the CUDA types the arguments name (`cuda_fp16.h` for
-    /// `__half`), exactly as [`Dispatcher::specialize`] and a deduced instance
-    /// ([`Dispatcher::instance_for`]) compile it: one instance is one program, however it
-    /// is asked for, and a bundle baked for it (`bundle build --instance`, the library's
-    /// [`crate::ops::library_programs`]) serves each way.
+    /// `name<args>` ([`template_instance`]): the program [`Dispatcher::specialize`] and a
+    /// deduced instance ([`Dispatcher::instance_for`]) compile for it (with the headers of
+    /// the CUDA types it names), so that a bundle baked for it (`bundle build --instance`,
+    /// the library's [`crate::ops::library_programs`]) serves each way of asking.
     pub fn explicit_instance_for(&self, args: &[TemplateArg]) -> Result<(Program, String)> {
-        let name = self.explicit_name(args)?;
-        Ok((self.program.clone().including(&headers_for(&name)).name_expression(name.clone()), name))
+        Ok(self.instance_program(self.explicit_name(args)?))
     }
 
     /// Compile the explicit instance `name<args>` for `arch` (no GPU needed;

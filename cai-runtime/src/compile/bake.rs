@@ -61,10 +61,10 @@ impl BakeOptions {
         self
     }
     /// Merge the programs of one family into programs of up to `merge` name expressions
-    /// (at least 1): fewer compilations and a smaller bundle against larger modules, which a
+    /// (0 is taken as 1): fewer compilations and a smaller bundle against larger modules, which a
     /// first launch loads whole.
     pub fn merge(mut self, merge: usize) -> Self {
-        self.merge = merge.max(1);
+        self.merge = merge;
         self
     }
 }
