@@ -501,6 +501,7 @@ const UNSAFE_FNS: &[&str] = &[
     "copy_from_owned",
     "zero_owned",
     "free_owned_async",
+    "free_segment",
     "destroy_owned_stream",
 ];
 

@@ -22,7 +22,8 @@ caijit_integration::gpu_main!(
     struct_parameters_from_derived_rust_twins,
     cudarc_slices_as_arguments,
     cudarc_records_each_access_after_the_kernel_is_enqueued,
-    every_spelling_of_a_kernel_is_one_kernel
+    every_spelling_of_a_kernel_is_one_kernel,
+    freed_memory_goes_to_its_stream_first
 );
 
 fn smoke_driver_nvrtc_device(ctx: Arc<Context>) {
@@ -306,4 +307,49 @@ fn every_spelling_of_a_kernel_is_one_kernel(ctx: Arc<Context>) {
     // A limit raised through one spelling is the one every spelling's launch checks against.
     by_expression.set_max_dynamic_shared_size_bytes(100_000).unwrap();
     assert_eq!(by_symbol.attributes().max_dynamic_shared_size_bytes, 100_000);
+}
+
+/// caijit's caching allocator: a block freed while its stream's kernel still writes it goes
+/// back to that stream only (the next allocation there reuses it at once); another stream,
+/// or any stream once its stream is gone, gets other memory until that kernel has finished.
+/// Checked by values: an array that shared the block would be overwritten by the slow kernel.
+fn freed_memory_goes_to_its_stream_first(ctx: Arc<Context>) {
+    let n = 1 << 16;
+    let m = ctx.compile(&Program::new(AXPY)).unwrap();
+    let slow = m.kernel("slow_fill").unwrap();
+    let one = LaunchConfig::new([1, 1, 1], [256, 1, 1]);
+    let (s, t) = (Arc::new(Stream::new(&ctx).unwrap()), Arc::new(Stream::new(&ctx).unwrap()));
+    let warm = DeviceArray::zeros(&ctx, &[n], DType::F32, &s).unwrap();
+    let slow_fill = |a: &DeviceArray, on: &Stream| {
+        let (v, nn) = (Arg::Scalar { value: Num::Float(7.0), dtype: None }, Arg::Scalar { value: Num::Int(n as i128), dtype: None });
+        let cycles = Arg::Scalar { value: Num::Int(100_000_000), dtype: None }; // ~50 ms
+        slow.launch(&one, &[Arg::Array(a.as_view()), v, nn, cycles], Some(on), true).unwrap();
+    };
+    slow_fill(&warm, &s); // (loads the module: the next launches are asynchronous)
+    s.synchronize().unwrap();
+    let before = ctx.memory_stats();
+
+    let a = DeviceArray::empty(&ctx, &[n], DType::F32, &s).unwrap();
+    assert_eq!(ctx.memory_stats().allocated_bytes - before.allocated_bytes, 4 * n);
+    let freed = a.ptr();
+    slow_fill(&a, &s);
+    drop(a);
+    assert_eq!(ctx.memory_stats().allocated_bytes, before.allocated_bytes);
+    let elsewhere = DeviceArray::zeros(&ctx, &[n], DType::F32, &t).unwrap();
+    assert_ne!(elsewhere.ptr(), freed, "another stream took a block its stream's kernel still writes");
+    let again = DeviceArray::empty(&ctx, &[n], DType::F32, &s).unwrap();
+    assert_eq!(again.ptr(), freed, "the stream it was freed on reuses it at once");
+    drop(again);
+
+    // A stream that goes away leaves its blocks to whichever stream comes once its work is done.
+    let gone = Arc::new(Stream::new(&ctx).unwrap());
+    let b = DeviceArray::empty(&ctx, &[n], DType::F32, &gone).unwrap();
+    slow_fill(&b, &gone);
+    drop((b, gone));
+    let after_gone = DeviceArray::zeros(&ctx, &[n], DType::F32, &t).unwrap();
+    ctx.synchronize().unwrap(); // every slow kernel has written by now
+    for (name, x) in [("elsewhere", &elsewhere), ("after_gone", &after_gone)] {
+        let got = f32s(&x.to_bytes().unwrap());
+        assert!(got.iter().all(|&v| v == 0.0), "{name} shares memory with a slow kernel: {:?}", &got[..4]);
+    }
 }

@@ -1,7 +1,9 @@
 //! `DeviceArray`: caijit's own device memory, stream-ordered, exported with its stream.
 //!
-//! Allocation and free are stream-ordered on the array's stream, from caijit's pool of the
-//! device (which keeps freed memory for reuse; [`Context::empty_cache`] gives it back).
+//! Memory comes from caijit's caching allocator of the device, and goes back to it for the
+//! array's stream when the array is dropped: work enqueued there later runs after every
+//! use of the array, so only that stream reuses it at once ([`Context::empty_cache`] gives
+//! kept memory back to the driver).
 //! The array exports that stream in its CAI descriptor: any consumer that synchronises
 //! with it sees the array's data; caijit's own launches order themselves
 //! against it (and it against them) by the stream protocol, so it stays the stream after
@@ -10,7 +12,7 @@
 use std::sync::{Arc, OnceLock};
 
 use crate::cai::{ArrayView, DType, Descriptor};
-use crate::runtime::{Context, Stream};
+use crate::runtime::{Allocation, Context, Stream};
 use crate::{Error, Result};
 
 /// Device memory owned by caijit: a C-ordered array of any dtype and shape.
@@ -20,6 +22,8 @@ pub struct DeviceArray {
     /// Pointer, shape, dtype and stream, validated once at allocation, marked as caijit's
     /// own memory: what every launch reads (borrowed, never rebuilt).
     layout: ArrayView,
+    /// `None` for an empty array.
+    memory: Option<Allocation>,
     stream: Arc<Stream>,
     /// The thread that allocated the array on the per-thread default stream, which names a
     /// different stream on every thread.
@@ -51,7 +55,8 @@ impl DeviceArray {
             .and_then(|n| n.checked_mul(dtype.itemsize()))
             .filter(|&bytes| i64::try_from(bytes).is_ok())
             .ok_or_else(overflow)?;
-        let ptr = if size == 0 { 0 } else { ctx.alloc(size, stream)? };
+        let memory = if size == 0 { None } else { Some(ctx.alloc(size, stream)?) };
+        let ptr = memory.as_ref().map_or(0, |m| m.ptr);
         // `contiguous` fails only on the overflow ruled out above (or a null pointer for a
         // non-empty array, which the allocator never returns).
         let layout = ArrayView::contiguous(ptr, shape, dtype, false)
@@ -59,7 +64,7 @@ impl DeviceArray {
             .with_stream(Some(stream.stream_ref()))
             .owned_by_caijit(true);
         let per_thread_home = stream.is_per_thread().then(|| std::thread::current().id());
-        Ok(DeviceArray { ctx: ctx.clone(), layout, stream: stream.clone(), per_thread_home })
+        Ok(DeviceArray { ctx: ctx.clone(), layout, memory, stream: stream.clone(), per_thread_home })
     }
 
     /// Zero-filled.
@@ -182,23 +187,11 @@ impl crate::cai::DataField for DeviceArray {
 
 impl Drop for DeviceArray {
     fn drop(&mut self) {
-        if self.ptr() == 0 {
-            return;
-        }
         // Drop never panics; a failed free is reported by the next driver call (sticky
-        // errors) or leaks this allocation at worst.
-        let Ok(d) = self.ctx.bind() else { return };
-        if self.on_another_threads_stream() {
-            // This thread's per-thread stream is not the one the array's work was ordered
-            // on, and that one cannot be named from here: wait for the device instead (a
-            // host synchronisation, counted; only arrays of the per-thread default stream
-            // dropped on another thread pay it).
-            let _ = d.ctx_synchronize();
-            crate::stats::bump(&crate::stats::COUNTERS.host_syncs);
+        // errors) or leaks this allocation at worst. On another thread's per-thread
+        // default stream (which cannot be named here) the free waits for the device.
+        if let Some(memory) = &self.memory {
+            self.ctx.free(memory, &self.stream, self.on_another_threads_stream());
         }
-        // SAFETY: the array owns this allocation of `mem_alloc_async` and frees it once,
-        // here, ordered after the work on its stream; nothing uses it afterwards.
-        #[allow(unsafe_code)]
-        let _ = unsafe { d.free_owned_async(self.ptr(), self.stream.raw()) };
     }
 }

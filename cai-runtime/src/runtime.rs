@@ -23,8 +23,10 @@
 //! # Limitations
 //! Modules stay loaded for the life of the process (kernel handles may be held anywhere).
 
+mod blocks;
+
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::cai::StreamRef;
@@ -32,6 +34,8 @@ use crate::stats::{bump, COUNTERS};
 use crate::sync::lock;
 use crate::sys::{self, Capture, Ctx, Driver, RawEvent, RawPool, RawStream};
 use crate::{Error, Result};
+pub use blocks::MemoryStats;
+use blocks::{Blocks, Owner};
 
 pub(crate) fn driver() -> Result<&'static Driver> {
     sys::driver().map_err(Error::CudaNotAvailable)
@@ -92,8 +96,11 @@ pub struct Context {
     capability: (i32, i32),
     sm_count: usize,
     events: Mutex<Vec<RawEvent>>,
-    /// caijit's memory pool on this device, created by the first allocation.
-    pool: OnceLock<RawPool>,
+    /// caijit's caching allocator on this device (see [`Context::alloc`]).
+    memory: Mutex<Memory>,
+    /// The stream-ordered pool allocations inside a graph capture come from, created by
+    /// the first of them.
+    graph_pool: OnceLock<RawPool>,
     /// Objects kept alive until the work before their event finished ([`Context::release_after`]).
     deferred: Mutex<Deferred>,
     has_deferred: AtomicBool,
@@ -115,6 +122,38 @@ impl std::fmt::Debug for GraphReturns {
     }
 }
 
+/// The caching allocator's blocks, and the blocks of streams that went away, each list
+/// waiting for an event recorded behind the stream's last work (none: for the next
+/// synchronisation of the device).
+#[derive(Debug, Default)]
+struct Memory {
+    blocks: Blocks,
+    parked: Vec<(Option<RawEvent>, Vec<u64>)>,
+}
+
+/// Device memory of caijit's, as [`Context::alloc`] handed it out.
+#[derive(Debug)]
+pub(crate) struct Allocation {
+    pub(crate) ptr: u64,
+    /// Allocated inside a graph capture, from the stream-ordered pool (freed stream-ordered);
+    /// else a block of the caching allocator.
+    in_graph_pool: bool,
+}
+
+/// A block of the caching allocator freed on a stream being captured: the captured graph
+/// may use it whenever it is replayed, so the graph keeps it (a user object) and hands it
+/// back, idle, once the graph is destroyed and its launches have finished.
+struct HeldByGraph {
+    ctx: Arc<Context>,
+    ptr: u64,
+}
+
+impl Drop for HeldByGraph {
+    fn drop(&mut self) {
+        lock(&self.ctx.memory).blocks.give_back(self.ptr, Owner::Idle);
+    }
+}
+
 /// `(event, object)` pairs: each object is dropped once its event has completed.
 #[derive(Default)]
 struct Deferred(Vec<(RawEvent, Box<dyn std::any::Any + Send>)>);
@@ -128,11 +167,15 @@ impl std::fmt::Debug for Deferred {
 /// Every device's context made so far, by ordinal.
 static CONTEXTS: OnceLock<Mutex<HashMap<usize, Arc<Context>>>> = OnceLock::new();
 
+/// Every device's context made so far.
+fn contexts() -> Vec<Arc<Context>> {
+    CONTEXTS.get().map(|c| lock(c).values().cloned().collect()).unwrap_or_default()
+}
+
 /// [`Context::empty_cache`] on every device caijit has used (others are left untouched:
 /// no context is created for them).
 pub fn empty_cache() -> Result<()> {
-    let contexts: Vec<_> = CONTEXTS.get().map(|c| lock(c).values().cloned().collect()).unwrap_or_default();
-    contexts.iter().try_for_each(|c| c.empty_cache())
+    contexts().iter().try_for_each(|c| c.empty_cache())
 }
 
 impl Context {
@@ -156,7 +199,8 @@ impl Context {
             capability: drv.compute_capability(o)?,
             sm_count: drv.sm_count(o)? as usize,
             events: Mutex::new(Vec::new()),
-            pool: OnceLock::new(),
+            memory: Mutex::default(),
+            graph_pool: OnceLock::new(),
             deferred: Mutex::default(),
             has_deferred: AtomicBool::new(false),
             from_graphs: Arc::default(),
@@ -197,37 +241,167 @@ impl Context {
         Ok(self.bind()?.mem_info()?)
     }
 
-    /// `bytes` of device memory from caijit's pool, ordered on `stream`. The pool keeps
-    /// freed memory for the next allocation (as CuPy's and PyTorch's allocators do); when
-    /// the device is out of memory, what it keeps is released and the allocation tried once
-    /// more.
-    pub(crate) fn alloc(&self, bytes: usize, stream: &Stream) -> Result<u64> {
+    /// `bytes` of device memory for work on `stream`, from caijit's caching allocator
+    /// (`runtime::blocks`): a block freed on the same stream, or an idle one, else a new
+    /// segment from `cuMemAlloc`. When the device is out of memory, the segments the cache
+    /// keeps are given back (after a synchronisation, counted) and the allocation is tried
+    /// once more. Inside a graph capture the allocation is a node of the graph instead (the
+    /// stream-ordered allocator), so that its memory is the graph's.
+    pub(crate) fn alloc(&self, bytes: usize, stream: &Stream) -> Result<Allocation> {
         let d = self.bind()?;
-        let pool = match self.pool.get() {
-            Some(&p) => p,
-            None => {
-                let created = d.mem_pool_create(self.ordinal as i32)?;
-                *self.pool.get_or_init(|| created)
-            }
-        };
+        let failed = |e| Error::driver(format_args!("allocating {bytes} bytes on device {}", self.ordinal), e);
+        // (The legacy default stream is never captured, and never asked.)
+        if !stream.is_legacy() && d.capture_id(stream.raw())? != 0 {
+            let pool = match self.graph_pool.get() {
+                Some(&p) => p,
+                None => {
+                    let created = d.mem_pool_create(self.ordinal as i32).map_err(failed)?;
+                    *self.graph_pool.get_or_init(|| created)
+                }
+            };
+            let ptr = d.mem_alloc_async(bytes, pool, stream.raw()).map_err(failed)?;
+            return Ok(Allocation { ptr, in_graph_pool: true });
+        }
+        let owner = stream.owner();
+        let rounded = blocks::round(bytes);
+        self.collect_released();
+        let mut m = lock(&self.memory);
+        if let Some(ptr) = m.blocks.take(owner, rounded) {
+            return Ok(Allocation { ptr, in_graph_pool: false });
+        }
+        self.unpark_finished(&d, &mut m);
+        if let Some(ptr) = m.blocks.take(owner, rounded) {
+            return Ok(Allocation { ptr, in_graph_pool: false });
+        }
+        let size = blocks::segment_size(rounded);
         let out_of_memory = cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY as u32;
-        let r = match d.mem_alloc_async(bytes, pool, stream.raw()) {
-            Err(e) if e.code == out_of_memory => {
-                d.mem_pool_trim(pool, 0)?;
-                d.mem_alloc_async(bytes, pool, stream.raw())
-            }
-            r => r,
-        };
-        r.map_err(|e| Error::driver(format_args!("allocating {bytes} bytes on device {}", self.ordinal), e))
+        // (A global-mode capture on another thread forbids `cuMemAlloc` here otherwise.)
+        let mut base = d.relaxed_capture(|| d.mem_alloc(size));
+        if matches!(&base, Err(e) if e.code == out_of_memory) && self.release_kept(&d, &mut m).is_ok() {
+            base = d.relaxed_capture(|| d.mem_alloc(size));
+        }
+        m.blocks.add_segment(base.map_err(failed)?, size);
+        let ptr = m.blocks.take(owner, rounded).expect("a new segment fits its request");
+        Ok(Allocation { ptr, in_graph_pool: false })
     }
 
-    /// Return the memory caijit's pool keeps for reuse to the system (PyTorch's
-    /// `torch.cuda.empty_cache()`); memory in use, or freed but still pending on a stream,
-    /// stays.
+    /// Give back memory of [`Context::alloc`], allocated for `stream`, once the work
+    /// enqueued on `stream` so far no longer needs it (the array's last use was ordered
+    /// there). `elsewhere`: the stream is another thread's per-thread default stream, which
+    /// cannot be named here: the device is synchronised first (counted).
+    ///
+    /// Never fails: a failure is the driver's sticky error, reported by its next call, and
+    /// leaks this memory at worst.
+    pub(crate) fn free(self: &Arc<Self>, a: &Allocation, stream: &Stream, elsewhere: bool) {
+        let Ok(d) = self.bind() else { return };
+        if elsewhere {
+            let _ = d.ctx_synchronize();
+            bump(&COUNTERS.host_syncs);
+        }
+        if a.in_graph_pool {
+            // SAFETY: the allocation of `mem_alloc_async` is given up once, here, ordered
+            // after the work on its stream; nothing uses it afterwards.
+            #[allow(unsafe_code)]
+            let _ = unsafe { d.free_owned_async(a.ptr, stream.raw()) };
+            return;
+        }
+        if elsewhere {
+            lock(&self.memory).blocks.give_back(a.ptr, Owner::Idle);
+            return;
+        }
+        if !stream.is_legacy() {
+            let ctx = self.clone();
+            match d.keep_with_capture(stream.raw(), a.ptr, move |ptr| {
+                let returns = &ctx.from_graphs;
+                lock(&returns.objects).push(Box::new(HeldByGraph { ctx: ctx.clone(), ptr }));
+                returns.any.store(true, Ordering::Release);
+            }) {
+                Ok(Ok(())) => return, // the capturing graph holds it
+                Ok(Err(_)) => {}      // not capturing
+                Err(_) => return,     // leaked: the graph may use it at every replay
+            }
+        }
+        lock(&self.memory).blocks.give_back(a.ptr, stream.owner());
+        if !stream.is_default() {
+            stream.keeps_blocks.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Memory this device's arrays hold, and what caijit keeps for reuse.
+    pub fn memory_stats(&self) -> MemoryStats {
+        lock(&self.memory).blocks.stats()
+    }
+
+    /// Make the blocks kept for `stream` (which is going away: its handle may name another
+    /// stream later) idle once the work enqueued on it so far has completed.
+    fn park(&self, stream: &Stream) {
+        let mut m = lock(&self.memory);
+        let blocks = m.blocks.park(stream.owner());
+        if blocks.is_empty() {
+            return;
+        }
+        let mut events = Events::new();
+        // Inside a capture a record is a node of the graph, not a record: such blocks (and
+        // any whose event cannot be recorded) wait for the next synchronisation.
+        let recorded = self.bind().is_ok_and(|d| {
+            d.capture_id(stream.raw()) == Ok(0)
+                && self.take_events(1, &mut events).is_ok()
+                && d.event_record(events[0], stream.raw()).is_ok()
+        });
+        if recorded {
+            m.parked.push((Some(events[0]), blocks));
+        } else {
+            self.return_events(&mut events);
+            m.parked.push((None, blocks));
+        }
+    }
+
+    /// Parked blocks whose event has completed: idle.
+    fn unpark_finished(&self, d: &Driver, m: &mut Memory) {
+        let mut events = Events::new();
+        let Memory { blocks, parked } = m;
+        parked.retain(|(e, ptrs)| match e {
+            Some(e) if d.relaxed_capture(|| d.event_done(*e)).unwrap_or(false) => {
+                blocks.unpark(ptrs);
+                events.push(*e);
+                false
+            }
+            _ => true,
+        });
+        self.return_events(&mut events);
+    }
+
+    /// Synchronise the device (counted), then give every segment the cache keeps and no
+    /// array uses back to the driver.
+    fn release_kept(&self, d: &Driver, m: &mut Memory) -> Result<()> {
+        let idle = m.blocks.stats();
+        if idle.reserved_bytes == idle.allocated_bytes && m.parked.is_empty() {
+            return Ok(());
+        }
+        d.ctx_synchronize()?;
+        bump(&COUNTERS.host_syncs);
+        m.blocks.all_idle();
+        let mut events: Events = m.parked.drain(..).filter_map(|(e, _)| e).collect();
+        self.return_events(&mut events);
+        for (base, _) in m.blocks.take_idle_segments() {
+            // SAFETY: an idle segment of `mem_alloc`, out of the cache's books (given back
+            // once), after a synchronisation: nothing is pending on it or uses it later.
+            #[allow(unsafe_code)]
+            let freed = unsafe { d.free_segment(base) };
+            freed?;
+        }
+        Ok(())
+    }
+
+    /// Return the memory caijit keeps for reuse to the system (PyTorch's
+    /// `torch.cuda.empty_cache()`), after synchronising the device (counted) when it keeps
+    /// any; memory in use stays.
     pub fn empty_cache(&self) -> Result<()> {
         self.collect_released();
-        match self.pool.get() {
-            Some(&p) => Ok(self.bind()?.mem_pool_trim(p, 0)?),
+        let d = self.bind()?;
+        self.release_kept(&d, &mut lock(&self.memory))?;
+        match self.graph_pool.get() {
+            Some(&p) => Ok(d.mem_pool_trim(p, 0)?),
             None => Ok(()),
         }
     }
@@ -378,6 +552,12 @@ pub type StreamOwner = Box<dyn std::any::Any + Send + Sync>;
 /// promise that it outlives every array and launch using it (CuPy's `ExternalStream` rule).
 pub struct Stream {
     raw: RawStream,
+    /// The stream's identity for the caching allocator, never reused (a handle may be:
+    /// once a stream is destroyed, a new one may get its handle); the default streams'
+    /// are their CAI values.
+    id: u64,
+    /// Blocks freed on this stream may be kept for it: they are parked when it goes.
+    keeps_blocks: AtomicBool,
     /// caijit's own stream: the context it is destroyed in.
     context: Option<Arc<Context>>,
     /// A borrowed stream's owner, kept alive with it.
@@ -391,20 +571,32 @@ impl std::fmt::Debug for Stream {
 }
 
 impl Stream {
+    /// A borrowed `raw`, with a fresh identity (see [`Stream::owner`]).
+    fn of(raw: RawStream) -> Stream {
+        static NEXT: AtomicU64 = AtomicU64::new(16);
+        let id = match raw.as_u64() {
+            v @ (1 | 2) => v,
+            _ => NEXT.fetch_add(1, Ordering::Relaxed),
+        };
+        Stream { raw, id, keeps_blocks: AtomicBool::new(false), context: None, _owner: None }
+    }
+
     /// A new non-blocking stream on `ctx`'s device, owned by caijit.
     pub fn new(ctx: &Arc<Context>) -> Result<Stream> {
         let raw = ctx.bind()?.stream_create(true)?;
-        Ok(Stream { raw, context: Some(ctx.clone()), _owner: None })
+        let mut s = Stream::of(raw);
+        s.context = Some(ctx.clone());
+        Ok(s)
     }
 
     /// The legacy default stream (CAI `1`).
     pub fn legacy() -> Stream {
-        Stream { raw: RawStream::from_cai(1), context: None, _owner: None }
+        Stream::of(RawStream::from_cai(1))
     }
 
     /// The per-thread default stream (CAI `2`).
     pub fn per_thread() -> Stream {
-        Stream { raw: RawStream::from_cai(2), context: None, _owner: None }
+        Stream::of(RawStream::from_cai(2))
     }
 
     /// Borrow a foreign stream by its CAI value: `1`, `2` or a `CUstream` handle. The
@@ -415,7 +607,7 @@ impl Stream {
                 "stream 0 is ambiguous; pass 1 for the legacy default stream or 2 for the per-thread default stream",
             ));
         }
-        Ok(Stream { raw: RawStream::from_cai(handle), context: None, _owner: None })
+        Ok(Stream::of(RawStream::from_cai(handle)))
     }
 
     /// Borrow a foreign stream together with the object that owns it (a CuPy, PyTorch or
@@ -468,6 +660,29 @@ impl Stream {
         self.raw
     }
 
+    pub(crate) fn is_legacy(&self) -> bool {
+        self.id == 1
+    }
+
+    /// The legacy or the per-thread default stream, which never goes away.
+    fn is_default(&self) -> bool {
+        self.id <= 2
+    }
+
+    /// Who may take the blocks freed on this stream: this `Stream`'s identity (another
+    /// `Stream` of the same handle keeps its own), or on the per-thread default stream the
+    /// calling thread's.
+    fn owner(&self) -> Owner {
+        thread_local! {
+            static THREAD: u64 = {
+                static NEXT: AtomicU64 = AtomicU64::new(1);
+                NEXT.fetch_add(1, Ordering::Relaxed)
+            };
+        }
+        let thread = if self.is_per_thread() { THREAD.with(|t| *t) } else { 0 };
+        Owner::Stream { stream: self.id, thread }
+    }
+
     /// Block the host until the stream's work is done (never used on the launch path).
     pub fn synchronize(&self) -> Result<()> {
         Ok(driver()?.stream_synchronize(self.raw)?)
@@ -487,6 +702,11 @@ impl crate::cai::StreamField for Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
+        // Blocks kept for this stream become idle once its work so far has completed:
+        // its handle may name another stream from now on.
+        if self.keeps_blocks.load(Ordering::Relaxed) {
+            contexts().iter().for_each(|c| c.park(self));
+        }
         // Drop never panics; a failure to destroy leaks one stream handle at most. The
         // caller's current context is restored when the guard drops.
         if let Some(d) = self.context.as_ref().and_then(|ctx| ctx.bind().ok()) {

@@ -38,6 +38,8 @@ what = sys.argv[1]
 a = torch.arange(N, dtype=torch.float32, device="cuda")
 b = torch.ones(N, dtype=torch.float32, device="cuda")
 c = torch.empty(N, dtype=torch.float32, device="cuda")
+y = b.clone()  # (PyTorch's first copy kernel loads here, outside the timing)
+import numpy as np
 torch.cuda.synchronize()
 t0 = time.perf_counter()
 import caijit
@@ -50,9 +52,7 @@ elif what == "ops_out":
     caijit.ops.add(a, b, out=c)
     ok = bool(c.cpu()[12345] == 12346.0)
 else:
-    import numpy as np
     k = caijit.kernel(SRC)
-    y = b.clone()
     k[256, 256](np.float32(2), a, y, a.numel())
     host = y.cpu()
     ok = bool(host[12345] == 2.0 * 12345 + 1)

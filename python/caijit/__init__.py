@@ -49,6 +49,7 @@ __all__ = [
     "stats",
     "device_count",
     "empty_cache",
+    "memory_stats",
     "ops",
     "debug",
     "launch_sites",
@@ -267,10 +268,18 @@ def device_count() -> int:
 
 def empty_cache() -> None:
     """Give the device memory caijit keeps for reuse back to the system, on every device it
-    has used (like ``torch.cuda.empty_cache()``). caijit arrays are allocated from a
-    stream-ordered pool that keeps freed memory, so that allocating again costs no mapping
-    of new pages; memory still in use stays allocated."""
+    has used (like ``torch.cuda.empty_cache()``), after waiting for the device. caijit
+    arrays come from a caching allocator that keeps freed memory, so that allocating again
+    costs no driver call; memory still in use stays allocated."""
     _native.empty_cache()
+
+
+def memory_stats(device: int = 0) -> dict[str, int]:
+    """What caijit's caching allocator holds on ``device``, in bytes (like
+    ``torch.cuda.memory_stats()``, fewer keys): ``allocated_bytes`` (held by live arrays,
+    rounded up to whole blocks of 512 bytes), ``reserved_bytes`` (taken from the driver:
+    allocated plus kept for reuse), ``segments`` (driver allocations) and ``active_blocks``."""
+    return _native.memory_stats(device)
 
 
 def __getattr__(name: str) -> Any:

@@ -41,10 +41,23 @@ fn device_count() -> PyCaiResult<usize> {
     Ok(cai_runtime::runtime::device_count()?)
 }
 
-/// Give the memory caijit's pools keep for reuse back to the system.
+/// Give the memory caijit's caching allocator keeps for reuse back to the system.
 #[pyfunction]
 fn empty_cache() -> PyCaiResult<()> {
     Ok(cai_runtime::runtime::empty_cache()?)
+}
+
+/// What caijit's arrays on a device hold and what its caching allocator keeps, in bytes.
+#[pyfunction]
+#[pyo3(signature = (device = 0))]
+fn memory_stats(py: Python<'_>, device: usize) -> PyCaiResult<Bound<'_, PyDict>> {
+    let s = cai_runtime::runtime::Context::new(device)?.memory_stats();
+    let d = PyDict::new(py);
+    d.set_item("allocated_bytes", s.allocated_bytes)?;
+    d.set_item("reserved_bytes", s.reserved_bytes)?;
+    d.set_item("segments", s.segments)?;
+    d.set_item("active_blocks", s.active_blocks)?;
+    Ok(d)
 }
 
 /// The device owning a device pointer; `None` for host memory or an unknown pointer.
@@ -219,6 +232,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     diag::name_sites();
     m.add_function(wrap_pyfunction!(device_count, m)?)?;
     m.add_function(wrap_pyfunction!(empty_cache, m)?)?;
+    m.add_function(wrap_pyfunction!(memory_stats, m)?)?;
     m.add_function(wrap_pyfunction!(pointer_device, m)?)?;
     m.add_function(wrap_pyfunction!(device_info, m)?)?;
     m.add_function(wrap_pyfunction!(driver_version, m)?)?;

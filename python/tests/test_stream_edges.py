@@ -394,6 +394,92 @@ def test_stream_drop_keeps_current_device(cupy: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------------
+# caijit's caching allocator: who may take a freed block
+
+
+def _ptr(a: Any) -> int:
+    return int(a.__cuda_array_interface__["data"][0])
+
+
+def _device_synchronize() -> None:
+    cuda = ctypes.CDLL("libcuda.so.1")
+    assert cuda.cuCtxSynchronize() == 0
+
+
+def test_a_block_freed_under_a_running_kernel_goes_to_its_stream_only(k: Any) -> None:
+    """Freed while its stream's kernel still writes it, a block is reused at once by that
+    stream (ordered after the kernel), never by another stream (which would race it)."""
+    s, t = caijit.Stream(), caijit.Stream()
+    before = caijit.memory_stats()
+    a = caijit.empty(N, "float32", stream=s)
+    assert caijit.memory_stats()["allocated_bytes"] - before["allocated_bytes"] == 4 * N
+    freed = _ptr(a)
+    spin_on(k, s)
+    ops.fill(a, 7.0, stream=s)  # runs after the spin
+    del a
+    assert caijit.memory_stats()["allocated_bytes"] == before["allocated_bytes"]
+    other = caijit.zeros(N, stream=t)
+    assert _ptr(other) != freed
+    again = caijit.empty(N, "float32", stream=s)
+    assert _ptr(again) == freed, "its own stream reuses it at once"
+    s.synchronize()
+    assert (other.copy_to_host() == 0).all()
+
+
+@pytest.mark.parametrize("library", ["caijit", "cupy"])
+def test_a_stream_that_goes_away_leaves_its_blocks_until_its_work_is_done(k: Any, library: str, request: Any) -> None:
+    """A stream's handle may name a new stream once it is destroyed: the blocks kept for
+    it go to other streams only after its last work, never to the stream that takes its
+    handle over (CuPy hands a destroyed stream's handle to the next stream it makes)."""
+    make: Any = caijit.Stream
+    if library == "cupy":
+        cupy = request.getfixturevalue("cupy")
+        make = lambda: cupy.cuda.Stream(non_blocking=True)  # noqa: E731
+    gone = make()
+    a = caijit.empty(N, "float32", stream=gone)
+    spin_on(k, gone)
+    ops.fill(a, 7.0, stream=gone)  # runs after the spin
+    del a, gone
+    gc.collect()
+    arrays = [caijit.zeros(N, stream=make()) for _ in range(4)]
+    _device_synchronize()  # the spin and the fill are done
+    for x in arrays:
+        assert (x.copy_to_host() == 0).all(), "an array shared memory with a destroyed stream's pending kernel"
+
+
+def test_memory_freed_during_a_capture_is_kept_by_the_graph(k: Any, cupy: Any) -> None:
+    """An array freed while its stream is being captured may be used by the graph at every
+    replay: the graph keeps its block until the graph is destroyed."""
+    s = caijit.Stream()
+    cs = cupy.cuda.ExternalStream(s.handle)
+    x = caijit.to_device(np.arange(N, dtype=np.float32), stream=s)
+    y = caijit.zeros(N, stream=s)
+    s.synchronize()
+    freed = _ptr(y)
+    cs.begin_capture()
+    k["add_to"][GRID, BLOCK, s](x, y, N)  # the graph writes y's memory at every replay
+    temp = caijit.empty(N, "float32", stream=s)  # allocated in the capture: the graph's memory
+    k["copy"][GRID, BLOCK, s](x, temp, N)
+    del temp, y
+    graph = cs.end_capture()
+    held = caijit.memory_stats()["allocated_bytes"]
+    z = caijit.zeros(N, stream=s)
+    assert _ptr(z) != freed, "a block the graph writes was handed out"
+    for _ in range(2):
+        graph.launch(cs)
+    s.synchronize()
+    assert (z.copy_to_host() == 0).all()
+    del graph
+    gc.collect()
+    for _ in range(100):  # the driver hands the block back once the graph is destroyed
+        caijit.empty_cache()
+        if caijit.memory_stats()["allocated_bytes"] == held:  # z in, y's block out
+            break
+        threading.Event().wait(0.01)
+    assert caijit.memory_stats()["allocated_bytes"] == held, "the graph's block came back"
+
+
+# ---------------------------------------------------------------------------------------
 # Graph capture
 
 

@@ -573,6 +573,14 @@ impl Driver {
         Ok(p)
     }
 
+    /// `bytes` of device memory (`cuMemAlloc`): a segment of caijit's caching allocator.
+    pub fn mem_alloc(&self, bytes: usize) -> Result<u64, DriverError> {
+        let mut p = 0;
+        // SAFETY: valid out-pointer; a context is current; the memory is owned by the caller.
+        check("cuMemAlloc", unsafe { cu::cuMemAlloc_v2(&mut p, bytes) })?;
+        Ok(p)
+    }
+
     // The calls below write or free device memory at a raw address, which the driver
     // cannot check: each is `unsafe`, and its caller says in a `// SAFETY:` line why the
     // range is valid (caijit's own allocations: `array::DeviceArray`, module globals; CAI
@@ -587,6 +595,16 @@ impl Driver {
         // SAFETY: the owner gives the allocation up (`# Safety`); work already enqueued on
         // `s` completes before the memory is reused.
         check("cuMemFreeAsync", unsafe { cu::cuMemFreeAsync(ptr, s.0) })
+    }
+
+    /// Give a segment of [`Driver::mem_alloc`] back to the driver.
+    ///
+    /// # Safety
+    /// `ptr` is an allocation of [`Driver::mem_alloc`], freed once, with no work pending on
+    /// it (the device was synchronised since its last use) and no use afterwards.
+    pub unsafe fn free_segment(&self, ptr: u64) -> Result<(), DriverError> {
+        // SAFETY: the owner gives the idle segment up (`# Safety`).
+        check("cuMemFree", unsafe { cu::cuMemFree_v2(ptr) })
     }
 
     /// Copy `bytes` from device memory at `src` to device memory at `dst`, on `s`.
