@@ -20,6 +20,7 @@ pub use loaded::{instance_name, Kernel, Module};
 
 use crate::compile::{self, Arch, Compiled, Program};
 use crate::runtime::Context;
+use crate::stats::timing::{self, Phase};
 use crate::stats::{bump, COUNTERS};
 use crate::sync::OnceMap;
 pub use crate::sys::KernelAttributes;
@@ -71,7 +72,9 @@ impl Context {
     /// Load a compiled program (once per context and cache key).
     pub fn load(self: &Arc<Self>, compiled: Arc<Compiled>) -> Result<Arc<Module>> {
         MODULES.get_or_try_insert_with((self.ordinal(), compiled.key.clone()), || {
+            let probe = timing::start();
             let raw = self.bind()?.load_module(compiled.image.bytes())?;
+            probe.stop(Phase::ModuleLoad);
             bump(&COUNTERS.modules_loaded);
             Ok(Arc::new(Module::new(self.clone(), compiled, raw)))
         })

@@ -225,7 +225,10 @@ pub fn compile_with(program: &Program, arch: Arch, options: &CompileOptions) -> 
 /// NVRTC absent, a program no bundle holds is an [`Error::Bundle`] naming it. With
 /// `CAIJIT_RECORD` (or [`record_to`]), the program is recorded in the manifest.
 pub fn compile_reporting(program: &Program, arch: Arch, options: &CompileOptions) -> Result<(Arc<Compiled>, CacheSource)> {
-    let found = compile_unrecorded(program, arch, options)?;
+    let probe = crate::stats::timing::start();
+    let found = compile_unrecorded(program, arch, options);
+    probe.stop(crate::stats::timing::Phase::Compile);
+    let found = found?;
     bundled::record(program, arch, &found.0);
     Ok(found)
 }

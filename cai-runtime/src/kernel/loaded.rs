@@ -9,6 +9,7 @@ use std::sync::{Arc, OnceLock};
 use crate::compile::{Compiled, KernelInfo};
 use crate::runtime::Context;
 use crate::signature::{ParamKind, ParamLayout};
+use crate::stats::timing::{self, Phase};
 use crate::sync::OnceMap;
 use crate::sys::{KernelAttributes, RawFunction, RawModule};
 use crate::{Error, Result};
@@ -44,7 +45,12 @@ impl Module {
     /// A kernel by name expression, lowered name or plain name.
     pub fn kernel(self: &Arc<Self>, name: &str) -> Result<Arc<Kernel>> {
         let info = self.compiled.kernel(name)?;
-        self.kernels.get_or_try_insert_with(info.lowered_name.clone(), || self.load_kernel(info.clone()))
+        self.kernels.get_or_try_insert_with(info.lowered_name.clone(), || {
+            let probe = timing::start();
+            let k = self.load_kernel(info.clone());
+            probe.stop(Phase::KernelLoad);
+            k
+        })
     }
 
     fn load_kernel(self: &Arc<Self>, info: KernelInfo) -> Result<Arc<Kernel>> {

@@ -78,6 +78,14 @@ crate::phases! {
         LaunchEvents = "launch.events",
         /// The driver's launch call itself (`cuLaunchKernel` / `cuLaunchKernelEx`).
         LaunchDriver = "launch.driver",
+        /// A program's compiled code found or made (`compile::compile`): a memory hit, a
+        /// bundle's, the disk cache's, or NVRTC's.
+        Compile = "module.compile",
+        /// Loading a module's code into a context (`cuModuleLoadData`), once per module.
+        ModuleLoad = "module.load",
+        /// Finding a kernel in its loaded module and checking its parameters and
+        /// attributes with the driver, once per kernel.
+        KernelLoad = "module.kernel",
     }
 }
 
