@@ -80,6 +80,8 @@ CUresult cuMemAllocFromPoolAsync(CUdeviceptr* p, size_t n, Handle from, Handle s
     return 0;
 }
 CUresult cuMemFreeAsync(CUdeviceptr p, Handle s) { free((void*)p); return 0; }
+CUresult cuMemAlloc_v2(CUdeviceptr* p, size_t n) { return cuMemAllocFromPoolAsync(p, n, pool, NULL); }
+CUresult cuMemFree_v2(CUdeviceptr p) { free((void*)p); return 0; }
 CUresult cuMemsetD8Async(CUdeviceptr p, unsigned char v, size_t n, Handle s) { memset((void*)p, v, n); return 0; }
 CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr d, const void* s, size_t n, Handle st) { memcpy((void*)d, s, n); return 0; }
 CUresult cuMemcpyDtoHAsync_v2(void* d, CUdeviceptr s, size_t n, Handle st) { memcpy(d, (void*)s, n); return 0; }
