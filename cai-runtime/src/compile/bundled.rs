@@ -506,7 +506,7 @@ mod tests {
                 assert_eq!(Sha256::digest(&raw)[..], sha[..]);
                 phases.push((lap_sha.to_string(), t.elapsed()));
                 let t = Instant::now();
-                let out = if stored == len { raw } else { miniz_oxide::inflate::decompress_to_vec_with_limit(&raw, len).unwrap() };
+                let out = if stored == len { raw } else { bundle::inflate(&raw, len).unwrap() };
                 phases.push((format!("{lap_read}: inflate ({stored} -> {len} B)"), t.elapsed()));
                 out
             };
