@@ -30,7 +30,7 @@ use super::compiled::{CacheSource, Compiled, Image};
 use super::describe::{describe_kernels, Described};
 use super::key::{embedded_headers_digest, sha256_hex};
 use super::program::{Arch, Program};
-use super::{cache, includes, options};
+use super::{includes, options};
 use crate::bundle::{self, Bundle, BundledProgram, ImageKind};
 use crate::signature::Declarations;
 use crate::sync::{lock, OnceMap};
@@ -216,6 +216,7 @@ fn hit(b: &Arc<Bundle>, p: &BundledProgram, program: &Program, arch: Arch) -> Re
     let id = (Arc::as_ptr(b) as usize, p.key.clone(), arch.0);
     HITS.get_or_init(Hits::default).get_or_try_insert_with(id, || {
         let (im, bytes) = b.image(p, arch.0)?;
+        let (ptx, Described { kernels, unusable, notes }) = layouts(b, p, program)?;
         // The image's section checksum names its bytes (without hashing megabytes again).
         let key = sha256_hex(&[b"bundled", p.key.as_bytes(), &b.image_sha256(&im)]);
         let image = match im.kind {
@@ -224,25 +225,31 @@ fn hit(b: &Arc<Bundle>, p: &BundledProgram, program: &Program, arch: Arch) -> Re
                 String::from_utf8(bytes).map_err(|_| Error::Bundle(format!("bundle {} is corrupt (its PTX is not text)", b.origin())))?,
             ),
         };
-        let details = b.details(p)?;
-        let entry = cache::Entry { image, ptx: b.entries(p)?, log: String::new(), lowered: details.lowered.clone() };
-        let Declarations { kernels: decls, notes } = program.declarations();
-        let Described { kernels, unusable, notes } = describe_kernels(&entry, &decls, notes);
         crate::stats::bump(&crate::stats::COUNTERS.bundle_hits);
         Ok(Arc::new(Compiled {
             key,
             arch,
-            image: entry.image,
-            ptx: entry.ptx,
+            image,
+            ptx,
             log: String::new(),
             kernels,
             unusable,
             notes,
             source: CacheSource::Bundle,
             untrusted: None,
-            nvrtc_options: details.nvrtc_options.clone(),
+            nvrtc_options: b.details(p)?.nvrtc_options.clone(),
         }))
     })
+}
+
+/// The kernels of bundled program `p` (of `program`) with their parameter layouts, as after a
+/// compilation: from its `.entry` declarations (returned too), lowered names and source.
+fn layouts(b: &Bundle, p: &BundledProgram, program: &Program) -> Result<(String, Described)> {
+    let details = b.details(p)?;
+    let ptx = b.entries(p)?;
+    let Declarations { kernels: decls, notes } = program.declarations();
+    let described = describe_kernels(&ptx, &details.lowered, &decls, notes);
+    Ok((ptx, described))
 }
 
 // ----- Recording -----
@@ -554,8 +561,7 @@ mod tests {
             let Declarations { kernels: decls, notes } = program.declarations();
             more.push(("declarations (again)".into(), t.elapsed()));
             t = Instant::now();
-            let entry = cache::Entry { image: Image::Ptx(String::new()), ptx, log: String::new(), lowered: details.lowered.clone() };
-            let Described { kernels, .. } = describe_kernels(&entry, &decls, notes);
+            let Described { kernels, .. } = describe_kernels(&ptx, &details.lowered, &decls, notes);
             more.push((format!("describe_kernels ({} kernels)", kernels.len()), t.elapsed()));
             assert!(kernels.iter().any(|k| k.name_expression.as_deref() == Some(name.as_str())));
             drop(found);
