@@ -30,7 +30,7 @@ use super::compiled::{CacheSource, Compiled, Image};
 use super::describe::{describe_kernels, Described};
 use super::key::{embedded_headers_digest, sha256_hex};
 use super::program::{Arch, Program};
-use super::{cache, includes, options};
+use super::{includes, options};
 use crate::bundle::{self, Bundle, BundledProgram, ImageKind};
 use crate::signature::Declarations;
 use crate::sync::{lock, OnceMap};
@@ -216,6 +216,7 @@ fn hit(b: &Arc<Bundle>, p: &BundledProgram, program: &Program, arch: Arch) -> Re
     let id = (Arc::as_ptr(b) as usize, p.key.clone(), arch.0);
     HITS.get_or_init(Hits::default).get_or_try_insert_with(id, || {
         let (im, bytes) = b.image(p, arch.0)?;
+        let (ptx, Described { kernels, unusable, notes }) = layouts(b, p, program)?;
         // The image's section checksum names its bytes (without hashing megabytes again).
         let key = sha256_hex(&[b"bundled", p.key.as_bytes(), &b.image_sha256(&im)]);
         let image = match im.kind {
@@ -224,25 +225,31 @@ fn hit(b: &Arc<Bundle>, p: &BundledProgram, program: &Program, arch: Arch) -> Re
                 String::from_utf8(bytes).map_err(|_| Error::Bundle(format!("bundle {} is corrupt (its PTX is not text)", b.origin())))?,
             ),
         };
-        let details = b.details(p)?;
-        let entry = cache::Entry { image, ptx: b.entries(p)?, log: String::new(), lowered: details.lowered.clone() };
-        let Declarations { kernels: decls, notes } = program.declarations();
-        let Described { kernels, unusable, notes } = describe_kernels(&entry, &decls, notes);
         crate::stats::bump(&crate::stats::COUNTERS.bundle_hits);
         Ok(Arc::new(Compiled {
             key,
             arch,
-            image: entry.image,
-            ptx: entry.ptx,
+            image,
+            ptx,
             log: String::new(),
             kernels,
             unusable,
             notes,
             source: CacheSource::Bundle,
             untrusted: None,
-            nvrtc_options: details.nvrtc_options.clone(),
+            nvrtc_options: b.details(p)?.nvrtc_options.clone(),
         }))
     })
+}
+
+/// The kernels of bundled program `p` (of `program`) with their parameter layouts, as after a
+/// compilation: from its `.entry` declarations (returned too), lowered names and source.
+fn layouts(b: &Bundle, p: &BundledProgram, program: &Program) -> Result<(String, Described)> {
+    let details = b.details(p)?;
+    let ptx = b.entries(p)?;
+    let Declarations { kernels: decls, notes } = program.declarations();
+    let described = describe_kernels(&ptx, &details.lowered, &decls, notes);
+    Ok((ptx, described))
 }
 
 // ----- Recording -----
@@ -436,5 +443,136 @@ mod tests {
         // Without include directories nothing more is covered.
         let plain = Program::new(src);
         assert!(bundle_key(&plain).unwrap().is_ok());
+    }
+
+    /// A timing harness, not a test: the first lookup of `caijit.ops.add`'s float32 instance
+    /// (`binary_contiguous<float>` of `elementwise.cu`, for sm_90) in a bundle, phase by
+    /// phase, in this process (run it in a fresh process each time, release build):
+    ///
+    /// ```sh
+    /// CAIJIT_PHASES_BUNDLE=/tmp/ops90.caijit CAIJIT_PHASES=e2e|fine \
+    ///     target/release/deps/cai_runtime-… --ignored --exact compile::bundled::tests::first_lookup_phases --nocapture
+    /// ```
+    ///
+    /// `e2e`: what the first call does (open the registered bundle, make the dispatcher,
+    /// select the instance). `fine`: the same steps one at a time, each first in the process.
+    /// Prints `phase<TAB>microseconds` lines.
+    #[test]
+    #[ignore = "a timing harness: CAIJIT_PHASES_BUNDLE names a kernel library bundle with sm_90"]
+    fn first_lookup_phases() {
+        use std::time::Instant;
+
+        use crate::cai::DType;
+        use crate::compile::{describe::describe_kernels, OPS};
+        use crate::dispatch::{Dispatcher, TemplateArg};
+
+        let Some(path) = std::env::var_os("CAIJIT_PHASES_BUNDLE") else { return };
+        let fine = std::env::var("CAIJIT_PHASES").is_ok_and(|m| m == "fine");
+        let (arch, f32) = (Arch(90), [TemplateArg::Type(DType::F32)]);
+        let source = OPS.iter().find(|(n, _)| *n == "elementwise").unwrap().1;
+        let mut phases: Vec<(&str, std::time::Duration)> = Vec::new();
+        let mut t = Instant::now();
+        let mut lap = |name, t: &mut Instant| {
+            phases.push((name, t.elapsed()));
+            *t = Instant::now();
+        };
+        if !fine {
+            bundle::add_default(&path);
+            lap("register the bundle", &mut t);
+            bundle::loaded().unwrap();
+            lap("open the bundle (header, TOC, index)", &mut t);
+            let d = Dispatcher::new(Program::new(source).name("elementwise.cu"), Some("binary_contiguous")).unwrap();
+            lap("Dispatcher::new (declarations of the source)", &mut t);
+            let s = d.select_instance(arch, &f32).unwrap();
+            lap("select_instance (key, find, sections, layouts)", &mut t);
+            assert_eq!((s.compiled.source, s.info().unwrap().params.len()), (CacheSource::Bundle, 5));
+        } else {
+            // The bundle's open, step by step (as `Bundle::parse` does).
+            let file = std::fs::File::open(&path).unwrap();
+            let at = |start: u64, len: usize| {
+                let mut b = vec![0; len];
+                std::os::unix::fs::FileExt::read_exact_at(&file, &mut b, start).unwrap();
+                b
+            };
+            let head = at(0, 16);
+            let n = u32::from_le_bytes(head[12..16].try_into().unwrap()) as usize;
+            let toc = at(0, 16 + 64 * n + 32);
+            assert_eq!(Sha256::digest(&toc[..16 + 64 * n])[..], toc[16 + 64 * n..]);
+            lap("open: header + TOC read, SHA-256", &mut t);
+            let entry = |i: usize| {
+                let e = &toc[16 + 64 * i..16 + 64 * (i + 1)];
+                let u64_at = |k: usize| u64::from_le_bytes(e[k..k + 8].try_into().unwrap());
+                (u64_at(8), u64_at(16) as usize, u64_at(24) as usize, e[32..64].to_vec())
+            };
+            let read_checked = |i: usize, lap_read: &str, lap_sha: &str, phases: &mut Vec<(String, std::time::Duration)>| {
+                let t = Instant::now();
+                let (start, stored, len, sha) = entry(i);
+                let raw = at(start, stored);
+                phases.push((lap_read.to_string(), t.elapsed()));
+                let t = Instant::now();
+                assert_eq!(Sha256::digest(&raw)[..], sha[..]);
+                phases.push((lap_sha.to_string(), t.elapsed()));
+                let t = Instant::now();
+                let out = if stored == len { raw } else { bundle::inflate(&raw, len).unwrap() };
+                phases.push((format!("{lap_read}: inflate ({stored} -> {len} B)"), t.elapsed()));
+                out
+            };
+            let mut more: Vec<(String, std::time::Duration)> = Vec::new();
+            let index = read_checked(0, "open: index read", "open: index SHA-256", &mut more);
+            t = Instant::now();
+            let _: serde_json::Value = serde_json::from_slice(&index).unwrap();
+            more.push(("open: index JSON parse".into(), t.elapsed()));
+            t = Instant::now();
+            let b = bundle::install(Bundle::open(&path).unwrap());
+            more.push(("open: Bundle::open whole (again, warm)".into(), t.elapsed()));
+            t = Instant::now();
+            let d = Dispatcher::new(Program::new(source).name("elementwise.cu"), Some("binary_contiguous")).unwrap();
+            more.push(("Dispatcher::new (declarations)".into(), t.elapsed()));
+            t = Instant::now();
+            let (program, name) = d.explicit_instance_for(&f32).unwrap();
+            more.push(("explicit_instance_for".into(), t.elapsed()));
+            t = Instant::now();
+            let sorted = options::sort(&program.options);
+            let found = includes::resolve(&program, &sorted, &[]).unwrap();
+            more.push(("key: includes::resolve".into(), t.elapsed()));
+            t = Instant::now();
+            embedded_headers_digest();
+            more.push(("key: embedded headers digest".into(), t.elapsed()));
+            t = Instant::now();
+            let (key, family) = keys(&program).unwrap().unwrap();
+            more.push(("key: keys() whole (again, warm)".into(), t.elapsed()));
+            t = Instant::now();
+            let p = b.find(&key, &family, &program.name_expressions).unwrap();
+            more.push(("find (key, then family)".into(), t.elapsed()));
+            let image = b.image(p, arch.0).unwrap().0;
+            let _ = read_checked(image.section, "image: CUBIN read", "image: CUBIN SHA-256", &mut more);
+            t = Instant::now();
+            let _ = b.image(p, arch.0).unwrap();
+            more.push(("image: Bundle::image whole (again, warm)".into(), t.elapsed()));
+            let _ = read_checked(p.description_section, "description read", "description SHA-256", &mut more);
+            t = Instant::now();
+            let details = b.details(p).unwrap();
+            more.push(("description: Bundle::details whole (again)".into(), t.elapsed()));
+            let _ = read_checked(p.entries_section, "entries read", "entries SHA-256", &mut more);
+            t = Instant::now();
+            let ptx = b.entries(p).unwrap();
+            more.push(("entries: Bundle::entries whole (again)".into(), t.elapsed()));
+            t = Instant::now();
+            let Declarations { kernels: decls, notes } = program.declarations();
+            more.push(("declarations (again)".into(), t.elapsed()));
+            t = Instant::now();
+            let Described { kernels, .. } = describe_kernels(&ptx, &details.lowered, &decls, notes);
+            more.push((format!("describe_kernels ({} kernels)", kernels.len()), t.elapsed()));
+            assert!(kernels.iter().any(|k| k.name_expression.as_deref() == Some(name.as_str())));
+            drop(found);
+            phases.extend(more.iter().map(|(n, d)| (n.as_str(), *d)));
+            for (name, d) in &phases {
+                println!("{name}\t{}", d.as_micros());
+            }
+            return;
+        }
+        for (name, d) in &phases {
+            println!("{name}\t{}", d.as_micros());
+        }
     }
 }

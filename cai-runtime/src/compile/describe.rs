@@ -4,7 +4,6 @@
 
 use std::collections::HashMap;
 
-use super::cache;
 use super::compiled::{KernelInfo, UnusableKernel};
 use crate::signature::{self, KernelDecl};
 
@@ -12,13 +11,15 @@ use crate::signature::{self, KernelDecl};
 /// names, probes for `extern "C"` kernels), layouts from the PTX, names from the source.
 /// A kernel whose types caijit has no way to learn is left out, with a note; one whose
 /// types it cannot read or lay out is unusable, with the reason: no other kernel suffers.
-pub(super) fn describe_kernels(entry: &cache::Entry, decls: &[KernelDecl], mut notes: Vec<String>) -> Described {
-    let entries = signature::ptx_entries_each(&entry.ptx);
+/// `ptx` is the PTX (or its `.entry` declarations), `lowered_names` every name expression NVRTC
+/// was given with its lowered name.
+pub(super) fn describe_kernels(ptx: &str, lowered_names: &[(String, String)], decls: &[KernelDecl], mut notes: Vec<String>) -> Described {
+    let entries = signature::ptx_entries_each(ptx);
     let probe_prefix = format!("{}<", signature::PROBE_TEMPLATE);
     // `extern "C"` kernel name → its parameter types, from its probe.
     let mut probed: HashMap<String, std::result::Result<Vec<signature::ParamType>, signature::SignatureError>> = HashMap::new();
     let mut probe_symbols = Vec::new();
-    for (expr, lowered) in &entry.lowered {
+    for (expr, lowered) in lowered_names {
         let Some(target) = expr.strip_prefix(&probe_prefix) else { continue };
         probe_symbols.push(lowered.as_str());
         let target = target.trim_end_matches('>').trim_start_matches("decltype(").trim_end_matches(')').trim_start_matches('&');
@@ -41,8 +42,14 @@ pub(super) fn describe_kernels(entry: &cache::Entry, decls: &[KernelDecl], mut n
         if probe_symbols.contains(&lowered.as_str()) || lowered.starts_with("_Z13caijit_probe_") {
             continue;
         }
-        let name_expression = entry.lowered.iter().find(|(e, l)| *l == lowered && !e.starts_with(&probe_prefix)).map(|(e, _)| e.clone());
-        let demangled = signature::demangled(&lowered);
+        let name_expression = lowered_names.iter().find(|(e, l)| *l == lowered && !e.starts_with(&probe_prefix)).map(|(e, _)| e.clone());
+        // The types from the demangled name, which is demangled once for both.
+        let from_name = signature::types_from_lowered(&lowered);
+        let demangled = match &from_name {
+            Ok(Some((text, _))) => Some(text.clone()),
+            Ok(None) => None,
+            Err(_) => signature::demangled(&lowered),
+        };
         // The kernel's name: from its demangled name, else read off its mangled name.
         let shown = match &demangled {
             Some(t) => qualified_name_of(t),
@@ -50,7 +57,7 @@ pub(super) fn describe_kernels(entry: &cache::Entry, decls: &[KernelDecl], mut n
         };
         // An error names the kernel (its qualified name), not its lowered name.
         let named = |e: signature::SignatureError| e.for_kernel(&shown, &agreed_names(decls, &shown, None));
-        let types = match signature::types_from_lowered(&lowered) {
+        let types = match from_name {
             Ok(Some((_, types))) => Ok(types),
             Err(e) => Err(named(e)),
             Ok(None) => match probed.get(&lowered) {

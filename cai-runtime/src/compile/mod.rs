@@ -373,7 +373,7 @@ impl Job<'_> {
         untrusted: Option<String>,
         nvrtc_options: &[String],
     ) -> Result<(Arc<Compiled>, CacheSource)> {
-        let Described { kernels, unusable, notes } = describe_kernels(&entry, decls, notes);
+        let Described { kernels, unusable, notes } = describe_kernels(&entry.ptx, &entry.lowered, decls, notes);
         // An untrusted key does not cover every file NVRTC read: the result's own key also
         // hashes the binary, so that what is cached by key downstream (a context's loaded
         // modules) never mistakes another binary for this one.
