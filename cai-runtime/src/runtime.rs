@@ -98,9 +98,9 @@ pub struct Context {
     events: Mutex<Vec<RawEvent>>,
     /// caijit's caching allocator on this device (see [`Context::alloc`]).
     memory: Mutex<Memory>,
-    /// The stream-ordered pool allocations inside a graph capture come from, created by
-    /// the first of them.
-    graph_pool: OnceLock<RawPool>,
+    /// The stream-ordered pool that allocations inside a graph capture come from (and all
+    /// of them without caching, see [`exact_allocations`]), created by the first of them.
+    ordered_pool: OnceLock<RawPool>,
     /// Objects kept alive until the work before their event finished ([`Context::release_after`]).
     deferred: Mutex<Deferred>,
     has_deferred: AtomicBool,
@@ -135,9 +135,9 @@ struct Memory {
 #[derive(Debug)]
 pub(crate) struct Allocation {
     pub(crate) ptr: u64,
-    /// Allocated inside a graph capture, from the stream-ordered pool (freed stream-ordered);
-    /// else a block of the caching allocator.
-    in_graph_pool: bool,
+    /// Allocated from the stream-ordered pool (inside a graph capture, or without caching)
+    /// and freed stream-ordered; else a block of the caching allocator.
+    stream_ordered: bool,
 }
 
 /// A block of the caching allocator freed on a stream being captured: the captured graph
@@ -166,6 +166,19 @@ impl std::fmt::Debug for Deferred {
 
 /// Every device's context made so far, by ordinal.
 static CONTEXTS: OnceLock<Mutex<HashMap<usize, Arc<Context>>>> = OnceLock::new();
+
+/// Whether every array gets its own driver allocation (the stream-ordered allocator's)
+/// instead of a block of caijit's cache: with `CAIJIT_NO_MEMORY_CACHING=1`, and under
+/// compute-sanitizer (its `NV_SANITIZER_*` environment), whose memcheck sees an access past
+/// an array's end only when nothing else is allocated there (PyTorch's
+/// `PYTORCH_NO_CUDA_MEMORY_CACHING=1` for the same reason). Read once.
+fn exact_allocations() -> bool {
+    static EXACT: OnceLock<bool> = OnceLock::new();
+    *EXACT.get_or_init(|| {
+        std::env::var("CAIJIT_NO_MEMORY_CACHING").is_ok_and(|v| v == "1")
+            || std::env::vars_os().any(|(k, _)| k.to_str().is_some_and(|k| k.starts_with("NV_SANITIZER_")))
+    })
+}
 
 /// Every device's context made so far.
 fn contexts() -> Vec<Arc<Context>> {
@@ -200,7 +213,7 @@ impl Context {
             sm_count: drv.sm_count(o)? as usize,
             events: Mutex::new(Vec::new()),
             memory: Mutex::default(),
-            graph_pool: OnceLock::new(),
+            ordered_pool: OnceLock::new(),
             deferred: Mutex::default(),
             has_deferred: AtomicBool::new(false),
             from_graphs: Arc::default(),
@@ -246,32 +259,33 @@ impl Context {
     /// segment from `cuMemAlloc`. When the device is out of memory, the segments the cache
     /// keeps are given back (after a synchronisation, counted) and the allocation is tried
     /// once more. Inside a graph capture the allocation is a node of the graph instead (the
-    /// stream-ordered allocator), so that its memory is the graph's.
+    /// stream-ordered allocator), so that its memory is the graph's; without caching
+    /// ([`exact_allocations`]) every allocation is the stream-ordered allocator's.
     pub(crate) fn alloc(&self, bytes: usize, stream: &Stream) -> Result<Allocation> {
         let d = self.bind()?;
         let failed = |e| Error::driver(format_args!("allocating {bytes} bytes on device {}", self.ordinal), e);
         // (The legacy default stream is never captured, and never asked.)
-        if !stream.is_legacy() && d.capture_id(stream.raw())? != 0 {
-            let pool = match self.graph_pool.get() {
+        if exact_allocations() || (!stream.is_legacy() && d.capture_id(stream.raw())? != 0) {
+            let pool = match self.ordered_pool.get() {
                 Some(&p) => p,
                 None => {
                     let created = d.mem_pool_create(self.ordinal as i32).map_err(failed)?;
-                    *self.graph_pool.get_or_init(|| created)
+                    *self.ordered_pool.get_or_init(|| created)
                 }
             };
             let ptr = d.mem_alloc_async(bytes, pool, stream.raw()).map_err(failed)?;
-            return Ok(Allocation { ptr, in_graph_pool: true });
+            return Ok(Allocation { ptr, stream_ordered: true });
         }
         let owner = stream.owner();
         let rounded = blocks::round(bytes);
         self.collect_released();
         let mut m = lock(&self.memory);
         if let Some(ptr) = m.blocks.take(owner, rounded) {
-            return Ok(Allocation { ptr, in_graph_pool: false });
+            return Ok(Allocation { ptr, stream_ordered: false });
         }
         self.unpark_finished(&d, &mut m);
         if let Some(ptr) = m.blocks.take(owner, rounded) {
-            return Ok(Allocation { ptr, in_graph_pool: false });
+            return Ok(Allocation { ptr, stream_ordered: false });
         }
         let size = blocks::segment_size(rounded);
         let out_of_memory = cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY as u32;
@@ -282,7 +296,7 @@ impl Context {
         }
         m.blocks.add_segment(base.map_err(failed)?, size);
         let ptr = m.blocks.take(owner, rounded).expect("a new segment fits its request");
-        Ok(Allocation { ptr, in_graph_pool: false })
+        Ok(Allocation { ptr, stream_ordered: false })
     }
 
     /// Give back memory of [`Context::alloc`], allocated for `stream`, once the work
@@ -298,7 +312,7 @@ impl Context {
             let _ = d.ctx_synchronize();
             bump(&COUNTERS.host_syncs);
         }
-        if a.in_graph_pool {
+        if a.stream_ordered {
             // SAFETY: the allocation of `mem_alloc_async` is given up once, here, ordered
             // after the work on its stream; nothing uses it afterwards.
             #[allow(unsafe_code)]
@@ -400,7 +414,7 @@ impl Context {
         self.collect_released();
         let d = self.bind()?;
         self.release_kept(&d, &mut lock(&self.memory))?;
-        match self.graph_pool.get() {
+        match self.ordered_pool.get() {
             Some(&p) => Ok(d.mem_pool_trim(p, 0)?),
             None => Ok(()),
         }
