@@ -447,6 +447,21 @@ def test_a_stream_that_goes_away_leaves_its_blocks_until_its_work_is_done(k: Any
         assert (x.copy_to_host() == 0).all(), "an array shared memory with a destroyed stream's pending kernel"
 
 
+@pytest.mark.parametrize("env", [{"CAIJIT_NO_MEMORY_CACHING": "1"}, {"NV_SANITIZER_INJECTION_PORT_BASE": "49152"}])
+def test_without_caching_every_array_is_its_own_allocation(env: dict[str, str]) -> None:
+    """For compute-sanitizer (which caijit recognises by its environment), or on request,
+    arrays bypass the cache: memcheck then sees an access past an array's end."""
+    r = run_case(
+        """
+        a = ops.scale(w, 3.0, stream=s)
+        print(caijit.memory_stats()["segments"], (a.copy_to_host() == 3).all())
+        """,
+        **env,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["0", "True"], r.stdout
+
+
 def test_memory_freed_during_a_capture_is_kept_by_the_graph(k: Any, cupy: Any) -> None:
     """An array freed while its stream is being captured may be used by the graph at every
     replay: the graph keeps its block until the graph is destroyed."""
