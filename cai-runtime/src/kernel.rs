@@ -20,7 +20,7 @@ pub use loaded::{instance_name, Kernel, Module};
 
 use crate::compile::{self, Arch, Compiled, Program};
 use crate::runtime::Context;
-use crate::stats::timing::{self, Phase};
+use crate::stats::timing::{self, LoadPhase};
 use crate::stats::{bump, COUNTERS};
 use crate::sync::OnceMap;
 pub use crate::sys::KernelAttributes;
@@ -74,7 +74,7 @@ impl Context {
         MODULES.get_or_try_insert_with((self.ordinal(), compiled.key.clone()), || {
             let probe = timing::start();
             let raw = self.bind()?.load_module(compiled.image.bytes())?;
-            probe.stop(Phase::ModuleLoad);
+            probe.stop(LoadPhase::ModuleLoad);
             bump(&COUNTERS.modules_loaded);
             Ok(Arc::new(Module::new(self.clone(), compiled, raw)))
         })

@@ -142,15 +142,22 @@ pub(crate) struct Allocation {
 
 /// A block of the caching allocator freed on a stream being captured: the captured graph
 /// may use it whenever it is replayed, so the graph keeps it (a user object) and hands it
-/// back, idle, once the graph is destroyed and its launches have finished.
+/// back once the graph is destroyed and its launches have finished. Work enqueued on the
+/// stream before the capture may still be running then (the graph may never have been
+/// launched): the block is parked behind the stream's work.
 struct HeldByGraph {
     ctx: Arc<Context>,
     ptr: u64,
+    stream: Arc<Stream>,
 }
 
 impl Drop for HeldByGraph {
     fn drop(&mut self) {
-        lock(&self.ctx.memory).blocks.give_back(self.ptr, Owner::Idle);
+        let mut m = lock(&self.ctx.memory);
+        if m.blocks.give_back(self.ptr, Owner::Parked) {
+            let after = self.ctx.event_behind(&self.stream);
+            m.parked.push((after, vec![self.ptr]));
+        }
     }
 }
 
@@ -284,7 +291,7 @@ impl Context {
             return Ok(Allocation { ptr, stream_ordered: false });
         }
         self.unpark_finished(&d, &mut m);
-        if let Some(ptr) = m.blocks.take(owner, rounded) {
+        if let Some(ptr) = m.blocks.take(owner, rounded).or_else(|| self.take_parked(&d, &mut m, owner, rounded, stream)) {
             return Ok(Allocation { ptr, stream_ordered: false });
         }
         let size = blocks::segment_size(rounded);
@@ -306,12 +313,12 @@ impl Context {
     ///
     /// Never fails: a failure is the driver's sticky error, reported by its next call, and
     /// leaks this memory at worst.
-    pub(crate) fn free(self: &Arc<Self>, a: &Allocation, stream: &Stream, elsewhere: bool) {
+    pub(crate) fn free(self: &Arc<Self>, a: &Allocation, stream: &Arc<Stream>, elsewhere: bool) {
         let Ok(d) = self.bind() else { return };
-        if elsewhere {
-            let _ = d.ctx_synchronize();
+        let synchronized = elsewhere && {
             bump(&COUNTERS.host_syncs);
-        }
+            d.ctx_synchronize().is_ok()
+        };
         if a.stream_ordered {
             // SAFETY: the allocation of `mem_alloc_async` is given up once, here, ordered
             // after the work on its stream; nothing uses it afterwards.
@@ -320,14 +327,21 @@ impl Context {
             return;
         }
         if elsewhere {
-            lock(&self.memory).blocks.give_back(a.ptr, Owner::Idle);
+            // Idle once nothing is pending; else (a capture forbade the synchronisation)
+            // for nobody until the next one.
+            let mut m = lock(&self.memory);
+            if synchronized {
+                m.blocks.give_back(a.ptr, Owner::Idle);
+            } else if m.blocks.give_back(a.ptr, Owner::Parked) {
+                m.parked.push((None, vec![a.ptr]));
+            }
             return;
         }
         if !stream.is_legacy() {
-            let ctx = self.clone();
+            let (ctx, home) = (self.clone(), stream.clone());
             match d.keep_with_capture(stream.raw(), a.ptr, move |ptr| {
                 let returns = &ctx.from_graphs;
-                lock(&returns.objects).push(Box::new(HeldByGraph { ctx: ctx.clone(), ptr }));
+                lock(&returns.objects).push(Box::new(HeldByGraph { ctx: ctx.clone(), ptr, stream: home }));
                 returns.any.store(true, Ordering::Release);
             }) {
                 Ok(Ok(())) => return, // the capturing graph holds it
@@ -346,28 +360,32 @@ impl Context {
         lock(&self.memory).blocks.stats()
     }
 
-    /// Make the blocks kept for `stream` (which is going away: its handle may name another
-    /// stream later) idle once the work enqueued on it so far has completed.
+    /// Park the blocks kept for `stream` (which is going away: its handle may name another
+    /// stream later) behind the work enqueued on it so far.
     fn park(&self, stream: &Stream) {
         let mut m = lock(&self.memory);
         let blocks = m.blocks.park(stream.owner());
-        if blocks.is_empty() {
-            return;
+        if !blocks.is_empty() {
+            let after = self.event_behind(stream);
+            m.parked.push((after, blocks));
         }
+    }
+
+    /// An event recorded behind the work enqueued on `stream` so far, from the pool; `None`
+    /// inside a capture (a record there is a node of the graph, not a record) or when it
+    /// cannot be recorded: what it guards then waits for the next synchronisation.
+    fn event_behind(&self, stream: &Stream) -> Option<RawEvent> {
         let mut events = Events::new();
-        // Inside a capture a record is a node of the graph, not a record: such blocks (and
-        // any whose event cannot be recorded) wait for the next synchronisation.
         let recorded = self.bind().is_ok_and(|d| {
-            d.capture_id(stream.raw()) == Ok(0)
+            (stream.is_legacy() || d.capture_id(stream.raw()) == Ok(0))
                 && self.take_events(1, &mut events).is_ok()
                 && d.event_record(events[0], stream.raw()).is_ok()
         });
         if recorded {
-            m.parked.push((Some(events[0]), blocks));
-        } else {
-            self.return_events(&mut events);
-            m.parked.push((None, blocks));
+            return events.pop();
         }
+        self.return_events(&mut events);
+        None
     }
 
     /// Parked blocks whose event has completed: idle.
@@ -376,13 +394,28 @@ impl Context {
         let Memory { blocks, parked } = m;
         parked.retain(|(e, ptrs)| match e {
             Some(e) if d.relaxed_capture(|| d.event_done(*e)).unwrap_or(false) => {
-                blocks.unpark(ptrs);
+                blocks.unpark(ptrs, Owner::Idle);
                 events.push(*e);
                 false
             }
             _ => true,
         });
         self.return_events(&mut events);
+    }
+
+    /// A block for `owner` among those parked behind events not yet completed: `stream`
+    /// is made to wait for the event (no host synchronisation), and the blocks it guarded
+    /// are `owner`'s from then on. A stream of the same handle as one that went away (CuPy
+    /// and PyTorch stream objects wrapped anew for each call) reuses its memory this way.
+    fn take_parked(&self, d: &Driver, m: &mut Memory, owner: Owner, rounded: usize, stream: &Stream) -> Option<u64> {
+        let Memory { blocks, parked } = m;
+        let i = parked.iter().position(|(e, ptrs)| e.is_some() && blocks.fits(ptrs, rounded))?;
+        let Some(e) = parked[i].0 else { unreachable!("found with an event") };
+        d.stream_wait_event(stream.raw(), e).ok()?;
+        let (_, ptrs) = parked.swap_remove(i);
+        blocks.unpark(&ptrs, owner);
+        self.return_events(&mut Events::from_slice(&[e]));
+        blocks.take(owner, rounded)
     }
 
     /// Synchronise the device (counted), then give every segment the cache keeps and no

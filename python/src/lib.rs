@@ -43,8 +43,9 @@ fn device_count() -> PyCaiResult<usize> {
 
 /// Give the memory caijit's caching allocator keeps for reuse back to the system.
 #[pyfunction]
-fn empty_cache() -> PyCaiResult<()> {
-    Ok(cai_runtime::runtime::empty_cache()?)
+fn empty_cache(py: Python<'_>) -> PyCaiResult<()> {
+    // (It waits for the device: without the GIL, so that a host callback needing it can run.)
+    Ok(py.detach(cai_runtime::runtime::empty_cache)?)
 }
 
 /// What caijit's arrays on a device hold and what its caching allocator keeps, in bytes.

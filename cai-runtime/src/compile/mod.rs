@@ -227,7 +227,7 @@ pub fn compile_with(program: &Program, arch: Arch, options: &CompileOptions) -> 
 pub fn compile_reporting(program: &Program, arch: Arch, options: &CompileOptions) -> Result<(Arc<Compiled>, CacheSource)> {
     let probe = crate::stats::timing::start();
     let found = compile_unrecorded(program, arch, options);
-    probe.stop(crate::stats::timing::Phase::Compile);
+    probe.stop(crate::stats::timing::LoadPhase::Compile);
     let found = found?;
     bundled::record(program, arch, &found.0);
     Ok(found)

@@ -9,7 +9,7 @@ use std::sync::{Arc, OnceLock};
 use crate::compile::{Compiled, KernelInfo};
 use crate::runtime::Context;
 use crate::signature::{ParamKind, ParamLayout};
-use crate::stats::timing::{self, Phase};
+use crate::stats::timing::{self, LoadPhase};
 use crate::sync::OnceMap;
 use crate::sys::{KernelAttributes, RawFunction, RawModule};
 use crate::{Error, Result};
@@ -48,7 +48,7 @@ impl Module {
         self.kernels.get_or_try_insert_with(info.lowered_name.clone(), || {
             let probe = timing::start();
             let k = self.load_kernel(info.clone());
-            probe.stop(Phase::KernelLoad);
+            probe.stop(LoadPhase::KernelLoad);
             k
         })
     }

@@ -150,8 +150,9 @@ impl Blocks {
         self.blocks.get(&ptr).is_some_and(|b| b.state == State::Used)
     }
 
-    /// Give back a block in use, for `owner` to take next. `false` (and nothing changes)
-    /// when `ptr` is not a block in use.
+    /// Give back a block in use, for `owner` to take next ([`Owner::Parked`]: for nobody
+    /// until [`Blocks::unpark`]). `false` (and nothing changes) when `ptr` is not a block in
+    /// use.
     pub(crate) fn give_back(&mut self, ptr: u64, owner: Owner) -> bool {
         if !self.is_used(ptr) {
             return false;
@@ -218,13 +219,23 @@ impl Blocks {
         parked
     }
 
-    /// Parked blocks whose stream's work has completed: idle from now on.
-    pub(crate) fn unpark(&mut self, parked: &[u64]) {
+    /// Parked blocks for `owner` from now on: [`Owner::Idle`] once their stream's work has
+    /// completed, or a stream that was made to wait for that work.
+    pub(crate) fn unpark(&mut self, parked: &[u64], owner: Owner) {
         for &ptr in parked {
             if self.blocks.get(&ptr).is_some_and(|b| b.state == State::Free(Owner::Parked)) {
-                self.free_as(ptr, Owner::Idle);
+                self.free_as(ptr, owner);
             }
         }
+    }
+
+    /// Whether one of the `parked` blocks would serve a request of `rounded` bytes.
+    pub(crate) fn fits(&self, parked: &[u64], rounded: usize) -> bool {
+        let small = rounded <= SMALL_REQUEST;
+        parked
+            .iter()
+            .filter_map(|p| self.blocks.get(p))
+            .any(|b| b.state == State::Free(Owner::Parked) && b.small == small && b.size >= rounded)
     }
 
     /// Every free block idle (after the device was synchronised: no work is pending).
@@ -236,7 +247,7 @@ impl Blocks {
         for &ptr in &free {
             self.blocks.get_mut(&ptr).expect("present").state = State::Free(Owner::Parked);
         }
-        self.unpark(&free);
+        self.unpark(&free, Owner::Idle);
     }
 
     /// Remove the segments that are one idle block, returning `(base, size)` of each for
@@ -363,7 +374,8 @@ mod tests {
         assert_eq!(parked.len(), 1);
         check(&b);
         assert_ne!(alloc(&mut b, &mut base, S, 3 << 20), p, "parked: not even its stream's");
-        b.unpark(&parked);
+        assert!(b.fits(&parked, 20 << 20) && !b.fits(&parked, 21 << 20) && !b.fits(&parked, 4096));
+        b.unpark(&parked, Owner::Idle);
         check(&b);
         // (18 MiB: only the first segment, whole again, has that much free.)
         assert_eq!(alloc(&mut b, &mut base, T, 18 << 20), p, "idle: any stream's");
@@ -399,11 +411,16 @@ mod tests {
                     0 | 1 => live.push((alloc(&mut b, &mut base, owner, bytes >> (pick % 12)), owner)),
                     2 if !live.is_empty() => {
                         let (p, o) = live.swap_remove(pick % live.len());
-                        prop_assert!(b.give_back(p, o));
+                        if pick % 3 == 0 {
+                            prop_assert!(b.give_back(p, Owner::Parked));
+                            parked.push(p);
+                        } else {
+                            prop_assert!(b.give_back(p, o));
+                        }
                     }
                     3 => match pick % 4 {
                         0 => parked.extend(b.park(owner)),
-                        1 => b.unpark(&std::mem::take(&mut parked)),
+                        1 => b.unpark(&std::mem::take(&mut parked), owner),
                         2 => { b.all_idle(); parked.clear(); }
                         _ => { b.take_idle_segments(); }
                     },

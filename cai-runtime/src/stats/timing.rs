@@ -78,6 +78,12 @@ crate::phases! {
         LaunchEvents = "launch.events",
         /// The driver's launch call itself (`cuLaunchKernel` / `cuLaunchKernelEx`).
         LaunchDriver = "launch.driver",
+    }
+}
+
+crate::phases! {
+    /// What a kernel's first launch pays before it: its code and its loading.
+    pub enum LoadPhase in LOAD_TOTALS {
         /// A program's compiled code found or made (`compile::compile`): a memory hit, a
         /// bundle's, the disk cache's, or NVRTC's.
         Compile = "module.compile",
@@ -140,7 +146,7 @@ impl Probe {
 /// `(name, count, total nanoseconds)` of every runtime phase; `reset` zeroes them after
 /// reading.
 pub fn totals(reset: bool) -> Vec<(&'static str, u64, u64)> {
-    TOTALS.iter().map(|t| t.read(reset)).collect()
+    TOTALS.iter().chain(&LOAD_TOTALS).map(|t| t.read(reset)).collect()
 }
 
 #[cfg(test)]
@@ -174,6 +180,7 @@ mod tests {
     #[test]
     fn the_launch_steps_are_named_under_launch() {
         assert!(TOTALS.iter().all(|t| t.name.starts_with("launch.")));
+        assert!(LOAD_TOTALS.iter().all(|t| t.name.starts_with("module.")));
         assert_eq!(Phase::LaunchDriver.totals().name, "launch.driver");
     }
 }
