@@ -447,6 +447,26 @@ def test_a_stream_that_goes_away_leaves_its_blocks_until_its_work_is_done(k: Any
         assert (x.copy_to_host() == 0).all(), "an array shared memory with a destroyed stream's pending kernel"
 
 
+@pytest.mark.parametrize("kind", ["object", "int"])
+def test_a_busy_foreign_stream_reuses_memory_across_calls(k: Any, cupy: Any, kind: str) -> None:
+    """Each call wraps a CuPy stream (or its handle) anew: the memory of an array freed by
+    one call serves the next while the stream is still busy (a stream wait, no host
+    synchronisation), instead of a new segment per call."""
+    cs = cupy.cuda.Stream(non_blocking=True)
+    on = cs if kind == "object" else cs.ptr
+    caijit.empty_cache()
+    before, syncs = caijit.memory_stats()["reserved_bytes"], caijit.stats()["host_syncs"]
+    spin_on(k, on)
+    for i in range(20):
+        x = caijit.empty(N, "float32", stream=on)
+        ops.fill(x, float(i), stream=on)
+        del x
+    grown = caijit.memory_stats()["reserved_bytes"] - before
+    assert caijit.stats()["host_syncs"] == syncs
+    cs.synchronize()
+    assert grown <= 20 << 20, f"{grown >> 20} MiB reserved for twenty 4 MiB arrays, one at a time"
+
+
 @pytest.mark.parametrize("env", [{"CAIJIT_NO_MEMORY_CACHING": "1"}, {"NV_SANITIZER_INJECTION_PORT_BASE": "49152"}])
 def test_without_caching_every_array_is_its_own_allocation(env: dict[str, str]) -> None:
     """For compute-sanitizer (which caijit recognises by its environment), or on request,
