@@ -240,7 +240,7 @@ struct Section {
 pub struct Bundle {
     origin: String,
     data: Bytes,
-    sections: Vec<Section>,
+    sections: Toc,
     /// The checksum of the header and table of contents: it covers every section's
     /// checksum, so two bundles of the same one hold the same bytes.
     toc_sha256: [u8; DIGEST],
@@ -249,14 +249,47 @@ pub struct Bundle {
     archs: Vec<u32>,
     lookup: Lookup,
     /// Each program's record and details, read at their first use (a failure is kept: the
-    /// bytes do not change).
-    slots: Vec<Slot>,
+    /// bytes do not change); a pointer each until then.
+    slots: Vec<OnceLock<Box<Slot>>>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Slot {
-    program: OnceLock<std::result::Result<BundledProgram, String>>,
+    program: std::result::Result<BundledProgram, String>,
     details: OnceLock<std::result::Result<ProgramDetails, String>>,
+}
+
+/// The table of contents as read at open (its checksum, and that its sections follow each
+/// other to the end of the file, verified then): an entry is decoded when its section is
+/// used, so that opening allocates nothing per section.
+#[derive(Debug, Default)]
+struct Toc {
+    raw: Vec<u8>,
+    count: usize,
+}
+
+impl Toc {
+    fn len(&self) -> usize {
+        self.count
+    }
+
+    fn get(&self, i: usize) -> Option<Section> {
+        if i >= self.count {
+            return None;
+        }
+        let e = &self.raw[HEADER + i * TOC_ENTRY..HEADER + (i + 1) * TOC_ENTRY];
+        let u32_at = |k: usize| u32::from_le_bytes(e[k..k + 4].try_into().unwrap_or_default());
+        let u64_at = |k: usize| u64::from_le_bytes(e[k..k + 8].try_into().unwrap_or_default());
+        Some(Section {
+            kind: u32_at(0),
+            flags: u32_at(4),
+            // Verified at open to lie within the file.
+            start: u64_at(8) as usize,
+            stored: u64_at(16) as usize,
+            len: u64_at(24),
+            sha256: e[32..64].try_into().unwrap_or_default(),
+        })
+    }
 }
 
 /// The lookup table (section 1), its shape and order verified at open, searched in place.
@@ -276,7 +309,7 @@ struct Lookup {
 
 impl Lookup {
     /// The table in `raw`, for a bundle of `sections`; `Err`: what is wrong with it.
-    fn parse(raw: Vec<u8>, sections: &[Section]) -> std::result::Result<Lookup, String> {
+    fn parse(raw: Vec<u8>, sections: &Toc) -> std::result::Result<Lookup, String> {
         let count = |at: usize| raw.get(at..at + 4).map_or(0, |b| u32::from_le_bytes(b.try_into().unwrap_or_default()) as usize);
         let (n, m) = (count(0), count(4));
         // Every program has a record section of its own: `n` is bounded by the sections.
@@ -535,12 +568,10 @@ impl Bundle {
             return Err(bad(&origin, "is corrupt (the SHA-256 checksum of its table of contents does not match)"));
         }
         // Sections follow the table one after the other, up to the end of the file.
-        let mut sections = Vec::with_capacity(count);
         let mut at = toc_end + DIGEST;
         for i in 0..count {
             let e = HEADER + i * TOC_ENTRY;
-            let (kind, flags, start, stored, len) =
-                (u32_at(&b, e), u32_at(&b, e + 4), u64_at(&b, e + 8), u64_at(&b, e + 16), u64_at(&b, e + 24));
+            let (flags, start, stored, len) = (u32_at(&b, e + 4), u64_at(&b, e + 8), u64_at(&b, e + 16), u64_at(&b, e + 24));
             if start != at as u64
                 || len > MAX_SECTION
                 || stored > MAX_SECTION
@@ -552,14 +583,13 @@ impl Bundle {
             if stored > (size - at) as u64 {
                 return Err(bad(&origin, format!("is truncated (section {i} of {count} ends past the end of the file)")));
             }
-            let sha256 = b[e + 32..e + 64].try_into().unwrap_or_default();
-            sections.push(Section { kind, flags, start: at, stored: stored as usize, len, sha256 });
             at += stored as usize;
         }
         if at != size {
             return Err(bad(&origin, "is corrupt (its sections do not end where the file does)"));
         }
-        drop((head, b));
+        let sections = Toc { raw: b.into_owned(), count };
+        drop(head);
         let mut bundle = Bundle {
             origin,
             data,
@@ -577,7 +607,7 @@ impl Bundle {
 
     /// Read the metadata (section 0) and the lookup table (section 1).
     fn read_metadata(&mut self) -> Result<()> {
-        if self.sections.first().map(|s| s.kind) != Some(SECTION_METADATA) {
+        if self.sections.get(0).map(|s| s.kind) != Some(SECTION_METADATA) {
             return Err(bad(&self.origin, "is corrupt (its first section is not the metadata)"));
         }
         let raw = self.section(0)?;
@@ -599,7 +629,7 @@ impl Bundle {
                 format!("is corrupt (its metadata counts {} programs, its lookup table {})", meta.programs, lookup.programs),
             ));
         }
-        self.slots = (0..lookup.programs).map(|_| Slot::default()).collect();
+        self.slots = (0..lookup.programs).map(|_| OnceLock::new()).collect();
         self.lookup = lookup;
         self.nvrtc = meta.nvrtc;
         self.nvrtc_build = meta.nvrtc_build;
@@ -633,7 +663,9 @@ impl Bundle {
     /// first call.
     pub fn program_at(&self, i: usize) -> Result<&BundledProgram> {
         let slot = self.slots.get(i).ok_or_else(|| bad(&self.origin, format!("has no program {i} (it has {})", self.slots.len())))?;
-        slot.program.get_or_init(|| self.read_program(i).map_err(|e| e.to_string())).as_ref().map_err(|e| Error::Bundle(e.clone()))
+        let slot =
+            slot.get_or_init(|| Box::new(Slot { program: self.read_program(i).map_err(|e| e.to_string()), details: OnceLock::new() }));
+        slot.program.as_ref().map_err(|e| Error::Bundle(e.clone()))
     }
 
     fn read_program(&self, i: usize) -> Result<BundledProgram> {
@@ -681,8 +713,8 @@ impl Bundle {
     /// `program` is one of this bundle's (its sections are this bundle's to read), else an
     /// error: a program of another bundle must not be served this one's bytes.
     fn own(&self, program: &BundledProgram) -> Result<&Slot> {
-        match self.slots.get(program.position) {
-            Some(slot) if slot.program.get().and_then(|p| p.as_ref().ok()).is_some_and(|p| std::ptr::eq(p, program)) => Ok(slot),
+        match self.slots.get(program.position).and_then(OnceLock::get) {
+            Some(slot) if slot.program.as_ref().is_ok_and(|p| std::ptr::eq(p, program)) => Ok(slot),
             _ => Err(Error::Bundle(format!("the program {} is not one of bundle {}'s", program.name, self.origin))),
         }
     }
@@ -721,7 +753,7 @@ impl Bundle {
 
     /// Section `i`'s bytes, its checksum verified, inflated.
     fn section(&self, i: usize) -> Result<Vec<u8>> {
-        let s = *self.sections.get(i).ok_or_else(|| bad(&self.origin, format!("has no section {i}")))?;
+        let s = self.sections.get(i).ok_or_else(|| bad(&self.origin, format!("has no section {i}")))?;
         let raw = self.data.read(s.start, s.stored).map_err(|e| bad(&self.origin, format!("cannot be read (section {i}): {e}")))?;
         if Sha256::digest(&raw).as_slice() != s.sha256 {
             return Err(bad(&self.origin, format!("is corrupt (the SHA-256 checksum of section {i} does not match its contents)")));
@@ -1181,7 +1213,7 @@ mod tests {
     /// Every section of `bundle`, inflated, to change and [`seal`] again.
     fn sections_of(bundle: &[u8]) -> Vec<(u32, Vec<u8>)> {
         let b = Bundle::from_vec(bundle.to_vec(), "t").unwrap();
-        (0..b.sections.len()).map(|i| (b.sections[i].kind, b.section(i).unwrap())).collect()
+        (0..b.sections.len()).map(|i| (b.sections.get(i).unwrap().kind, b.section(i).unwrap())).collect()
     }
 
     #[test]
@@ -1246,7 +1278,7 @@ mod tests {
         // Only the programs looked up are read.
         let b = Bundle::from_vec(several(), "t").unwrap();
         b.find("none", &f, &["k<c>".to_string()]).unwrap();
-        let read: Vec<bool> = b.slots.iter().map(|s| s.program.get().is_some()).collect();
+        let read: Vec<bool> = b.slots.iter().map(|s| s.get().is_some()).collect();
         assert_eq!(read, [false, true, false, false]);
         assert!(b.verify().is_ok());
     }
@@ -1268,8 +1300,8 @@ mod tests {
         // The table of contents, the metadata and the lookup table: refused at load.
         let sections = Bundle::from_vec(good.clone(), "t").unwrap().sections;
         assert!(err(flip(HEADER + 3)).contains("checksum of its table of contents"));
-        assert!(err(flip(sections[0].start + 1)).contains("checksum of section 0"));
-        assert!(err(flip(sections[1].start + 1)).contains("checksum of section 1"));
+        assert!(err(flip(sections.get(0).unwrap().start + 1)).contains("checksum of section 0"));
+        assert!(err(flip(sections.get(1).unwrap().start + 1)).contains("checksum of section 1"));
         // Another format version: the version 2 of caijit before this one, or any other.
         for v in [2, 9] {
             let mut version = good.clone();
@@ -1408,7 +1440,7 @@ mod tests {
         let good = several();
         let b = Bundle::from_vec(good.clone(), "t").unwrap();
         let p = b.program_at(0).unwrap();
-        let sm80 = b.sections[p.images[0].section];
+        let sm80 = b.sections.get(p.images[0].section).unwrap();
         let mut damaged = good.clone();
         damaged[sm80.start + sm80.stored / 2] ^= 1;
         let d = Bundle::from_vec(damaged, "d").expect("loading reads the metadata and the lookup table only");
@@ -1418,14 +1450,14 @@ mod tests {
         assert!(e.contains(&format!("is corrupt (the SHA-256 checksum of section {} does not match", p.images[0].section)), "{e}");
         assert!(d.verify().is_err() && b.verify().is_ok());
         // A damaged description: the program's details, and the listing, say so.
-        let description = b.sections[p.description_section];
+        let description = b.sections.get(p.description_section).unwrap();
         let mut damaged = good.clone();
         damaged[description.start + 1] ^= 1;
         let d = Bundle::from_vec(damaged, "d").unwrap();
         assert!(d.details(d.program_at(0).unwrap()).unwrap_err().to_string().contains("checksum"));
         assert!(d.describe().is_err());
         // A damaged record: a lookup that finds it is an error; others are not.
-        let record = b.sections[b.lookup.record_section(1)];
+        let record = b.sections.get(b.lookup.record_section(1)).unwrap();
         let mut damaged = good;
         damaged[record.start + 1] ^= 1;
         let d = Bundle::from_vec(damaged, "d").unwrap();
@@ -1456,7 +1488,7 @@ mod tests {
         std::fs::write(&path, &good).unwrap();
         let b = Bundle::open(&path).unwrap();
         let p = b.program_at(0).unwrap();
-        let sm90 = b.sections[p.images.iter().find(|i| i.arch == 90).unwrap().section];
+        let sm90 = b.sections.get(p.images.iter().find(|i| i.arch == 90).unwrap().section).unwrap();
         std::fs::write(&path, &good[..sm90.start + 1]).unwrap();
         assert!(b.image(p, 90).unwrap_err().to_string().contains("cannot be read"));
         let mut flipped = good.clone();
