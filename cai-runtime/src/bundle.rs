@@ -13,20 +13,26 @@
 //! (per section `kind: u32, flags: u32, offset: u64, stored length: u64, length: u64` (LE)
 //! and the SHA-256 of its stored bytes), the SHA-256 of everything before it, then the
 //! sections' stored bytes. Flag bit 0: the stored bytes are raw DEFLATE (RFC 1951).
-//! Section 0 is the index (JSON): per program what a lookup needs, and the positions of
-//! its other sections.
+//! Section 0 is the metadata (JSON: versions, architectures, the number of programs);
+//! section 1 the lookup table: fixed-size records, sorted, that map the SHA-256 of a bundle
+//! key, of a family key, and of a family key with a name expression, to a program number,
+//! and each program number to the section of the program's record (JSON: its key, name,
+//! name expressions, kernels and the positions of its other sections).
 //!
-//! Opening a bundle reads the header, the table of contents and the index, and checks
-//! those (and that every section lies within the file); a section's checksum is checked
-//! and its bytes inflated only when it is first used (a program's description, its
-//! `.entry` declarations and the code for the device, when one of its instances is looked
-//! up). Loading costs the same however many programs a bundle holds: a bundle file is
-//! kept open and read a section at a time, never whole.
+//! Opening a bundle reads the header, the table of contents, the metadata and the lookup
+//! table, and checks those (and that every section lies within the file, and that the
+//! table's records are in order and name programs that exist); a section's checksum is
+//! checked and its bytes inflated only when it is first used (a program's record when a
+//! lookup finds it, its description, its `.entry` declarations and the code for the
+//! device when one of its instances is looked up). A lookup is a binary search of the
+//! table, in place: opening a bundle and finding a program cost nearly the same however
+//! many programs it holds. A bundle file is kept open and read a section at a time, never
+//! whole.
 //!
 //! # Examples
 //! ```no_run
 //! let bundle = cai_runtime::bundle::Bundle::open("app.caijit")?;
-//! for p in bundle.programs() {
+//! for p in bundle.programs()? {
 //!     println!("{} ({} kernels)", p.name, p.kernel_names.len());
 //! }
 //! cai_runtime::bundle::install(bundle);
@@ -46,24 +52,35 @@ use crate::{Error, Result};
 /// The first eight bytes of every bundle.
 pub const MAGIC: &[u8; 8] = b"CAIJITBN";
 /// The format version this caijit reads and writes.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// The caijit version a bundle must have been baked by (its keys and layouts are this
 /// version's).
 pub const CAIJIT_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// Section kinds.
-pub const SECTION_INDEX: u32 = 1;
+/// The metadata (JSON), section 0: versions, architectures, the number of programs.
+pub const SECTION_METADATA: u32 = 1;
 pub const SECTION_CUBIN: u32 = 2;
 pub const SECTION_PTX: u32 = 3;
 pub const SECTION_ENTRIES: u32 = 4;
-/// A program's description (JSON): what the index leaves out.
-pub const SECTION_PROGRAM: u32 = 5;
+/// A program's description (JSON): what its record leaves out.
+pub const SECTION_DESCRIPTION: u32 = 5;
+/// The lookup table (binary), section 1.
+pub const SECTION_LOOKUP: u32 = 6;
+/// A program's record (JSON): what a lookup needs, and where its other sections are.
+pub const SECTION_RECORD: u32 = 7;
 
 const FLAG_DEFLATE: u32 = 1;
 /// Bytes of the header before the table of contents, and of one entry of it.
 const HEADER: usize = 16;
 const TOC_ENTRY: usize = 64;
 const DIGEST: usize = 32;
+/// Bytes of the lookup table's header (program count, name expression record count), of a
+/// key or family record (digest, program number), and of a name expression record (family
+/// digest, name expression digest, program number).
+const LOOKUP_HEADER: usize = 8;
+const KEY_RECORD: usize = DIGEST + 4;
+const EXPR_RECORD: usize = 2 * DIGEST + 4;
 /// No section is stored in, or inflates to, more than this (a corrupt length must not
 /// exhaust memory).
 const MAX_SECTION: u64 = 1 << 30;
@@ -86,7 +103,7 @@ pub struct ImageRef {
     pub section: usize,
 }
 
-/// A kernel parameter as the index describes it (for listings; launches read layouts
+/// A kernel parameter as a program's description lists it (for listings; launches read layouts
 /// from the `.entry` declarations, as after a compilation).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParamSummary {
@@ -105,7 +122,7 @@ pub struct KernelSummary {
     pub params: Vec<ParamSummary>,
 }
 
-/// One bundled program, as the index lists it: what a lookup needs. The rest
+/// One bundled program, as its record lists it: what a lookup needs. The rest
 /// ([`ProgramDetails`]) is read when it is first asked for ([`Bundle::details`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -129,7 +146,7 @@ pub struct BundledProgram {
     position: usize,
 }
 
-/// What the bundle says of a program beyond its index entry (its description section).
+/// What the bundle says of a program beyond its record (its description section).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ProgramDetails {
@@ -142,18 +159,19 @@ pub struct ProgramDetails {
     pub kernels: Vec<KernelSummary>,
 }
 
-/// The index (section 0) as stored: what [`Bundle::open`] reads into [`BundledProgram`]s.
+/// The metadata (section 0) as stored.
 #[derive(Deserialize)]
-struct StoredIndex {
+struct StoredMetadata {
     caijit: String,
     #[serde(default)]
     nvrtc: String,
     #[serde(default)]
     nvrtc_build: String,
     archs: Vec<u32>,
-    programs: Vec<StoredProgram>,
+    programs: usize,
 }
 
+/// A program's record as stored: what [`Bundle::program_at`] reads into a [`BundledProgram`].
 #[derive(Deserialize)]
 struct StoredProgram {
     key: String,
@@ -216,27 +234,200 @@ struct Section {
     sha256: [u8; DIGEST],
 }
 
-/// A bundle whose header, table of contents and index were read and verified; the other
-/// sections are verified when first used.
+/// A bundle whose header, table of contents, metadata and lookup table were read and
+/// verified; the other sections are verified when first used.
 #[derive(Debug)]
 pub struct Bundle {
     origin: String,
     data: Bytes,
-    sections: Vec<Section>,
+    sections: Toc,
     /// The checksum of the header and table of contents: it covers every section's
     /// checksum, so two bundles of the same one hold the same bytes.
     toc_sha256: [u8; DIGEST],
     nvrtc: String,
     nvrtc_build: String,
     archs: Vec<u32>,
-    programs: Vec<BundledProgram>,
-    /// Each program's details, read at their first use (a failure is kept: the bytes
-    /// do not change).
-    details: Vec<OnceLock<std::result::Result<ProgramDetails, String>>>,
+    lookup: Lookup,
+    /// Each program's record and details, read at their first use (a failure is kept: the
+    /// bytes do not change); a pointer each until then.
+    slots: Vec<OnceLock<Box<Slot>>>,
+}
+
+#[derive(Debug)]
+struct Slot {
+    program: std::result::Result<BundledProgram, String>,
+    details: OnceLock<std::result::Result<ProgramDetails, String>>,
+}
+
+/// The table of contents as read at open (its checksum, and that its sections follow each
+/// other to the end of the file, verified then): an entry is decoded when its section is
+/// used, so that opening allocates nothing per section.
+#[derive(Debug, Default)]
+struct Toc {
+    raw: Vec<u8>,
+    count: usize,
+}
+
+impl Toc {
+    fn len(&self) -> usize {
+        self.count
+    }
+
+    fn get(&self, i: usize) -> Option<Section> {
+        if i >= self.count {
+            return None;
+        }
+        let e = &self.raw[HEADER + i * TOC_ENTRY..HEADER + (i + 1) * TOC_ENTRY];
+        let u32_at = |k: usize| u32::from_le_bytes(e[k..k + 4].try_into().unwrap_or_default());
+        let u64_at = |k: usize| u64::from_le_bytes(e[k..k + 8].try_into().unwrap_or_default());
+        Some(Section {
+            kind: u32_at(0),
+            flags: u32_at(4),
+            // Verified at open to lie within the file.
+            start: u64_at(8) as usize,
+            stored: u64_at(16) as usize,
+            len: u64_at(24),
+            sha256: e[32..64].try_into().unwrap_or_default(),
+        })
+    }
+}
+
+/// The lookup table (section 1), its shape and order verified at open, searched in place.
+///
+/// After its header (the program count `n` and the name expression record count `m`, u32
+/// LE): `n` section numbers (u32 LE), program `i`'s record's at `i`; then `n` key records
+/// (the SHA-256 of a program's bundle key, its program number), `n` family records (of its
+/// family key), and `m` name expression records (the SHA-256 of a family key, of one of the
+/// program's name expressions, its program number). Program numbers there are u32
+/// big-endian, so that each list, sorted by its records' bytes, is sorted by digest, then
+/// program number; each is strictly increasing.
+#[derive(Debug, Default)]
+struct Lookup {
+    raw: Vec<u8>,
+    programs: usize,
+}
+
+impl Lookup {
+    /// The table in `raw`, for a bundle of `sections`; `Err`: what is wrong with it.
+    fn parse(raw: Vec<u8>, sections: &Toc) -> std::result::Result<Lookup, String> {
+        let count = |at: usize| raw.get(at..at + 4).map_or(0, |b| u32::from_le_bytes(b.try_into().unwrap_or_default()) as usize);
+        let (n, m) = (count(0), count(4));
+        // Every program has a record section of its own: `n` is bounded by the sections.
+        if raw.len() < LOOKUP_HEADER || n > sections.len() || m > raw.len() / EXPR_RECORD {
+            return Err(format!("its counts ({n} programs, {m} name expression records) are not valid"));
+        }
+        let want = LOOKUP_HEADER + n * (4 + 2 * KEY_RECORD) + m * EXPR_RECORD;
+        if raw.len() != want {
+            return Err(format!("it is {} bytes, not the {want} of {n} programs and {m} name expression records", raw.len()));
+        }
+        let lookup = Lookup { raw, programs: n };
+        for i in 0..n {
+            let s = lookup.record_section(i);
+            if sections.get(s).map(|s| s.kind) != Some(SECTION_RECORD) {
+                return Err(format!("program {i}'s record is section {s}, which is not a program record"));
+            }
+        }
+        check(lookup.keys(), "key", n, true)?;
+        check(lookup.families(), "family", n, true)?;
+        check(lookup.exprs(), "name expression", n, false)?;
+        Ok(lookup)
+    }
+
+    /// The section of program `i`'s record (`i` below the program count).
+    fn record_section(&self, i: usize) -> usize {
+        let at = LOOKUP_HEADER + 4 * i;
+        u32::from_le_bytes(self.raw[at..at + 4].try_into().unwrap_or_default()) as usize
+    }
+
+    fn keys(&self) -> &[[u8; KEY_RECORD]] {
+        let at = LOOKUP_HEADER + 4 * self.programs;
+        self.raw[at..at + KEY_RECORD * self.programs].as_chunks().0
+    }
+
+    fn families(&self) -> &[[u8; KEY_RECORD]] {
+        let at = LOOKUP_HEADER + (4 + KEY_RECORD) * self.programs;
+        self.raw[at..at + KEY_RECORD * self.programs].as_chunks().0
+    }
+
+    fn exprs(&self) -> &[[u8; EXPR_RECORD]] {
+        self.raw[LOOKUP_HEADER + (4 + 2 * KEY_RECORD) * self.programs..].as_chunks().0
+    }
+
+    /// The programs whose records in `table` start with `prefix`, lowest first.
+    fn matching<'a, const W: usize>(table: &'a [[u8; W]], prefix: &'a [u8]) -> impl Iterator<Item = usize> + 'a {
+        let first = table.partition_point(|r| &r[..prefix.len()] < prefix);
+        table[first..].iter().take_while(move |r| r.starts_with(prefix)).map(|r| program_of(r))
+    }
+
+    /// The lowest program of bundle key digest `key`.
+    fn by_key(&self, key: &[u8; DIGEST]) -> Option<usize> {
+        Lookup::matching(self.keys(), key).next()
+    }
+
+    /// The lowest program of family digest `family` that has every name expression of
+    /// digests `exprs`.
+    fn by_family(&self, family: &[u8; DIGEST], exprs: &[[u8; DIGEST]]) -> Option<usize> {
+        let Some((first, rest)) = exprs.split_first() else { return Lookup::matching(self.families(), family).next() };
+        let mut prefix = [0; 2 * DIGEST];
+        prefix[..DIGEST].copy_from_slice(family);
+        prefix[DIGEST..].copy_from_slice(first);
+        let found = Lookup::matching(self.exprs(), &prefix).find(|&p| rest.iter().all(|e| self.has_expr(family, e, p)));
+        found
+    }
+
+    fn has_expr(&self, family: &[u8; DIGEST], expr: &[u8; DIGEST], program: usize) -> bool {
+        self.exprs().binary_search(&expr_record(family, expr, program)).is_ok()
+    }
+}
+
+/// `table` (of `what` records) is strictly increasing and names programs below `n`, each
+/// exactly once when `once`; `Err`: what is wrong.
+fn check<const W: usize>(table: &[[u8; W]], what: &str, n: usize, once: bool) -> std::result::Result<(), String> {
+    if table.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(format!("its {what} records are not in order"));
+    }
+    let mut seen = vec![false; if once { n } else { 0 }];
+    for r in table {
+        let p = program_of(r);
+        if p >= n {
+            return Err(format!("a {what} record names program {p}, of {n}"));
+        }
+        if once && std::mem::replace(&mut seen[p], true) {
+            return Err(format!("program {p} has more than one {what} record"));
+        }
+    }
+    // `n` records, each program at most once: each exactly once.
+    Ok(())
+}
+
+/// The program number at the end of a lookup record.
+fn program_of(record: &[u8]) -> usize {
+    u32::from_be_bytes(record[record.len() - 4..].try_into().unwrap_or_default()) as usize
+}
+
+fn key_record(digest: &[u8; DIGEST], program: usize) -> [u8; KEY_RECORD] {
+    let mut r = [0; KEY_RECORD];
+    r[..DIGEST].copy_from_slice(digest);
+    r[DIGEST..].copy_from_slice(&(program as u32).to_be_bytes());
+    r
+}
+
+fn expr_record(family: &[u8; DIGEST], expr: &[u8; DIGEST], program: usize) -> [u8; EXPR_RECORD] {
+    let mut r = [0; EXPR_RECORD];
+    r[..DIGEST].copy_from_slice(family);
+    r[DIGEST..2 * DIGEST].copy_from_slice(expr);
+    r[2 * DIGEST..].copy_from_slice(&(program as u32).to_be_bytes());
+    r
+}
+
+/// What the lookup table holds of a key, a family key or a name expression: the SHA-256 of
+/// its text.
+fn digest(text: &str) -> [u8; DIGEST] {
+    Sha256::digest(text.as_bytes()).into()
 }
 
 /// A bundle's bytes: in memory (embedded, or given), or a file read a section at a time, so
-/// that opening one reads only its header, table of contents and index, however large it
+/// that opening one reads only its header, table of contents, metadata and lookup table, however large it
 /// is (the kernel library's bundle for four architectures and PTX is 12.7 MB).
 #[derive(Debug)]
 enum Bytes {
@@ -377,12 +568,10 @@ impl Bundle {
             return Err(bad(&origin, "is corrupt (the SHA-256 checksum of its table of contents does not match)"));
         }
         // Sections follow the table one after the other, up to the end of the file.
-        let mut sections = Vec::with_capacity(count);
         let mut at = toc_end + DIGEST;
         for i in 0..count {
             let e = HEADER + i * TOC_ENTRY;
-            let (kind, flags, start, stored, len) =
-                (u32_at(&b, e), u32_at(&b, e + 4), u64_at(&b, e + 8), u64_at(&b, e + 16), u64_at(&b, e + 24));
+            let (flags, start, stored, len) = (u32_at(&b, e + 4), u64_at(&b, e + 8), u64_at(&b, e + 16), u64_at(&b, e + 24));
             if start != at as u64
                 || len > MAX_SECTION
                 || stored > MAX_SECTION
@@ -394,14 +583,13 @@ impl Bundle {
             if stored > (size - at) as u64 {
                 return Err(bad(&origin, format!("is truncated (section {i} of {count} ends past the end of the file)")));
             }
-            let sha256 = b[e + 32..e + 64].try_into().unwrap_or_default();
-            sections.push(Section { kind, flags, start: at, stored: stored as usize, len, sha256 });
             at += stored as usize;
         }
         if at != size {
             return Err(bad(&origin, "is corrupt (its sections do not end where the file does)"));
         }
-        drop((head, b));
+        let sections = Toc { raw: b.into_owned(), count };
+        drop(head);
         let mut bundle = Bundle {
             origin,
             data,
@@ -410,73 +598,53 @@ impl Bundle {
             nvrtc: String::new(),
             nvrtc_build: String::new(),
             archs: vec![],
-            programs: vec![],
-            details: vec![],
+            lookup: Lookup::default(),
+            slots: vec![],
         };
-        bundle.read_index()?;
+        bundle.read_metadata()?;
         Ok(bundle)
     }
 
-    fn read_index(&mut self) -> Result<()> {
-        if self.sections.first().map(|s| s.kind) != Some(SECTION_INDEX) {
-            return Err(bad(&self.origin, "is corrupt (its first section is not the index)"));
+    /// Read the metadata (section 0) and the lookup table (section 1).
+    fn read_metadata(&mut self) -> Result<()> {
+        if self.sections.get(0).map(|s| s.kind) != Some(SECTION_METADATA) {
+            return Err(bad(&self.origin, "is corrupt (its first section is not the metadata)"));
         }
         let raw = self.section(0)?;
-        // Read straight into its types (a third of the time of a `Value` and its conversion).
-        let index: StoredIndex = match serde_json::from_slice(&raw) {
-            Ok(index) => index,
-            Err(e) => return Err(self.index_error(&raw, e)),
+        let meta: StoredMetadata = match serde_json::from_slice(&raw) {
+            Ok(meta) => meta,
+            Err(e) => return Err(self.metadata_error(&raw, e)),
         };
-        if index.caijit != CAIJIT_VERSION {
-            return Err(self.built_by(&index.caijit));
+        if meta.caijit != CAIJIT_VERSION {
+            return Err(self.built_by(&meta.caijit));
         }
-        let origin = self.origin.clone();
-        let corrupt = |what: &str| bad(&origin, format!("is corrupt (its index has no valid {what})"));
-        let section_of = |i: usize, kind: u32, what: &str| -> Result<usize> {
-            match self.sections.get(i) {
-                Some(s) if s.kind == kind => Ok(i),
-                _ => Err(corrupt(what)),
-            }
-        };
-        let mut programs = Vec::with_capacity(index.programs.len());
-        for (position, p) in index.programs.into_iter().enumerate() {
-            let mut images = Vec::with_capacity(p.images.len());
-            for im in p.images {
-                let (kind, want) = match im.kind.as_str() {
-                    "cubin" => (ImageKind::Cubin, SECTION_CUBIN),
-                    "ptx" => (ImageKind::Ptx, SECTION_PTX),
-                    _ => return Err(corrupt("image kind")),
-                };
-                images.push(ImageRef { arch: im.arch, kind, section: section_of(im.section, want, "image section")? });
-            }
-            programs.push(BundledProgram {
-                description_section: section_of(p.description_section, SECTION_PROGRAM, "description section")?,
-                entries_section: section_of(p.entries_section, SECTION_ENTRIES, "entries section")?,
-                key: p.key,
-                family: p.family,
-                name: p.name,
-                name_expressions: p.name_expressions,
-                kernel_names: p.kernels,
-                images,
-                position,
-            });
+        if self.sections.get(1).map(|s| s.kind) != Some(SECTION_LOOKUP) {
+            return Err(bad(&self.origin, "is corrupt (its second section is not the lookup table)"));
         }
-        self.nvrtc = index.nvrtc;
-        self.nvrtc_build = index.nvrtc_build;
-        self.archs = index.archs;
-        self.details = programs.iter().map(|_| OnceLock::new()).collect();
-        self.programs = programs;
+        let lookup = Lookup::parse(self.section(1)?, &self.sections)
+            .map_err(|e| bad(&self.origin, format!("is corrupt (its lookup table is not valid: {e})")))?;
+        if lookup.programs != meta.programs {
+            return Err(bad(
+                &self.origin,
+                format!("is corrupt (its metadata counts {} programs, its lookup table {})", meta.programs, lookup.programs),
+            ));
+        }
+        self.slots = (0..lookup.programs).map(|_| OnceLock::new()).collect();
+        self.lookup = lookup;
+        self.nvrtc = meta.nvrtc;
+        self.nvrtc_build = meta.nvrtc_build;
+        self.archs = meta.archs;
         Ok(())
     }
 
-    /// Why `raw` is no index this caijit reads: another version's (whose index may have
-    /// another shape), not JSON, or JSON without what an index has (`e`).
-    fn index_error(&self, raw: &[u8], e: serde_json::Error) -> Error {
+    /// Why `raw` is no metadata this caijit reads: another version's (whose metadata may
+    /// have another shape), not JSON, or JSON without what the metadata has (`e`).
+    fn metadata_error(&self, raw: &[u8], e: serde_json::Error) -> Error {
         match serde_json::from_slice::<Value>(raw) {
-            Err(e) => bad(&self.origin, format!("is corrupt (its index is not JSON: {e})")),
+            Err(e) => bad(&self.origin, format!("is corrupt (its metadata is not JSON: {e})")),
             Ok(v) => match v["caijit"].as_str() {
                 Some(made_by) if made_by != CAIJIT_VERSION => self.built_by(made_by),
-                _ => bad(&self.origin, format!("is corrupt (its index is not valid: {e})")),
+                _ => bad(&self.origin, format!("is corrupt (its metadata is not valid: {e})")),
             },
         }
     }
@@ -491,19 +659,70 @@ impl Bundle {
         )
     }
 
+    /// Program `i` (of [`Bundle::program_count`]): its record, verified and read at the
+    /// first call.
+    pub fn program_at(&self, i: usize) -> Result<&BundledProgram> {
+        let slot = self.slots.get(i).ok_or_else(|| bad(&self.origin, format!("has no program {i} (it has {})", self.slots.len())))?;
+        let slot =
+            slot.get_or_init(|| Box::new(Slot { program: self.read_program(i).map_err(|e| e.to_string()), details: OnceLock::new() }));
+        slot.program.as_ref().map_err(|e| Error::Bundle(e.clone()))
+    }
+
+    fn read_program(&self, i: usize) -> Result<BundledProgram> {
+        let section = self.lookup.record_section(i);
+        let raw = self.section(section)?;
+        let corrupt = |what: &str| bad(&self.origin, format!("is corrupt (the record of program {i}, section {section}, {what})"));
+        let p: StoredProgram = serde_json::from_slice(&raw).map_err(|e| corrupt(&format!("is not valid: {e}")))?;
+        let section_of = |i: usize, kind: u32, what: &str| -> Result<usize> {
+            match self.sections.get(i) {
+                Some(s) if s.kind == kind => Ok(i),
+                _ => Err(corrupt(&format!("has no valid {what}"))),
+            }
+        };
+        let mut images = Vec::with_capacity(p.images.len());
+        for im in p.images {
+            let (kind, want) = match im.kind.as_str() {
+                "cubin" => (ImageKind::Cubin, SECTION_CUBIN),
+                "ptx" => (ImageKind::Ptx, SECTION_PTX),
+                _ => return Err(corrupt("has no valid image kind")),
+            };
+            images.push(ImageRef { arch: im.arch, kind, section: section_of(im.section, want, "image section")? });
+        }
+        // The lookup table lists the program as its record says (each program has one key
+        // and one family record: then both are right).
+        let family = digest(&p.family);
+        let listed = self.lookup.keys().binary_search(&key_record(&digest(&p.key), i)).is_ok()
+            && self.lookup.families().binary_search(&key_record(&family, i)).is_ok()
+            && p.name_expressions.iter().all(|e| self.lookup.has_expr(&family, &digest(e), i));
+        if !listed {
+            return Err(corrupt("does not match the lookup table"));
+        }
+        Ok(BundledProgram {
+            description_section: section_of(p.description_section, SECTION_DESCRIPTION, "description section")?,
+            entries_section: section_of(p.entries_section, SECTION_ENTRIES, "entries section")?,
+            key: p.key,
+            family: p.family,
+            name: p.name,
+            name_expressions: p.name_expressions,
+            kernel_names: p.kernels,
+            images,
+            position: i,
+        })
+    }
+
     /// `program` is one of this bundle's (its sections are this bundle's to read), else an
     /// error: a program of another bundle must not be served this one's bytes.
-    fn own(&self, program: &BundledProgram) -> Result<()> {
-        match self.programs.get(program.position) {
-            Some(p) if std::ptr::eq(p, program) => Ok(()),
+    fn own(&self, program: &BundledProgram) -> Result<&Slot> {
+        match self.slots.get(program.position).and_then(OnceLock::get) {
+            Some(slot) if slot.program.as_ref().is_ok_and(|p| std::ptr::eq(p, program)) => Ok(slot),
             _ => Err(Error::Bundle(format!("the program {} is not one of bundle {}'s", program.name, self.origin))),
         }
     }
 
-    /// What the bundle says of `program` beyond its index entry: its description section,
+    /// What the bundle says of `program` beyond its record: its description section,
     /// verified and read at the first call.
     pub fn details(&self, program: &BundledProgram) -> Result<&ProgramDetails> {
-        self.own(program)?;
+        let slot = self.own(program)?;
         let read = || -> Result<ProgramDetails> {
             let raw = self.section(program.description_section)?;
             let d: StoredDetails = serde_json::from_slice(&raw)
@@ -529,13 +748,12 @@ impl Bundle {
                 kernels,
             })
         };
-        let cell = self.details.get(program.position).ok_or_else(|| bad(&self.origin, format!("has no program {}", program.name)))?;
-        cell.get_or_init(|| read().map_err(|e| e.to_string())).as_ref().map_err(|e| Error::Bundle(e.clone()))
+        slot.details.get_or_init(|| read().map_err(|e| e.to_string())).as_ref().map_err(|e| Error::Bundle(e.clone()))
     }
 
     /// Section `i`'s bytes, its checksum verified, inflated.
     fn section(&self, i: usize) -> Result<Vec<u8>> {
-        let s = *self.sections.get(i).ok_or_else(|| bad(&self.origin, format!("has no section {i}")))?;
+        let s = self.sections.get(i).ok_or_else(|| bad(&self.origin, format!("has no section {i}")))?;
         let raw = self.data.read(s.start, s.stored).map_err(|e| bad(&self.origin, format!("cannot be read (section {i}): {e}")))?;
         if Sha256::digest(&raw).as_slice() != s.sha256 {
             return Err(bad(&self.origin, format!("is corrupt (the SHA-256 checksum of section {i} does not match its contents)")));
@@ -551,14 +769,31 @@ impl Bundle {
         String::from_utf8(self.section(i)?).map_err(|_| bad(&self.origin, format!("is corrupt (section {i} is not UTF-8 text)")))
     }
 
-    /// Verify every section's checksum (and that it inflates), as a use of each would: what
-    /// `python -m caijit bundle info` and baking do; loading verifies sections lazily.
+    /// Verify every section's checksum (and that it inflates), every program's record and
+    /// description, and that the lookup table lists each program as its record says, and
+    /// nothing else: what `python -m caijit bundle info` and baking do; loading verifies
+    /// sections lazily.
     pub fn verify(&self) -> Result<()> {
         for i in 0..self.sections.len() {
             self.section(i)?;
         }
-        for p in &self.programs {
+        let mut exprs = 0;
+        for p in self.programs()? {
             self.details(p)?;
+            let mut own: Vec<&String> = p.name_expressions.iter().collect();
+            own.sort_unstable();
+            own.dedup();
+            exprs += own.len();
+        }
+        // Each program's name expressions are listed (its record was checked): no others are.
+        if exprs != self.lookup.exprs().len() {
+            return Err(bad(
+                &self.origin,
+                format!(
+                    "is corrupt (its lookup table has {} name expression records; its programs have {exprs} name expressions)",
+                    self.lookup.exprs().len()
+                ),
+            ));
         }
         Ok(())
     }
@@ -579,20 +814,49 @@ impl Bundle {
     pub fn archs(&self) -> &[u32] {
         &self.archs
     }
-    pub fn programs(&self) -> &[BundledProgram] {
-        &self.programs
+    /// How many programs it holds.
+    pub fn program_count(&self) -> usize {
+        self.slots.len()
     }
 
-    /// The program of bundle key `key`.
-    pub fn program(&self, key: &str) -> Option<&BundledProgram> {
-        self.programs.iter().find(|p| p.key == key)
+    /// Every program, in order: each one's record read (and verified) at its first use, so
+    /// an error if one is damaged.
+    pub fn programs(&self) -> Result<Vec<&BundledProgram>> {
+        (0..self.slots.len()).map(|i| self.program_at(i)).collect()
     }
 
-    /// The program of bundle key `key`, else one of family `family` that has every name
-    /// expression of `exprs`.
-    pub fn find(&self, key: &str, family: &str, exprs: &[String]) -> Option<&BundledProgram> {
-        self.program(key)
-            .or_else(|| self.programs.iter().find(|p| p.family == family && exprs.iter().all(|e| p.name_expressions.contains(e))))
+    /// The program of bundle key `key`: `Ok(None)` when the bundle has none, `Err` when its
+    /// record is damaged.
+    pub fn program(&self, key: &str) -> Result<Option<&BundledProgram>> {
+        let Some(i) = self.lookup.by_key(&digest(key)) else { return Ok(None) };
+        let p = self.program_at(i)?;
+        // The table listed its record's key (checked when the record was read).
+        self.confirm(p, p.key == key)
+    }
+
+    /// The program of bundle key `key`, else the first of family `family` that has every
+    /// name expression of `exprs`: a binary search of the lookup table, then that program's
+    /// record read (at its first use). `Err` when the record is damaged.
+    pub fn find(&self, key: &str, family: &str, exprs: &[String]) -> Result<Option<&BundledProgram>> {
+        if let Some(p) = self.program(key)? {
+            return Ok(Some(p));
+        }
+        let digests: Vec<[u8; DIGEST]> = exprs.iter().map(|e| digest(e)).collect();
+        let Some(i) = self.lookup.by_family(&digest(family), &digests) else { return Ok(None) };
+        let p = self.program_at(i)?;
+        self.confirm(p, p.family == family && exprs.iter().all(|e| p.name_expressions.contains(e)))
+    }
+
+    /// `program`, found by the lookup table, if it is what was looked for (`is`): a table
+    /// naming another program is corruption, never that program served.
+    fn confirm<'a>(&self, program: &'a BundledProgram, is: bool) -> Result<Option<&'a BundledProgram>> {
+        if !is {
+            return Err(bad(
+                &self.origin,
+                format!("is corrupt (its lookup table names program {}, which is not what was looked up)", program.position),
+            ));
+        }
+        Ok(Some(program))
     }
 
     /// The PTX `.entry` declarations of `program` (what its parameter layouts are read from).
@@ -654,8 +918,8 @@ impl Bundle {
             self.nvrtc_build,
             self.archs.iter().map(|a| format!("sm_{a}")).collect::<Vec<_>>().join(", "),
         );
-        s.push_str(&format!("{} bytes, {} programs\n", self.data.len(), self.programs.len()));
-        for p in &self.programs {
+        s.push_str(&format!("{} bytes, {} programs\n", self.data.len(), self.slots.len()));
+        for p in self.programs()? {
             let images: Vec<String> = p
                 .images
                 .iter()
@@ -693,7 +957,7 @@ impl Bundle {
 #[derive(Clone, Debug, Default)]
 pub struct ProgramBlobs {
     /// The program's description (`key`, `name`, … as `docs/bundles.md` lists): its own
-    /// section; [`write()`] puts what lookups need into the index.
+    /// section; [`write()`] puts what lookups need into its record and the lookup table.
     pub description: Value,
     pub entries: String,
     /// `(arch, CUBIN)`.
@@ -724,21 +988,29 @@ pub fn save(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 /// Write a bundle: `nvrtc` / `nvrtc_build` name the compiler, `archs` the architectures
-/// baked. Sections but the index are compressed (raw DEFLATE) where that makes them smaller.
+/// baked. Sections but the metadata and the lookup table are compressed (raw DEFLATE)
+/// where that makes them smaller.
 pub fn write(nvrtc: &str, nvrtc_build: &str, archs: &[u32], programs: Vec<ProgramBlobs>) -> Vec<u8> {
-    let mut sections: Vec<(u32, Vec<u8>)> = vec![(SECTION_INDEX, Vec::new())];
-    let mut listed = Vec::new();
-    for p in programs {
+    let count = programs.len();
+    let mut sections: Vec<(u32, Vec<u8>)> = vec![(SECTION_METADATA, Vec::new()), (SECTION_LOOKUP, Vec::new())];
+    let (mut records, mut keys, mut families, mut exprs) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (i, p) in programs.into_iter().enumerate() {
         let d = p.description;
+        let text = |k: &str| d[k].as_str().unwrap_or_default().to_string();
+        let (key, family) = (text("key"), text("family"));
+        let names: Vec<String> =
+            d["name_expressions"].as_array().map(|a| a.iter().filter_map(|e| e.as_str().map(str::to_owned)).collect()).unwrap_or_default();
         let kernel_names: Vec<&Value> = d["kernels"].as_array().map(|ks| ks.iter().map(|k| &k["name"]).collect()).unwrap_or_default();
-        let mut entry = json!({
-            "key": d["key"], "family": d["family"], "name": d["name"], "name_expressions": d["name_expressions"],
-            "kernels": kernel_names,
+        let mut record = json!({
+            "key": key, "family": family, "name": d["name"], "name_expressions": names, "kernels": kernel_names,
         });
-        sections.push((SECTION_PROGRAM, serde_json::to_vec(&d).unwrap_or_default()));
-        entry["description_section"] = json!(sections.len() - 1);
+        records.push(sections.len() as u32);
+        sections.push((SECTION_RECORD, Vec::new()));
+        let record_section = sections.len() - 1;
+        sections.push((SECTION_DESCRIPTION, serde_json::to_vec(&d).unwrap_or_default()));
+        record["description_section"] = json!(sections.len() - 1);
         sections.push((SECTION_ENTRIES, p.entries.into_bytes()));
-        entry["entries_section"] = json!(sections.len() - 1);
+        record["entries_section"] = json!(sections.len() - 1);
         let mut images = Vec::new();
         for (arch, cubin) in p.cubins {
             sections.push((SECTION_CUBIN, cubin));
@@ -748,25 +1020,45 @@ pub fn write(nvrtc: &str, nvrtc_build: &str, archs: &[u32], programs: Vec<Progra
             sections.push((SECTION_PTX, ptx.into_bytes()));
             images.push(json!({"arch": arch, "kind": "ptx", "section": sections.len() - 1}));
         }
-        entry["images"] = Value::Array(images);
-        listed.push(entry);
+        record["images"] = Value::Array(images);
+        sections[record_section].1 = serde_json::to_vec(&record).unwrap_or_default();
+        let family = digest(&family);
+        keys.push(key_record(&digest(&key), i));
+        families.push(key_record(&family, i));
+        exprs.extend(names.iter().map(|e| expr_record(&family, &digest(e), i)));
     }
-    let index = json!({
+    keys.sort_unstable();
+    families.sort_unstable();
+    exprs.sort_unstable();
+    exprs.dedup();
+    let mut lookup = Vec::with_capacity(LOOKUP_HEADER + count * (4 + 2 * KEY_RECORD) + exprs.len() * EXPR_RECORD);
+    lookup.extend_from_slice(&(count as u32).to_le_bytes());
+    lookup.extend_from_slice(&(exprs.len() as u32).to_le_bytes());
+    lookup.extend(records.iter().flat_map(|s| s.to_le_bytes()));
+    lookup.extend(keys.iter().chain(&families).flatten());
+    lookup.extend(exprs.iter().flatten());
+    sections[1].1 = lookup;
+    let metadata = json!({
         "format": FORMAT_VERSION,
         "caijit": CAIJIT_VERSION,
         "nvrtc": nvrtc,
         "nvrtc_build": nvrtc_build,
         "archs": archs,
-        "programs": listed,
+        "programs": count,
     });
-    sections[0].1 = serde_json::to_vec(&index).unwrap_or_default();
+    sections[0].1 = serde_json::to_vec(&metadata).unwrap_or_default();
+    seal(sections)
+}
+
+/// A bundle of `sections` (kind, bytes): each compressed where that makes it smaller but
+/// the metadata and the lookup table (read at every open: inflating them would take longer
+/// than reading them), the table of contents and its checksum before them.
+fn seal(sections: Vec<(u32, Vec<u8>)>) -> Vec<u8> {
     let stored: Vec<(u32, u32, Vec<u8>, u64)> = sections
         .into_iter()
         .map(|(kind, raw)| {
             let len = raw.len() as u64;
-            // The index is read at every open: stored as it is (inflating it took longer
-            // than reading its 100 KB for the kernel library).
-            match if kind == SECTION_INDEX { None } else { deflate(&raw) } {
+            match if matches!(kind, SECTION_METADATA | SECTION_LOOKUP) { None } else { deflate(&raw) } {
                 Some(packed) => (kind, FLAG_DEFLATE, packed, len),
                 None => (kind, 0, raw, len),
             }
@@ -884,31 +1176,59 @@ pub fn add_default(path: impl Into<std::path::PathBuf>) {
 mod tests {
     use super::*;
 
-    fn sample() -> Vec<u8> {
-        let p = ProgramBlobs {
+    fn blobs(key: &str, family: &str, exprs: &[&str]) -> ProgramBlobs {
+        let lowered: Vec<Value> = exprs.iter().map(|e| json!([e, "_Z1kIfEvPT_"])).collect();
+        let kernels: Vec<Value> = exprs
+            .iter()
+            .map(|e| json!({"name": e, "lowered": "_Z1kIfEvPT_", "params": [{"name": "x", "type": "float*", "offset": 0, "size": 8}]}))
+            .collect();
+        ProgramBlobs {
             description: json!({
-                "key": "ab".repeat(32), "family": "ef".repeat(32), "name": "k.cu", "source_sha256": "cd".repeat(32), "options": ["-O3"],
-                "name_expressions": ["k<float>"], "nvrtc_options": ["-arch=sm_90"], "lowered": [["k<float>", "_Z1kIfEvPT_"]],
-                "kernels": [{"name": "k<float>", "lowered": "_Z1kIfEvPT_", "params": [{"name": "x", "type": "float*", "offset": 0, "size": 8}]}],
+                "key": key, "family": family, "name": "k.cu", "source_sha256": "cd".repeat(32), "options": ["-O3"],
+                "name_expressions": exprs, "nvrtc_options": ["-arch=sm_90"], "lowered": lowered, "kernels": kernels,
             }),
             entries: ".entry _Z1kIfEvPT_(\n.param .u64 _Z1kIfEvPT__param_0\n)".into(),
             cubins: vec![(80, vec![7; 4000]), (90, vec![9; 4000])],
             ptx: Some((90, "// ptx for compute_90".into())),
-        };
-        write("13.0", "build-id", &[80, 90], vec![p])
+        }
+    }
+
+    fn sample() -> Vec<u8> {
+        write("13.0", "build-id", &[80, 90], vec![blobs(&"ab".repeat(32), &"ef".repeat(32), &["k<float>"])])
+    }
+
+    /// Programs of one family with overlapping name expressions, and one of another family
+    /// without any.
+    fn several() -> Vec<u8> {
+        let (f, g) = ("ef".repeat(32), "01".repeat(32));
+        let programs = vec![
+            blobs("key a", &f, &["k<a>", "k<b>"]),
+            blobs("key b", &f, &["k<b>", "k<c>"]),
+            blobs("key c", &g, &[]),
+            blobs("key d", &f, &["k<c>", "k<d>", "k<a>"]),
+        ];
+        write("13.0", "build-id", &[80, 90], programs)
+    }
+
+    /// Every section of `bundle`, inflated, to change and [`seal`] again.
+    fn sections_of(bundle: &[u8]) -> Vec<(u32, Vec<u8>)> {
+        let b = Bundle::from_vec(bundle.to_vec(), "t").unwrap();
+        (0..b.sections.len()).map(|i| (b.sections.get(i).unwrap().kind, b.section(i).unwrap())).collect()
     }
 
     #[test]
     fn round_trip_and_architecture_choice() {
         let b = Bundle::from_vec(sample(), "t").unwrap();
-        assert_eq!(b.archs(), &[80, 90]);
-        let p = b.program(&"ab".repeat(32)).unwrap();
+        assert_eq!((b.archs(), b.program_count()), (&[80, 90][..], 1));
+        let p = b.program(&"ab".repeat(32)).unwrap().unwrap();
+        assert!(b.program("other").unwrap().is_none());
         // By family: a subset of its name expressions, not another one.
         let (family, float) = ("ef".repeat(32), vec!["k<float>".to_string()]);
-        assert_eq!(b.find("other", &family, &float).map(|p| &p.key), Some(&p.key));
-        assert_eq!(b.find("other", &family, &[]).map(|p| &p.key), Some(&p.key));
-        assert!(b.find("other", &family, &["k<int>".to_string()]).is_none());
-        assert!(b.find("other", "other", &float).is_none());
+        let found = |family: &str, exprs: &[String]| b.find("other", family, exprs).unwrap().map(|p| p.key.clone());
+        assert_eq!(found(&family, &float), Some(p.key.clone()));
+        assert_eq!(found(&family, &[]), Some(p.key.clone()));
+        assert!(found(&family, &["k<int>".to_string()]).is_none());
+        assert!(found("other", &float).is_none());
         assert_eq!(p.kernel_names, ["k<float>"]);
         assert_eq!(b.details(p).unwrap().lowered, vec![("k<float>".to_string(), "_Z1kIfEvPT_".to_string())]);
         assert!(b.entries(p).unwrap().contains(".param .u64"));
@@ -922,8 +1242,45 @@ mod tests {
         assert!(e.contains("no code for this device's architecture sm_75") && e.contains("sm_80, sm_90"), "{e}");
         let listing = b.describe().unwrap();
         assert!(listing.contains("kernel k<float>(float* x @0+8)"), "{listing}");
+        assert!(b.verify().is_ok());
         // Compressed: 8000 bytes of CUBIN take far less.
         assert!(sample().len() < 2000);
+    }
+
+    /// A lookup finds the program of its exact key, else the first program of its family
+    /// that has every name expression it asks for, as a search of every record would.
+    #[test]
+    fn a_lookup_finds_the_first_program_of_the_key_or_the_family() {
+        let b = Bundle::from_vec(several(), "t").unwrap();
+        let (f, g) = ("ef".repeat(32), "01".repeat(32));
+        let find = |key: &str, family: &str, exprs: &[&str]| {
+            let exprs: Vec<String> = exprs.iter().map(|e| e.to_string()).collect();
+            let found = b.find(key, family, &exprs).unwrap().map(|p| p.position);
+            // The rule, over every program's record.
+            let programs = b.programs().unwrap();
+            let want = programs
+                .iter()
+                .position(|p| p.key == key)
+                .or_else(|| programs.iter().position(|p| p.family == family && exprs.iter().all(|e| p.name_expressions.contains(e))));
+            assert_eq!(found, want, "{key} {family} {exprs:?}");
+            found
+        };
+        assert_eq!(find("key c", &f, &["k<a>"]), Some(2), "the key first");
+        assert_eq!(find("none", &f, &["k<b>"]), Some(0), "the first of several");
+        assert_eq!(find("none", &f, &["k<c>"]), Some(1));
+        assert_eq!(find("none", &f, &["k<c>", "k<a>"]), Some(3));
+        assert_eq!(find("none", &f, &["k<a>", "k<c>", "k<a>"]), Some(3));
+        assert_eq!(find("none", &f, &["k<d>", "k<b>"]), None);
+        assert_eq!(find("none", &f, &[]), Some(0));
+        assert_eq!(find("none", &g, &[]), Some(2));
+        assert_eq!(find("none", &g, &["k<a>"]), None);
+        assert_eq!(find("none", "other", &[]), None);
+        // Only the programs looked up are read.
+        let b = Bundle::from_vec(several(), "t").unwrap();
+        b.find("none", &f, &["k<c>".to_string()]).unwrap();
+        let read: Vec<bool> = b.slots.iter().map(|s| s.get().is_some()).collect();
+        assert_eq!(read, [false, true, false, false]);
+        assert!(b.verify().is_ok());
     }
 
     #[test]
@@ -940,24 +1297,119 @@ mod tests {
             b[at] ^= 1;
             b
         };
-        // The table of contents, and the index: refused at load.
+        // The table of contents, the metadata and the lookup table: refused at load.
+        let sections = Bundle::from_vec(good.clone(), "t").unwrap().sections;
         assert!(err(flip(HEADER + 3)).contains("checksum of its table of contents"));
-        let index = Bundle::from_vec(good.clone(), "t").unwrap().sections[0];
-        assert!(err(flip(index.start + 1)).contains("checksum of section 0"));
-        let mut version = good.clone();
-        version[8] = 9;
-        assert!(err(version).contains("format version 9"));
+        assert!(err(flip(sections.get(0).unwrap().start + 1)).contains("checksum of section 0"));
+        assert!(err(flip(sections.get(1).unwrap().start + 1)).contains("checksum of section 1"));
+        // Another format version: the version 2 of caijit before this one, or any other.
+        for v in [2, 9] {
+            let mut version = good.clone();
+            version[8] = v;
+            let e = err(version);
+            assert!(e.contains(&format!("has format version {v}; this caijit ({CAIJIT_VERSION}) reads version 3")), "{e}");
+        }
         assert!(err(b"ELF\x7f not a bundle at all, but long enough for a header".to_vec()).contains("not a caijit bundle"));
         // Another caijit version's bundle, correctly sealed.
-        let other = write_index(json!({"format": FORMAT_VERSION, "caijit": "0.0.0-other", "archs": [], "programs": []}));
+        let other = write_metadata(json!({"format": FORMAT_VERSION, "caijit": "0.0.0-other", "archs": [], "programs": 0}));
         assert!(err(other).contains("was built by caijit 0.0.0-other"));
-        // Another version's index of another shape is still named by its version; this
-        // version's without what an index has is corrupt.
-        let reshaped = write_index(json!({"caijit": "9.9.9", "programs": {"renamed": true}}));
+        // Another version's metadata of another shape is still named by its version; this
+        // version's without what the metadata has is corrupt.
+        let reshaped = write_metadata(json!({"caijit": "9.9.9", "programs": {"renamed": true}}));
         assert!(err(reshaped).contains("was built by caijit 9.9.9"));
-        let e = err(write_index(json!({"caijit": CAIJIT_VERSION, "programs": []})));
-        assert!(e.contains("is corrupt (its index is not valid: missing field `archs`"), "{e}");
-        assert!(err(write_index(json!("text"))).contains("index is not valid"));
+        let e = err(write_metadata(json!({"caijit": CAIJIT_VERSION, "programs": 0})));
+        assert!(e.contains("is corrupt (its metadata is not valid: missing field `archs`"), "{e}");
+        assert!(err(write_metadata(json!("text"))).contains("metadata is not valid"));
+        let e = err(write_metadata(json!({"caijit": CAIJIT_VERSION, "archs": [], "programs": 0})));
+        assert!(e.contains("its second section is not the lookup table"), "{e}");
+    }
+
+    /// A lookup table that is not what the format says (its length, counts, order, program
+    /// numbers, record sections) is refused at load; one whose records name the wrong
+    /// programs makes a lookup an error, never another program served, and `verify` finds it.
+    #[test]
+    fn a_malformed_lookup_table_is_an_error_not_a_wrong_program() {
+        let good = several();
+        let n = 4;
+        let table = sections_of(&good)[1].1.clone();
+        let (keys, families, exprs) =
+            (LOOKUP_HEADER + 4 * n, LOOKUP_HEADER + (4 + KEY_RECORD) * n, LOOKUP_HEADER + (4 + 2 * KEY_RECORD) * n);
+        let with = |change: &dyn Fn(&mut Vec<u8>)| {
+            let mut sections = sections_of(&good);
+            change(&mut sections[1].1);
+            Bundle::from_vec(seal(sections), "t")
+        };
+        let refused = |change: &dyn Fn(&mut Vec<u8>), why: &str| {
+            let Err(e) = with(change) else { panic!("{why}: accepted") };
+            let e = e.to_string();
+            assert!(e.contains("is corrupt (its lookup table is not valid: ") && e.contains(why), "{why}: {e}");
+        };
+        refused(&|t| t.truncate(t.len() - 1), "it is 787 bytes, not the 788 of 4 programs and 7 name expression records");
+        refused(&|t| t.truncate(4), "counts");
+        refused(&|t| t[4] = 200, "counts");
+        refused(&|t| t[0] = 200, "counts");
+        // The first two records of a list exchanged.
+        let swap = |t: &mut Vec<u8>, at: usize, width: usize| {
+            let (first, second) = t[at..].split_at_mut(width);
+            first.swap_with_slice(&mut second[..width]);
+        };
+        refused(&|t| swap(t, keys, KEY_RECORD), "key records are not in order");
+        refused(&|t| swap(t, exprs, EXPR_RECORD), "name expression records are not in order");
+        // The last record of a list given a larger program number (still in order).
+        refused(&|t| t[exprs - 1] = 9, "a family record names program 9, of 4");
+        refused(&|t| *t.last_mut().unwrap() = 4, "a name expression record names program 4, of 4");
+        refused(&|t| t[LOOKUP_HEADER] = 3, "program 0's record is section 3, which is not a program record");
+        refused(&|t| t[LOOKUP_HEADER] = 200, "program 0's record is section 200");
+        // The second key record made the first's program's (still in order, by digest).
+        refused(&|t| t[keys + 2 * KEY_RECORD - 1] = t[keys + KEY_RECORD - 1], "more than one key record");
+        // The metadata counts other programs than the table.
+        let mut sections = sections_of(&good);
+        let mut meta: Value = serde_json::from_slice(&sections[0].1).unwrap();
+        meta["programs"] = json!(5);
+        sections[0].1 = serde_json::to_vec(&meta).unwrap();
+        let e = Bundle::from_vec(seal(sections), "t").unwrap_err().to_string();
+        assert!(e.contains("its metadata counts 5 programs, its lookup table 4"), "{e}");
+
+        // Well formed, but wrong: the records of programs 0 and 2 swapped (their key records'
+        // program numbers exchanged, kept in order).
+        let swapped = with(&|t| {
+            t.copy_from_slice(&table);
+            for r in t[keys..families].chunks_exact_mut(KEY_RECORD) {
+                match program_of(r) {
+                    0 => r[KEY_RECORD - 1] = 2,
+                    2 => r[KEY_RECORD - 1] = 0,
+                    _ => {}
+                }
+            }
+        })
+        .unwrap();
+        let e = swapped.program("key a").unwrap_err().to_string();
+        assert!(e.contains("does not match the lookup table"), "{e}");
+        assert!(swapped.verify().is_err());
+        // A name expression record too many: a lookup by it finds a program without it.
+        let f = digest(&"ef".repeat(32));
+        let extra = with(&|t| {
+            let mut records: Vec<[u8; EXPR_RECORD]> = t[exprs..].as_chunks().0.to_vec();
+            records.push(expr_record(&f, &digest("k<z>"), 1));
+            records.sort_unstable();
+            t.truncate(exprs);
+            t.extend(records.iter().flatten());
+            t[4] += 1;
+        })
+        .unwrap();
+        let e = extra.find("none", &"ef".repeat(32), &["k<z>".to_string()]).unwrap_err().to_string();
+        assert!(e.contains("its lookup table names program 1, which is not what was looked up"), "{e}");
+        assert!(extra.program("key b").unwrap().is_some(), "the other lookups still work");
+        let e = extra.verify().unwrap_err().to_string();
+        assert!(e.contains("has 8 name expression records; its programs have 7 name expressions"), "{e}");
+        // A name expression record too few: a miss (as a search of every record would not
+        // be), and `verify` finds it.
+        let fewer = with(&|t| {
+            t.truncate(t.len() - EXPR_RECORD);
+            t[4] -= 1;
+        })
+        .unwrap();
+        assert!(fewer.verify().unwrap_err().to_string().contains("does not match the lookup table"));
     }
 
     /// Checked, not reinterpreted: a program of another bundle is refused (not served this
@@ -967,42 +1419,52 @@ mod tests {
     fn foreign_programs_odd_numbers_and_odd_text_are_errors_not_reinterpreted() {
         let a = Bundle::from_vec(sample(), "a").unwrap();
         let b = Bundle::from_vec(sample(), "b").unwrap();
-        let theirs = &b.programs()[0];
+        let theirs = b.program_at(0).unwrap();
         for e in [a.image(theirs, 90).map(|_| ()), a.entries(theirs).map(|_| ()), a.details(theirs).map(|_| ())] {
             assert!(e.unwrap_err().to_string().contains("not one of bundle a's"));
         }
-        let huge = write_index(json!({"format": FORMAT_VERSION, "caijit": CAIJIT_VERSION, "archs": [(1u64 << 32) + 90], "programs": []}));
+        let huge = write_metadata(json!({"format": FORMAT_VERSION, "caijit": CAIJIT_VERSION, "archs": [(1u64 << 32) + 90], "programs": 0}));
         let e = Bundle::from_vec(huge, "h").unwrap_err().to_string();
-        assert!(e.contains("index is not valid") && e.contains("4294967386"), "{e}");
-        let mut odd = Bundle::from_vec(sample(), "o").unwrap();
-        odd.programs[0].key = "ü".repeat(20);
+        assert!(e.contains("metadata is not valid") && e.contains("4294967386"), "{e}");
+        let odd = write("13.0", "b", &[90], vec![blobs(&"ü".repeat(20), "f", &[])]);
+        let odd = Bundle::from_vec(odd, "o").unwrap();
         assert!(odd.describe().unwrap().contains(&"ü".repeat(16)));
+        assert!(odd.program(&"ü".repeat(20)).unwrap().is_some());
     }
 
     /// A section is verified when it is used, not at load: a damaged CUBIN of one
-    /// architecture costs nothing until that architecture's code is asked for, and is an
-    /// error naming the section then.
+    /// architecture, or a damaged program record, costs nothing until it is asked for, and
+    /// is an error naming the section then.
     #[test]
     fn sections_are_verified_when_first_used() {
-        let good = sample();
+        let good = several();
         let b = Bundle::from_vec(good.clone(), "t").unwrap();
-        let p = &b.programs()[0];
-        let sm80 = b.sections[p.images[0].section];
+        let p = b.program_at(0).unwrap();
+        let sm80 = b.sections.get(p.images[0].section).unwrap();
         let mut damaged = good.clone();
         damaged[sm80.start + sm80.stored / 2] ^= 1;
-        let d = Bundle::from_vec(damaged, "d").expect("loading reads the index only");
-        let p = &d.programs()[0];
+        let d = Bundle::from_vec(damaged, "d").expect("loading reads the metadata and the lookup table only");
+        let p = d.program_at(0).unwrap();
         assert_eq!(d.image(p, 90).unwrap().1, vec![9; 4000]);
         let e = d.image(p, 86).unwrap_err().to_string();
         assert!(e.contains(&format!("is corrupt (the SHA-256 checksum of section {} does not match", p.images[0].section)), "{e}");
         assert!(d.verify().is_err() && b.verify().is_ok());
         // A damaged description: the program's details, and the listing, say so.
-        let description = b.sections[b.programs()[0].description_section];
-        let mut damaged = good;
+        let description = b.sections.get(p.description_section).unwrap();
+        let mut damaged = good.clone();
         damaged[description.start + 1] ^= 1;
         let d = Bundle::from_vec(damaged, "d").unwrap();
-        assert!(d.details(&d.programs()[0]).unwrap_err().to_string().contains("checksum"));
+        assert!(d.details(d.program_at(0).unwrap()).unwrap_err().to_string().contains("checksum"));
         assert!(d.describe().is_err());
+        // A damaged record: a lookup that finds it is an error; others are not.
+        let record = b.sections.get(b.lookup.record_section(1)).unwrap();
+        let mut damaged = good;
+        damaged[record.start + 1] ^= 1;
+        let d = Bundle::from_vec(damaged, "d").unwrap();
+        assert!(d.program("key a").unwrap().is_some());
+        let e = d.program("key b").unwrap_err().to_string();
+        assert!(e.contains(&format!("checksum of section {}", b.lookup.record_section(1))), "{e}");
+        assert!(d.programs().is_err() && d.verify().is_err());
     }
 
     /// A bundle file is read a section at a time: opened, it is refused as the same bytes
@@ -1016,7 +1478,7 @@ mod tests {
         std::fs::write(&path, &good).unwrap();
         let b = Bundle::open(&path).unwrap();
         assert!(b.verify().is_ok());
-        assert_eq!(b.image(&b.programs()[0], 90).unwrap().1, vec![9; 4000]);
+        assert_eq!(b.image(b.program_at(0).unwrap(), 90).unwrap().1, vec![9; 4000]);
         for cut in [0, 20, good.len() / 2, good.len() - 1] {
             std::fs::write(&path, &good[..cut]).unwrap();
             let e = Bundle::open(&path).unwrap_err().to_string();
@@ -1025,8 +1487,8 @@ mod tests {
         // Changed under an open bundle: truncated, then rewritten with one byte flipped.
         std::fs::write(&path, &good).unwrap();
         let b = Bundle::open(&path).unwrap();
-        let p = &b.programs()[0];
-        let sm90 = b.sections[p.images.iter().find(|i| i.arch == 90).unwrap().section];
+        let p = b.program_at(0).unwrap();
+        let sm90 = b.sections.get(p.images.iter().find(|i| i.arch == 90).unwrap().section).unwrap();
         std::fs::write(&path, &good[..sm90.start + 1]).unwrap();
         assert!(b.image(p, 90).unwrap_err().to_string().contains("cannot be read"));
         let mut flipped = good.clone();
@@ -1055,13 +1517,13 @@ mod tests {
         let path = sparse("sections.caijit", &head, (HEADER + TOC_ENTRY * u32::MAX as usize + DIGEST) as u64);
         let e = Bundle::open(&path).unwrap_err().to_string();
         assert!(e.contains("claims 4294967295 sections"), "{e}");
-        // One deflated index section stored in 1 TiB, its table of contents sealed.
+        // One deflated metadata section stored in 1 TiB, its table of contents sealed.
         let stored: u64 = 1 << 40;
         let start = (HEADER + TOC_ENTRY + DIGEST) as u64;
         let mut head = MAGIC.to_vec();
         head.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
         head.extend_from_slice(&1u32.to_le_bytes());
-        for word in [SECTION_INDEX, FLAG_DEFLATE] {
+        for word in [SECTION_METADATA, FLAG_DEFLATE] {
             head.extend_from_slice(&word.to_le_bytes());
         }
         for word in [start, stored, 100] {
@@ -1074,13 +1536,13 @@ mod tests {
         assert!(e.contains("section 0's entry in the table of contents is not valid"), "{e}");
     }
 
-    /// A bundle of one index section and no program.
-    fn write_index(index: Value) -> Vec<u8> {
-        let raw = serde_json::to_vec(&index).unwrap();
+    /// A bundle of its metadata section alone.
+    fn write_metadata(metadata: Value) -> Vec<u8> {
+        let raw = serde_json::to_vec(&metadata).unwrap();
         let mut out = MAGIC.to_vec();
         out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
         out.extend_from_slice(&1u32.to_le_bytes());
-        out.extend_from_slice(&SECTION_INDEX.to_le_bytes());
+        out.extend_from_slice(&SECTION_METADATA.to_le_bytes());
         out.extend_from_slice(&0u32.to_le_bytes());
         out.extend_from_slice(&((HEADER + TOC_ENTRY + DIGEST) as u64).to_le_bytes());
         out.extend_from_slice(&(raw.len() as u64).to_le_bytes());

@@ -11,13 +11,15 @@ use pyo3::types::PyDict;
 
 use crate::errors::PyCaiResult;
 
-fn summary<'py>(py: Python<'py>, b: &Bundle) -> PyResult<Bound<'py, PyDict>> {
+/// What a bundle holds: its programs' and kernels' names (every program's record is read).
+fn summary<'py>(py: Python<'py>, b: &Bundle) -> PyCaiResult<Bound<'py, PyDict>> {
+    let programs = b.programs()?;
     let d = PyDict::new(py);
     d.set_item("path", b.origin())?;
     d.set_item("archs", b.archs().iter().map(|a| format!("sm_{a}")).collect::<Vec<_>>())?;
     d.set_item("nvrtc", b.nvrtc_version())?;
-    d.set_item("programs", b.programs().iter().map(|p| p.name.clone()).collect::<Vec<_>>())?;
-    d.set_item("kernels", b.programs().iter().flat_map(|p| p.kernel_names.iter().cloned()).collect::<Vec<_>>())?;
+    d.set_item("programs", programs.iter().map(|p| p.name.clone()).collect::<Vec<_>>())?;
+    d.set_item("kernels", programs.iter().flat_map(|p| p.kernel_names.iter().cloned()).collect::<Vec<_>>())?;
     Ok(d)
 }
 
@@ -26,14 +28,14 @@ fn summary<'py>(py: Python<'py>, b: &Bundle) -> PyResult<Bound<'py, PyDict>> {
 #[pyfunction]
 pub fn load_bundle(py: Python<'_>, path: PathBuf) -> PyCaiResult<Bound<'_, PyDict>> {
     let b = py.detach(|| bundle::load(&path))?;
-    Ok(summary(py, &b)?)
+    summary(py, &b)
 }
 
 /// The bundles loaded (`CAIJIT_BUNDLES` first), as summaries.
 #[pyfunction]
 pub fn loaded_bundles(py: Python<'_>) -> PyCaiResult<Vec<Bound<'_, PyDict>>> {
     let all = bundle::loaded()?;
-    Ok(all.iter().map(|b| summary(py, b)).collect::<PyResult<_>>()?)
+    all.iter().map(|b| summary(py, b)).collect()
 }
 
 /// A bundle's listing (`python -m caijit bundle info`); every section is verified, and the
@@ -93,7 +95,7 @@ pub fn bundle_build(
         bundle::save(&output, &bytes)?;
         let written = Bundle::open(&output)?;
         written.verify()?;
-        Ok((programs.len(), written.programs().len(), bytes.len()))
+        Ok((programs.len(), written.program_count(), bytes.len()))
     })?)
 }
 

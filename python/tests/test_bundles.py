@@ -163,19 +163,50 @@ def inflated(section: tuple[int, int, bytes, int]) -> bytes:
     return raw
 
 
+def program_records(sections: list[tuple[int, int, bytes, int]]) -> list[dict[str, Any]]:
+    """Each program's record, in order, as the lookup table (section 1) numbers them."""
+    table = inflated(sections[1])
+    (count,) = struct.unpack_from("<I", table, 0)
+    records = [struct.unpack_from("<I", table, 8 + 4 * i)[0] for i in range(count)]
+    assert all(sections[r][0] == 7 for r in records)
+    return [json.loads(inflated(sections[r])) for r in records]
+
+
 def test_the_format_is_readable_without_caijit(baked: tuple[Path, dict[str, Any]]) -> None:
     tmp, _ = baked
     version, sections = read_sections((tmp / "app.caijit").read_bytes())
-    assert version == 2
-    index = json.loads(inflated(sections[0]))
-    assert sections[0][0] == 1 and index["caijit"] == caijit.__version__ and index["archs"] == [80, 90]
-    for p in index["programs"]:
-        assert sections[p["description_section"]][0] == 5
-        description = json.loads(inflated(sections[p["description_section"]]))
-        assert description["key"] == p["key"] and [k["name"] for k in description["kernels"]] == p["kernels"]
-        for image in p["images"]:
+    assert version == 3
+    meta = json.loads(inflated(sections[0]))
+    assert sections[0][0] == 1 and meta["caijit"] == caijit.__version__ and meta["archs"] == [80, 90]
+    # The lookup table: three sorted lists of (digest, program number, u32 big-endian).
+    table = inflated(sections[1])
+    assert sections[1][0] == 6
+    p, m = struct.unpack_from("<II", table, 0)
+    assert p == meta["programs"] and len(table) == 8 + 76 * p + 68 * m
+    at = 8 + 4 * p
+    keys = [table[at + 36 * i : at + 36 * (i + 1)] for i in range(p)]
+    families = [table[at + 36 * (p + i) : at + 36 * (p + i + 1)] for i in range(p)]
+    at += 72 * p
+    exprs = [table[at + 68 * i : at + 68 * (i + 1)] for i in range(m)]
+
+    def sha(text: str) -> bytes:
+        return hashlib.sha256(text.encode()).digest()
+
+    def number(i: int) -> bytes:
+        return struct.pack(">I", i)
+
+    want_keys, want_families, want_exprs = [], [], set()
+    for i, record in enumerate(program_records(sections)):
+        want_keys.append(sha(record["key"]) + number(i))
+        want_families.append(sha(record["family"]) + number(i))
+        want_exprs |= {sha(record["family"]) + sha(e) + number(i) for e in record["name_expressions"]}
+        assert sections[record["description_section"]][0] == 5
+        description = json.loads(inflated(sections[record["description_section"]]))
+        assert description["key"] == record["key"] and [k["name"] for k in description["kernels"]] == record["kernels"]
+        for image in record["images"]:
             raw = inflated(sections[image["section"]])
             assert raw.startswith(b"\x7fELF") if image["kind"] == "cubin" else b".target sm_90" in raw
+    assert (keys, families, exprs) == (sorted(want_keys), sorted(want_families), sorted(want_exprs))
 
 
 def load_error(tmp: Path, data: bytes) -> str:
@@ -194,13 +225,14 @@ def test_damaged_and_other_version_bundles_are_clear_errors(baked: tuple[Path, d
         "corrupt (the SHA-256 checksum of its table of contents does not match": bytes(flipped),
         "is truncated": good[: len(good) // 2],
         "is not a caijit bundle": b"\x7fELF" + good[4:],
-        "has format version 3; this caijit": good[:8] + struct.pack("<I", 3) + good[12:],
+        "has format version 2; this caijit": good[:8] + struct.pack("<I", 2) + good[12:],
+        "has format version 4; this caijit": good[:8] + struct.pack("<I", 4) + good[12:],
     }
     version, sections = read_sections(good)
     kind, flags, stored, _ = sections[0]
-    index = json.loads(inflated(sections[0]))
-    index["caijit"] = "0.0.1"
-    raw = json.dumps(index).encode()
+    meta = json.loads(inflated(sections[0]))
+    meta["caijit"] = "0.0.1"
+    raw = json.dumps(meta).encode()
     cases["was built by caijit 0.0.1; this is caijit"] = write_sections(version, [(kind, 0, raw, len(raw)), *sections[1:]])
     for expected, data in cases.items():
         err = load_error(tmp, data)
@@ -212,12 +244,12 @@ def test_damaged_and_other_version_bundles_are_clear_errors(baked: tuple[Path, d
 
 
 def test_a_damaged_section_is_found_when_it_is_used(baked: tuple[Path, dict[str, Any]]) -> None:
-    """Loading checks the table of contents and the index; a program's sections are checked
+    """Loading checks the table of contents, the metadata and the lookup table; a program's sections are checked
     when one of its instances is first looked up (and by `bundle info`)."""
     tmp, _ = baked
     good = (tmp / "app.caijit").read_bytes()
     _, sections = read_sections(good)
-    sm90 = next(i["section"] for i in json.loads(inflated(sections[0]))["programs"][0]["images"] if i["arch"] == 90 and i["kind"] == "cubin")
+    sm90 = next(i["section"] for i in program_records(sections)[0]["images"] if i["arch"] == 90 and i["kind"] == "cubin")
     (offset,) = struct.unpack_from("<Q", good, 16 + 64 * sm90 + 8)
     data = bytearray(good)
     data[offset] ^= 1  # the first stored byte of the sm_90 CUBIN

@@ -159,9 +159,10 @@ pub(super) fn lookup(program: &Program, arch: Arch, nvrtc_available: impl Fn() -
     let Ok((key, family)) = keys(program)? else { return Ok(None) };
     let mut unusable = None;
     for b in &bundles {
-        let Some(p) = b.find(&key, &family, &program.name_expressions) else { continue };
-        match hit(b, p, program, arch) {
-            Ok(c) => return Ok(Some(c)),
+        // A damaged record makes the bundle unusable for the program, as a damaged section does.
+        match b.find(&key, &family, &program.name_expressions).and_then(|p| p.map(|p| hit(b, p, program, arch)).transpose()) {
+            Ok(None) => {}
+            Ok(Some(c)) => return Ok(Some(c)),
             Err(e) => {
                 unusable.get_or_insert(e);
             }
@@ -341,7 +342,7 @@ pub fn manifest_entry(program: &Program, arch: Arch, key: &str, compiled: &Compi
     })
 }
 
-/// The kernels of `compiled` with their parameters, as the manifest and bundle index list them.
+/// The kernels of `compiled` with their parameters, as the manifest and a bundled program's description list them.
 pub(super) fn kernels_json(compiled: &Compiled) -> Value {
     let kernels: Vec<Value> = compiled
         .kernels
@@ -480,7 +481,7 @@ mod tests {
             bundle::add_default(&path);
             lap("register the bundle", &mut t);
             bundle::loaded().unwrap();
-            lap("open the bundle (header, TOC, index)", &mut t);
+            lap("open the bundle (header, TOC, metadata, lookup table)", &mut t);
             let d = Dispatcher::new(Program::new(source).name("elementwise.cu"), Some("binary_contiguous")).unwrap();
             lap("Dispatcher::new (declarations of the source)", &mut t);
             let s = d.select_instance(arch, &f32).unwrap();
@@ -518,10 +519,11 @@ mod tests {
                 out
             };
             let mut more: Vec<(String, std::time::Duration)> = Vec::new();
-            let index = read_checked(0, "open: index read", "open: index SHA-256", &mut more);
+            let metadata = read_checked(0, "open: metadata read", "open: metadata SHA-256", &mut more);
             t = Instant::now();
-            let _: serde_json::Value = serde_json::from_slice(&index).unwrap();
-            more.push(("open: index JSON parse".into(), t.elapsed()));
+            let _: serde_json::Value = serde_json::from_slice(&metadata).unwrap();
+            more.push(("open: metadata JSON parse".into(), t.elapsed()));
+            let _ = read_checked(1, "open: lookup table read", "open: lookup table SHA-256", &mut more);
             t = Instant::now();
             let b = bundle::install(Bundle::open(&path).unwrap());
             more.push(("open: Bundle::open whole (again, warm)".into(), t.elapsed()));
@@ -542,8 +544,8 @@ mod tests {
             let (key, family) = keys(&program).unwrap().unwrap();
             more.push(("key: keys() whole (again, warm)".into(), t.elapsed()));
             t = Instant::now();
-            let p = b.find(&key, &family, &program.name_expressions).unwrap();
-            more.push(("find (key, then family)".into(), t.elapsed()));
+            let p = b.find(&key, &family, &program.name_expressions).unwrap().unwrap();
+            more.push(("find (key, then family; the program's record read)".into(), t.elapsed()));
             let image = b.image(p, arch.0).unwrap().0;
             let _ = read_checked(image.section, "image: CUBIN read", "image: CUBIN SHA-256", &mut more);
             t = Instant::now();

@@ -102,7 +102,7 @@ fn run(inspect_only: bool) -> cai_runtime::Result<bool> {
     println!(
         "bundle: {} bytes, {} program(s), {}, NVRTC {} at baking",
         BUNDLE.len(),
-        b.programs().len(),
+        b.program_count(),
         archs.join(", "),
         b.nvrtc_version()
     );
