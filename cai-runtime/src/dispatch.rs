@@ -699,6 +699,46 @@ pub fn overload_list<'a>(ks: impl Iterator<Item = &'a KernelInfo>) -> String {
 mod tests {
     use super::*;
 
+    /// A timing harness, not a test: the first call's lookup of `caijit.ops.add`'s float32
+    /// instance in a bundle, as a first call takes it (open the registered bundle, make the
+    /// dispatcher, select the instance; `compile::bundled`'s harness of the same name times
+    /// each step alone). In a fresh process each time, release build:
+    ///
+    /// ```sh
+    /// CAIJIT_PHASES_BUNDLE=/tmp/ops90.caijit \
+    ///     target/release/deps/cai_runtime-… --ignored --exact dispatch::tests::first_lookup_phases --nocapture
+    /// ```
+    ///
+    /// Prints `phase<TAB>microseconds` lines.
+    #[test]
+    #[ignore = "a timing harness: CAIJIT_PHASES_BUNDLE names a kernel library bundle with sm_90"]
+    fn first_lookup_phases() {
+        use std::time::Instant;
+
+        use crate::compile::{CacheSource, OPS};
+
+        let Some(path) = std::env::var_os("CAIJIT_PHASES_BUNDLE") else { return };
+        let source = OPS.iter().find(|(n, _)| *n == "elementwise").unwrap().1;
+        let mut phases = Vec::new();
+        let mut t = Instant::now();
+        let mut lap = |name: &'static str, t: &mut Instant| {
+            phases.push((name, t.elapsed()));
+            *t = Instant::now();
+        };
+        crate::bundle::add_default(&path);
+        lap("register the bundle", &mut t);
+        crate::bundle::loaded().unwrap();
+        lap("open the bundle (header, TOC, metadata, lookup table)", &mut t);
+        let d = Dispatcher::new(Program::new(source).name("elementwise.cu"), Some("binary_contiguous")).unwrap();
+        lap("Dispatcher::new (declarations of the source)", &mut t);
+        let s = d.select_instance(Arch(90), &[TemplateArg::Type(DType::F32)]).unwrap();
+        lap("select_instance (key, find, sections, layouts)", &mut t);
+        assert_eq!((s.compiled.source, s.info().unwrap().params.len()), (CacheSource::Bundle, 5));
+        for (name, d) in &phases {
+            println!("{name}\t{}", d.as_micros());
+        }
+    }
+
     #[test]
     fn instances_to_bake_are_named_exactly() {
         let p = Program::new("template <typename T> __global__ void axpy(T a, const T* x, T* y, long long n) {}");

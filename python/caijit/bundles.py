@@ -79,7 +79,7 @@ def build(
     ``instances``: template instances (name expressions, ``"axpy<float>"``) to compile
     from every file of ``files``, as a launch that deduces them looks them up.
     ``ops``: also every instance of the kernel library (``caijit.ops``). ``merge``: at most
-    this many instances of one source per compiled program (default 16; 1: one module per
+    this many instances of one source per compiled program (default 4; 1: one module per
     instance, the smallest first launch and the largest bundle). Needs NVRTC."""
     if manifests is None:
         manifests = []
@@ -139,7 +139,7 @@ def add_parser(sub: Any, fmt: Any) -> None:
         "--merge",
         type=_at_least_one,
         metavar="N",
-        help="at most N instances of one source per module (default 16; 1: one module per instance, the fastest first "
+        help="at most N instances of one source per module (default 4; 1: one module per instance, the fastest first "
         "launch and the largest bundle)",
     )
     build_p.add_argument("-o", "--output", required=True, metavar="FILE", help="the bundle to write, e.g. app.caijit")

@@ -447,29 +447,26 @@ mod tests {
     }
 
     /// A timing harness, not a test: the first lookup of `caijit.ops.add`'s float32 instance
-    /// (`binary_contiguous<float>` of `elementwise.cu`, for sm_90) in a bundle, phase by
-    /// phase, in this process (run it in a fresh process each time, release build):
+    /// (`binary_contiguous<float>` of `elementwise.cu`, for sm_90) in a bundle, step by
+    /// step, each first in this process (run it in a fresh process each time, release
+    /// build; `dispatch`'s harness of the same name times the steps as a first call takes
+    /// them):
     ///
     /// ```sh
-    /// CAIJIT_PHASES_BUNDLE=/tmp/ops90.caijit CAIJIT_PHASES=e2e|fine \
+    /// CAIJIT_PHASES_BUNDLE=/tmp/ops90.caijit \
     ///     target/release/deps/cai_runtime-… --ignored --exact compile::bundled::tests::first_lookup_phases --nocapture
     /// ```
     ///
-    /// `e2e`: what the first call does (open the registered bundle, make the dispatcher,
-    /// select the instance). `fine`: the same steps one at a time, each first in the process.
     /// Prints `phase<TAB>microseconds` lines.
     #[test]
     #[ignore = "a timing harness: CAIJIT_PHASES_BUNDLE names a kernel library bundle with sm_90"]
     fn first_lookup_phases() {
         use std::time::Instant;
 
-        use crate::cai::DType;
         use crate::compile::{describe::describe_kernels, OPS};
-        use crate::dispatch::{Dispatcher, TemplateArg};
 
         let Some(path) = std::env::var_os("CAIJIT_PHASES_BUNDLE") else { return };
-        let fine = std::env::var("CAIJIT_PHASES").is_ok_and(|m| m == "fine");
-        let (arch, f32) = (Arch(90), [TemplateArg::Type(DType::F32)]);
+        let arch = Arch(90);
         let source = OPS.iter().find(|(n, _)| *n == "elementwise").unwrap().1;
         let mut phases: Vec<(&str, std::time::Duration)> = Vec::new();
         let mut t = Instant::now();
@@ -477,17 +474,7 @@ mod tests {
             phases.push((name, t.elapsed()));
             *t = Instant::now();
         };
-        if !fine {
-            bundle::add_default(&path);
-            lap("register the bundle", &mut t);
-            bundle::loaded().unwrap();
-            lap("open the bundle (header, TOC, metadata, lookup table)", &mut t);
-            let d = Dispatcher::new(Program::new(source).name("elementwise.cu"), Some("binary_contiguous")).unwrap();
-            lap("Dispatcher::new (declarations of the source)", &mut t);
-            let s = d.select_instance(arch, &f32).unwrap();
-            lap("select_instance (key, find, sections, layouts)", &mut t);
-            assert_eq!((s.compiled.source, s.info().unwrap().params.len()), (CacheSource::Bundle, 5));
-        } else {
+        {
             // The bundle's open, step by step (as `Bundle::parse` does).
             let file = std::fs::File::open(&path).unwrap();
             let at = |start: u64, len: usize| {
@@ -527,12 +514,12 @@ mod tests {
             t = Instant::now();
             let b = bundle::install(Bundle::open(&path).unwrap());
             more.push(("open: Bundle::open whole (again, warm)".into(), t.elapsed()));
-            t = Instant::now();
-            let d = Dispatcher::new(Program::new(source).name("elementwise.cu"), Some("binary_contiguous")).unwrap();
-            more.push(("Dispatcher::new (declarations)".into(), t.elapsed()));
-            t = Instant::now();
-            let (program, name) = d.explicit_instance_for(&f32).unwrap();
-            more.push(("explicit_instance_for".into(), t.elapsed()));
+            // The instance's program as a launch asks for it (its one name expression).
+            let name = (0..b.program_count())
+                .flat_map(|i| b.program_at(i).unwrap().name_expressions.clone())
+                .find(|e| e.starts_with("binary_contiguous<float,"))
+                .unwrap();
+            let program = Program::new(source).name("elementwise.cu").name_expression(name.clone());
             t = Instant::now();
             let sorted = options::sort(&program.options);
             let found = includes::resolve(&program, &sorted, &[]).unwrap();
@@ -567,14 +554,9 @@ mod tests {
             more.push((format!("describe_kernels ({} kernels)", kernels.len()), t.elapsed()));
             assert!(kernels.iter().any(|k| k.name_expression.as_deref() == Some(name.as_str())));
             drop(found);
-            phases.extend(more.iter().map(|(n, d)| (n.as_str(), *d)));
-            for (name, d) in &phases {
+            for (name, d) in phases.iter().map(|&(n, d)| (n, d)).chain(more.iter().map(|(n, d)| (n.as_str(), *d))) {
                 println!("{name}\t{}", d.as_micros());
             }
-            return;
-        }
-        for (name, d) in &phases {
-            println!("{name}\t{}", d.as_micros());
         }
     }
 }
