@@ -22,7 +22,8 @@
 //! that stream after the free runs after every use of the block (the stream protocol orders
 //! each use before the array's stream). Another stream may take it only once it is *idle*:
 //! after a synchronisation, or after an event recorded behind its last use has completed
-//! (a stream that goes away *parks* its blocks behind such an event).
+//! (a stream that goes away *parks* its blocks behind such an event; a stream made to wait
+//! for that event may take them before it completes).
 
 use std::collections::{BTreeSet, HashMap};
 
