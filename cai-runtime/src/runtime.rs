@@ -271,8 +271,7 @@ impl Context {
     pub(crate) fn alloc(&self, bytes: usize, stream: &Stream) -> Result<Allocation> {
         let d = self.bind()?;
         let failed = |e| Error::driver(format_args!("allocating {bytes} bytes on device {}", self.ordinal), e);
-        // (The legacy default stream is never captured, and never asked.)
-        if exact_allocations() || (!stream.is_legacy() && d.capture_id(stream.raw())? != 0) {
+        if exact_allocations() || stream.capture_id(&d)? != 0 {
             let pool = match self.ordered_pool.get() {
                 Some(&p) => p,
                 None => {
@@ -377,9 +376,7 @@ impl Context {
     fn event_behind(&self, stream: &Stream) -> Option<RawEvent> {
         let mut events = Events::new();
         let recorded = self.bind().is_ok_and(|d| {
-            (stream.is_legacy() || d.capture_id(stream.raw()) == Ok(0))
-                && self.take_events(1, &mut events).is_ok()
-                && d.event_record(events[0], stream.raw()).is_ok()
+            stream.capture_id(&d) == Ok(0) && self.take_events(1, &mut events).is_ok() && d.event_record(events[0], stream.raw()).is_ok()
         });
         if recorded {
             return events.pop();
@@ -409,8 +406,7 @@ impl Context {
     /// and PyTorch stream objects wrapped anew for each call) reuses its memory this way.
     fn take_parked(&self, d: &Driver, m: &mut Memory, owner: Owner, rounded: usize, stream: &Stream) -> Option<u64> {
         let Memory { blocks, parked } = m;
-        let i = parked.iter().position(|(e, ptrs)| e.is_some() && blocks.fits(ptrs, rounded))?;
-        let Some(e) = parked[i].0 else { unreachable!("found with an event") };
+        let (i, e) = parked.iter().enumerate().find_map(|(i, (e, ptrs))| e.filter(|_| blocks.fits(ptrs, rounded)).map(|e| (i, e)))?;
         d.stream_wait_event(stream.raw(), e).ok()?;
         let (_, ptrs) = parked.swap_remove(i);
         blocks.unpark(&ptrs, owner);
@@ -618,7 +614,8 @@ impl std::fmt::Debug for Stream {
 }
 
 impl Stream {
-    /// A borrowed `raw`, with a fresh identity (see [`Stream::owner`]).
+    /// A `Stream` of `raw` (neither owned nor with an owner yet), with a fresh identity
+    /// (see [`Stream::owner`]).
     fn of(raw: RawStream) -> Stream {
         static NEXT: AtomicU64 = AtomicU64::new(16);
         let id = match raw.as_u64() {
@@ -735,8 +732,20 @@ impl Stream {
         Ok(driver()?.stream_synchronize(self.raw)?)
     }
 
+    /// Whether the stream is being captured into a graph. The legacy default stream never
+    /// is, and is never asked: asking it while a blocking stream captures is itself an
+    /// illegal implicit synchronisation.
     pub fn is_capturing(&self) -> Result<bool> {
-        Ok(driver()?.stream_capture_status(self.raw)? != Capture::None)
+        Ok(!self.is_legacy() && driver()?.stream_capture_status(self.raw)? != Capture::None)
+    }
+
+    /// The id of the capture the stream belongs to, 0 when none (the legacy default stream
+    /// is never asked, as for [`Stream::is_capturing`]).
+    pub(crate) fn capture_id(&self, d: &Driver) -> std::result::Result<u64, sys::DriverError> {
+        if self.is_legacy() {
+            return Ok(0);
+        }
+        d.capture_id(self.raw)
     }
 }
 

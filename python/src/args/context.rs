@@ -78,11 +78,8 @@ impl ArgContext {
     /// against other work is the capturer's business.
     pub fn dlpack_stream(&mut self) -> PyCaiResult<(i64, Option<u64>)> {
         let stream = self.explicit_stream.unwrap_or(1);
-        // (The legacy default stream is never captured, and never asked: asking it while a
-        // blocking stream captures is itself an illegal implicit synchronisation.)
         let capturing = match self.capturing {
             Some(c) => c,
-            None if stream == 1 => false,
             None => {
                 // A stream the driver cannot answer for (the per-thread default stream of a
                 // thread without a current context) is no capture of caijit's to keep: the
