@@ -153,7 +153,8 @@ impl Selection {
 impl Dispatcher {
     /// The kernel `name` of `program` (`None`: the one kernel the source declares).
     pub fn new(program: Program, name: Option<&str>) -> Result<Dispatcher> {
-        let decls = program.declarations().kernels;
+        let declared = program.declarations();
+        let decls = &declared.kernels;
         let name = match name {
             Some(n) => n.trim().to_string(),
             None => {

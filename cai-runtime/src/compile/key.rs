@@ -46,9 +46,15 @@ pub(super) fn embedded_headers_digest() -> &'static [u8] {
 /// alike), in hex.
 pub(super) fn sha256_hex(parts: &[&[u8]]) -> String {
     let mut h = Sha256::new();
+    hash_parts(&mut h, parts);
+    hex::encode(h.finalize().as_slice())
+}
+
+/// Feed `parts` to `h` as [`sha256_hex`] does (each with its length first), so that a digest
+/// of more parts can continue from a clone of `h`.
+pub(super) fn hash_parts(h: &mut Sha256, parts: &[&[u8]]) {
     for p in parts {
         h.update((p.len() as u64).to_le_bytes());
         h.update(p);
     }
-    hex::encode(h.finalize().as_slice())
 }

@@ -72,7 +72,7 @@ pub use program::{Arch, Program};
 pub use toolkit::{add_site_dirs, toolkit, Toolkit};
 
 use crate::error::CompileError;
-use crate::signature::{self, Declarations, KernelDecl};
+use crate::signature::{self, KernelDecl};
 use crate::stats::{bump, COUNTERS};
 use crate::sync::OnceMap;
 use crate::sys::NvrtcError;
@@ -295,7 +295,8 @@ impl Job<'_> {
     /// From the disk cache, else by NVRTC with every header in memory and no search path
     /// (then stored on disk); if NVRTC asks for a header it was not handed, again untrusted.
     fn trusted(&self, trusted_opts: &[String]) -> Result<(Arc<Compiled>, CacheSource)> {
-        let Declarations { kernels: decls, notes } = self.program.declarations();
+        let declared = self.program.declarations();
+        let (decls, notes) = (&declared.kernels, declared.notes.clone());
         let disk = self.disk()?;
         if let Some(d) = &disk {
             match d.load(self.key) {
@@ -347,7 +348,8 @@ impl Job<'_> {
         if self.disk()?.is_some() {
             bump(&COUNTERS.disk_cache_untrusted_keys);
         }
-        let Declarations { kernels: decls, notes } = self.program.declarations();
+        let declared = self.program.declarations();
+        let (decls, notes) = (&declared.kernels, declared.notes.clone());
         let (exprs, probes) = all_name_expressions(self.program, &decls);
         let entry = nvrtc_retrying(self.tk, self.program, self.untrusted_opts, exprs, probes, self.cubin, &[])?;
         bump(&COUNTERS.compiles);

@@ -2,6 +2,7 @@
 //! changes what NVRTC makes of it) and the architecture it is compiled for ([`Arch`]).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::signature::{self, Declarations};
 use crate::{Error, Result};
@@ -79,9 +80,10 @@ impl Program {
     }
 
     /// The `__global__` functions the tokenizer finds in the source (candidate names,
-    /// template parameters, parameter names), with notes on what it could not read.
-    pub fn declarations(&self) -> Declarations {
-        signature::parse_kernels(&self.source)
+    /// template parameters, parameter names), with notes on what it could not read; read
+    /// once per process per source ([`signature::declarations`]).
+    pub fn declarations(&self) -> Arc<Declarations> {
+        signature::declarations(&self.source)
     }
 
     /// The program with `headers` included before its source (`#line 1` keeps the source's

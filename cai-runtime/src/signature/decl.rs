@@ -3,9 +3,13 @@
 //! *types* read here serve deduction only (which template argument an argument binds);
 //! the types a kernel is launched with come from the compiler ([`super::demangle`]).
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use super::tokens::{is_ident, join_type, matching, matching_angle_backwards, matching_backwards, split_top_level, tokenize, Tok};
 use super::types::{CType, ParamType, Rank};
 use crate::cai::DType;
+use crate::sync::lock;
 
 /// A template parameter of a kernel template.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -541,6 +545,26 @@ fn name_after_global(toks: &[Tok], at: usize) -> Option<usize> {
     }
 }
 
+/// [`parse_kernels`] of `source`, parsed once per process per source text (of the last
+/// [`MEMO_SOURCES`] distinct ones): a kernel's dispatcher and each of its instances read
+/// the same declarations.
+pub fn declarations(source: &str) -> Arc<Declarations> {
+    static MEMO: Mutex<Option<HashMap<Box<str>, Arc<Declarations>>>> = Mutex::new(None);
+    if let Some(d) = lock(&MEMO).as_ref().and_then(|m| m.get(source)) {
+        return d.clone();
+    }
+    let parsed = Arc::new(parse_kernels(source));
+    let mut memo = lock(&MEMO);
+    let memo = memo.get_or_insert_with(HashMap::new);
+    if memo.len() >= MEMO_SOURCES {
+        memo.clear();
+    }
+    memo.entry(source.into()).or_insert(parsed).clone()
+}
+
+/// How many sources' declarations [`declarations`] keeps.
+const MEMO_SOURCES: usize = 64;
+
 /// Every `__global__` function declared in `source`, with notes on what could not be read.
 pub fn parse_kernels(source: &str) -> Declarations {
     let toks = tokenize(source);
@@ -637,6 +661,21 @@ mod tests {
             is_template: false,
             value_type: value_type.into(),
             default: default.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn declarations_are_parsed_once_per_source() {
+        let src = "template <typename T> __global__ void memo_probe(T* x) {}";
+        let (a, b) = (declarations(src), declarations(src));
+        assert!(Arc::ptr_eq(&a, &b), "the same source's declarations are shared");
+        assert_eq!(*a, parse_kernels(src));
+        let other = declarations("__global__ void memo_probe(float* x) {}");
+        assert!(!Arc::ptr_eq(&a, &other) && !other.kernels[0].is_template());
+        // Past the memo's bound, every source still gets its own declarations.
+        for i in 0..MEMO_SOURCES + 3 {
+            let src = format!("__global__ void k{i}(int x) {{}}");
+            assert_eq!(declarations(&src).kernels[0].name, format!("k{i}"));
         }
     }
 

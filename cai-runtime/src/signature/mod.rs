@@ -42,7 +42,7 @@ mod ptx;
 mod tokens;
 mod types;
 
-pub use decl::{parse_kernels, scalar_from_cpp, Declarations, KernelDecl, TemplateParam};
+pub use decl::{declarations, parse_kernels, scalar_from_cpp, Declarations, KernelDecl, TemplateParam};
 pub use deduce::{deduce, headers_for, ArgType, Instance};
 pub use demangle::{demangled, mangled_qualified_name, probe_expression, probe_types, types_from_lowered, PROBE_SOURCE, PROBE_TEMPLATE};
 pub use error::SignatureError;
