@@ -27,7 +27,7 @@ fn every_kernel_compiles_for_sm80_and_sm90() {
         for arch in ["sm_80", "sm_90"] {
             let mut p = Program::from_file(&path).unwrap();
             // Instantiate every template for float so that its code is generated too.
-            for d in p.declarations().kernels {
+            for d in &p.declarations().kernels {
                 if d.is_template() {
                     let args: Vec<String> =
                         d.template_params.iter().map(|t| if t.is_type { "float".to_string() } else { "2".to_string() }).collect();
