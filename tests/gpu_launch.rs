@@ -86,6 +86,12 @@ fn axpy_template_on_device_arrays(ctx: Arc<Context>) {
         let want = 2.5 * xs[i] + ys[i];
         assert!((got[i] - want).abs() <= 1e-6 * want.abs().max(1.0), "{i}: {} vs {want}", got[i]);
     }
+    // Into a buffer of the caller's: exactly the array's bytes, or an error naming both sizes.
+    let mut mine = vec![0u8; 4 * n];
+    y.copy_to_host(&mut mine).unwrap();
+    assert_eq!(f32s(&mine), got);
+    let e = y.copy_to_host(&mut mine[..4 * n - 1]).unwrap_err().to_string();
+    assert!(e.contains(&format!("needs {} bytes, not {}", 4 * n, 4 * n - 1)), "{e}");
 }
 
 fn strided_views_and_argument_errors(ctx: Arc<Context>) {

@@ -101,18 +101,32 @@ impl DeviceArray {
     /// Copy to the host after the work pending on the array's stream.
     pub fn to_bytes(&self) -> Result<Vec<u8>> {
         let mut out = vec![0u8; self.nbytes()];
-        if !out.is_empty() {
-            let d = self.ctx.bind()?;
-            if self.on_another_threads_stream() {
-                d.ctx_synchronize()?; // its stream cannot be named here: wait for the device
-            }
-            // SAFETY: the array owns `nbytes` = `out.len()` bytes from `ptr`, and `self` is
-            // borrowed (not freed) until the copy has finished (it waits).
-            #[allow(unsafe_code)]
-            let copied = unsafe { d.copy_from_owned(&mut out, self.ptr(), self.stream.raw()) };
-            copied?;
-        }
+        self.copy_to_host(&mut out)?;
         Ok(out)
+    }
+
+    /// Copy into `out` (exactly [`nbytes`](Self::nbytes) long) after the work pending on the
+    /// array's stream.
+    pub fn copy_to_host(&self, out: &mut [u8]) -> Result<()> {
+        if out.len() != self.nbytes() {
+            return Err(Error::argument(format!(
+                "copying a {n}-byte array to the host needs {n} bytes, not {}",
+                out.len(),
+                n = self.nbytes()
+            )));
+        }
+        if out.is_empty() {
+            return Ok(());
+        }
+        let d = self.ctx.bind()?;
+        if self.on_another_threads_stream() {
+            d.ctx_synchronize()?; // its stream cannot be named here: wait for the device
+        }
+        // SAFETY: the array owns `nbytes` = `out.len()` bytes from `ptr`, and `self` is
+        // borrowed (not freed) until the copy has finished (it waits).
+        #[allow(unsafe_code)]
+        let copied = unsafe { d.copy_from_owned(out, self.ptr(), self.stream.raw()) };
+        Ok(copied?)
     }
 
     /// Whether the array lives on the per-thread default stream of another thread: `2`

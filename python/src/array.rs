@@ -9,7 +9,7 @@ use cai_runtime::python::{descriptor_to_dict, index_integer};
 use cai_runtime::runtime::{Context, Stream as RtStream};
 use pyo3::intern;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyString, PyTuple};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyString, PyTuple};
 
 use crate::errors::{PyCaiError, PyCaiResult};
 use crate::pyobj::{numpy_dtype, type_name};
@@ -117,12 +117,17 @@ impl DeviceArray {
 
     /// A NumPy copy, after the work pending on the array's stream (a host synchronisation).
     fn copy_to_host<'py>(&self, py: Python<'py>) -> PyCaiResult<Bound<'py, PyAny>> {
-        let b = py.detach(|| self.inner.to_bytes())?;
+        // Copied once, straight into the memory of the array handed out (a bytearray's, so
+        // that the array is writable, like CuPy's .get()).
+        let mut copied = Ok(());
+        let host = PyByteArray::new_with(py, self.inner.nbytes(), |buf| {
+            copied = py.detach(|| self.inner.copy_to_host(buf));
+            Ok(())
+        })?;
+        copied?;
         let np = py.import("numpy")?;
-        let flat = np.getattr("frombuffer")?.call1((PyBytes::new(py, &b), numpy_dtype(py, self.inner.dtype())?))?;
-        // frombuffer over bytes is readonly; hand out a writable array like CuPy's .get().
-        let arr = flat.call_method1("reshape", (PyTuple::new(py, self.inner.shape())?,))?.call_method0("copy")?;
-        Ok(arr)
+        let flat = np.getattr("frombuffer")?.call1((host, numpy_dtype(py, self.inner.dtype())?))?;
+        Ok(flat.call_method1("reshape", (PyTuple::new(py, self.inner.shape())?,))?)
     }
 
     #[getter]

@@ -143,6 +143,22 @@ def test_stream_protocol_orders_both_ways() -> None:
     assert (z.copy_to_host() == 7).all()
 
 
+@pytest.mark.parametrize("dtype", ["float32", "complex128", "int8", "bool"])
+@pytest.mark.parametrize("shape", [(0,), (3, 5), (2, 0, 4), ()])
+def test_copy_to_host_hands_out_a_writable_array_of_its_own(dtype: str, shape: tuple[int, ...]) -> None:
+    host = (np.arange(int(np.prod(shape)), dtype=np.int64) % 7).astype(dtype).reshape(shape)
+    d = caijit.to_device(host)
+    got = d.copy_to_host()
+    assert (got.shape, got.dtype) == (host.shape, host.dtype)
+    np.testing.assert_array_equal(got, host)
+    assert got.flags.writeable
+    if got.size:
+        got.flat[0] = 1
+        again = d.copy_to_host()
+        np.testing.assert_array_equal(again, host)  # the device array is unchanged
+        assert not np.shares_memory(got, again)
+
+
 def test_contiguous_copies_follow_the_stream_protocol() -> None:
     """`ops.ascontiguous` of a contiguous array is the driver's copy, ordered as a launch."""
     import caijit.ops as ops

@@ -562,33 +562,3 @@ mod tests {
         }
     }
 }
-#[cfg(test)]
-mod prof_tmp {
-    use super::*;
-    use crate::compile::OPS;
-    use crate::compile::describe::describe_kernels;
-    #[test]
-    #[ignore]
-    fn prof_loop() {
-        let source = OPS.iter().find(|(n, _)| *n == "elementwise").unwrap().1;
-        let program = Program::new(source).name("elementwise.cu").name_expression("binary_contiguous<float>");
-        let what = std::env::var("PROF").unwrap();
-        let t = std::time::Instant::now();
-        for _ in 0..2000 {
-            if what == "keys" { std::hint::black_box(keys(&program).unwrap()); }
-            else if what == "open" { std::hint::black_box(Bundle::open(std::env::var("B").unwrap()).unwrap()); }
-            else if what == "describe" {
-                let decls = program.declarations();
-                let b = bundle::install(Bundle::open(std::env::var("B").unwrap()).unwrap());
-                let (key, family) = keys(&program).unwrap().unwrap();
-                let p = b.find(&key, &family, &program.name_expressions).unwrap().unwrap();
-                let details = b.details(p).unwrap();
-                let ptx = b.entries(p).unwrap();
-                for _ in 0..2000 { std::hint::black_box(describe_kernels(&ptx, &details.lowered, &decls.kernels, decls.notes.clone())); }
-                break;
-            }
-            else { std::hint::black_box(program.declarations()); }
-        }
-        println!("{what}: {:?} per", t.elapsed() / 2000);
-    }
-}

@@ -249,7 +249,7 @@ fn directive(text: &str, i: usize, out: &mut Scan) -> (usize, Option<Define>) {
         "define" => {
             let name_start = skip_blanks(b, end);
             let name_end = ident_end(b, name_start);
-            let wrapper = text[name_start..name_end].to_ascii_lowercase().contains("has_include");
+            let wrapper = contains_ignoring_case(&text[name_start..name_end], "has_include");
             // A function-like macro's `(` follows its name with no blank.
             let close = (b.get(name_end) == Some(&b'('))
                 .then(|| b[name_end..line_end].iter().position(|&c| c == b')'))
@@ -289,10 +289,16 @@ fn word(text: &str, start: usize, end: usize, define: Option<&Define>, out: &mut
                 }
             }
         }
-        _ if w.to_ascii_lowercase().contains("has_include") => return probe(text, start, end, define, out),
+        _ if contains_ignoring_case(w, "has_include") => return probe(text, start, end, define, out),
         _ => {}
     }
     end
+}
+
+/// Whether `word` contains `part` (ASCII, lower case), in any case; without allocating (every
+/// identifier of every header scanned is asked).
+fn contains_ignoring_case(word: &str, part: &str) -> bool {
+    word.len() >= part.len() && word.as_bytes().windows(part.len()).any(|w| w.eq_ignore_ascii_case(part.as_bytes()))
 }
 
 /// A `__has_include` (or a macro named like it, `_CCCL_HAS_INCLUDE`) at `text[start..end]`:
@@ -303,7 +309,7 @@ fn word(text: &str, start: usize, end: usize, define: Option<&Define>, out: &mut
 fn probe(text: &str, start: usize, end: usize, define: Option<&Define>, out: &mut Scan) -> usize {
     let b = text.as_bytes();
     let ident = &text[start..end];
-    let next = ident.to_ascii_lowercase().contains("has_include_next");
+    let next = contains_ignoring_case(ident, "has_include_next");
     let wrapper = define.filter(|d| d.wrapper && !next);
     // `defined(__has_include)`, `defined __has_include`.
     let mut j = start;
@@ -405,10 +411,10 @@ fn toolkit_files() -> &'static ToolkitFiles {
     FILES.get_or_init(Default::default)
 }
 
-/// The scans of the embedded headers (constant for a build).
-fn embedded_scans() -> &'static [Scan] {
-    static SCANS: OnceLock<Vec<Scan>> = OnceLock::new();
-    SCANS.get_or_init(|| HEADERS.iter().map(|(_, text)| scan(text)).collect())
+/// The scan of embedded header `e` (constant for a build): each is scanned when first met.
+fn embedded_scan(e: usize) -> &'static Scan {
+    static SCANS: OnceLock<Vec<OnceLock<Scan>>> = OnceLock::new();
+    SCANS.get_or_init(|| HEADERS.iter().map(|_| OnceLock::new()).collect())[e].get_or_init(|| scan(HEADERS[e].1))
 }
 
 struct Resolver<'a> {
@@ -483,7 +489,7 @@ pub(crate) fn resolve(program: &Program, options: &options::Sorted, toolkit_dirs
         let name = r.order[next].clone();
         next += 1;
         match r.names[&name] {
-            Target::Embedded(e) => r.follow(&embedded_scans()[e], None, &name),
+            Target::Embedded(e) => r.follow(embedded_scan(e), None, &name),
             Target::File(f) => {
                 let loaded = &r.found[f].loaded;
                 let scan = if r.raw_strings { loaded.scan.clone() } else { Arc::new(scan_as(&loaded.contents, false)) };

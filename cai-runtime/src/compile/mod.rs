@@ -302,13 +302,13 @@ impl Job<'_> {
             match d.load(self.key) {
                 Ok(Some(entry)) => {
                     bump(&COUNTERS.disk_cache_hits);
-                    return self.finish(entry, &decls, notes, CacheSource::Disk, None, trusted_opts);
+                    return self.finish(entry, decls, notes, CacheSource::Disk, None, trusted_opts);
                 }
                 Ok(None) => {}
                 Err(_) => bump(&COUNTERS.disk_cache_corrupt),
             }
         }
-        let (exprs, probes) = all_name_expressions(self.program, &decls);
+        let (exprs, probes) = all_name_expressions(self.program, decls);
         let entry =
             match nvrtc_retrying(self.tk, self.program, trusted_opts, exprs.clone(), probes.clone(), self.cubin, &self.includes.headers) {
                 Err(Error::Compile(CompileError { log, .. })) if unhanded_header(&log).is_some() => {
@@ -329,7 +329,7 @@ impl Job<'_> {
                             self.program.name
                         ),
                     );
-                    return self.finish(entry, &decls, notes, CacheSource::Compiled, Some(why), self.untrusted_opts);
+                    return self.finish(entry, decls, notes, CacheSource::Compiled, Some(why), self.untrusted_opts);
                 }
                 r => r?,
             };
@@ -339,7 +339,7 @@ impl Job<'_> {
                 bump(&COUNTERS.disk_cache_errors);
             }
         }
-        self.finish(entry, &decls, notes, CacheSource::Compiled, None, trusted_opts)
+        self.finish(entry, decls, notes, CacheSource::Compiled, None, trusted_opts)
     }
 
     /// By NVRTC with its own search path, for a program whose headers caijit cannot all
@@ -350,11 +350,11 @@ impl Job<'_> {
         }
         let declared = self.program.declarations();
         let (decls, notes) = (&declared.kernels, declared.notes.clone());
-        let (exprs, probes) = all_name_expressions(self.program, &decls);
+        let (exprs, probes) = all_name_expressions(self.program, decls);
         let entry = nvrtc_retrying(self.tk, self.program, self.untrusted_opts, exprs, probes, self.cubin, &[])?;
         bump(&COUNTERS.compiles);
         bump(&COUNTERS.untrusted_compiles);
-        Ok(self.finish(entry, &decls, notes, CacheSource::Compiled, Some(why), self.untrusted_opts)?.0)
+        Ok(self.finish(entry, decls, notes, CacheSource::Compiled, Some(why), self.untrusted_opts)?.0)
     }
 
     /// The disk cache to use. One given explicitly is held to the same trust as the

@@ -216,13 +216,13 @@ fn split_name(t: &mut Vec<Tok>) -> Option<String> {
     let Some(Tok::Ident(last)) = t.last() else { return None };
     let before = &t[..t.len() - 1];
     let has_type = before.iter().any(|x| match x {
-        Tok::Ident(w) => w != "const",
+        Tok::Ident(w) => *w != "const",
         Tok::Punct('*' | '>' | '&') => true,
         _ => false,
     });
     let after_scope = matches!(before.last(), Some(Tok::Scope));
-    if has_type && !after_scope && !BUILTIN_WORDS.contains(&last.as_str()) && last != "const" {
-        let name = last.clone();
+    if has_type && !after_scope && !BUILTIN_WORDS.contains(last) && *last != "const" {
+        let name = last.to_string();
         t.pop();
         return Some(name);
     }
@@ -232,7 +232,7 @@ fn split_name(t: &mut Vec<Tok>) -> Option<String> {
 /// The name of a parameter [`parse_param`] cannot read (a reference), for messages.
 fn name_of_unreadable(toks: &[Tok]) -> Option<String> {
     let toks = toks.iter().position(|t| *t == Tok::Punct('=')).map_or(toks, |eq| &toks[..eq]);
-    let mut t: Vec<Tok> = toks.iter().filter(|t| !matches!(t, Tok::Ident(x) if QUALIFIERS.contains(&x.as_str()))).cloned().collect();
+    let mut t: Vec<Tok> = toks.iter().filter(|t| !matches!(t, Tok::Ident(x) if QUALIFIERS.contains(x))).cloned().collect();
     if t.last() == Some(&Tok::Punct(']')) {
         if let Some(open) = t.iter().rposition(|x| *x == Tok::Punct('[')) {
             t.truncate(open);
@@ -247,7 +247,7 @@ pub(crate) fn parse_param(toks: &[Tok], tparams: &[TemplateParam], spelling: Spe
         Some(eq) => &toks[..eq],
         None => toks,
     };
-    let mut t: Vec<Tok> = toks.iter().filter(|t| !matches!(t, Tok::Ident(x) if QUALIFIERS.contains(&x.as_str()))).cloned().collect();
+    let mut t: Vec<Tok> = toks.iter().filter(|t| !matches!(t, Tok::Ident(x) if QUALIFIERS.contains(x))).cloned().collect();
     // `T name[]` and `T name[N]` are pointers.
     let mut array_suffix = false;
     if t.last() == Some(&Tok::Punct(']')) {
@@ -277,7 +277,7 @@ pub(crate) fn parse_param(toks: &[Tok], tparams: &[TemplateParam], spelling: Spe
             let rest = &words[qualifiers..];
             let name = match rest {
                 [] => Some(None),
-                [Tok::Ident(n)] => Some(Some(Tok::Ident(n.clone()))),
+                [Tok::Ident(n)] => Some(Some(Tok::Ident(n))),
                 _ => None,
             };
             if let (Some(name), true, true) = (name, inner.first() == Some(&Tok::Punct('*')), open > 0) {
@@ -395,13 +395,11 @@ fn parse_template_params(toks: &[Tok]) -> Vec<TemplateParam> {
             // The last word names the parameter, unless it is a keyword of its kind or type
             // (`int`, `typename`, `template <class> class`: unnamed).
             let named = match p.last() {
-                Some(Tok::Ident(n)) if p.len() > 1 => {
-                    !BUILTIN_WORDS.contains(&n.as_str()) && !matches!(n.as_str(), "typename" | "class" | "auto" | "const")
-                }
+                Some(Tok::Ident(n)) if p.len() > 1 => !BUILTIN_WORDS.contains(n) && !matches!(*n, "typename" | "class" | "auto" | "const"),
                 _ => false,
             };
             let name = match (named, p.last()) {
-                (true, Some(Tok::Ident(n))) => n.clone(),
+                (true, Some(Tok::Ident(n))) => n.to_string(),
                 _ => String::new(),
             };
             let value_type = if is_type || is_template { String::new() } else { join_type(if named { &p[..p.len() - 1] } else { p }) };
@@ -421,7 +419,7 @@ fn namespaces(toks: &[Tok]) -> Vec<(std::ops::Range<usize>, Vec<String>)> {
         let mut k = i + 1;
         loop {
             match toks.get(k) {
-                Some(Tok::Ident(n)) if n != "inline" => names.push(n.clone()),
+                Some(Tok::Ident(n)) if *n != "inline" => names.push(n.to_string()),
                 Some(Tok::Ident(_)) | Some(Tok::Scope) => {}
                 _ => break,
             }
@@ -470,11 +468,11 @@ fn before_global(toks: &[Tok], at: usize) -> (Option<bool>, Vec<TemplateParam>) 
         match &toks[j - 1] {
             // `extern "C"` / `extern "C++"`: the nearest one is the kernel's linkage.
             Tok::Str(s) if is_ident(toks.get(j.wrapping_sub(2)), "extern") => {
-                linkage = linkage.or(Some(s == "C"));
+                linkage = linkage.or(Some(*s == "C"));
                 j -= 2;
             }
             // An explicit instantiation or specialization: no template head of its own.
-            Tok::Ident(w) if w == "template" => break,
+            Tok::Ident(w) if *w == "template" => break,
             Tok::Ident(_) | Tok::Scope => j -= 1,
             // The arguments of an attribute (`__launch_bounds__(256)`, `__attribute__((x))`).
             Tok::Punct(')') => match matching_backwards(toks, j - 1, '(', ')') {
@@ -516,7 +514,7 @@ fn name_after_global(toks: &[Tok], at: usize) -> Option<usize> {
     let attribute_end = |k: usize| -> Option<usize> {
         match toks.get(k)? {
             Tok::Punct('[') if toks.get(k + 1) == Some(&Tok::Punct('[')) => matching(toks, k, '[', ']').map(|e| e + 1),
-            Tok::Ident(w) if ATTRIBUTE_WORDS.contains(&w.as_str()) => match toks.get(k + 1) {
+            Tok::Ident(w) if ATTRIBUTE_WORDS.contains(w) => match toks.get(k + 1) {
                 Some(Tok::Punct('(')) => matching(toks, k + 1, '(', ')').map(|e| e + 1),
                 _ => Some(k + 1),
             },
@@ -536,7 +534,7 @@ fn name_after_global(toks: &[Tok], at: usize) -> Option<usize> {
         let after = matching(toks, k + 1, '(', ')').map(|e| e + 1);
         let macro_attribute = after.is_some_and(|a| {
             attribute_end(a).is_some()
-                || matches!((toks.get(a), toks.get(a + 1)), (Some(Tok::Ident(w)), Some(Tok::Punct('('))) if !matches!(w.as_str(), "noexcept" | "throw"))
+                || matches!((toks.get(a), toks.get(a + 1)), (Some(Tok::Ident(w)), Some(Tok::Punct('('))) if !matches!(*w, "noexcept" | "throw"))
         });
         match (macro_attribute, after) {
             (true, Some(a)) => k = a,
@@ -573,7 +571,7 @@ pub fn parse_kernels(source: &str) -> Declarations {
     let mut renamed: Vec<Vec<bool>> = Vec::new();
     let mut extern_blocks = Vec::new();
     for i in 0..toks.len() {
-        if is_ident(toks.get(i), "extern") && toks.get(i + 1) == Some(&Tok::Str("C".into())) && toks.get(i + 2) == Some(&Tok::Punct('{')) {
+        if is_ident(toks.get(i), "extern") && toks.get(i + 1) == Some(&Tok::Str("C")) && toks.get(i + 2) == Some(&Tok::Punct('{')) {
             if let Some(end) = matching(&toks, i + 2, '{', '}') {
                 extern_blocks.push(i + 2..end);
             }
@@ -611,7 +609,7 @@ pub fn parse_kernels(source: &str) -> Declarations {
         let mut scope: Vec<(usize, &Vec<String>)> = spaces.iter().filter(|(r, _)| r.contains(&i)).map(|(r, n)| (r.start, n)).collect();
         scope.sort_by_key(|(s, _)| *s);
         let scope = scope.into_iter().flat_map(|(_, n)| n.iter().cloned()).collect();
-        let decl = KernelDecl { name: name.clone(), scope, extern_c, template_params, params };
+        let decl = KernelDecl { name: name.to_string(), scope, extern_c, template_params, params };
         // A forward declaration followed by the definition (or one kernel in two `#if`
         // branches): keep one. A parameter keeps its name only where every declaration
         // that names it agrees: the tokenizer cannot tell which branch is compiled.

@@ -118,7 +118,7 @@ fn last_parameter_list(toks: &[Tok], text: &str, kernel: &str) -> Result<Vec<Par
     let close = toks.iter().rposition(|t| *t == Tok::Punct(')')).ok_or_else(no_list)?;
     let open = matching_backwards(toks, close, '(', ')').ok_or_else(no_list)?;
     let inner = toks.get(open + 1..close).ok_or_else(no_list)?;
-    if inner.is_empty() || (inner.len() == 1 && matches!(&inner[0], Tok::Ident(v) if v == "void")) {
+    if inner.is_empty() || (inner.len() == 1 && matches!(&inner[0], Tok::Ident(v) if *v == "void")) {
         return Ok(Vec::new());
     }
     split_top_level(inner)
@@ -158,7 +158,7 @@ pub fn probe_types(lowered: &str) -> Result<Option<Vec<ParamType>>, SignatureErr
     }
     let text = demangle(lowered)?;
     let toks = tokenize(&text);
-    let Some(at) = toks.iter().position(|t| matches!(t, Tok::Ident(n) if n == PROBE_TEMPLATE)) else { return Ok(None) };
+    let Some(at) = toks.iter().position(|t| matches!(t, Tok::Ident(n) if *n == PROBE_TEMPLATE)) else { return Ok(None) };
     // The template argument: from the `<` after the name to the `>` before the probe's own
     // (empty) parameter list.
     let no_list = || SignatureError::NoParameterList { demangled: text.clone() };

@@ -7,12 +7,16 @@
 //! macros are not expanded. That is why it only *finds* names; the compiler says what
 //! they are (see [`super::demangle`]).
 
-/// One token.
+use std::borrow::Cow;
+
+/// One token, borrowing the text it was read from.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Tok {
-    Ident(String),
-    Num(String),
-    Str(String),
+pub(crate) enum Tok<'a> {
+    Ident(&'a str),
+    /// Without C++14 digit separators (`1'000` is `1000`).
+    Num(Cow<'a, str>),
+    /// A string or character literal's contents (escapes as written).
+    Str(&'a str),
     Punct(char),
     /// `::`
     Scope,
@@ -38,7 +42,7 @@ fn raw_string_len(b: &[u8], i: usize) -> Option<(usize, usize, usize)> {
     Some((open + 1, b.len(), b.len()))
 }
 
-pub(crate) fn tokenize(src: &str) -> Vec<Tok> {
+pub(crate) fn tokenize(src: &str) -> Vec<Tok<'_>> {
     let b = src.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;
@@ -80,7 +84,7 @@ pub(crate) fn tokenize(src: &str) -> Vec<Tok> {
             continue;
         }
         if let Some((start, end, next)) = raw_string_len(b, i) {
-            out.push(Tok::Str(String::from_utf8_lossy(&b[start..end]).into_owned()));
+            out.push(Tok::Str(src.get(start..end).unwrap_or_default()));
             i = next;
             continue;
         }
@@ -94,7 +98,7 @@ pub(crate) fn tokenize(src: &str) -> Vec<Tok> {
                 }
                 i += 1;
             }
-            out.push(Tok::Str(String::from_utf8_lossy(&b[start..i.min(b.len())]).into_owned()));
+            out.push(Tok::Str(src.get(start..i.min(b.len())).unwrap_or_default()));
             i += 1;
             continue;
         }
@@ -103,7 +107,7 @@ pub(crate) fn tokenize(src: &str) -> Vec<Tok> {
             while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'_') {
                 i += 1;
             }
-            out.push(Tok::Ident(src[start..i].to_string()));
+            out.push(Tok::Ident(&src[start..i]));
             continue;
         }
         if c.is_ascii_digit() {
@@ -111,7 +115,8 @@ pub(crate) fn tokenize(src: &str) -> Vec<Tok> {
             while i < b.len() && (b[i].is_ascii_alphanumeric() || b[i] == b'.' || b[i] == b'\'') {
                 i += 1;
             }
-            out.push(Tok::Num(src[start..i].replace('\'', "")));
+            let num = &src[start..i];
+            out.push(Tok::Num(if num.contains('\'') { Cow::Owned(num.replace('\'', "")) } else { Cow::Borrowed(num) }));
             continue;
         }
         if c == b':' && b.get(i + 1) == Some(&b':') {
@@ -127,24 +132,24 @@ pub(crate) fn tokenize(src: &str) -> Vec<Tok> {
     out
 }
 
-pub(crate) fn is_ident(t: Option<&Tok>, s: &str) -> bool {
-    matches!(t, Some(Tok::Ident(x)) if x == s)
+pub(crate) fn is_ident(t: Option<&Tok<'_>>, s: &str) -> bool {
+    matches!(t, Some(Tok::Ident(x)) if *x == s)
 }
 
 /// Index of the token closing the bracket opened at `open` (`(`/`)`, `{`/`}`, `[`/`]`).
 /// `None` when it is not closed, or when a closing bracket comes first (`open` is not `o`).
-pub(crate) fn matching(toks: &[Tok], open: usize, o: char, c: char) -> Option<usize> {
+pub(crate) fn matching(toks: &[Tok<'_>], open: usize, o: char, c: char) -> Option<usize> {
     match_bracket(toks, open..toks.len(), o, c)
 }
 
 /// Index of the token opening the bracket closed at `close`, scanning backwards.
-pub(crate) fn matching_backwards(toks: &[Tok], close: usize, o: char, c: char) -> Option<usize> {
+pub(crate) fn matching_backwards(toks: &[Tok<'_>], close: usize, o: char, c: char) -> Option<usize> {
     match_bracket(toks, (0..=close).rev(), c, o)
 }
 
 /// The index where the bracket opened (`into`) at the first of `indices` is closed
 /// (`out_of`), walking `indices` in order (forwards or backwards).
-fn match_bracket(toks: &[Tok], indices: impl Iterator<Item = usize>, into: char, out_of: char) -> Option<usize> {
+fn match_bracket(toks: &[Tok<'_>], indices: impl Iterator<Item = usize>, into: char, out_of: char) -> Option<usize> {
     let mut depth = 0usize;
     for j in indices {
         match toks.get(j)? {
@@ -163,7 +168,7 @@ fn match_bracket(toks: &[Tok], indices: impl Iterator<Item = usize>, into: char,
 
 /// Index of the `<` that the `>` at `close` closes, scanning backwards: a `>` inside
 /// parentheses (`(N > 4)`) is a comparison, not a bracket.
-pub(crate) fn matching_angle_backwards(toks: &[Tok], close: usize) -> Option<usize> {
+pub(crate) fn matching_angle_backwards(toks: &[Tok<'_>], close: usize) -> Option<usize> {
     let mut depth = 0usize;
     let mut j = close;
     loop {
@@ -184,7 +189,7 @@ pub(crate) fn matching_angle_backwards(toks: &[Tok], close: usize) -> Option<usi
 
 /// Split at top-level commas. Brackets are tracked on a stack, so a `>` inside parentheses
 /// (a comparison) closes nothing, and neither does a `>` with no `<` open.
-pub(crate) fn split_top_level(toks: &[Tok]) -> Vec<&[Tok]> {
+pub(crate) fn split_top_level<'t, 'a>(toks: &'t [Tok<'a>]) -> Vec<&'t [Tok<'a>]> {
     let mut parts = Vec::new();
     let mut stack: Vec<char> = Vec::new();
     let mut start = 0usize;
@@ -220,7 +225,7 @@ pub(crate) fn split_top_level(toks: &[Tok]) -> Vec<&[Tok]> {
 }
 
 /// Tokens joined back into C++ text, one space after each comma, none around `::`.
-pub(crate) fn join_type(toks: &[Tok]) -> String {
+pub(crate) fn join_type(toks: &[Tok<'_>]) -> String {
     let mut s = String::new();
     let mut angles = 0usize;
     for t in toks {
@@ -237,7 +242,8 @@ pub(crate) fn join_type(toks: &[Tok]) -> String {
             _ => false,
         };
         let piece = match t {
-            Tok::Ident(x) | Tok::Num(x) => x.clone(),
+            Tok::Ident(x) => (*x).into(),
+            Tok::Num(x) => x.to_string(),
             Tok::Scope => "::".into(),
             Tok::Punct(c) => c.to_string(),
             Tok::Str(x) => format!("\"{x}\""),
@@ -265,8 +271,8 @@ pub(crate) fn join_type(toks: &[Tok]) -> String {
 mod tests {
     use super::*;
 
-    fn id(s: &str) -> Tok {
-        Tok::Ident(s.into())
+    fn id(s: &str) -> Tok<'_> {
+        Tok::Ident(s)
     }
 
     #[test]
@@ -282,9 +288,9 @@ mod tests {
                 Tok::Num("0x1F".into()),
                 Tok::Num("1000".into()),
                 Tok::Num("2.5f".into()),
-                Tok::Str(r#"s\"q"#.into()),
-                Tok::Str(r"\'".into()),
-                Tok::Str("x y".into()),
+                Tok::Str(r#"s\"q"#),
+                Tok::Str(r"\'"),
+                Tok::Str("x y"),
                 Tok::Punct('?'),
                 Tok::Punct(':'),
                 Tok::Punct('é'),
@@ -300,9 +306,9 @@ mod tests {
         let toks = tokenize(src);
         assert_eq!(toks.iter().filter(|t| matches!(t, Tok::Str(_))).count(), 1, "{toks:?}");
         assert_eq!(toks.last(), Some(&id("g")));
-        assert_eq!(tokenize(r#"u8R"(a)" LR"x()x" b"#), [Tok::Str("a".into()), Tok::Str("".into()), id("b")]);
+        assert_eq!(tokenize(r#"u8R"(a)" LR"x()x" b"#), [Tok::Str("a"), Tok::Str(""), id("b")]);
         // An unterminated raw string ends the input; `R` alone is an identifier.
-        assert_eq!(tokenize(r#"R"(abc"#), [Tok::Str("abc".into())]);
+        assert_eq!(tokenize(r#"R"(abc"#), [Tok::Str("abc")]);
         assert_eq!(tokenize("R + 1"), [id("R"), Tok::Punct('+'), Tok::Num("1".into())]);
     }
 
@@ -312,9 +318,9 @@ mod tests {
         assert_eq!(tokenize(src), [id("b"), id("h"), Tok::Punct('#'), id("i"), id("l")]);
         assert_eq!(tokenize("m // n"), [id("m")]);
         assert_eq!(tokenize("m /* n *"), [id("m")]);
-        assert_eq!(tokenize("m \"n\\"), [id("m"), Tok::Str("n\\".into())]);
+        assert_eq!(tokenize("m \"n\\"), [id("m"), Tok::Str("n\\")]);
         assert_eq!(tokenize("m\n#n \\"), [id("m")]);
-        assert_eq!(tokenize("\"n"), [Tok::Str("n".into())]);
+        assert_eq!(tokenize("\"n"), [Tok::Str("n")]);
         assert_eq!(tokenize("/* a */ b 1"), [id("b"), Tok::Num("1".into())]);
     }
 
