@@ -67,6 +67,16 @@ impl DeviceArray {
         Ok(DeviceArray { ctx: ctx.clone(), layout, memory, stream: stream.clone(), per_thread_home })
     }
 
+    /// Keep the memory with the graph being captured on `writer`, if it is, for as long as
+    /// that graph exists: work captured there writes it at every replay, while the array
+    /// lives on its own stream ([`Context::hold_for_capture`]).
+    pub(crate) fn hold_for_capture_on(&mut self, writer: &Stream) -> Result<()> {
+        match &mut self.memory {
+            Some(m) => self.ctx.hold_for_capture(m, &self.stream, writer),
+            None => Ok(()),
+        }
+    }
+
     /// Zero-filled.
     pub fn zeros(ctx: &Arc<Context>, shape: &[usize], dtype: DType, stream: &Arc<Stream>) -> Result<DeviceArray> {
         let a = Self::empty(ctx, shape, dtype, stream)?;

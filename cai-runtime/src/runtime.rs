@@ -27,7 +27,7 @@ mod blocks;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use crate::cai::StreamRef;
 use crate::stats::{bump, COUNTERS};
@@ -116,6 +116,18 @@ struct GraphReturns {
     any: AtomicBool,
 }
 
+impl GraphReturns {
+    /// What a graph calls (on a driver thread, [`sys::Driver::keep_with_capture`]) to hand
+    /// back what it kept: held here until the next [`Context::collect_released`].
+    fn receiver<T: Send + 'static>(self: &Arc<Self>) -> impl FnOnce(T) + Send + 'static {
+        let returns = self.clone();
+        move |object| {
+            lock(&returns.objects).push(Box::new(object));
+            returns.any.store(true, Ordering::Release);
+        }
+    }
+}
+
 impl std::fmt::Debug for GraphReturns {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "GraphReturns({} handed back)", lock(&self.objects).len())
@@ -138,6 +150,50 @@ pub(crate) struct Allocation {
     /// Allocated from the stream-ordered pool (inside a graph capture, or without caching)
     /// and freed stream-ordered; else a block of the caching allocator.
     stream_ordered: bool,
+    /// Written by a graph being captured on another stream than its own
+    /// ([`Context::hold_for_capture`]).
+    held: Option<Arc<GraphHold>>,
+}
+
+impl Allocation {
+    fn new(ptr: u64, stream_ordered: bool) -> Allocation {
+        Allocation { ptr, stream_ordered, held: None }
+    }
+}
+
+/// Memory whose array lives on one stream while a graph being captured on another writes
+/// it (an op's result on the legacy default stream, written by a launch on a producer's
+/// capturing stream). Every replay of the graph writes it, so it goes back to the
+/// allocator only once both the array and the graph have let go of it.
+#[derive(Debug)]
+pub(crate) struct GraphHold {
+    /// Whether (the array, the graph) still hold it.
+    holders: Mutex<(bool, bool)>,
+}
+
+/// The graph's part of a [`GraphHold`]: dropped once the graph and every executable graph
+/// made from it are destroyed and their launches have finished. When the array has gone
+/// already, the memory is freed as the array's free would have: on its stream, where the
+/// array's every use was ordered.
+struct GraphLetGo {
+    ctx: Arc<Context>,
+    hold: Arc<GraphHold>,
+    ptr: u64,
+    stream_ordered: bool,
+    home: Arc<Stream>,
+}
+
+impl Drop for GraphLetGo {
+    fn drop(&mut self) {
+        let array_gone = {
+            let mut h = lock(&self.hold.holders);
+            h.1 = false;
+            !h.0
+        };
+        if array_gone {
+            self.ctx.free(&Allocation::new(self.ptr, self.stream_ordered), &self.home, false);
+        }
+    }
 }
 
 /// A block of the caching allocator freed on a stream being captured: the captured graph
@@ -280,18 +336,18 @@ impl Context {
                 }
             };
             let ptr = d.mem_alloc_async(bytes, pool, stream.raw()).map_err(failed)?;
-            return Ok(Allocation { ptr, stream_ordered: true });
+            return Ok(Allocation::new(ptr, true));
         }
         let owner = stream.owner();
         let rounded = blocks::round(bytes);
         self.collect_released();
         let mut m = lock(&self.memory);
         if let Some(ptr) = m.blocks.take(owner, rounded) {
-            return Ok(Allocation { ptr, stream_ordered: false });
+            return Ok(Allocation::new(ptr, false));
         }
         self.unpark_finished(&d, &mut m);
         if let Some(ptr) = m.blocks.take(owner, rounded).or_else(|| self.take_parked(&d, &mut m, owner, rounded, stream)) {
-            return Ok(Allocation { ptr, stream_ordered: false });
+            return Ok(Allocation::new(ptr, false));
         }
         let size = blocks::segment_size(rounded);
         let out_of_memory = cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY as u32;
@@ -302,7 +358,7 @@ impl Context {
         }
         m.blocks.add_segment(base.map_err(failed)?, size);
         let ptr = m.blocks.take(owner, rounded).expect("a new segment fits its request");
-        Ok(Allocation { ptr, stream_ordered: false })
+        Ok(Allocation::new(ptr, false))
     }
 
     /// Give back memory of [`Context::alloc`], allocated for `stream`, once the work
@@ -313,6 +369,13 @@ impl Context {
     /// Never fails: a failure is the driver's sticky error, reported by its next call, and
     /// leaks this memory at worst.
     pub(crate) fn free(self: &Arc<Self>, a: &Allocation, stream: &Arc<Stream>, elsewhere: bool) {
+        if let Some(hold) = &a.held {
+            let mut h = lock(&hold.holders);
+            h.0 = false;
+            if h.1 {
+                return; // a graph still writes it: freed when the graph lets go (`GraphLetGo`)
+            }
+        }
         let Ok(d) = self.bind() else { return };
         let synchronized = elsewhere && {
             bump(&COUNTERS.host_syncs);
@@ -338,20 +401,42 @@ impl Context {
         }
         if !stream.is_legacy() {
             let (ctx, home) = (self.clone(), stream.clone());
-            match d.keep_with_capture(stream.raw(), a.ptr, move |ptr| {
-                let returns = &ctx.from_graphs;
-                lock(&returns.objects).push(Box::new(HeldByGraph { ctx: ctx.clone(), ptr, stream: home }));
-                returns.any.store(true, Ordering::Release);
-            }) {
+            let receive = self.from_graphs.receiver();
+            match d.keep_with_capture(stream.raw(), a.ptr, move |ptr| receive(HeldByGraph { ctx, ptr, stream: home })) {
                 Ok(Ok(())) => return, // the capturing graph holds it
                 Ok(Err(_)) => {}      // not capturing
                 Err(_) => return,     // leaked: the graph may use it at every replay
             }
         }
-        lock(&self.memory).blocks.give_back(a.ptr, stream.owner());
-        if !stream.is_default() {
+        let owner = stream.owner();
+        lock(&self.memory).blocks.give_back(a.ptr, owner);
+        if stream.is_per_thread() {
+            self.park_at_thread_exit(owner);
+        } else if !stream.is_default() {
             stream.keeps_blocks.store(true, Ordering::Relaxed);
         }
+    }
+
+    /// Hold `a` (allocated for `home`) for the graph being captured on `writer`, if `writer`
+    /// is being captured and is not `home`: captured work on `writer` writes it at every
+    /// replay of that graph, so the memory outlives the array until the graph is destroyed
+    /// (as a block freed on a capturing stream is kept by the graph, see [`Context::free`]).
+    /// The legacy default stream is never asked about capture.
+    pub(crate) fn hold_for_capture(self: &Arc<Self>, a: &mut Allocation, home: &Arc<Stream>, writer: &Stream) -> Result<()> {
+        if a.held.is_some() || writer.is_legacy() || writer.raw() == home.raw() {
+            return Ok(());
+        }
+        let d = self.bind()?;
+        let hold = Arc::new(GraphHold { holders: Mutex::new((true, true)) });
+        let graph_part = GraphLetGo { ctx: self.clone(), hold: hold.clone(), ptr: a.ptr, stream_ordered: a.stream_ordered, home: home.clone() };
+        match d.keep_with_capture(writer.raw(), graph_part, self.from_graphs.receiver()) {
+            Ok(Ok(())) => a.held = Some(hold),
+            // Not capturing: the graph's part is dropped here, while the array holds on.
+            Ok(Err(_)) => {}
+            // Nothing captured writes it yet: the caller fails before launching.
+            Err(e) => return Err(Error::driver("keeping memory with the graph being captured", e)),
+        }
+        Ok(())
     }
 
     /// Memory this device's arrays hold, and what caijit keeps for reuse.
@@ -362,12 +447,51 @@ impl Context {
     /// Park the blocks kept for `stream` (which is going away: its handle may name another
     /// stream later) behind the work enqueued on it so far.
     fn park(&self, stream: &Stream) {
+        self.park_owned_by(stream.owner(), stream);
+    }
+
+    /// [`Context::park`] for the blocks kept for `owner`, whose work was ordered on `stream`.
+    fn park_owned_by(&self, owner: Owner, stream: &Stream) {
         let mut m = lock(&self.memory);
-        let blocks = m.blocks.park(stream.owner());
+        let blocks = m.blocks.park(owner);
         if !blocks.is_empty() {
             let after = self.event_behind(stream);
             m.parked.push((after, blocks));
         }
+    }
+
+    /// Park this thread's per-thread default stream's blocks (`owner`) when the thread
+    /// exits: its stream goes with it, and no other thread could take them otherwise (until
+    /// a synchronisation of the device). Registered when the thread first keeps a block.
+    fn park_at_thread_exit(self: &Arc<Self>, owner: Owner) {
+        /// This thread's kept blocks, per context.
+        struct AtExit(Vec<(Weak<Context>, Owner)>);
+        impl Drop for AtExit {
+            fn drop(&mut self) {
+                // On the exiting thread, so the per-thread stream named here is its own.
+                // Rust's thread-local destructors (`__cxa_thread_atexit_impl`) run before
+                // the pthread-key destructors, and after those registered earlier (CUDA's
+                // per-thread state exists before this thread kept any block): CUDA has not
+                // let go of the stream yet. A failed record leaves the blocks for the next
+                // synchronisation, never idle early.
+                let stream = Stream::per_thread();
+                for (ctx, owner) in self.0.drain(..) {
+                    if let Some(ctx) = ctx.upgrade() {
+                        ctx.park_owned_by(owner, &stream);
+                    }
+                }
+            }
+        }
+        thread_local! {
+            static AT_EXIT: std::cell::RefCell<AtExit> = const { std::cell::RefCell::new(AtExit(Vec::new())) };
+        }
+        // (During the thread's own exit there is nothing left to register.)
+        let _ = AT_EXIT.try_with(|a| {
+            let mut a = a.borrow_mut();
+            if !a.0.iter().any(|(c, _)| std::ptr::eq(c.as_ptr(), Arc::as_ptr(self))) {
+                a.0.push((Arc::downgrade(self), owner));
+            }
+        });
     }
 
     /// An event recorded behind the work enqueued on `stream` so far, from the pool; `None`
@@ -507,13 +631,8 @@ impl Context {
         let mut keep = keep;
         // (The legacy default stream is never captured, and never asked.)
         if stream != 1 {
-            let returns = self.from_graphs.clone();
             let d = self.bind()?;
-            match d.keep_with_capture(raw, keep, move |k| {
-                let mut objects = lock(&returns.objects);
-                objects.push(k);
-                returns.any.store(true, Ordering::Release);
-            })? {
+            match d.keep_with_capture(raw, keep, self.from_graphs.receiver())? {
                 Ok(()) => return Ok(()),
                 Err(k) => keep = k,
             }

@@ -467,6 +467,36 @@ def test_a_busy_foreign_stream_reuses_memory_across_calls(k: Any, cupy: Any, kin
     assert grown <= 20 << 20, f"{grown >> 20} MiB reserved for twenty 4 MiB arrays, one at a time"
 
 
+def test_blocks_of_exited_threads_serve_later_threads(k: Any) -> None:
+    """Memory freed on the per-thread default stream is kept for that thread's stream; when
+    the thread exits, it goes to the threads after it (behind its stream's last work, no
+    host synchronisation) instead of staying in the cache for a stream that is gone."""
+    big = 8 << 20  # 32 MiB arrays: a segment each
+
+    def work(spin: bool) -> None:
+        a = caijit.zeros(big, stream=2)
+        if spin:
+            spin_on(k, 2)  # still running on this thread's stream when the thread exits
+        ops.fill(a, 1.0, stream=2)
+        del a
+
+    for spin in (False, True):  # warm-up (every kernel loaded), on a thread of its own
+        t = threading.Thread(target=work, args=(spin,))
+        t.start()
+        t.join(60)
+    _device_synchronize()
+    caijit.empty_cache()
+    before, syncs = caijit.memory_stats()["reserved_bytes"], caijit.stats()["host_syncs"]
+    for i in range(8):
+        t = threading.Thread(target=work, args=(i == 0,))
+        t.start()
+        t.join(60)
+    grown = caijit.memory_stats()["reserved_bytes"] - before
+    assert caijit.stats()["host_syncs"] == syncs
+    assert grown <= 2 * 4 * big, f"{grown >> 20} MiB reserved for eight threads' 32 MiB arrays, one thread at a time"
+    _device_synchronize()
+
+
 @pytest.mark.parametrize("env", [{"CAIJIT_NO_MEMORY_CACHING": "1"}, {"NV_SANITIZER_INJECTION_PORT_BASE": "49152"}])
 def test_without_caching_every_array_is_its_own_allocation(env: dict[str, str]) -> None:
     """For compute-sanitizer (which caijit recognises by its environment), or on request,
@@ -513,6 +543,52 @@ def test_memory_freed_during_a_capture_is_kept_by_the_graph(k: Any, cupy: Any) -
             break
         threading.Event().wait(0.01)
     assert caijit.memory_stats()["allocated_bytes"] == held - 4 * N, "the graph's block came back"
+
+
+@pytest.mark.parametrize("keep", [False, True], ids=["dropped in the capture", "kept past it"])
+def test_an_op_result_written_by_a_foreign_capture_is_kept_by_its_graph(cupy: Any, keep: bool) -> None:
+    """An op on CuPy arrays inside a capture of CuPy's stream launches there (captured) and
+    puts its result on the legacy stream (a producer's stream handle is valid only for the
+    call). Every replay writes that result: its memory goes back to the allocator only once
+    both the array and the graph have let go, never to a new eager array while the graph
+    lives. Kept past the capture, the result holds the graph's output after each replay."""
+    import caijit.ops as ops
+
+    c = cupy.cuda.Stream(non_blocking=True)
+    x = cupy.ones(N, dtype=cupy.float32)
+    with c:  # warm-up, eagerly and in a capture (modules loaded, the capture path taken)
+        ops.scale(x, 2.0)
+        c.begin_capture()
+        ops.scale(x, 2.0)
+        c.end_capture()
+    c.synchronize()
+    cupy.cuda.Device().synchronize()
+    with c:
+        c.begin_capture()
+        r = ops.scale(x, 3.0)
+        written = _ptr(r)
+        if not keep:
+            del r
+        graph = c.end_capture()
+    z = caijit.zeros(N)  # eager, on the legacy stream, as the result
+    assert _ptr(z) != written, "memory a captured graph writes was handed to a new array"
+    cupy.cuda.Device().synchronize()
+    graph.launch(c)
+    c.synchronize()
+    assert (z.copy_to_host() == 0).all(), "the graph wrote into a new array"
+    if keep:
+        assert (r.copy_to_host() == 3).all(), "the kept result holds the graph's output"
+        del r
+    gc.collect()
+    held = caijit.memory_stats()["allocated_bytes"]
+    del graph
+    gc.collect()
+    for _ in range(100):  # the driver hands the graph's part back once the graph is destroyed
+        caijit.empty_cache()
+        if caijit.memory_stats()["allocated_bytes"] <= held - 4 * N:
+            break
+        threading.Event().wait(0.01)
+    assert caijit.memory_stats()["allocated_bytes"] <= held - 4 * N, "the result's memory came back"
 
 
 # ---------------------------------------------------------------------------------------

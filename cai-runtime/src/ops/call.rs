@@ -172,7 +172,12 @@ impl<'c> Call<'c> {
         let mut result = None;
         let out = match given {
             Some(o) => o,
-            None => result.insert(DeviceArray::empty(self.ctx, &planned.shape, planned.dtype, &home)?).as_view(),
+            None => {
+                let mut r = DeviceArray::empty(self.ctx, &planned.shape, planned.dtype, &home)?;
+                // Written on `stream`, which a graph may be capturing (before anything is).
+                r.hold_for_capture_on(&stream)?;
+                result.insert(r).as_view()
+            }
         };
         if out.is_empty() {
             return Ok(result);
