@@ -241,7 +241,8 @@ def to_device(array: Any, *, stream: Any = None, device: int = 0) -> DeviceArray
     """Copy a host array (anything ``numpy.asarray`` accepts) to the device."""
     import numpy
 
-    a = numpy.ascontiguousarray(numpy.asarray(array))
+    a = numpy.asarray(array)
+    # (`tobytes` writes C order whatever the layout; a 0-d array stays 0-d.)
     return DeviceArray.from_buffer(a.tobytes(), a.shape, a.dtype, stream=stream, device=device)
 
 
