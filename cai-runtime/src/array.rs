@@ -45,6 +45,28 @@ fn export_options() -> (bool, i64) {
 impl DeviceArray {
     /// Uninitialised memory for `shape` elements of `dtype`, allocated on `stream`.
     pub fn empty(ctx: &Arc<Context>, shape: &[usize], dtype: DType, stream: &Arc<Stream>) -> Result<DeviceArray> {
+        Self::allocated(ctx, shape, dtype, stream, |bytes| ctx.alloc(bytes, stream))
+    }
+
+    /// [`DeviceArray::empty`] on `stream`, for work on `writer` to write: held by the graph
+    /// `writer` may be capturing ([`Context::alloc_written_on`]).
+    pub(crate) fn empty_written_on(
+        ctx: &Arc<Context>,
+        shape: &[usize],
+        dtype: DType,
+        stream: &Arc<Stream>,
+        writer: &Stream,
+    ) -> Result<DeviceArray> {
+        Self::allocated(ctx, shape, dtype, stream, |bytes| ctx.alloc_written_on(bytes, stream, writer))
+    }
+
+    fn allocated(
+        ctx: &Arc<Context>,
+        shape: &[usize],
+        dtype: DType,
+        stream: &Arc<Stream>,
+        alloc: impl FnOnce(usize) -> Result<Allocation>,
+    ) -> Result<DeviceArray> {
         if let Some(o) = stream.device().filter(|&o| o != ctx.ordinal()) {
             return Err(Error::argument(format!("the stream is on device {o}; the array would be on device {}", ctx.ordinal())));
         }
@@ -55,7 +77,7 @@ impl DeviceArray {
             .and_then(|n| n.checked_mul(dtype.itemsize()))
             .filter(|&bytes| i64::try_from(bytes).is_ok())
             .ok_or_else(overflow)?;
-        let memory = if size == 0 { None } else { Some(ctx.alloc(size, stream)?) };
+        let memory = if size == 0 { None } else { Some(alloc(size)?) };
         let ptr = memory.as_ref().map_or(0, |m| m.ptr);
         // `contiguous` fails only on the overflow ruled out above (or a null pointer for a
         // non-empty array, which the allocator never returns).
@@ -65,16 +87,6 @@ impl DeviceArray {
             .owned_by_caijit(true);
         let per_thread_home = stream.is_per_thread().then(|| std::thread::current().id());
         Ok(DeviceArray { ctx: ctx.clone(), layout, memory, stream: stream.clone(), per_thread_home })
-    }
-
-    /// Keep the memory with the graph being captured on `writer`, if it is, for as long as
-    /// that graph exists: work captured there writes it at every replay, while the array
-    /// lives on its own stream ([`Context::hold_for_capture`]).
-    pub(crate) fn hold_for_capture_on(&mut self, writer: &Stream) -> Result<()> {
-        match &mut self.memory {
-            Some(m) => self.ctx.hold_for_capture(m, &self.stream, writer),
-            None => Ok(()),
-        }
     }
 
     /// Zero-filled.

@@ -52,7 +52,7 @@ use crate::{Error, Result};
 /// The first eight bytes of every bundle.
 pub const MAGIC: &[u8; 8] = b"CAIJITBN";
 /// The format version this caijit reads and writes.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 /// The caijit version a bundle must have been baked by (its keys and layouts are this
 /// version's).
 pub const CAIJIT_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -73,7 +73,9 @@ pub const SECTION_RECORD: u32 = 7;
 const FLAG_DEFLATE: u32 = 1;
 /// Bytes of the header before the table of contents, and of one entry of it.
 const HEADER: usize = 16;
-const TOC_ENTRY: usize = 64;
+const TOC_ENTRY: usize = 36;
+/// The CRC-32 after the table of contents.
+const TOC_CHECKSUM: usize = 4;
 const DIGEST: usize = 32;
 /// Bytes of the lookup table's header (program count, name expression record count), of a
 /// key or family record (digest, program number), and of a name expression record (family
@@ -231,7 +233,8 @@ struct Section {
     start: usize,
     stored: usize,
     len: u64,
-    sha256: [u8; DIGEST],
+    /// CRC-32 (zlib's) of the stored bytes.
+    crc32: u32,
 }
 
 /// A bundle whose header, table of contents, metadata and lookup table were read and
@@ -241,9 +244,9 @@ pub struct Bundle {
     origin: String,
     data: Bytes,
     sections: Toc,
-    /// The checksum of the header and table of contents: it covers every section's
-    /// checksum, so two bundles of the same one hold the same bytes.
-    toc_sha256: [u8; DIGEST],
+    /// The checksum of the header and table of contents (which hold every section's
+    /// checksum): a bundle loaded again from the same file has the same.
+    toc_crc32: u32,
     nvrtc: String,
     nvrtc_build: String,
     archs: Vec<u32>,
@@ -287,7 +290,7 @@ impl Toc {
             start: u64_at(8) as usize,
             stored: u64_at(16) as usize,
             len: u64_at(24),
-            sha256: e[32..64].try_into().unwrap_or_default(),
+            crc32: u32_at(32),
         })
     }
 }
@@ -559,16 +562,16 @@ impl Bundle {
             return Err(bad(&origin, format!("is corrupt (it claims {count} sections; a bundle has at most {MAX_SECTIONS})")));
         }
         let toc_end = HEADER.saturating_add(count.saturating_mul(TOC_ENTRY));
-        if toc_end.saturating_add(DIGEST) > size {
+        if toc_end.saturating_add(TOC_CHECKSUM) > size {
             return Err(bad(&origin, format!("is truncated (its table of contents of {count} sections is cut off)")));
         }
-        let b = read(0, toc_end + DIGEST)?;
-        let toc_sha256: [u8; DIGEST] = Sha256::digest(&b[..toc_end]).into();
-        if b[toc_end..toc_end + DIGEST] != toc_sha256 {
-            return Err(bad(&origin, "is corrupt (the SHA-256 checksum of its table of contents does not match)"));
+        let b = read(0, toc_end + TOC_CHECKSUM)?;
+        let toc_crc32 = libdeflater::crc32(&b[..toc_end]);
+        if u32_at(&b, toc_end) != toc_crc32 {
+            return Err(bad(&origin, "is corrupt (the CRC-32 checksum of its table of contents does not match)"));
         }
         // Sections follow the table one after the other, up to the end of the file.
-        let mut at = toc_end + DIGEST;
+        let mut at = toc_end + TOC_CHECKSUM;
         for i in 0..count {
             let e = HEADER + i * TOC_ENTRY;
             let (flags, start, stored, len) = (u32_at(&b, e + 4), u64_at(&b, e + 8), u64_at(&b, e + 16), u64_at(&b, e + 24));
@@ -594,7 +597,7 @@ impl Bundle {
             origin,
             data,
             sections,
-            toc_sha256,
+            toc_crc32,
             nvrtc: String::new(),
             nvrtc_build: String::new(),
             archs: vec![],
@@ -755,8 +758,8 @@ impl Bundle {
     fn section(&self, i: usize) -> Result<Vec<u8>> {
         let s = self.sections.get(i).ok_or_else(|| bad(&self.origin, format!("has no section {i}")))?;
         let raw = self.data.read(s.start, s.stored).map_err(|e| bad(&self.origin, format!("cannot be read (section {i}): {e}")))?;
-        if Sha256::digest(&raw).as_slice() != s.sha256 {
-            return Err(bad(&self.origin, format!("is corrupt (the SHA-256 checksum of section {i} does not match its contents)")));
+        if libdeflater::crc32(&raw) != s.crc32 {
+            return Err(bad(&self.origin, format!("is corrupt (the CRC-32 checksum of section {i} does not match its contents)")));
         }
         if s.flags & FLAG_DEFLATE == 0 {
             // (Read from a file, the bytes are already this section's own.)
@@ -901,10 +904,17 @@ impl Bundle {
         }
     }
 
-    /// The SHA-256 of `image`'s section as stored (what names its contents: the table of
-    /// contents records it, and a use verifies it).
-    pub fn image_sha256(&self, image: &ImageRef) -> [u8; DIGEST] {
-        self.sections.get(image.section).map_or([0; DIGEST], |s| s.sha256)
+    /// What names the contents of `image` of program `p`: the program's key (its source,
+    /// options and headers), the NVRTC build that compiled it, the architecture and kind,
+    /// and the checksum of the stored bytes. (Two bundles holding the same program compiled
+    /// by the same NVRTC build for the same architecture hold the same code.)
+    pub fn image_identity(&self, p: &BundledProgram, image: &ImageRef) -> [u8; DIGEST] {
+        let crc = self.sections.get(image.section).map_or(0, |s| s.crc32);
+        let kind = match image.kind {
+            ImageKind::Cubin => "cubin",
+            ImageKind::Ptx => "ptx",
+        };
+        digest(&format!("{}\0{}\0{}\0{kind}\0{crc:08x}", p.key, self.nvrtc_build, image.arch))
     }
 
     /// A listing: the bundle's versions, architectures, and each program's kernels with
@@ -1068,18 +1078,18 @@ fn seal(sections: Vec<(u32, Vec<u8>)>) -> Vec<u8> {
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
     out.extend_from_slice(&(stored.len() as u32).to_le_bytes());
-    let mut offset = (HEADER + stored.len() * TOC_ENTRY + DIGEST) as u64;
+    let mut offset = (HEADER + stored.len() * TOC_ENTRY + TOC_CHECKSUM) as u64;
     for (kind, flags, bytes, len) in &stored {
         out.extend_from_slice(&kind.to_le_bytes());
         out.extend_from_slice(&flags.to_le_bytes());
         out.extend_from_slice(&offset.to_le_bytes());
         out.extend_from_slice(&(bytes.len() as u64).to_le_bytes());
         out.extend_from_slice(&len.to_le_bytes());
-        out.extend_from_slice(Sha256::digest(bytes).as_slice());
+        out.extend_from_slice(&libdeflater::crc32(bytes).to_le_bytes());
         offset += bytes.len() as u64;
     }
-    let toc = Sha256::digest(&out);
-    out.extend_from_slice(toc.as_slice());
+    let toc = libdeflater::crc32(&out);
+    out.extend_from_slice(&toc.to_le_bytes());
     for (_, _, bytes, _) in stored {
         out.extend_from_slice(&bytes);
     }
@@ -1115,7 +1125,7 @@ static FROM_ENV: OnceLock<std::result::Result<(), String>> = OnceLock::new();
 /// before it). A bundle already loaded (same origin and contents) is not added twice.
 pub fn install(bundle: Bundle) -> Arc<Bundle> {
     let mut loaded = LOADED.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(same) = loaded.iter().find(|b| b.origin == bundle.origin && b.toc_sha256 == bundle.toc_sha256) {
+    if let Some(same) = loaded.iter().find(|b| b.origin == bundle.origin && b.toc_crc32 == bundle.toc_crc32) {
         return same.clone();
     }
     let b = Arc::new(bundle);
@@ -1302,12 +1312,12 @@ mod tests {
         assert!(err(flip(HEADER + 3)).contains("checksum of its table of contents"));
         assert!(err(flip(sections.get(0).unwrap().start + 1)).contains("checksum of section 0"));
         assert!(err(flip(sections.get(1).unwrap().start + 1)).contains("checksum of section 1"));
-        // Another format version: the version 2 of caijit before this one, or any other.
-        for v in [2, 9] {
+        // Another format version: versions 2 and 3 of caijit before this one, or any other.
+        for v in [2, 3, 9] {
             let mut version = good.clone();
             version[8] = v;
             let e = err(version);
-            assert!(e.contains(&format!("has format version {v}; this caijit ({CAIJIT_VERSION}) reads version 3")), "{e}");
+            assert!(e.contains(&format!("has format version {v}; this caijit ({CAIJIT_VERSION}) reads version 4")), "{e}");
         }
         assert!(err(b"ELF\x7f not a bundle at all, but long enough for a header".to_vec()).contains("not a caijit bundle"));
         // Another caijit version's bundle, correctly sealed.
@@ -1447,7 +1457,7 @@ mod tests {
         let p = d.program_at(0).unwrap();
         assert_eq!(d.image(p, 90).unwrap().1, vec![9; 4000]);
         let e = d.image(p, 86).unwrap_err().to_string();
-        assert!(e.contains(&format!("is corrupt (the SHA-256 checksum of section {} does not match", p.images[0].section)), "{e}");
+        assert!(e.contains(&format!("is corrupt (the CRC-32 checksum of section {} does not match", p.images[0].section)), "{e}");
         assert!(d.verify().is_err() && b.verify().is_ok());
         // A damaged description: the program's details, and the listing, say so.
         let description = b.sections.get(p.description_section).unwrap();
@@ -1514,12 +1524,12 @@ mod tests {
         let mut head = MAGIC.to_vec();
         head.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
         head.extend_from_slice(&u32::MAX.to_le_bytes());
-        let path = sparse("sections.caijit", &head, (HEADER + TOC_ENTRY * u32::MAX as usize + DIGEST) as u64);
+        let path = sparse("sections.caijit", &head, (HEADER + TOC_ENTRY * u32::MAX as usize + TOC_CHECKSUM) as u64);
         let e = Bundle::open(&path).unwrap_err().to_string();
         assert!(e.contains("claims 4294967295 sections"), "{e}");
         // One deflated metadata section stored in 1 TiB, its table of contents sealed.
         let stored: u64 = 1 << 40;
-        let start = (HEADER + TOC_ENTRY + DIGEST) as u64;
+        let start = (HEADER + TOC_ENTRY + TOC_CHECKSUM) as u64;
         let mut head = MAGIC.to_vec();
         head.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
         head.extend_from_slice(&1u32.to_le_bytes());
@@ -1529,9 +1539,9 @@ mod tests {
         for word in [start, stored, 100] {
             head.extend_from_slice(&word.to_le_bytes());
         }
-        head.extend_from_slice(&[0; DIGEST]);
-        let toc = Sha256::digest(&head);
-        head.extend_from_slice(&toc);
+        head.extend_from_slice(&0u32.to_le_bytes());
+        let toc = libdeflater::crc32(&head);
+        head.extend_from_slice(&toc.to_le_bytes());
         let e = Bundle::open(sparse("stored.caijit", &head, start + stored)).unwrap_err().to_string();
         assert!(e.contains("section 0's entry in the table of contents is not valid"), "{e}");
     }
@@ -1544,12 +1554,12 @@ mod tests {
         out.extend_from_slice(&1u32.to_le_bytes());
         out.extend_from_slice(&SECTION_METADATA.to_le_bytes());
         out.extend_from_slice(&0u32.to_le_bytes());
-        out.extend_from_slice(&((HEADER + TOC_ENTRY + DIGEST) as u64).to_le_bytes());
+        out.extend_from_slice(&((HEADER + TOC_ENTRY + TOC_CHECKSUM) as u64).to_le_bytes());
         out.extend_from_slice(&(raw.len() as u64).to_le_bytes());
         out.extend_from_slice(&(raw.len() as u64).to_le_bytes());
-        out.extend_from_slice(Sha256::digest(&raw).as_slice());
-        let toc = Sha256::digest(&out);
-        out.extend_from_slice(toc.as_slice());
+        out.extend_from_slice(&libdeflater::crc32(&raw).to_le_bytes());
+        let toc = libdeflater::crc32(&out);
+        out.extend_from_slice(&toc.to_le_bytes());
         out.extend_from_slice(&raw);
         out
     }

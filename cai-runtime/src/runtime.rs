@@ -178,8 +178,8 @@ pub(crate) struct GraphHold {
 struct GraphLetGo {
     ctx: Arc<Context>,
     hold: Arc<GraphHold>,
+    /// A block of the cache ([`Context::alloc_written_on`]).
     ptr: u64,
-    stream_ordered: bool,
     home: Arc<Stream>,
 }
 
@@ -191,7 +191,7 @@ impl Drop for GraphLetGo {
             !h.0
         };
         if array_gone {
-            self.ctx.free(&Allocation::new(self.ptr, self.stream_ordered), &self.home, false);
+            self.ctx.free(&Allocation::new(self.ptr, false), &self.home, false);
         }
     }
 }
@@ -205,13 +205,17 @@ struct HeldByGraph {
     ctx: Arc<Context>,
     ptr: u64,
     stream: Arc<Stream>,
+    /// For the per-thread default stream: the thread whose stream it is (only there does
+    /// `2` name it; elsewhere the block waits for the next synchronisation).
+    thread: Option<std::thread::ThreadId>,
 }
 
 impl Drop for HeldByGraph {
     fn drop(&mut self) {
+        let nameable = self.thread.is_none_or(|t| t == std::thread::current().id());
         let mut m = lock(&self.ctx.memory);
         if m.blocks.give_back(self.ptr, Owner::Parked) {
-            let after = self.ctx.event_behind(&self.stream);
+            let after = if nameable { self.ctx.event_behind(&self.stream) } else { None };
             m.parked.push((after, vec![self.ptr]));
         }
     }
@@ -326,8 +330,8 @@ impl Context {
     /// ([`exact_allocations`]) every allocation is the stream-ordered allocator's.
     pub(crate) fn alloc(&self, bytes: usize, stream: &Stream) -> Result<Allocation> {
         let d = self.bind()?;
-        let failed = |e| Error::driver(format_args!("allocating {bytes} bytes on device {}", self.ordinal), e);
         if exact_allocations() || stream.capture_id(&d)? != 0 {
+            let failed = |e| Error::driver(format_args!("allocating {bytes} bytes on device {}", self.ordinal), e);
             let pool = match self.ordered_pool.get() {
                 Some(&p) => p,
                 None => {
@@ -338,22 +342,30 @@ impl Context {
             let ptr = d.mem_alloc_async(bytes, pool, stream.raw()).map_err(failed)?;
             return Ok(Allocation::new(ptr, true));
         }
-        let owner = stream.owner();
+        self.alloc_cached(&d, bytes, Some(stream))
+    }
+
+    /// A block of the caching allocator for `stream`; for `None`, one no work may still use
+    /// (an idle block, or a new segment's).
+    fn alloc_cached(&self, d: &Driver, bytes: usize, stream: Option<&Stream>) -> Result<Allocation> {
+        let failed = |e| Error::driver(format_args!("allocating {bytes} bytes on device {}", self.ordinal), e);
+        let owner = stream.map_or(Owner::Idle, Stream::owner);
         let rounded = blocks::round(bytes);
         self.collect_released();
         let mut m = lock(&self.memory);
         if let Some(ptr) = m.blocks.take(owner, rounded) {
             return Ok(Allocation::new(ptr, false));
         }
-        self.unpark_finished(&d, &mut m);
-        if let Some(ptr) = m.blocks.take(owner, rounded).or_else(|| self.take_parked(&d, &mut m, owner, rounded, stream)) {
+        self.unpark_finished(d, &mut m);
+        let parked = |m: &mut Memory| stream.and_then(|s| self.take_parked(d, m, owner, rounded, s));
+        if let Some(ptr) = m.blocks.take(owner, rounded).or_else(|| parked(&mut m)) {
             return Ok(Allocation::new(ptr, false));
         }
         let size = blocks::segment_size(rounded);
         let out_of_memory = cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY as u32;
         // (A global-mode capture on another thread forbids `cuMemAlloc` here otherwise.)
         let mut base = d.relaxed_capture(|| d.mem_alloc(size));
-        if matches!(&base, Err(e) if e.code == out_of_memory) && self.release_kept(&d, &mut m).is_ok() {
+        if matches!(&base, Err(e) if e.code == out_of_memory) && self.release_kept(d, &mut m).is_ok() {
             base = d.relaxed_capture(|| d.mem_alloc(size));
         }
         m.blocks.add_segment(base.map_err(failed)?, size);
@@ -402,7 +414,8 @@ impl Context {
         if !stream.is_legacy() {
             let (ctx, home) = (self.clone(), stream.clone());
             let receive = self.from_graphs.receiver();
-            match d.keep_with_capture(stream.raw(), a.ptr, move |ptr| receive(HeldByGraph { ctx, ptr, stream: home })) {
+            let thread = home.is_per_thread().then(|| std::thread::current().id());
+            match d.keep_with_capture(stream.raw(), a.ptr, move |ptr| receive(HeldByGraph { ctx, ptr, stream: home, thread })) {
                 Ok(Ok(())) => return, // the capturing graph holds it
                 Ok(Err(_)) => {}      // not capturing
                 Err(_) => return,     // leaked: the graph may use it at every replay
@@ -417,26 +430,37 @@ impl Context {
         }
     }
 
-    /// Hold `a` (allocated for `home`) for the graph being captured on `writer`, if `writer`
-    /// is being captured and is not `home`: captured work on `writer` writes it at every
-    /// replay of that graph, so the memory outlives the array until the graph is destroyed
-    /// (as a block freed on a capturing stream is kept by the graph, see [`Context::free`]).
-    /// The legacy default stream is never asked about capture.
-    pub(crate) fn hold_for_capture(self: &Arc<Self>, a: &mut Allocation, home: &Arc<Stream>, writer: &Stream) -> Result<()> {
-        if a.held.is_some() || writer.is_legacy() || writer.raw() == home.raw() {
-            return Ok(());
+    /// Memory for an array that lives on `home` and is written by work on `writer` (an op's
+    /// result on the legacy default stream, launched on a producer's stream): as
+    /// [`Context::alloc`] for `home`, unless `writer` is being captured (the legacy default
+    /// stream never is, and is never asked). Then every replay of the captured graph writes
+    /// it, ordered after no work of `home`'s: the memory is a block no work may still use (an
+    /// idle block or a new segment's; a block of the cache even without caching, so that
+    /// its free never enqueues anything), and the graph holds it until both the array and
+    /// the graph have let go of it.
+    pub(crate) fn alloc_written_on(self: &Arc<Self>, bytes: usize, home: &Arc<Stream>, writer: &Stream) -> Result<Allocation> {
+        if writer.is_legacy() || writer.raw() == home.raw() {
+            return self.alloc(bytes, home);
         }
         let d = self.bind()?;
+        if writer.capture_id(&d)? == 0 {
+            return self.alloc(bytes, home);
+        }
+        let mut a = self.alloc_cached(&d, bytes, None)?;
         let hold = Arc::new(GraphHold { holders: Mutex::new((true, true)) });
-        let graph_part = GraphLetGo { ctx: self.clone(), hold: hold.clone(), ptr: a.ptr, stream_ordered: a.stream_ordered, home: home.clone() };
+        let graph_part = GraphLetGo { ctx: self.clone(), hold: hold.clone(), ptr: a.ptr, home: home.clone() };
         match d.keep_with_capture(writer.raw(), graph_part, self.from_graphs.receiver()) {
             Ok(Ok(())) => a.held = Some(hold),
-            // Not capturing: the graph's part is dropped here, while the array holds on.
+            // The capture ended meanwhile (on another thread): the graph's part is dropped
+            // here, while the array holds on to an idle block.
             Ok(Err(_)) => {}
-            // Nothing captured writes it yet: the caller fails before launching.
-            Err(e) => return Err(Error::driver("keeping memory with the graph being captured", e)),
+            Err(e) => {
+                // Nothing uses it yet.
+                lock(&self.memory).blocks.give_back(a.ptr, Owner::Idle);
+                return Err(Error::driver("keeping memory with the graph being captured", e));
+            }
         }
-        Ok(())
+        Ok(a)
     }
 
     /// Memory this device's arrays hold, and what caijit keeps for reuse.
@@ -464,10 +488,15 @@ impl Context {
     /// exits: its stream goes with it, and no other thread could take them otherwise (until
     /// a synchronisation of the device). Registered when the thread first keeps a block.
     fn park_at_thread_exit(self: &Arc<Self>, owner: Owner) {
-        /// This thread's kept blocks, per context.
-        struct AtExit(Vec<(Weak<Context>, Owner)>);
+        /// This thread's kept blocks, per context, and the process they were kept in.
+        struct AtExit(Vec<(Weak<Context>, Owner)>, u32);
         impl Drop for AtExit {
             fn drop(&mut self) {
+                // A process forked from this one inherits the list, not the device (nor,
+                // maybe, a lock another thread held): there is nothing to park there.
+                if self.1 != std::process::id() {
+                    return;
+                }
                 // On the exiting thread, so the per-thread stream named here is its own.
                 // Rust's thread-local destructors (`__cxa_thread_atexit_impl`) run before
                 // the pthread-key destructors, and after those registered earlier (CUDA's
@@ -483,7 +512,7 @@ impl Context {
             }
         }
         thread_local! {
-            static AT_EXIT: std::cell::RefCell<AtExit> = const { std::cell::RefCell::new(AtExit(Vec::new())) };
+            static AT_EXIT: std::cell::RefCell<AtExit> = std::cell::RefCell::new(AtExit(Vec::new(), std::process::id()));
         }
         // (During the thread's own exit there is nothing left to register.)
         let _ = AT_EXIT.try_with(|a| {

@@ -135,13 +135,12 @@ def read_sections(data: bytes) -> tuple[int, list[tuple[int, int, bytes, int]]]:
     """docs/bundles.md's format, read (and every checksum verified) with the standard library."""
     assert data[:8] == b"CAIJITBN"
     version, count = struct.unpack_from("<II", data, 8)
-    toc_end = 16 + 64 * count
-    assert hashlib.sha256(data[:toc_end]).digest() == data[toc_end : toc_end + 32]
-    at, sections = toc_end + 32, []
+    toc_end = 16 + 36 * count
+    assert struct.unpack_from("<I", data, toc_end) == (zlib.crc32(data[:toc_end]),)
+    at, sections = toc_end + 4, []
     for i in range(count):
-        kind, flags, offset, stored, length = struct.unpack_from("<IIQQQ", data, 16 + 64 * i)
-        digest = data[16 + 64 * i + 32 : 16 + 64 * (i + 1)]
-        assert offset == at and hashlib.sha256(data[at : at + stored]).digest() == digest
+        kind, flags, offset, stored, length, crc = struct.unpack_from("<IIQQQI", data, 16 + 36 * i)
+        assert offset == at and zlib.crc32(data[at : at + stored]) == crc
         sections.append((kind, flags, data[at : at + stored], length))
         at += stored
     assert at == len(data)
@@ -149,11 +148,11 @@ def read_sections(data: bytes) -> tuple[int, list[tuple[int, int, bytes, int]]]:
 
 
 def write_sections(version: int, sections: list[tuple[int, int, bytes, int]]) -> bytes:
-    toc, offset = bytearray(b"CAIJITBN" + struct.pack("<II", version, len(sections))), 16 + 64 * len(sections) + 32
+    toc, offset = bytearray(b"CAIJITBN" + struct.pack("<II", version, len(sections))), 16 + 36 * len(sections) + 4
     for kind, flags, stored, length in sections:
-        toc += struct.pack("<IIQQQ", kind, flags, offset, len(stored), length) + hashlib.sha256(stored).digest()
+        toc += struct.pack("<IIQQQI", kind, flags, offset, len(stored), length, zlib.crc32(stored))
         offset += len(stored)
-    return bytes(toc + hashlib.sha256(toc).digest() + b"".join(s for _, _, s, _ in sections))
+    return bytes(toc + struct.pack("<I", zlib.crc32(toc)) + b"".join(s for _, _, s, _ in sections))
 
 
 def inflated(section: tuple[int, int, bytes, int]) -> bytes:
@@ -175,7 +174,7 @@ def program_records(sections: list[tuple[int, int, bytes, int]]) -> list[dict[st
 def test_the_format_is_readable_without_caijit(baked: tuple[Path, dict[str, Any]]) -> None:
     tmp, _ = baked
     version, sections = read_sections((tmp / "app.caijit").read_bytes())
-    assert version == 3
+    assert version == 4
     meta = json.loads(inflated(sections[0]))
     assert sections[0][0] == 1 and meta["caijit"] == caijit.__version__ and meta["archs"] == [80, 90]
     # The lookup table: three sorted lists of (digest, program number, u32 big-endian).
@@ -222,11 +221,11 @@ def test_damaged_and_other_version_bundles_are_clear_errors(baked: tuple[Path, d
     flipped = bytearray(good)
     flipped[20] ^= 0x40  # in the table of contents
     cases = {
-        "corrupt (the SHA-256 checksum of its table of contents does not match": bytes(flipped),
+        "corrupt (the CRC-32 checksum of its table of contents does not match": bytes(flipped),
         "is truncated": good[: len(good) // 2],
         "is not a caijit bundle": b"\x7fELF" + good[4:],
-        "has format version 2; this caijit": good[:8] + struct.pack("<I", 2) + good[12:],
-        "has format version 4; this caijit": good[:8] + struct.pack("<I", 4) + good[12:],
+        "has format version 3; this caijit": good[:8] + struct.pack("<I", 3) + good[12:],
+        "has format version 5; this caijit": good[:8] + struct.pack("<I", 5) + good[12:],
     }
     version, sections = read_sections(good)
     kind, flags, stored, _ = sections[0]
@@ -250,7 +249,7 @@ def test_a_damaged_section_is_found_when_it_is_used(baked: tuple[Path, dict[str,
     good = (tmp / "app.caijit").read_bytes()
     _, sections = read_sections(good)
     sm90 = next(i["section"] for i in program_records(sections)[0]["images"] if i["arch"] == 90 and i["kind"] == "cubin")
-    (offset,) = struct.unpack_from("<Q", good, 16 + 64 * sm90 + 8)
+    (offset,) = struct.unpack_from("<Q", good, 16 + 36 * sm90 + 8)
     data = bytearray(good)
     data[offset] ^= 1  # the first stored byte of the sm_90 CUBIN
     (tmp / "bad.caijit").write_bytes(bytes(data))
@@ -258,7 +257,7 @@ def test_a_damaged_section_is_found_when_it_is_used(baked: tuple[Path, dict[str,
     env = {"CAIJIT_BUNDLES": "bad.caijit", **NO_NVRTC}
     assert python(["-c", code.replace("ARCH", "'sm_86'")], env, tmp).stdout.strip() == "cubin"  # sm_80's CUBIN: intact
     r = python(["-c", code.replace("ARCH", "'sm_90'")], env, tmp)
-    assert f"is corrupt (the SHA-256 checksum of section {sm90} does not match its contents)" in r.stderr, r.stderr
+    assert f"is corrupt (the CRC-32 checksum of section {sm90} does not match its contents)" in r.stderr, r.stderr
     info = cli(tmp, "bundle", "info", "bad.caijit")
     assert info.returncode != 0 and f"checksum of section {sm90}" in info.stderr, info.stderr
 

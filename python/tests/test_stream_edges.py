@@ -591,6 +591,37 @@ def test_an_op_result_written_by_a_foreign_capture_is_kept_by_its_graph(cupy: An
     assert caijit.memory_stats()["allocated_bytes"] <= held - 4 * N, "the result's memory came back"
 
 
+def test_an_op_result_written_by_a_foreign_capture_takes_no_memory_still_in_use(k: Any, cupy: Any) -> None:
+    """The graph's replays are ordered after no work of the legacy stream, where the result
+    lives: so the result is memory no work may still use, never a block kept for the legacy
+    stream whose last array a queued kernel still reads."""
+    c = cupy.cuda.Stream(non_blocking=True)
+    x = cupy.ones(N, dtype=cupy.float32)
+    with c:  # warm-up
+        ops.scale(x, 2.0)
+        c.begin_capture()
+        ops.scale(x, 2.0)
+        c.end_capture()
+    spin_on(k, 1)
+    ops.scale(caijit.zeros(N), 2.0)
+    _device_synchronize()
+    a = caijit.to_device(np.full(N, 7, np.float32))
+    _device_synchronize()
+    spin_on(k, 1)
+    b = ops.scale(a, 2.0)  # queued on the legacy stream behind the spin: reads a
+    freed = _ptr(a)
+    del a  # its block is kept for the legacy stream, still to be read
+    with c:
+        c.begin_capture()
+        r = ops.scale(x, 3.0)
+        graph = c.end_capture()
+    assert _ptr(r) != freed, "a captured result took memory that queued work still reads"
+    graph.launch(c)  # while the spin still runs
+    c.synchronize()
+    _device_synchronize()
+    assert (b.copy_to_host() == 14).all() and (r.copy_to_host() == 3).all()
+
+
 # ---------------------------------------------------------------------------------------
 # Graph capture
 

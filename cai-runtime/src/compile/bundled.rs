@@ -220,8 +220,8 @@ fn hit(b: &Arc<Bundle>, p: &BundledProgram, program: &Program, arch: Arch) -> Re
     HITS.get_or_init(Hits::default).get_or_try_insert_with(id, || {
         let (im, bytes) = b.image(p, arch.0)?;
         let (ptx, Described { kernels, unusable, notes }) = layouts(b, p, program)?;
-        // The image's section checksum names its bytes (without hashing megabytes again).
-        let key = sha256_hex(&[b"bundled", p.key.as_bytes(), &b.image_sha256(&im)]);
+        // What names the image's bytes (without hashing them).
+        let key = sha256_hex(&[b"bundled", &b.image_identity(p, &im)]);
         let image = match im.kind {
             ImageKind::Cubin => Image::Cubin(bytes),
             ImageKind::Ptx => Image::Ptx(
@@ -486,21 +486,21 @@ mod tests {
             };
             let head = at(0, 16);
             let n = u32::from_le_bytes(head[12..16].try_into().unwrap()) as usize;
-            let toc = at(0, 16 + 64 * n + 32);
-            assert_eq!(Sha256::digest(&toc[..16 + 64 * n])[..], toc[16 + 64 * n..]);
-            lap("open: header + TOC read, SHA-256", &mut t);
+            let toc = at(0, 16 + 36 * n + 4);
+            assert_eq!(libdeflater::crc32(&toc[..16 + 36 * n]).to_le_bytes()[..], toc[16 + 36 * n..]);
+            lap("open: header + TOC read, CRC-32", &mut t);
             let entry = |i: usize| {
-                let e = &toc[16 + 64 * i..16 + 64 * (i + 1)];
+                let e = &toc[16 + 36 * i..16 + 36 * (i + 1)];
                 let u64_at = |k: usize| u64::from_le_bytes(e[k..k + 8].try_into().unwrap());
-                (u64_at(8), u64_at(16) as usize, u64_at(24) as usize, e[32..64].to_vec())
+                (u64_at(8), u64_at(16) as usize, u64_at(24) as usize, e[32..36].to_vec())
             };
             let read_checked = |i: usize, lap_read: &str, lap_sha: &str, phases: &mut Vec<(String, std::time::Duration)>| {
                 let t = Instant::now();
-                let (start, stored, len, sha) = entry(i);
+                let (start, stored, len, crc) = entry(i);
                 let raw = at(start, stored);
                 phases.push((lap_read.to_string(), t.elapsed()));
                 let t = Instant::now();
-                assert_eq!(Sha256::digest(&raw)[..], sha[..]);
+                assert_eq!(libdeflater::crc32(&raw).to_le_bytes()[..], crc[..]);
                 phases.push((lap_sha.to_string(), t.elapsed()));
                 let t = Instant::now();
                 let out = if stored == len { raw } else { bundle::inflate(&raw, len).unwrap() };
@@ -508,11 +508,11 @@ mod tests {
                 out
             };
             let mut more: Vec<(String, std::time::Duration)> = Vec::new();
-            let metadata = read_checked(0, "open: metadata read", "open: metadata SHA-256", &mut more);
+            let metadata = read_checked(0, "open: metadata read", "open: metadata CRC-32", &mut more);
             t = Instant::now();
             let _: serde_json::Value = serde_json::from_slice(&metadata).unwrap();
             more.push(("open: metadata JSON parse".into(), t.elapsed()));
-            let _ = read_checked(1, "open: lookup table read", "open: lookup table SHA-256", &mut more);
+            let _ = read_checked(1, "open: lookup table read", "open: lookup table CRC-32", &mut more);
             t = Instant::now();
             let b = bundle::install(Bundle::open(&path).unwrap());
             more.push(("open: Bundle::open whole (again, warm)".into(), t.elapsed()));
@@ -536,15 +536,15 @@ mod tests {
             let p = b.find(&key, &family, &program.name_expressions).unwrap().unwrap();
             more.push(("find (key, then family; the program's record read)".into(), t.elapsed()));
             let image = b.image(p, arch.0).unwrap().0;
-            let _ = read_checked(image.section, "image: CUBIN read", "image: CUBIN SHA-256", &mut more);
+            let _ = read_checked(image.section, "image: CUBIN read", "image: CUBIN CRC-32", &mut more);
             t = Instant::now();
             let _ = b.image(p, arch.0).unwrap();
             more.push(("image: Bundle::image whole (again, warm)".into(), t.elapsed()));
-            let _ = read_checked(p.description_section, "description read", "description SHA-256", &mut more);
+            let _ = read_checked(p.description_section, "description read", "description CRC-32", &mut more);
             t = Instant::now();
             let details = b.details(p).unwrap();
             more.push(("description: Bundle::details whole (again)".into(), t.elapsed()));
-            let _ = read_checked(p.entries_section, "entries read", "entries SHA-256", &mut more);
+            let _ = read_checked(p.entries_section, "entries read", "entries CRC-32", &mut more);
             t = Instant::now();
             let ptx = b.entries(p).unwrap();
             more.push(("entries: Bundle::entries whole (again)".into(), t.elapsed()));

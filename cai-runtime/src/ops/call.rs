@@ -172,12 +172,8 @@ impl<'c> Call<'c> {
         let mut result = None;
         let out = match given {
             Some(o) => o,
-            None => {
-                let mut r = DeviceArray::empty(self.ctx, &planned.shape, planned.dtype, &home)?;
-                // Written on `stream`, which a graph may be capturing (before anything is).
-                r.hold_for_capture_on(&stream)?;
-                result.insert(r).as_view()
-            }
+            // Written on `stream`, which a graph may be capturing.
+            None => result.insert(DeviceArray::empty_written_on(self.ctx, &planned.shape, planned.dtype, &home, &stream)?).as_view(),
         };
         if out.is_empty() {
             return Ok(result);
