@@ -147,7 +147,8 @@ def test_stream_protocol_orders_both_ways() -> None:
 @pytest.mark.parametrize("shape", [(0,), (3, 5), (2, 0, 4), ()])
 def test_copy_to_host_hands_out_a_writable_array_of_its_own(dtype: str, shape: tuple[int, ...]) -> None:
     host = (np.arange(int(np.prod(shape)), dtype=np.int64) % 7).astype(dtype).reshape(shape)
-    d = caijit.to_device(np.asfortranarray(host))  # any host layout; a 0-d array stays 0-d
+    # Any host layout (numpy.asfortranarray makes a 0-d array 1-d); a 0-d array stays 0-d.
+    d = caijit.to_device(np.asfortranarray(host) if host.ndim else host)
     got = d.copy_to_host()
     assert (got.shape, got.dtype) == (host.shape, host.dtype)
     np.testing.assert_array_equal(got, host)
