@@ -406,6 +406,34 @@ def _device_synchronize() -> None:
     assert cuda.cuCtxSynchronize() == 0
 
 
+def _settled_allocated_bytes() -> int:
+    """What caijit's arrays hold once graphs destroyed before now (by earlier tests, too)
+    have handed back what they kept: the driver hands it back asynchronously."""
+    last = -1
+    for _ in range(100):
+        gc.collect()
+        caijit.empty_cache()
+        now = caijit.memory_stats()["allocated_bytes"]
+        if now == last:
+            break
+        last = now
+        threading.Event().wait(0.01)
+    return last
+
+
+def _wait_for_allocated_bytes(want: int) -> int:
+    """Allocated bytes once they reach `want` (the driver hands a destroyed graph's part
+    back asynchronously), or after a second."""
+    for _ in range(100):
+        gc.collect()
+        caijit.empty_cache()
+        now = caijit.memory_stats()["allocated_bytes"]
+        if now <= want:
+            break
+        threading.Event().wait(0.01)
+    return now
+
+
 def test_a_block_freed_under_a_running_kernel_goes_to_its_stream_only(k: Any) -> None:
     """Freed while its stream's kernel still writes it, a block is reused at once by that
     stream (ordered after the kernel), never by another stream (which would race it)."""
@@ -533,16 +561,9 @@ def test_memory_freed_during_a_capture_is_kept_by_the_graph(k: Any, cupy: Any) -
         graph.launch(cs)
     s.synchronize()
     assert (z.copy_to_host() == 0).all()
-    gc.collect()
-    held = caijit.memory_stats()["allocated_bytes"]
+    held = _settled_allocated_bytes()
     del graph
-    gc.collect()
-    for _ in range(100):  # the driver hands the block back once the graph is destroyed
-        caijit.empty_cache()
-        if caijit.memory_stats()["allocated_bytes"] == held - 4 * N:
-            break
-        threading.Event().wait(0.01)
-    assert caijit.memory_stats()["allocated_bytes"] == held - 4 * N, "the graph's block came back"
+    assert _wait_for_allocated_bytes(held - 4 * N) == held - 4 * N, "the graph's block came back"
 
 
 @pytest.mark.parametrize("keep", [False, True], ids=["dropped in the capture", "kept past it"])
@@ -579,16 +600,9 @@ def test_an_op_result_written_by_a_foreign_capture_is_kept_by_its_graph(cupy: An
     if keep:
         assert (r.copy_to_host() == 3).all(), "the kept result holds the graph's output"
         del r
-    gc.collect()
-    held = caijit.memory_stats()["allocated_bytes"]
+    held = _settled_allocated_bytes()
     del graph
-    gc.collect()
-    for _ in range(100):  # the driver hands the graph's part back once the graph is destroyed
-        caijit.empty_cache()
-        if caijit.memory_stats()["allocated_bytes"] <= held - 4 * N:
-            break
-        threading.Event().wait(0.01)
-    assert caijit.memory_stats()["allocated_bytes"] <= held - 4 * N, "the result's memory came back"
+    assert _wait_for_allocated_bytes(held - 4 * N) == held - 4 * N, "the result's memory came back"
 
 
 def test_an_op_result_written_by_a_foreign_capture_takes_no_memory_still_in_use(k: Any, cupy: Any) -> None:
