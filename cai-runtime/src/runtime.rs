@@ -151,7 +151,7 @@ pub(crate) struct Allocation {
     /// and freed stream-ordered; else a block of the caching allocator.
     stream_ordered: bool,
     /// Written by a graph being captured on another stream than its own
-    /// ([`Context::hold_for_capture`]).
+    /// ([`Context::alloc_written_on`]).
     held: Option<Arc<GraphHold>>,
 }
 
@@ -499,10 +499,10 @@ impl Context {
                 }
                 // On the exiting thread, so the per-thread stream named here is its own.
                 // Rust's thread-local destructors (`__cxa_thread_atexit_impl`) run before
-                // the pthread-key destructors, and after those registered earlier (CUDA's
-                // per-thread state exists before this thread kept any block): CUDA has not
-                // let go of the stream yet. A failed record leaves the blocks for the next
-                // synchronisation, never idle early.
+                // the pthread-key destructors, in the reverse order of their registration
+                // (CUDA's per-thread state exists before this thread kept any block): CUDA
+                // has not let go of the stream yet. A failed record leaves the blocks for
+                // the next synchronisation, never idle early.
                 let stream = Stream::per_thread();
                 for (ctx, owner) in self.0.drain(..) {
                     if let Some(ctx) = ctx.upgrade() {
