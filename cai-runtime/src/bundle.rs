@@ -1548,20 +1548,7 @@ mod tests {
 
     /// A bundle of its metadata section alone.
     fn write_metadata(metadata: Value) -> Vec<u8> {
-        let raw = serde_json::to_vec(&metadata).unwrap();
-        let mut out = MAGIC.to_vec();
-        out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
-        out.extend_from_slice(&1u32.to_le_bytes());
-        out.extend_from_slice(&SECTION_METADATA.to_le_bytes());
-        out.extend_from_slice(&0u32.to_le_bytes());
-        out.extend_from_slice(&((HEADER + TOC_ENTRY + TOC_CHECKSUM) as u64).to_le_bytes());
-        out.extend_from_slice(&(raw.len() as u64).to_le_bytes());
-        out.extend_from_slice(&(raw.len() as u64).to_le_bytes());
-        out.extend_from_slice(&libdeflater::crc32(&raw).to_le_bytes());
-        let toc = libdeflater::crc32(&out);
-        out.extend_from_slice(&toc.to_le_bytes());
-        out.extend_from_slice(&raw);
-        out
+        seal(vec![(SECTION_METADATA, serde_json::to_vec(&metadata).unwrap())])
     }
 
     /// Inflating gives exactly the stored length, or says what is wrong.
