@@ -485,7 +485,7 @@ fn read_exact_at(file: &std::fs::File, mut out: &mut [u8], mut at: u64) -> std::
 /// Raw DEFLATE `packed` inflated to exactly `len` bytes (libdeflate: more than twice as fast
 /// as a streaming inflater, and the first lookup of a bundled program inflates its CUBIN);
 /// `Err`: what is wrong with it ("does not inflate", "inflates to … bytes").
-pub(crate) fn inflate(packed: &[u8], len: usize) -> std::result::Result<Vec<u8>, String> {
+fn inflate(packed: &[u8], len: usize) -> std::result::Result<Vec<u8>, String> {
     // `len` is bounded (`MAX_SECTION`), and the allocation fallible.
     let mut out = Vec::new();
     out.try_reserve_exact(len).map_err(|_| format!("inflates to {len} bytes, more than this process can allocate"))?;

@@ -463,102 +463,57 @@ mod tests {
     #[test]
     #[ignore = "a timing harness: CAIJIT_PHASES_BUNDLE names a kernel library bundle with sm_90"]
     fn first_lookup_phases() {
-        use std::time::Instant;
+        use std::time::{Duration, Instant};
 
         use crate::compile::{describe::describe_kernels, OPS};
 
         let Some(path) = std::env::var_os("CAIJIT_PHASES_BUNDLE") else { return };
         let arch = Arch(90);
         let source = OPS.iter().find(|(n, _)| *n == "elementwise").unwrap().1;
-        let mut phases: Vec<(&str, std::time::Duration)> = Vec::new();
-        let mut t = Instant::now();
-        let mut lap = |name, t: &mut Instant| {
-            phases.push((name, t.elapsed()));
-            *t = Instant::now();
-        };
-        {
-            // The bundle's open, step by step (as `Bundle::parse` does).
-            let file = std::fs::File::open(&path).unwrap();
-            let at = |start: u64, len: usize| {
-                let mut b = vec![0; len];
-                std::os::unix::fs::FileExt::read_exact_at(&file, &mut b, start).unwrap();
-                b
-            };
-            let head = at(0, 16);
-            let n = u32::from_le_bytes(head[12..16].try_into().unwrap()) as usize;
-            let toc = at(0, 16 + 36 * n + 4);
-            assert_eq!(libdeflater::crc32(&toc[..16 + 36 * n]).to_le_bytes()[..], toc[16 + 36 * n..]);
-            lap("open: header + TOC read, CRC-32", &mut t);
-            let entry = |i: usize| {
-                let e = &toc[16 + 36 * i..16 + 36 * (i + 1)];
-                let u64_at = |k: usize| u64::from_le_bytes(e[k..k + 8].try_into().unwrap());
-                (u64_at(8), u64_at(16) as usize, u64_at(24) as usize, e[32..36].to_vec())
-            };
-            let read_checked = |i: usize, lap_read: &str, lap_sha: &str, phases: &mut Vec<(String, std::time::Duration)>| {
-                let t = Instant::now();
-                let (start, stored, len, crc) = entry(i);
-                let raw = at(start, stored);
-                phases.push((lap_read.to_string(), t.elapsed()));
-                let t = Instant::now();
-                assert_eq!(libdeflater::crc32(&raw).to_le_bytes()[..], crc[..]);
-                phases.push((lap_sha.to_string(), t.elapsed()));
-                let t = Instant::now();
-                let out = if stored == len { raw } else { bundle::inflate(&raw, len).unwrap() };
-                phases.push((format!("{lap_read}: inflate ({stored} -> {len} B)"), t.elapsed()));
-                out
-            };
-            let mut more: Vec<(String, std::time::Duration)> = Vec::new();
-            let metadata = read_checked(0, "open: metadata read", "open: metadata CRC-32", &mut more);
-            t = Instant::now();
-            let _: serde_json::Value = serde_json::from_slice(&metadata).unwrap();
-            more.push(("open: metadata JSON parse".into(), t.elapsed()));
-            let _ = read_checked(1, "open: lookup table read", "open: lookup table CRC-32", &mut more);
-            t = Instant::now();
-            let b = bundle::install(Bundle::open(&path).unwrap());
-            more.push(("open: Bundle::open whole (again, warm)".into(), t.elapsed()));
-            // The instance's program as a launch asks for it (its one name expression).
-            let name = (0..b.program_count())
-                .flat_map(|i| b.program_at(i).unwrap().name_expressions.clone())
-                .find(|e| e == "binary_contiguous<float>")
-                .unwrap();
-            let program = Program::new(source).name("elementwise.cu").name_expression(name.clone());
-            t = Instant::now();
-            let sorted = options::sort(&program.options);
-            let found = includes::resolve(&program, &sorted, &[]).unwrap();
-            more.push(("key: includes::resolve".into(), t.elapsed()));
-            t = Instant::now();
-            embedded_headers_digest();
-            more.push(("key: embedded headers digest".into(), t.elapsed()));
-            t = Instant::now();
-            let (key, family) = keys(&program).unwrap().unwrap();
-            more.push(("key: keys() whole (again, warm)".into(), t.elapsed()));
-            t = Instant::now();
-            let p = b.find(&key, &family, &program.name_expressions).unwrap().unwrap();
-            more.push(("find (key, then family; the program's record read)".into(), t.elapsed()));
-            let image = b.image(p, arch.0).unwrap().0;
-            let _ = read_checked(image.section, "image: CUBIN read", "image: CUBIN CRC-32", &mut more);
-            t = Instant::now();
-            let _ = b.image(p, arch.0).unwrap();
-            more.push(("image: Bundle::image whole (again, warm)".into(), t.elapsed()));
-            let _ = read_checked(p.description_section, "description read", "description CRC-32", &mut more);
-            t = Instant::now();
-            let details = b.details(p).unwrap();
-            more.push(("description: Bundle::details whole (again)".into(), t.elapsed()));
-            let _ = read_checked(p.entries_section, "entries read", "entries CRC-32", &mut more);
-            t = Instant::now();
-            let ptx = b.entries(p).unwrap();
-            more.push(("entries: Bundle::entries whole (again)".into(), t.elapsed()));
-            t = Instant::now();
-            let declared = crate::signature::parse_kernels(&program.source);
-            more.push(("declarations (parsed again)".into(), t.elapsed()));
-            t = Instant::now();
-            let Described { kernels, .. } = describe_kernels(&ptx, &details.lowered, &declared.kernels, declared.notes);
-            more.push((format!("describe_kernels ({} kernels)", kernels.len()), t.elapsed()));
-            assert!(kernels.iter().any(|k| k.name_expression.as_deref() == Some(name.as_str())));
-            drop(found);
-            for (name, d) in phases.iter().map(|&(n, d)| (n, d)).chain(more.iter().map(|(n, d)| (n.as_str(), *d))) {
-                println!("{name}\t{}", d.as_micros());
-            }
+        let mut phases: Vec<(String, Duration)> = Vec::new();
+        let mut timed = |name: &str, t: Instant| phases.push((name.to_string(), t.elapsed()));
+        let t = Instant::now();
+        let b = bundle::install(Bundle::open(&path).unwrap());
+        timed("open: header, table of contents, metadata, lookup table", t);
+        let t = Instant::now();
+        drop(Bundle::open(&path).unwrap());
+        timed("open (again, warm)", t);
+        // The instance's program as a launch asks for it (its one name expression).
+        let name = (0..b.program_count())
+            .flat_map(|i| b.program_at(i).unwrap().name_expressions.clone())
+            .find(|e| e == "binary_contiguous<float>")
+            .unwrap();
+        let program = Program::new(source).name("elementwise.cu").name_expression(name.clone());
+        let t = Instant::now();
+        includes::resolve(&program, &options::sort(&program.options), &[]).unwrap();
+        timed("key: includes::resolve", t);
+        let t = Instant::now();
+        embedded_headers_digest();
+        timed("key: embedded headers digest", t);
+        let t = Instant::now();
+        let (key, family) = keys(&program).unwrap().unwrap();
+        timed("key: keys() whole (again, warm)", t);
+        let t = Instant::now();
+        let p = b.find(&key, &family, &program.name_expressions).unwrap().unwrap();
+        timed("find (key, then family; the program's record read)", t);
+        let t = Instant::now();
+        let (_, image) = b.image(p, arch.0).unwrap();
+        timed(&format!("image: read, checked, inflated ({} B)", image.len()), t);
+        let t = Instant::now();
+        let details = b.details(p).unwrap();
+        timed("description: read, checked, inflated, parsed", t);
+        let t = Instant::now();
+        let ptx = b.entries(p).unwrap();
+        timed("entries: read, checked, inflated", t);
+        let t = Instant::now();
+        let declared = crate::signature::parse_kernels(&program.source);
+        timed("declarations (parsed again)", t);
+        let t = Instant::now();
+        let Described { kernels, .. } = describe_kernels(&ptx, &details.lowered, &declared.kernels, declared.notes);
+        timed(&format!("describe_kernels ({} kernels)", kernels.len()), t);
+        assert!(kernels.iter().any(|k| k.name_expression.as_deref() == Some(name.as_str())));
+        for (name, d) in &phases {
+            println!("{name}\t{}", d.as_micros());
         }
     }
 }
