@@ -219,7 +219,12 @@ fn hit(b: &Arc<Bundle>, p: &BundledProgram, program: &Program, arch: Arch) -> Re
     let id = (Arc::as_ptr(b) as usize, p.key.clone(), arch.0);
     HITS.get_or_init(Hits::default).get_or_try_insert_with(id, || {
         let (im, bytes) = b.image(p, arch.0)?;
-        let (ptx, Described { kernels, unusable, notes }) = layouts(b, p, program)?;
+        // Parameter layouts as after a compilation: from the `.entry` declarations, the
+        // lowered names and the source's declarations.
+        let details = b.details(p)?;
+        let ptx = b.entries(p)?;
+        let declared = program.declarations();
+        let Described { kernels, unusable, notes } = describe_kernels(&ptx, &details.lowered, &declared.kernels, declared.notes.clone());
         // What names the image's bytes (without hashing them).
         let key = sha256_hex(&[b"bundled", &b.image_identity(p, &im)]);
         let image = match im.kind {
@@ -240,19 +245,9 @@ fn hit(b: &Arc<Bundle>, p: &BundledProgram, program: &Program, arch: Arch) -> Re
             notes,
             source: CacheSource::Bundle,
             untrusted: None,
-            nvrtc_options: b.details(p)?.nvrtc_options.clone(),
+            nvrtc_options: details.nvrtc_options.clone(),
         }))
     })
-}
-
-/// The kernels of bundled program `p` (of `program`) with their parameter layouts, as after a
-/// compilation: from its `.entry` declarations (returned too), lowered names and source.
-fn layouts(b: &Bundle, p: &BundledProgram, program: &Program) -> Result<(String, Described)> {
-    let details = b.details(p)?;
-    let ptx = b.entries(p)?;
-    let declared = program.declarations();
-    let described = describe_kernels(&ptx, &details.lowered, &declared.kernels, declared.notes.clone());
-    Ok((ptx, described))
 }
 
 // ----- Recording -----
