@@ -47,6 +47,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use memchr::memmem;
 use sha2::{Digest, Sha256};
 
 use super::headers::HEADERS;
@@ -84,12 +85,13 @@ fn scan_as(text: &str, raw_strings: bool) -> Scan {
     let mut out = Scan::default();
     // Trigraphs (with `-std=c++11` or `c++14`) spell `#` (`??=`) and the backslash of a line
     // splice (`??/`): directives the scanner would not see.
-    if let Some(p) = text.find("??=").or_else(|| text.find("??/")) {
+    let raw = text.as_bytes();
+    if let Some(p) = memmem::find(raw, b"??=").or_else(|| memmem::find(raw, b"??/")) {
         out.opaque = Some(format!("the trigraph `{}` (it may spell a directive or a line splice)", &text[p..p + 3]));
     }
     // Line splicing comes before everything else in C++.
     let spliced;
-    let text = if text.contains("\\\n") || text.contains("\\\r\n") {
+    let text = if memmem::find(raw, b"\\\n").is_some() || memmem::find(raw, b"\\\r\n").is_some() {
         spliced = text.replace("\\\r\n", "").replace("\\\n", "");
         spliced.as_str()
     } else {
@@ -141,7 +143,7 @@ fn scan_as(text: &str, raw_strings: bool) -> Scan {
 
 /// The index of `pat` at or after `from`, or the end of `b`.
 fn find(b: &[u8], from: usize, pat: &[u8]) -> usize {
-    b.get(from..).and_then(|rest| rest.windows(pat.len()).position(|w| w == pat)).map_or(b.len(), |p| from + p)
+    b.get(from..).and_then(|rest| memmem::find(rest, pat)).map_or(b.len(), |p| from + p)
 }
 
 fn is_ident(c: u8) -> bool {
