@@ -47,6 +47,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
+use crate::stats::timing::{self, LoadPhase};
 use crate::{Error, Result};
 
 /// The first eight bytes of every bundle.
@@ -519,15 +520,21 @@ impl Bundle {
         let path = path.as_ref();
         let origin = path.display().to_string();
         let unreadable = |e: std::io::Error| bad(&origin, format!("cannot be read: {e}"));
+        let probe = timing::start();
         let file = std::fs::File::open(path).map_err(unreadable)?;
         let len = file.metadata().map_err(unreadable)?.len();
-        Bundle::parse(Bytes::File { file, len }, origin)
+        let opened = Bundle::parse(Bytes::File { file, len }, origin);
+        probe.stop(LoadPhase::BundleOpen);
+        opened
     }
 
     /// A bundle embedded in the binary (`include_bytes!("app.caijit")`), verified as
     /// [`Bundle::open`] does.
     pub fn from_bytes(bytes: &'static [u8]) -> Result<Bundle> {
-        Bundle::parse(Bytes::Memory(Cow::Borrowed(bytes)), "<embedded>".into())
+        let probe = timing::start();
+        let opened = Bundle::parse(Bytes::Memory(Cow::Borrowed(bytes)), "<embedded>".into());
+        probe.stop(LoadPhase::BundleOpen);
+        opened
     }
 
     /// A bundle in memory; `origin` names it in messages.

@@ -32,6 +32,7 @@ use super::key::{embedded_headers_digest, hash_parts, sha256_hex};
 use super::program::{Arch, Program};
 use super::{includes, options};
 use crate::bundle::{self, Bundle, BundledProgram, ImageKind};
+use crate::stats::timing::{self, LoadPhase};
 use crate::sync::{lock, OnceMap};
 use crate::{Error, Result};
 
@@ -158,7 +159,10 @@ pub(super) fn lookup(program: &Program, arch: Arch, nvrtc_available: impl Fn() -
     if bundles.is_empty() {
         return Ok(None);
     }
-    let Ok((key, family)) = keys(program)? else { return Ok(None) };
+    let probe = timing::start();
+    let keys = keys(program);
+    probe.stop(LoadPhase::BundleKey);
+    let Ok((key, family)) = keys? else { return Ok(None) };
     let mut unusable = None;
     for b in &bundles {
         // A damaged record makes the bundle unusable for the program, as a damaged section does.
@@ -218,6 +222,7 @@ fn hit(b: &Arc<Bundle>, p: &BundledProgram, program: &Program, arch: Arch) -> Re
     static HITS: OnceLock<Hits> = OnceLock::new();
     let id = (Arc::as_ptr(b) as usize, p.key.clone(), arch.0);
     HITS.get_or_init(Hits::default).get_or_try_insert_with(id, || {
+        let probe = timing::start();
         let (im, bytes) = b.image(p, arch.0)?;
         // Parameter layouts as after a compilation: from the `.entry` declarations, the
         // lowered names and the source's declarations.
@@ -234,6 +239,7 @@ fn hit(b: &Arc<Bundle>, p: &BundledProgram, program: &Program, arch: Arch) -> Re
             ),
         };
         crate::stats::bump(&crate::stats::COUNTERS.bundle_hits);
+        probe.stop(LoadPhase::BundleRead);
         Ok(Arc::new(Compiled {
             key,
             arch,

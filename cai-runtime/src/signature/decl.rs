@@ -551,7 +551,9 @@ pub fn declarations(source: &str) -> Arc<Declarations> {
     if let Some(d) = lock(&MEMO).as_ref().and_then(|m| m.get(source)) {
         return d.clone();
     }
+    let probe = crate::stats::timing::start();
     let parsed = Arc::new(parse_kernels(source));
+    probe.stop(crate::stats::timing::LoadPhase::Declarations);
     let mut memo = lock(&MEMO);
     let memo = memo.get_or_insert_with(HashMap::new);
     if memo.len() >= MEMO_SOURCES {

@@ -92,6 +92,18 @@ crate::phases! {
         /// Finding a kernel in its loaded module and checking its parameters and
         /// attributes with the driver, once per kernel.
         KernelLoad = "module.kernel",
+        /// Reading a source's kernel declarations (once per process per source; a
+        /// dispatcher's are read when it is made, before any compilation).
+        Declarations = "module.declarations",
+        /// Opening a kernel bundle: its header, table of contents, metadata and lookup
+        /// table (part of `module.compile` for the bundles opened at a first lookup).
+        BundleOpen = "module.bundle_open",
+        /// A program's bundle key: its headers found and hashed with it (part of
+        /// `module.compile`, once per lookup in the loaded bundles).
+        BundleKey = "module.bundle_key",
+        /// A bundled program made ready: its code and description read, checked and
+        /// inflated, and its kernels described (part of `module.compile`).
+        BundleRead = "module.bundle_read",
     }
 }
 
