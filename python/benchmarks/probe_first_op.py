@@ -2,8 +2,11 @@
 kernel library bundle given as argv[1] (CAIJIT_BUNDLES), NVRTC unloadable; each line times
 import caijit, import caijit.ops, the first op into an out= (then another dtype, another op)
 and the first op that allocates (in both orders), and the copy to the host; then the first
-op's phases (CAIJIT_PHASE_TIMES: module.compile is finding its code in the bundle,
-module.load and module.kernel the driver's loading, launch.* the launch itself). Needs a GPU and PyTorch:
+op's phases (CAIJIT_PHASE_TIMES: module.compile is finding its code in the bundle, of
+which module.bundle_open opens the bundle, module.bundle_key computes the program's key and
+module.bundle_read reads, inflates and describes its code; module.declarations is reading
+the source's kernel declarations; module.load and module.kernel the driver's loading,
+launch.* the launch itself). Needs a GPU and PyTorch:
 
     python -m caijit bundle build --ops --arch sm_90 -o /tmp/ops.caijit
     python python/benchmarks/probe_first_op.py /tmp/ops.caijit

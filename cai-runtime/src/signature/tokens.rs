@@ -48,7 +48,9 @@ fn directive_end(b: &[u8], mut i: usize) -> usize {
     loop {
         let Some(p) = memchr::memchr(b'\n', &b[i..]) else { return b.len() };
         i += p;
-        if i == 0 || b[i - 1] != b'\\' {
+        // A backslash before the newline (or before a CRLF's) splices the next line on.
+        let spliced = b[..i].ends_with(b"\\") || b[..i].ends_with(b"\\\r");
+        if !spliced {
             return i;
         }
         i += 1;
@@ -326,6 +328,9 @@ mod tests {
         assert_eq!(tokenize("m\n#n \\"), [id("m")]);
         assert_eq!(tokenize("\"n"), [Tok::Str("n")]);
         assert_eq!(tokenize("/* a */ b 1"), [id("b"), Tok::Num("1".into())]);
+        // `/*/` opens a comment without closing it; a directive may end the text.
+        assert_eq!(tokenize("m /*/ n */ o\n#"), [id("m"), id("o")]);
+        assert_eq!(tokenize("#a\\\r\nb\nc"), [id("c")]);
     }
 
     #[test]
