@@ -1,9 +1,10 @@
-//! Issue #18, "no panic on anything read back": the declaration reader, the PTX `.entry`
-//! reader, the demangled-name reader and the disk-cache entry reader return (an error is
-//! fine) on arbitrary and on structured-mutated input. A panic fails the test. The same
+//! Issue #18, "no panic on anything read back": the declaration reader, the include scanner
+//! (through a program's bundle key), the PTX `.entry` reader, the demangled-name reader and
+//! the disk-cache entry reader return (an error is fine) on arbitrary and on
+//! structured-mutated input. A panic fails the test. The same
 //! readers are fuzzed for longer by `fuzz/` (cargo-fuzz); this is the quick CI version.
 
-use cai_runtime::compile::DiskCache;
+use cai_runtime::compile::{bundle_key, DiskCache, Program};
 use cai_runtime::signature::{parse_kernels, ptx_entries};
 use proptest::prelude::*;
 
@@ -17,6 +18,8 @@ const CASES: u32 = 1024;
 
 fn all_readers(text: &str) {
     describe(text, text, &[(String::new(), text.to_string())]);
+    // The include scanner reads the source (and the headers it finds next to it).
+    let _ = bundle_key(&Program::new(text));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -78,6 +81,51 @@ const CUDA_WORDS: &[&str] = &[
     "\\",
     "é",
 ];
+
+const PREPROCESSOR_WORDS: &[&str] = &[
+    "#",
+    "%:",
+    "include",
+    "include_next",
+    "import",
+    "define",
+    "pragma",
+    "once",
+    "_Pragma",
+    "ifdef",
+    "undef",
+    "(",
+    ")",
+    ",",
+    "\"no-such.h\"",
+    "<no-such.h>",
+    "\"",
+    "<",
+    ">",
+    "__has_include",
+    "__has_include_next",
+    "_CCCL_HAS_INCLUDE",
+    "defined",
+    "x",
+    "/*",
+    "*/",
+    "//",
+    "\n",
+    "\r\n",
+    "\\",
+    "??=",
+    "??/",
+    "R\"x(",
+    ")x\"",
+    "u8R\"(",
+    "'",
+    "1'0",
+    "é",
+];
+
+const DIRECTIVES: &[&str] = &["#include", "%:include", "#include_next", "#define", "#define X", "#define F(a)", "#pragma", "# ", "", "x"];
+const BETWEEN: &[&str] = &["", " ", "/*\n*/", "/* a */", "/*", "\\\n", "\n", "\r\n", "//"];
+const ARGUMENTS: &[&str] = &["(", "\"", "<", "\"a.h\"", "<a.h>", "(a", "(a)", "once", "__has_include(", "__has_include(<a.h>)", ""];
 
 const PTX_WORDS: &[&str] = &[
     ".entry ",
@@ -252,6 +300,23 @@ proptest! {
         all_readers(&format!("__global__ void f({src}) {{}}"));
         all_readers(&format!("template <{src}> __global__ void f(T x) {{}}"));
         all_readers(&format!("__global__ void {src} f(int x) {{}}"));
+    }
+
+    #[test]
+    fn preprocessor_soups(src in soup(PREPROCESSOR_WORDS, 48)) {
+        all_readers(&src);
+    }
+
+    /// Directives with what may come between their parts: a comment may span lines.
+    #[test]
+    fn directives_with_comments_between_their_parts(
+        lines in prop::collection::vec(
+            (prop::sample::select(DIRECTIVES), prop::sample::select(BETWEEN), prop::sample::select(ARGUMENTS), prop::sample::select(BETWEEN)),
+            1..6,
+        ),
+    ) {
+        let text: String = lines.iter().map(|(d, b, a, e)| format!("{d}{b}{a}{e}")).collect();
+        all_readers(&text);
     }
 
     #[test]

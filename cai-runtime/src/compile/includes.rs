@@ -219,10 +219,12 @@ fn directive(text: &str, i: usize, out: &mut Scan) -> (usize, Option<Define>) {
     let b = text.as_bytes();
     let start = skip_blanks(b, i);
     let end = ident_end(b, start);
-    let line_end = find(b, end, b"\n");
+    // Each line end is looked for past the blanks skipped, as a `/* */` skipped may span
+    // lines (a comment is one space, so the directive goes on after it).
     match &text[start..end] {
         word @ ("include" | "include_next" | "import") => {
             let arg = skip_blanks(b, end);
+            let line_end = find(b, arg, b"\n");
             let closing = match b.get(arg) {
                 Some(b'"') => Some(b'"'),
                 Some(b'<') => Some(b'>'),
@@ -251,6 +253,7 @@ fn directive(text: &str, i: usize, out: &mut Scan) -> (usize, Option<Define>) {
         "define" => {
             let name_start = skip_blanks(b, end);
             let name_end = ident_end(b, name_start);
+            let line_end = find(b, name_end, b"\n");
             let wrapper = contains_ignoring_case(&text[name_start..name_end], "has_include");
             // A function-like macro's `(` follows its name with no blank.
             let close = (b.get(name_end) == Some(&b'('))
@@ -780,6 +783,18 @@ int n = 1'000; char c = '"';
         assert!(!got[1].1 && got[0].1);
         assert_eq!(scan(text).opaque, None);
         assert!(!scan(text).pragma_once);
+    }
+
+    #[test]
+    fn a_comment_across_lines_inside_a_directive_is_one_space() {
+        // A comment is replaced by one space before directives are read: the directive goes
+        // on after it. (These once made the scanner slice past the line it had measured.)
+        assert_eq!(names("#include /*\n*/ \"a.h\"\n"), [("a.h".to_string(), true)]);
+        assert_eq!(names("%:include/*\n*/<b.h>\n"), [("b.h".to_string(), false)]);
+        assert_eq!(names("#define/*\n*/(\n#include \"c.h\""), [("c.h".to_string(), true)]);
+        for text in ["#define/*\n*/(", "%:include/*\n*/\"", "%:include/*\n*/<", "#define X/*\n*/(a"] {
+            assert!(scan(text).includes.is_empty(), "{text:?}");
+        }
     }
 
     #[test]
