@@ -563,7 +563,9 @@ def test_memory_freed_during_a_capture_is_kept_by_the_graph(k: Any, cupy: Any) -
     assert (z.copy_to_host() == 0).all()
     held = _settled_allocated_bytes()
     del graph
-    assert _wait_for_allocated_bytes(held - 4 * N) == held - 4 * N, "the graph's block came back"
+    # At least the graph's block comes back (a graph an earlier test dropped may hand its
+    # memory back meanwhile, too).
+    assert _wait_for_allocated_bytes(held - 4 * N) <= held - 4 * N, "the graph's block came back"
 
 
 @pytest.mark.parametrize("keep", [False, True], ids=["dropped in the capture", "kept past it"])
@@ -602,7 +604,7 @@ def test_an_op_result_written_by_a_foreign_capture_is_kept_by_its_graph(cupy: An
         del r
     held = _settled_allocated_bytes()
     del graph
-    assert _wait_for_allocated_bytes(held - 4 * N) == held - 4 * N, "the result's memory came back"
+    assert _wait_for_allocated_bytes(held - 4 * N) <= held - 4 * N, "the result's memory came back"
 
 
 def test_an_op_result_written_by_a_foreign_capture_takes_no_memory_still_in_use(k: Any, cupy: Any) -> None:
