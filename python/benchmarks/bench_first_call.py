@@ -9,7 +9,7 @@ before caijit (starting Python, importing PyTorch, creating the CUDA context and
 inputs, PyTorch's first copy kernel and its first copy to the host) is outside the timed
 part: "import" is `import caijit`, "first call" runs from after the import to the result
 copied to the host (its values are checked after the clock stops), "the call" to the
-return of the launching call.
+return of the launching call. The bundle runs of the three calls take turns.
 
 Needs a GPU and PyTorch: python python/benchmarks/bench_first_call.py
 (CAIJIT_BENCH_QUICK=1: fewer repetitions, no serial bake of the kernel library.)
@@ -112,23 +112,32 @@ def base_env() -> dict[str, str]:
     return env
 
 
-def scenarios(what: str, work: Path, bundle_env: dict[str, str]) -> dict[str, list[dict]]:
-    """Cold (fresh cache each time), warm (one cache filled first), bundle (no NVRTC)."""
-    out: dict[str, list[dict]] = {"bundle, no NVRTC": []} if BUNDLE_ONLY else {"NVRTC cold": [], "disk cache warm": [], "bundle, no NVRTC": []}
-    if not BUNDLE_ONLY:
-        for i in range(REPS):
-            out["NVRTC cold"].append(child(what, {**base_env(), "CAIJIT_CACHE_DIR": str(work / f"cold-{what}-{i}")}, work))
-        warm = {**base_env(), "CAIJIT_CACHE_DIR": str(work / f"warm-{what}")}
-        child(what, warm, work)
-        for _ in range(REPS):
-            out["disk cache warm"].append(child(what, warm, work))
+def scenarios(what: str, work: Path) -> dict[str, list[dict]]:
+    """Cold (fresh cache each time) and warm (one cache filled first); the bundle path is
+    from_bundles'."""
+    out: dict[str, list[dict]] = {"NVRTC cold": [], "disk cache warm": []}
     for i in range(REPS):
-        env = {**base_env(), **bundle_env, "CAIJIT_CACHE_DIR": str(work / f"bundle-{what}-{i}"), "CAIJIT_NVRTC_PATH": NO_NVRTC}
-        got = child(what, env, work)
-        # (PyTorch may map the machine's own NVRTC; caijit's is made unloadable.)
-        if got["compiles"] != 0:
-            raise RuntimeError(f"{what} from a bundle compiled: {got}")
-        out["bundle, no NVRTC"].append(got)
+        out["NVRTC cold"].append(child(what, {**base_env(), "CAIJIT_CACHE_DIR": str(work / f"cold-{what}-{i}")}, work))
+    warm = {**base_env(), "CAIJIT_CACHE_DIR": str(work / f"warm-{what}")}
+    child(what, warm, work)
+    for _ in range(REPS):
+        out["disk cache warm"].append(child(what, warm, work))
+    return out
+
+
+def from_bundles(calls: dict[str, dict[str, str]], work: Path) -> dict[str, list[dict]]:
+    """Each call from its bundle (no NVRTC, a fresh disk cache), the calls taking turns
+    (one process of each, then the next round), so that the machine's drift (a busy
+    start, frequency) falls on all of them alike."""
+    out: dict[str, list[dict]] = {what: [] for what in calls}
+    for i in range(REPS):
+        for what, bundle_env in calls.items():
+            env = {**base_env(), **bundle_env, "CAIJIT_CACHE_DIR": str(work / f"bundle-{what}-{i}"), "CAIJIT_NVRTC_PATH": NO_NVRTC}
+            got = child(what, env, work)
+            # (PyTorch may map the machine's own NVRTC; caijit's is made unloadable.)
+            if got["compiles"] != 0:
+                raise RuntimeError(f"{what} from a bundle compiled: {got}")
+            out[what].append(got)
     return out
 
 
@@ -153,12 +162,14 @@ def main() -> None:
         ops_bundle = work / "ops.caijit"
         t_ops = bake(["--ops", "--arch", arch, "-o", str(ops_bundle)], work)
         ops_env = {"CAIJIT_BUNDLES": str(ops_bundle)}
-        rows.append(("caijit.ops.add, 2 x float32 tensors", "ops", scenarios("ops", work, ops_env)))
-        rows.append(("caijit.ops.add into a given out=", "ops_out", scenarios("ops_out", work, ops_env)))
         # A user template kernel: record its instance, bake it, replay.
         child("template", {**base_env(), "CAIJIT_CACHE_DIR": str(work / "record"), "CAIJIT_RECORD": str(work / "app.json")}, work)
         bake([str(work / "app.json"), "--arch", arch, "-o", str(work / "app.caijit")], work)
-        rows.append(("user template axpy<float>", "template", scenarios("template", work, {"CAIJIT_BUNDLES": str(work / "app.caijit")})))
+        bundled = from_bundles({"ops": ops_env, "ops_out": ops_env, "template": {"CAIJIT_BUNDLES": str(work / "app.caijit")}}, work)
+        titles = {"ops": "caijit.ops.add, 2 x float32 tensors", "ops_out": "caijit.ops.add into a given out=", "template": "user template axpy<float>"}
+        for what, title in titles.items():
+            by = {} if BUNDLE_ONLY else scenarios(what, work)
+            rows.append((title, what, {**by, "bundle, no NVRTC": bundled[what]}))
 
         print(f"\n## First call in a fresh process ({arch}, {N} float32 elements, median of {REPS} processes each)\n")
         print("| call | path | `import caijit` | first call to host result | of which the call | compiles |")
