@@ -328,7 +328,7 @@ mod tests {
         assert_eq!(tokenize("m\n#n \\"), [id("m")]);
         assert_eq!(tokenize("\"n"), [Tok::Str("n")]);
         assert_eq!(tokenize("/* a */ b 1"), [id("b"), Tok::Num("1".into())]);
-        // `/*/` opens a comment without closing it; a directive may end the text.
+        // The `*/` of `/*/` does not close the comment it opens; a directive may end the text.
         assert_eq!(tokenize("m /*/ n */ o\n#"), [id("m"), id("o")]);
         assert_eq!(tokenize("#a\\\r\nb\nc"), [id("c")]);
     }
