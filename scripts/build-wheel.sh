@@ -12,5 +12,6 @@ printf '\n==> baking the kernel library into python/caijit/_ops.caijit\n'
 .venv/bin/python -m caijit bundle build --ops --arch "$(.venv/bin/python -c 'import caijit.bundles as b; print(",".join(b.OPS_ARCHS))')" \
     -o python/caijit/_ops.caijit
 printf '\n==> building the wheel into %s\n' "$out"
-(cd python && ../.venv/bin/maturin build --release -q -o "$out")
+# (No --release: the pyproject.toml profile, the shipped one, builds it.)
+(cd python && ../.venv/bin/maturin build -q -o "$out")
 ls -l "$out"/caijit-*.whl

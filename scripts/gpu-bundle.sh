@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 # embeds (baked by .venv's caijit) must all come from this tree, or their bundle keys differ.
 scripts/setup.sh
 rm -rf .gpu/bin .gpu/wheels .gpu/rust-bundle && mkdir -p .gpu/bin .gpu/wheels .gpu/rust-bundle   # (.gpu/mutants: scripts/mutants.sh)
-(cd python && ../.venv/bin/maturin build --release -q -o ../.gpu/wheels)
+# (No --release: the wheel is built as it ships, with the pyproject.toml profile.)
+(cd python && ../.venv/bin/maturin build -q -o ../.gpu/wheels)
 # The example extension (the derive's GPU test launches through it).
 (cd examples/rust-extension && ../../.venv/bin/maturin build --release -q -o ../../.gpu/wheels)
 cargo test --workspace --release --locked --no-run --message-format=json 2>/dev/null \

@@ -540,3 +540,20 @@ mod tests {
         assert!(!std::fs::read_to_string("/proc/self/maps").unwrap().contains("libnvrtc"), "NVRTC was loaded");
     }
 }
+
+#[cfg(all(test, feature = "nvrtc"))]
+mod nvrtc_tests {
+    use super::*;
+
+    /// NVRTC's CUBINs are whole as the loader checks them (`sys::binary_extent`), which
+    /// hands them to the driver without a copy.
+    #[test]
+    fn a_cubin_of_nvrtc_is_whole() {
+        let fresh = CompileOptions { disk_cache: Some(None), skip_memory_cache: true, ..Default::default() };
+        let source = "template <typename T> __global__ void k(T* x, int n) { if (threadIdx.x < n) x[threadIdx.x] *= 2; }";
+        let c = compile_with(&Program::new(source).name_expression("k<double>"), Arch(90), &fresh).expect("NVRTC (scripts/setup.sh)");
+        let Image::Cubin(cubin) = &c.image else { panic!("sm_90 gives a CUBIN") };
+        assert_eq!(crate::sys::binary_extent(cubin), Some(Ok(())));
+        assert!(matches!(crate::sys::binary_extent(&cubin[..cubin.len() - 1]), Some(Err(_))));
+    }
+}

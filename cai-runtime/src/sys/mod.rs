@@ -8,6 +8,7 @@
 //!
 //! This layer does not validate arguments (wgpu-hal's rule); callers above it do.
 
+use std::borrow::Cow;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
 use std::path::Path;
 use std::ptr;
@@ -79,6 +80,60 @@ impl std::fmt::Display for DriverError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{} failed: {} ({}): {}", self.call, self.name, self.code, self.message)
     }
+}
+
+/// The first bytes of an ELF file (a CUBIN).
+const ELF_MAGIC: &[u8] = b"\x7fELF";
+/// The first four bytes of a fatbinary, little-endian.
+const FATBIN_MAGIC: u32 = 0xBA55_ED50;
+
+/// For a binary image (a CUBIN: a 64-bit little-endian ELF file, or a fatbinary), whether
+/// it holds every byte its headers say it has, which the driver reads whatever the slice's
+/// length: `Some(Err(why))` when it does not. `None`: not a binary image (PTX text).
+pub(crate) fn binary_extent(image: &[u8]) -> Option<Result<(), String>> {
+    // Little-endian fields; `None` past the end.
+    let field = |at: u64, n: usize| -> Option<u64> {
+        let at = usize::try_from(at).ok()?;
+        let b = image.get(at..at.checked_add(n)?)?;
+        Some(b.iter().rev().fold(0u64, |v, &x| v << 8 | x as u64))
+    };
+    let len = image.len() as u64;
+    // `size` bytes from `at` lie within the image.
+    let within = |at: Option<u64>, size: Option<u64>| matches!(at.zip(size), Some((a, s)) if a.checked_add(s).is_some_and(|e| e <= len));
+    if image.starts_with(&FATBIN_MAGIC.to_le_bytes()) {
+        // magic (4), version (2), header size (2), size of what follows the header (8).
+        return Some(match within(field(6, 2), field(8, 8)) {
+            true => Ok(()),
+            false => Err("its fatbinary header names bytes past its end".into()),
+        });
+    }
+    if !image.starts_with(ELF_MAGIC) {
+        return None;
+    }
+    // The ELF header (64 bytes) of a 64-bit little-endian file, then its tables.
+    let fits = image.len() >= 64 && image[4..6] == [2, 1] && {
+        let at = |i: u64, n: usize| field(i, n).unwrap_or(0); // (within the header)
+        let (phoff, phentsize, phnum) = (at(32, 8), at(54, 2), at(56, 2));
+        let (shoff, shentsize, shnum) = (at(40, 8), at(58, 2), at(60, 2));
+        // ELF64's record sizes: program headers of 56 bytes, section headers of 64.
+        (phnum == 0 || phentsize == 56)
+            && (shnum == 0 || shentsize == 64)
+            && within(Some(phoff), Some(phentsize * phnum))
+            && within(Some(shoff), Some(shentsize * shnum))
+            // Each segment's bytes in the file, and each section's (SHT_NOBITS, 8, has none).
+            && (0..phnum).all(|i| {
+                let p = phoff + i * phentsize;
+                within(field(p + 8, 8), field(p + 32, 8))
+            })
+            && (0..shnum).all(|i| {
+                let s = shoff + i * shentsize;
+                field(s + 4, 4) == Some(8) || within(field(s + 24, 8), field(s + 32, 8))
+            })
+    };
+    Some(match fits {
+        true => Ok(()),
+        false => Err("its ELF headers name bytes past its end, or it is no 64-bit little-endian ELF file".into()),
+    })
 }
 
 fn check(call: &'static str, r: cu::CUresult) -> Result<(), DriverError> {
@@ -281,14 +336,34 @@ impl Driver {
         check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(ctx.0) })
     }
 
+    /// Load `image`: a CUBIN or a fatbinary, which say their own length and are handed to
+    /// the driver as they are, or PTX text (then copied with the NUL the driver reads up to,
+    /// unless it ends in one).
     pub fn load_module(&self, image: &[u8]) -> Result<RawModule, DriverError> {
-        // The image must be NUL-terminated for PTX; CUBIN is self-delimiting. Copy to be safe.
-        let mut owned = Vec::with_capacity(image.len() + 1);
-        owned.extend_from_slice(image);
-        owned.push(0);
+        let self_delimited = match binary_extent(image) {
+            Some(Ok(())) => true,
+            Some(Err(why)) => {
+                return Err(DriverError {
+                    call: "cuModuleLoadData",
+                    code: cu::CUresult::CUDA_ERROR_INVALID_IMAGE as u32,
+                    name: "CUDA_ERROR_INVALID_IMAGE".into(),
+                    message: format!("the image ({} bytes) is cut short: {why}", image.len()),
+                })
+            }
+            None => false,
+        };
+        let terminated: Cow<'_, [u8]> = if self_delimited || image.last() == Some(&0) {
+            Cow::Borrowed(image)
+        } else {
+            let mut owned = Vec::with_capacity(image.len() + 1);
+            owned.extend_from_slice(image);
+            owned.push(0);
+            Cow::Owned(owned)
+        };
         let mut m = ptr::null_mut();
-        // SAFETY: a context is current (callers ensure it); the image outlives the call.
-        check("cuModuleLoadData", unsafe { cu::cuModuleLoadData(&mut m, owned.as_ptr() as *const c_void) })?;
+        // SAFETY: a context is current (callers ensure it); the image outlives the call, and
+        // the driver reads no further than its ELF or fatbinary header says, or than its NUL.
+        check("cuModuleLoadData", unsafe { cu::cuModuleLoadData(&mut m, terminated.as_ptr() as *const c_void) })?;
         Ok(RawModule(m))
     }
 
@@ -693,5 +768,53 @@ impl Driver {
         // SAFETY: valid out-pointers; a context is current.
         check("cuMemGetInfo", unsafe { cu::cuMemGetInfo_v2(&mut free, &mut total) })?;
         Ok((free, total))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::binary_extent;
+
+    /// A 64-bit little-endian ELF header with one section of `size` bytes at `offset`
+    /// (section headers right after the header), `extra` bytes after the headers.
+    fn elf(offset: u64, size: u64, extra: usize) -> Vec<u8> {
+        let mut b = vec![0u8; 64];
+        b[..4].copy_from_slice(b"\x7fELF");
+        b[4] = 2;
+        b[5] = 1;
+        b[40..48].copy_from_slice(&64u64.to_le_bytes()); // e_shoff
+        b[58..60].copy_from_slice(&64u16.to_le_bytes()); // e_shentsize
+        b[60..62].copy_from_slice(&1u16.to_le_bytes()); // e_shnum
+        let mut sh = vec![0u8; 64];
+        sh[4..8].copy_from_slice(&1u32.to_le_bytes()); // SHT_PROGBITS
+        sh[24..32].copy_from_slice(&offset.to_le_bytes());
+        sh[32..40].copy_from_slice(&size.to_le_bytes());
+        b.extend(sh);
+        b.extend(vec![7u8; extra]);
+        b
+    }
+
+    #[test]
+    fn a_binary_image_must_hold_what_its_headers_name() {
+        assert_eq!(binary_extent(&elf(128, 16, 16)), Some(Ok(())));
+        // A section past the end, a cut section table, a cut header, overflowing fields.
+        assert!(matches!(binary_extent(&elf(128, 17, 16)), Some(Err(_))));
+        assert!(matches!(binary_extent(&elf(128, 16, 16)[..100]), Some(Err(_))));
+        assert!(matches!(binary_extent(&elf(128, 16, 16)[..40]), Some(Err(_))));
+        assert!(matches!(binary_extent(&elf(u64::MAX, 2, 16)), Some(Err(_))));
+        // A 32-bit ELF file is no CUBIN.
+        let mut e32 = elf(128, 16, 16);
+        e32[4] = 1;
+        assert!(matches!(binary_extent(&e32), Some(Err(_))));
+        // A fatbinary: its header and what follows it.
+        let mut fat = 0xBA55_ED50u32.to_le_bytes().to_vec();
+        fat.extend(1u16.to_le_bytes());
+        fat.extend(16u16.to_le_bytes());
+        fat.extend(8u64.to_le_bytes());
+        fat.extend([0u8; 8]);
+        assert_eq!(binary_extent(&fat), Some(Ok(())));
+        assert!(matches!(binary_extent(&fat[..20]), Some(Err(_))));
+        // PTX is text: not a binary image.
+        assert_eq!(binary_extent(b".version 8.0\n.target sm_90\n"), None);
     }
 }
