@@ -12,7 +12,9 @@ copied to the host (its values are checked after the clock stops), "the call" to
 return of the launching call. The bundle runs of the three calls take turns.
 
 Needs a GPU and PyTorch: python python/benchmarks/bench_first_call.py
-(CAIJIT_BENCH_QUICK=1: fewer repetitions, no serial bake of the kernel library.)
+(CAIJIT_BENCH_QUICK=1: fewer repetitions, no serial bake of the kernel library;
+CAIJIT_BENCH_BUNDLE_ONLY=1: only the bundle rows; CAIJIT_BENCH_BASE=DIR: the bundle rows
+also for an earlier build installed in DIR, taking turns with this one.)
 """
 
 from __future__ import annotations
@@ -29,6 +31,10 @@ from pathlib import Path
 QUICK = os.environ.get("CAIJIT_BENCH_QUICK") == "1"
 # CAIJIT_BENCH_BUNDLE_ONLY=1: only the bundle rows (a minute: no NVRTC, no bake times).
 BUNDLE_ONLY = os.environ.get("CAIJIT_BENCH_BUNDLE_ONLY") == "1"
+# CAIJIT_BENCH_BASE=DIR: the bundle rows also for the caijit installed in DIR (an earlier
+# build of this version, `pip install --target DIR`, which reads the bundles this one bakes),
+# the two builds taking turns in every round: an A/B on one machine.
+BASE = os.environ.get("CAIJIT_BENCH_BASE")
 REPS = 3 if QUICK else 7
 NO_NVRTC = "/nonexistent/libnvrtc.so"
 # Elements of each input (float32): a launch and a copy to the host of 256 KiB.
@@ -125,19 +131,23 @@ def scenarios(what: str, work: Path) -> dict[str, list[dict]]:
     return out
 
 
-def from_bundles(calls: dict[str, dict[str, str]], work: Path) -> dict[str, list[dict]]:
-    """Each call from its bundle (no NVRTC, a fresh disk cache), the calls taking turns
-    (one process of each, then the next round), so that the machine's drift (a busy
-    start, frequency) falls on all of them alike."""
-    out: dict[str, list[dict]] = {what: [] for what in calls}
+def from_bundles(
+    calls: dict[str, dict[str, str]], work: Path, builds: dict[str, dict[str, str]]
+) -> dict[tuple[str, str], list[dict]]:
+    """Each call from its bundle (no NVRTC, a fresh disk cache) with each build (its
+    environment), by (build, call): the builds and calls taking turns (one process of
+    each, then the next round), so that the machine's drift (a busy start, frequency)
+    falls on all of them alike."""
+    out: dict[tuple[str, str], list[dict]] = {(b, what): [] for b in builds for what in calls}
     for i in range(REPS):
-        for what, bundle_env in calls.items():
-            env = {**base_env(), **bundle_env, "CAIJIT_CACHE_DIR": str(work / f"bundle-{what}-{i}"), "CAIJIT_NVRTC_PATH": NO_NVRTC}
-            got = child(what, env, work)
-            # (PyTorch may map the machine's own NVRTC; caijit's is made unloadable.)
-            if got["compiles"] != 0:
-                raise RuntimeError(f"{what} from a bundle compiled: {got}")
-            out[what].append(got)
+        for b, build_env in builds.items():
+            for what, bundle_env in calls.items():
+                env = {**base_env(), **build_env, **bundle_env, "CAIJIT_CACHE_DIR": str(work / f"bundle-{b}-{what}-{i}"), "CAIJIT_NVRTC_PATH": NO_NVRTC}
+                got = child(what, env, work)
+                # (PyTorch may map the machine's own NVRTC; caijit's is made unloadable.)
+                if got["compiles"] != 0:
+                    raise RuntimeError(f"{what} from a bundle compiled: {got}")
+                out[(b, what)].append(got)
     return out
 
 
@@ -165,11 +175,16 @@ def main() -> None:
         # A user template kernel: record its instance, bake it, replay.
         child("template", {**base_env(), "CAIJIT_CACHE_DIR": str(work / "record"), "CAIJIT_RECORD": str(work / "app.json")}, work)
         bake([str(work / "app.json"), "--arch", arch, "-o", str(work / "app.caijit")], work)
-        bundled = from_bundles({"ops": ops_env, "ops_out": ops_env, "template": {"CAIJIT_BUNDLES": str(work / "app.caijit")}}, work)
+        builds = {"bundle, no NVRTC": {}}
+        if BASE:
+            path = os.pathsep.join(p for p in (BASE, os.environ.get("PYTHONPATH", "")) if p)
+            builds = {f"bundle, no NVRTC, base ({BASE})": {"PYTHONPATH": path}, **builds}
+        calls = {"ops": ops_env, "ops_out": ops_env, "template": {"CAIJIT_BUNDLES": str(work / "app.caijit")}}
+        bundled = from_bundles(calls, work, builds)
         titles = {"ops": "caijit.ops.add, 2 x float32 tensors", "ops_out": "caijit.ops.add into a given out=", "template": "user template axpy<float>"}
         for what, title in titles.items():
             by = {} if BUNDLE_ONLY else scenarios(what, work)
-            rows.append((title, what, {**by, "bundle, no NVRTC": bundled[what]}))
+            rows.append((title, what, {**by, **{b: bundled[(b, what)] for b in builds}}))
 
         print(f"\n## First call in a fresh process ({arch}, {N} float32 elements, median of {REPS} processes each)\n")
         print("| call | path | `import caijit` | first call to host result | of which the call | compiles |")
