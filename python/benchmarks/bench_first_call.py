@@ -140,9 +140,10 @@ def from_bundles(
     falls on all of them alike."""
     out: dict[tuple[str, str], list[dict]] = {(b, what): [] for b in builds for what in calls}
     for i in range(REPS):
-        for b, build_env in builds.items():
+        for n, (b, build_env) in enumerate(builds.items()):
             for what, bundle_env in calls.items():
-                env = {**base_env(), **build_env, **bundle_env, "CAIJIT_CACHE_DIR": str(work / f"bundle-{b}-{what}-{i}"), "CAIJIT_NVRTC_PATH": NO_NVRTC}
+                cache = str(work / f"bundle-{n}-{what}-{i}")
+                env = {**base_env(), **build_env, **bundle_env, "CAIJIT_CACHE_DIR": cache, "CAIJIT_NVRTC_PATH": NO_NVRTC}
                 got = child(what, env, work)
                 # (PyTorch may map the machine's own NVRTC; caijit's is made unloadable.)
                 if got["compiles"] != 0:
