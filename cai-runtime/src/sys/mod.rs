@@ -6,7 +6,9 @@
 //! token ([`Driver`], [`Nvrtc`]) that exists once the load succeeded. Once a library is
 //! loaded by absolute path, cudarc's own `dlopen` of the same soname resolves to it.
 //!
-//! This layer does not validate arguments (wgpu-hal's rule); callers above it do.
+//! This layer does not validate arguments (wgpu-hal's rule); callers above it do. The one
+//! check here is what keeps a call sound: a module image must hold every byte its headers
+//! name, since the driver reads that far ([`Driver::load_module`]).
 
 use std::borrow::Cow;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
