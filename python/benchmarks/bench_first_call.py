@@ -149,6 +149,10 @@ def from_bundles(
                 if got["compiles"] != 0:
                     raise RuntimeError(f"{what} from a bundle compiled: {got}")
                 out[(b, what)].append(got)
+        # Each round's calls as they come (stderr), so that a run cut short keeps them.
+        names = {b: "" if len(builds) == 1 else f" (build {n})" for n, b in enumerate(builds)}
+        done = "  ".join(f"{what}{names[b]} {runs[-1]['call_ms']:.2f}" for (b, what), runs in out.items())
+        print(f"round {i + 1}/{REPS}, the call in ms: {done}", file=sys.stderr, flush=True)
     return out
 
 
