@@ -819,4 +819,27 @@ mod tests {
         // PTX is text: not a binary image.
         assert_eq!(binary_extent(b".version 8.0\n.target sm_90\n"), None);
     }
+
+    /// Any bytes after either magic: an answer, never a panic; and an ELF image it accepts
+    /// holds its section table (what the driver reads first).
+    #[test]
+    fn any_bytes_get_an_answer() {
+        use proptest::prelude::*;
+        let header = prop_oneof![Just(b"\x7fELF".to_vec()), Just(0xBA55_ED50u32.to_le_bytes().to_vec()), Just(Vec::new())];
+        // Mostly small fields (offsets and counts near the image's size), sometimes any.
+        let body = proptest::collection::vec(prop_oneof![4 => 0u8..=4, 1 => any::<u8>()], 0..400);
+        proptest!(|(head in header, mut body in body, elf64 in any::<bool>())| {
+            if elf64 && body.len() >= 2 && head.len() == 4 && head[0] == 0x7f {
+                body[0] = 2;
+                body[1] = 1;
+            }
+            let image: Vec<u8> = head.iter().chain(&body).copied().collect();
+            if let Some(Ok(())) = binary_extent(&image) {
+                if image.starts_with(b"\x7fELF") {
+                    let u = |at: usize, n: usize| image[at..at + n].iter().rev().fold(0u64, |v, &x| v << 8 | x as u64);
+                    prop_assert!(u(40, 8) + u(58, 2) * u(60, 2) <= image.len() as u64);
+                }
+            }
+        });
+    }
 }
