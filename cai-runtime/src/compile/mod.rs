@@ -546,14 +546,26 @@ mod nvrtc_tests {
     use super::*;
 
     /// NVRTC's CUBINs are whole as the loader checks them (`sys::binary_extent`), which
-    /// hands them to the driver without a copy.
+    /// hands them to the driver without a copy: for every architecture this NVRTC knows of
+    /// those caijit ships for, with and without line information.
     #[test]
     fn a_cubin_of_nvrtc_is_whole() {
         let fresh = CompileOptions { disk_cache: Some(None), skip_memory_cache: true, ..Default::default() };
         let source = "template <typename T> __global__ void k(T* x, int n) { if (threadIdx.x < n) x[threadIdx.x] *= 2; }";
-        let c = compile_with(&Program::new(source).name_expression("k<double>"), Arch(90), &fresh).expect("NVRTC (scripts/setup.sh)");
-        let Image::Cubin(cubin) = &c.image else { panic!("sm_90 gives a CUBIN") };
-        assert_eq!(crate::sys::binary_extent(cubin), Some(Ok(())));
-        assert!(matches!(crate::sys::binary_extent(&cubin[..cubin.len() - 1]), Some(Err(_))));
+        let supported = &toolkit().expect("NVRTC (scripts/setup.sh)").supported_archs;
+        let archs: Vec<u32> = [75, 80, 86, 89, 90, 100, 120].into_iter().filter(|a| supported.contains(&(*a as i32))).collect();
+        assert!(archs.contains(&90), "{supported:?}");
+        for arch in archs {
+            for lineinfo in [false, true] {
+                let mut program = Program::new(source).name_expression("k<double>");
+                if lineinfo {
+                    program = program.option("-lineinfo");
+                }
+                let c = compile_with(&program, Arch(arch), &fresh).unwrap();
+                let Image::Cubin(cubin) = &c.image else { panic!("sm_{arch} gives a CUBIN") };
+                assert_eq!(crate::sys::binary_extent(cubin), Some(Ok(())), "sm_{arch}, -lineinfo {lineinfo}");
+                assert!(matches!(crate::sys::binary_extent(&cubin[..cubin.len() - 1]), Some(Err(_))), "sm_{arch}");
+            }
+        }
     }
 }
