@@ -32,9 +32,9 @@ QUICK = os.environ.get("CAIJIT_BENCH_QUICK") == "1"
 # CAIJIT_BENCH_BUNDLE_ONLY=1: only the bundle rows (a minute: no NVRTC, no bake times).
 BUNDLE_ONLY = os.environ.get("CAIJIT_BENCH_BUNDLE_ONLY") == "1"
 # CAIJIT_BENCH_BASE=DIR: the bundle rows also for the caijit installed in DIR (an earlier
-# build of this version, `pip install --target DIR`, which reads the bundles this one bakes),
-# the two builds taking turns in every round: an A/B on one machine.
-BASE = os.environ.get("CAIJIT_BENCH_BASE")
+# build of this version, `pip install --no-deps --target DIR`, which reads the bundles this
+# one bakes), the two builds taking turns in every round: an A/B on one machine.
+BASE = os.environ.get("CAIJIT_BENCH_BASE") and str(Path(os.environ["CAIJIT_BENCH_BASE"]).resolve())
 REPS = 3 if QUICK else 7
 NO_NVRTC = "/nonexistent/libnvrtc.so"
 # Elements of each input (float32): a launch and a copy to the host of 256 KiB.
@@ -75,7 +75,7 @@ expected = 2.0 * 12345 + 1 if what == "template" else 12346.0
 ok = float(host[12345]) == expected
 s = caijit._native.stats()
 print(json.dumps({"import_ms": (t1 - t0) * 1e3, "first_ms": (t2 - t1) * 1e3, "call_ms": (t_call - t1) * 1e3,
-                  "ok": ok, "compiles": s["compiles"], "bundle_hits": s["bundle_hits"],
+                  "ok": ok, "compiles": s["compiles"], "bundle_hits": s["bundle_hits"], "caijit": caijit.__file__,
                   "nvrtc_mapped": "libnvrtc" in open("/proc/self/maps").read()}))
 """
 
@@ -140,7 +140,9 @@ def from_bundles(
     falls on all of them alike."""
     out: dict[tuple[str, str], list[dict]] = {(b, what): [] for b in builds for what in calls}
     for i in range(REPS):
-        for n, (b, build_env) in enumerate(builds.items()):
+        # The builds in turn, first one and then the other, round by round.
+        order = list(enumerate(builds.items()))
+        for n, (b, build_env) in order[::-1] if i % 2 else order:
             for what, bundle_env in calls.items():
                 cache = str(work / f"bundle-{n}-{what}-{i}")
                 env = {**base_env(), **build_env, **bundle_env, "CAIJIT_CACHE_DIR": cache, "CAIJIT_NVRTC_PATH": NO_NVRTC}
@@ -148,6 +150,9 @@ def from_bundles(
                 # (PyTorch may map the machine's own NVRTC; caijit's is made unloadable.)
                 if got["compiles"] != 0:
                     raise RuntimeError(f"{what} from a bundle compiled: {got}")
+                # Each build is the one its processes imported.
+                if BASE and got["caijit"].startswith(BASE + os.sep) != ("PYTHONPATH" in build_env):
+                    raise RuntimeError(f"{b}: its process imported caijit from {got['caijit']}")
                 out[(b, what)].append(got)
         # Each round's calls as they come (stderr), so that a run cut short keeps them.
         names = {b: "" if len(builds) == 1 else f" (build {n})" for n, b in enumerate(builds)}
@@ -181,6 +186,8 @@ def main() -> None:
         child("template", {**base_env(), "CAIJIT_CACHE_DIR": str(work / "record"), "CAIJIT_RECORD": str(work / "app.json")}, work)
         bake([str(work / "app.json"), "--arch", arch, "-o", str(work / "app.caijit")], work)
         builds = {"bundle, no NVRTC": {}}
+        if BASE and not (Path(BASE) / "caijit").is_dir():
+            raise SystemExit(f"CAIJIT_BENCH_BASE={BASE} holds no caijit (pip install --no-deps --target DIR a wheel)")
         if BASE:
             path = os.pathsep.join(p for p in (BASE, os.environ.get("PYTHONPATH", "")) if p)
             builds = {f"bundle, no NVRTC, base ({BASE})": {"PYTHONPATH": path}, **builds}

@@ -7,8 +7,8 @@
 //! loaded by absolute path, cudarc's own `dlopen` of the same soname resolves to it.
 //!
 //! This layer does not validate arguments (wgpu-hal's rule); callers above it do. The one
-//! check here is what keeps a call sound: a module image must hold every byte its headers
-//! name, since the driver reads that far ([`Driver::load_module`]).
+//! check here is a truncation check of a module image handed over without a copy: a CUBIN
+//! must hold every byte its headers name ([`Driver::load_module`]).
 
 use std::borrow::Cow;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
@@ -86,13 +86,17 @@ impl std::fmt::Display for DriverError {
 
 /// The first bytes of an ELF file (a CUBIN).
 const ELF_MAGIC: &[u8] = b"\x7fELF";
-/// The first four bytes of a fatbinary, little-endian.
-const FATBIN_MAGIC: u32 = 0xBA55_ED50;
 
-/// For a binary image (a CUBIN: a 64-bit little-endian ELF file, or a fatbinary), whether
-/// it holds every byte its headers say it has, which the driver reads whatever the slice's
-/// length: `Some(Err(why))` when it does not. `None`: not a binary image (PTX text).
+/// For a CUBIN (a 64-bit little-endian ELF file, by its magic), whether the driver may be
+/// handed it as it is: it holds every byte its headers name (its program and section
+/// tables, each segment's and section's bytes, its section-name table), and each string
+/// table ends in NUL, so that no read the headers direct runs past the slice. A truncation
+/// check, not a validation of the code. `Some(Err(why))` when it fails; `None`: not an ELF
+/// file (PTX text, or anything else, which is handed over NUL-terminated).
 pub(crate) fn binary_extent(image: &[u8]) -> Option<Result<(), String>> {
+    if !image.starts_with(ELF_MAGIC) {
+        return None;
+    }
     // Little-endian fields; `None` past the end.
     let field = |at: u64, n: usize| -> Option<u64> {
         let at = usize::try_from(at).ok()?;
@@ -102,34 +106,31 @@ pub(crate) fn binary_extent(image: &[u8]) -> Option<Result<(), String>> {
     let len = image.len() as u64;
     // `size` bytes from `at` lie within the image.
     let within = |at: Option<u64>, size: Option<u64>| matches!(at.zip(size), Some((a, s)) if a.checked_add(s).is_some_and(|e| e <= len));
-    if image.starts_with(&FATBIN_MAGIC.to_le_bytes()) {
-        // magic (4), version (2), header size (2), size of what follows the header (8).
-        return Some(match within(field(6, 2), field(8, 8)) {
-            true => Ok(()),
-            false => Err("its fatbinary header names bytes past its end".into()),
-        });
-    }
-    if !image.starts_with(ELF_MAGIC) {
-        return None;
-    }
     // The ELF header (64 bytes) of a 64-bit little-endian file, then its tables.
     let fits = image.len() >= 64 && image[4..6] == [2, 1] && {
         let at = |i: u64, n: usize| field(i, n).unwrap_or(0); // (within the header)
         let (phoff, phentsize, phnum) = (at(32, 8), at(54, 2), at(56, 2));
-        let (shoff, shentsize, shnum) = (at(40, 8), at(58, 2), at(60, 2));
-        // ELF64's record sizes: program headers of 56 bytes, section headers of 64.
+        let (shoff, shentsize, shnum, shstrndx) = (at(40, 8), at(58, 2), at(60, 2), at(62, 2));
+        // ELF64's record sizes: program headers of 56 bytes, section headers of 64. No
+        // extended numbering (a section count of 0 with a table, or an escaped index).
         (phnum == 0 || phentsize == 56)
             && (shnum == 0 || shentsize == 64)
+            && (shnum > 0 || shoff == 0)
+            && (shnum == 0 || shstrndx < shnum)
             && within(Some(phoff), Some(phentsize * phnum))
             && within(Some(shoff), Some(shentsize * shnum))
-            // Each segment's bytes in the file, and each section's (SHT_NOBITS, 8, has none).
+            // Each segment's bytes in the file, and each section's (SHT_NOBITS, 8, has
+            // none); a string table (SHT_STRTAB, 3) ends in NUL.
             && (0..phnum).all(|i| {
                 let p = phoff + i * phentsize;
                 within(field(p + 8, 8), field(p + 32, 8))
             })
             && (0..shnum).all(|i| {
                 let s = shoff + i * shentsize;
-                field(s + 4, 4) == Some(8) || within(field(s + 24, 8), field(s + 32, 8))
+                let (kind, offset, size) = (field(s + 4, 4), field(s + 24, 8), field(s + 32, 8));
+                // (The last byte of a string table, once the table is known to lie within.)
+                let last = || offset.zip(size).and_then(|(o, n)| field(o.checked_add(n.checked_sub(1)?)?, 1));
+                kind == Some(8) || (within(offset, size) && (kind != Some(3) || size == Some(0) || last() == Some(0)))
             })
     };
     Some(match fits {
@@ -338,9 +339,9 @@ impl Driver {
         check("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(ctx.0) })
     }
 
-    /// Load `image`: a CUBIN or a fatbinary, which say their own length and are handed to
-    /// the driver as they are, or PTX text (then copied with the NUL the driver reads up to,
-    /// unless it ends in one).
+    /// Load `image`: a CUBIN, which says its own length and is handed to the driver as it is
+    /// once [`binary_extent`] has checked it, or PTX text (then copied with the NUL the
+    /// driver reads up to, unless it ends in one).
     pub fn load_module(&self, image: &[u8]) -> Result<RawModule, DriverError> {
         let self_delimited = match binary_extent(image) {
             Some(Ok(())) => true,
@@ -364,7 +365,7 @@ impl Driver {
         };
         let mut m = ptr::null_mut();
         // SAFETY: a context is current (callers ensure it); the image outlives the call, and
-        // the driver reads no further than its ELF or fatbinary header says, or than its NUL.
+        // the driver reads no further than its ELF headers say (checked above), or than its NUL.
         check("cuModuleLoadData", unsafe { cu::cuModuleLoadData(&mut m, terminated.as_ptr() as *const c_void) })?;
         Ok(RawModule(m))
     }
@@ -808,24 +809,31 @@ mod tests {
         let mut e32 = elf(128, 16, 16);
         e32[4] = 1;
         assert!(matches!(binary_extent(&e32), Some(Err(_))));
-        // A fatbinary: its header and what follows it.
-        let mut fat = 0xBA55_ED50u32.to_le_bytes().to_vec();
-        fat.extend(1u16.to_le_bytes());
-        fat.extend(16u16.to_le_bytes());
-        fat.extend(8u64.to_le_bytes());
-        fat.extend([0u8; 8]);
-        assert_eq!(binary_extent(&fat), Some(Ok(())));
-        assert!(matches!(binary_extent(&fat[..20]), Some(Err(_))));
+        // Extended numbering (a table with a count of 0), a section-name index past the
+        // table, a string table without its NUL.
+        let mut extended = elf(128, 16, 16);
+        extended[60..62].copy_from_slice(&0u16.to_le_bytes());
+        assert!(matches!(binary_extent(&extended), Some(Err(_))));
+        let mut names = elf(128, 16, 16);
+        names[62..64].copy_from_slice(&9u16.to_le_bytes());
+        assert!(matches!(binary_extent(&names), Some(Err(_))));
+        let mut strtab = elf(128, 16, 16);
+        strtab[64 + 4..64 + 8].copy_from_slice(&3u32.to_le_bytes());
+        assert!(matches!(binary_extent(&strtab), Some(Err(_))));
+        strtab[128 + 15] = 0;
+        assert_eq!(binary_extent(&strtab), Some(Ok(())));
+        // A fatbinary is not checked here: it is handed over copied, as any non-ELF image.
+        assert_eq!(binary_extent(&0xBA55_ED50u32.to_le_bytes()), None);
         // PTX is text: not a binary image.
         assert_eq!(binary_extent(b".version 8.0\n.target sm_90\n"), None);
     }
 
-    /// Any bytes after either magic: an answer, never a panic; and an ELF image it accepts
+    /// Any bytes, after the ELF magic or not: an answer, never a panic; and an ELF image it accepts
     /// holds its section table (what the driver reads first).
     #[test]
     fn any_bytes_get_an_answer() {
         use proptest::prelude::*;
-        let header = prop_oneof![Just(b"\x7fELF".to_vec()), Just(0xBA55_ED50u32.to_le_bytes().to_vec()), Just(Vec::new())];
+        let header = prop_oneof![Just(b"\x7fELF".to_vec()), Just(Vec::new())];
         // Mostly small fields (offsets and counts near the image's size), sometimes any.
         let body = proptest::collection::vec(prop_oneof![4 => 0u8..=4, 1 => any::<u8>()], 0..400);
         proptest!(|(head in header, mut body in body, elf64 in any::<bool>())| {
