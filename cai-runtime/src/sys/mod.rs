@@ -135,7 +135,9 @@ pub(crate) fn binary_extent(image: &[u8]) -> Option<Result<(), String>> {
     };
     Some(match fits {
         true => Ok(()),
-        false => Err("its ELF headers name bytes past its end, or it is no 64-bit little-endian ELF file".into()),
+        false => {
+            Err("its ELF headers name bytes past its end, a string table lacks its NUL, or it is no 64-bit little-endian ELF file".into())
+        }
     })
 }
 
@@ -350,7 +352,7 @@ impl Driver {
                     call: "cuModuleLoadData",
                     code: cu::CUresult::CUDA_ERROR_INVALID_IMAGE as u32,
                     name: "CUDA_ERROR_INVALID_IMAGE".into(),
-                    message: format!("the image ({} bytes) is cut short: {why}", image.len()),
+                    message: format!("the image ({} bytes) is not whole: {why}", image.len()),
                 })
             }
             None => false,
