@@ -520,21 +520,15 @@ impl Bundle {
         let path = path.as_ref();
         let origin = path.display().to_string();
         let unreadable = |e: std::io::Error| bad(&origin, format!("cannot be read: {e}"));
-        let probe = timing::start();
         let file = std::fs::File::open(path).map_err(unreadable)?;
         let len = file.metadata().map_err(unreadable)?.len();
-        let opened = Bundle::parse(Bytes::File { file, len }, origin);
-        probe.stop(LoadPhase::BundleOpen);
-        opened
+        Bundle::parse(Bytes::File { file, len }, origin)
     }
 
     /// A bundle embedded in the binary (`include_bytes!("app.caijit")`), verified as
     /// [`Bundle::open`] does.
     pub fn from_bytes(bytes: &'static [u8]) -> Result<Bundle> {
-        let probe = timing::start();
-        let opened = Bundle::parse(Bytes::Memory(Cow::Borrowed(bytes)), "<embedded>".into());
-        probe.stop(LoadPhase::BundleOpen);
-        opened
+        Bundle::parse(Bytes::Memory(Cow::Borrowed(bytes)), "<embedded>".into())
     }
 
     /// A bundle in memory; `origin` names it in messages.
@@ -542,7 +536,16 @@ impl Bundle {
         Bundle::parse(Bytes::Memory(Cow::Owned(bytes)), origin.into())
     }
 
+    /// Read and verify the header, table of contents, metadata and lookup table (timed as
+    /// `module.bundle_open`).
     fn parse(data: Bytes, origin: String) -> Result<Bundle> {
+        let probe = timing::start();
+        let parsed = Bundle::parse_untimed(data, origin);
+        probe.stop(LoadPhase::BundleOpen);
+        parsed
+    }
+
+    fn parse_untimed(data: Bytes, origin: String) -> Result<Bundle> {
         let size = usize::try_from(data.len()).unwrap_or(usize::MAX);
         let read = |start: usize, len: usize| data.read(start, len).map_err(|e| bad(&origin, format!("cannot be read: {e}")));
         let head = read(0, size.min(HEADER))?;

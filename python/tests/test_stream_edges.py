@@ -18,7 +18,7 @@ import subprocess
 import sys
 import textwrap
 import threading
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pytest
@@ -406,32 +406,30 @@ def _device_synchronize() -> None:
     assert cuda.cuCtxSynchronize() == 0
 
 
-def _settled_allocated_bytes() -> int:
-    """What caijit's arrays hold once graphs destroyed before now (by earlier tests, too)
-    have handed back what they kept: the driver hands it back asynchronously."""
-    last = -1
+def _allocated_bytes(until: Callable[[int, int], bool]) -> int:
+    """What caijit's arrays hold once `until(now, before)` holds for two readings a moment
+    apart, or after a second: the driver hands a destroyed graph's part (of this test's, or
+    of an earlier test's graph) back asynchronously."""
+    before = -1
     for _ in range(100):
         gc.collect()
         caijit.empty_cache()
         now = caijit.memory_stats()["allocated_bytes"]
-        if now == last:
+        if until(now, before):
             break
-        last = now
+        before = now
         threading.Event().wait(0.01)
-    return last
+    return now
+
+
+def _settled_allocated_bytes() -> int:
+    """Allocated bytes once they no longer change."""
+    return _allocated_bytes(lambda now, before: now == before)
 
 
 def _wait_for_allocated_bytes(want: int) -> int:
-    """Allocated bytes once they reach `want` (the driver hands a destroyed graph's part
-    back asynchronously), or after a second."""
-    for _ in range(100):
-        gc.collect()
-        caijit.empty_cache()
-        now = caijit.memory_stats()["allocated_bytes"]
-        if now <= want:
-            break
-        threading.Event().wait(0.01)
-    return now
+    """Allocated bytes once they are down to `want`."""
+    return _allocated_bytes(lambda now, _: now <= want)
 
 
 def test_a_block_freed_under_a_running_kernel_goes_to_its_stream_only(k: Any) -> None:

@@ -543,9 +543,9 @@ fn name_after_global(toks: &[Tok], at: usize) -> Option<usize> {
     }
 }
 
-/// [`parse_kernels`] of `source`, parsed once per process per source text (of the last 64
-/// distinct ones): a kernel's dispatcher and each of its instances read the same
-/// declarations.
+/// [`parse_kernels`] of `source`, parsed once per process per source text (of the last
+/// `MEMO_SOURCES` distinct ones): a kernel's dispatcher and each of its instances read the
+/// same declarations.
 pub fn declarations(source: &str) -> Arc<Declarations> {
     static MEMO: Mutex<Option<HashMap<Box<str>, Arc<Declarations>>>> = Mutex::new(None);
     if let Some(d) = lock(&MEMO).as_ref().and_then(|m| m.get(source)) {
