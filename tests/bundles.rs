@@ -183,3 +183,56 @@ fn a_bundle_baked_for_an_instance_serves_it_asked_by_template_arguments() {
     let chosen = d.select_instance(Arch(90), &f16).unwrap();
     assert_eq!((chosen.name.as_str(), chosen.compiled.source), ("rr_half<__half>", CacheSource::Bundle));
 }
+
+/// A bundle stores its kernels' parameter layouts as the bake described them, and a hit
+/// reads them back instead of describing the kernels again: they must be the layouts a
+/// compilation describes, for every kind of parameter (typed, const and opaque pointers,
+/// strided arrays, scalars of CUDA's types, structs by value), unnamed parameters and
+/// `extern "C"` kernels. A program with a kernel caijit cannot launch stores none, and a hit
+/// describes it again, with the reason.
+#[test]
+fn a_hit_reads_the_layouts_a_compilation_describes() {
+    let src = r#"// a_hit_reads_the_layouts
+#include <cuda_fp16.h>
+#include <caijit/array.cuh>
+#include <caijit/complex.cuh>
+struct Pair { float lo; double hi; };
+template <typename T, int N>
+__global__ void every_kind(caijit::Array<const T, N> x, caijit::Array<T, 2> y, const T* __restrict__ c, T* o, void* opaque,
+                           T s, __half h, caijit::complex<double> z, Pair p, bool flag, long long) {}
+extern "C" __global__ void plain_c(unsigned char* bytes, float s, int n) {}
+"#;
+    let program = Program::new(src).name_expression("every_kind<float, 3>").name_expression("every_kind<int, 1>");
+    let compiled = compile_with(&program, Arch(90), &fresh()).unwrap();
+    assert!(compiled.unusable.is_empty() && compiled.kernels.len() == 3, "{:?}", compiled.kernels);
+    let bundle = bake_for(std::slice::from_ref(&program), &[90], false);
+    let p = bundle.programs().unwrap()[0];
+    assert!(bundle.details(p).unwrap().layouts.is_some(), "the layouts are stored");
+    bundle::install(bundle);
+    let hit = compile_with(&program, Arch(90), &fresh()).unwrap();
+    assert_eq!(hit.source, CacheSource::Bundle);
+    assert_eq!(hit.kernels, compiled.kernels);
+    assert_eq!(hit.notes, compiled.notes);
+
+    // A kernel past caijit's limits (nested too deep to demangle): no stored layouts; the
+    // hit describes the program again and names the reason.
+    let mut deep = "int".to_string();
+    for _ in 0..260 {
+        deep = format!("W<{deep}>");
+    }
+    let src = format!(
+        "// a_hit_reads_the_layouts, unusable\ntemplate <class T> struct W {{}};\ntemplate <class T> __global__ void k(T* t) {{}}\n\
+         template __global__ void k<{deep}>({deep}*);\nextern \"C\" __global__ void fine(float* o) {{}}\n"
+    );
+    let program = Program::new(src);
+    let compiled = compile_with(&program, Arch(90), &fresh()).unwrap();
+    assert_eq!(compiled.unusable.len(), 1);
+    let bundle = bake_for(std::slice::from_ref(&program), &[90], false);
+    assert!(bundle.details(bundle.programs().unwrap()[0]).unwrap().layouts.is_none());
+    bundle::install(bundle);
+    let hit = compile_with(&program, Arch(90), &fresh()).unwrap();
+    assert_eq!(hit.source, CacheSource::Bundle);
+    assert_eq!((&hit.kernels, &hit.notes), (&compiled.kernels, &compiled.notes));
+    let e = hit.kernel(&compiled.unusable[0].lowered_name).unwrap_err().to_string();
+    assert!(e.contains("cannot demangle"), "{e}");
+}

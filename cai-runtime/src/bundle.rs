@@ -160,6 +160,9 @@ pub struct ProgramDetails {
     /// `(name expression, lowered name)` of every expression NVRTC was given.
     pub lowered: Vec<(String, String)>,
     pub kernels: Vec<KernelSummary>,
+    /// Every kernel's parameter layout as the bake described it (`compile::bundled` reads
+    /// it; absent when a kernel could not be described, or the bundle predates it).
+    pub layouts: Option<Value>,
 }
 
 /// The metadata (section 0) as stored.
@@ -203,6 +206,8 @@ struct StoredDetails {
     nvrtc_options: Vec<String>,
     lowered: Vec<(String, String)>,
     kernels: Vec<StoredKernel>,
+    #[serde(default)]
+    layouts: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -759,6 +764,7 @@ impl Bundle {
                 nvrtc_options: d.nvrtc_options,
                 lowered: d.lowered,
                 kernels,
+                layouts: d.layouts,
             })
         };
         slot.details.get_or_init(|| read().map_err(|e| e.to_string())).as_ref().map_err(|e| Error::Bundle(e.clone()))

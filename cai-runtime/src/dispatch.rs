@@ -116,6 +116,24 @@ pub struct Dispatcher {
     /// The name asked for: a `__global__` name, or any name expression NVRTC accepts
     /// (`axpy<float>`, `ns::k`, `(void(*)(double, int))k`).
     name: String,
+    /// What the source declares of the name: read when the dispatcher is made, except for
+    /// [`Dispatcher::template`]'s (read when first needed).
+    declared: OnceLock<Declared>,
+    /// Made by [`Dispatcher::template`]: the caller vouches that the name is a template the
+    /// source declares once, in no namespace, so explicit instances need no reading.
+    vouched: bool,
+    instances: Mutex<HashMap<InstanceKey, Arc<Kernel>>>,
+    /// The first instance resolved, read without a lock: a kernel that is not selected by
+    /// its argument types has one instance per device, and most programs use one device.
+    first: OnceLock<(usize, Arc<Kernel>)>,
+    /// [`Dispatcher::by_argument_types`], fixed at construction (name and declaration never
+    /// change): read by every launch.
+    by_types: bool,
+}
+
+/// What a source declares of a dispatcher's name.
+#[derive(Debug)]
+struct Declared {
     decl: Option<KernelDecl>,
     /// Several non-template kernels have this qualified name: the launch's arguments pick
     /// one.
@@ -124,13 +142,29 @@ pub struct Dispatcher {
     /// overload set. The compiled program decides (an error unless one of them is
     /// compiled).
     namespaces: Vec<String>,
-    instances: Mutex<HashMap<InstanceKey, Arc<Kernel>>>,
-    /// The first instance resolved, read without a lock: a kernel that is not selected by
-    /// its argument types has one instance per device, and most programs use one device.
-    first: OnceLock<(usize, Arc<Kernel>)>,
-    /// [`Dispatcher::by_argument_types`], fixed at construction (name and declaration never
-    /// change): read by every launch.
-    by_types: bool,
+}
+
+impl Declared {
+    /// The declaration `name` refers to among `decls`, if the tokenizer found one: by
+    /// qualified name, else by plain name. A name it did not find (made by a macro, an
+    /// overload cast) is handed to NVRTC as a name expression; NVRTC decides.
+    fn read(decls: &[KernelDecl], name: &str) -> Declared {
+        let base = name.split('<').next().unwrap_or(name).trim();
+        let base = base.strip_prefix("::").unwrap_or(base);
+        let mine: Vec<&KernelDecl> = match decls.iter().filter(|d| d.qualified_name() == base).collect::<Vec<_>>() {
+            v if v.is_empty() && !base.contains("::") => decls.iter().filter(|d| d.name == base).collect(),
+            v => v,
+        };
+        // Overloads share a qualified name; a plain name found in several namespaces names
+        // none of them (unless the preprocessor keeps only one).
+        let mut namespaces: Vec<String> = mine.iter().map(|d| d.qualified_name()).collect();
+        namespaces.sort_unstable();
+        namespaces.dedup();
+        let (mine, namespaces) = if namespaces.len() > 1 { (Vec::new(), namespaces) } else { (mine, Vec::new()) };
+        let overloaded =
+            !name.contains('<') && !name.starts_with('(') && mine.len() > 1 && mine.iter().all(|d| !d.is_template() && !d.extern_c);
+        Declared { decl: mine.first().map(|d| (*d).clone()), overloaded, namespaces }
+    }
 }
 
 /// An instance chosen for an architecture: the program compiled, the name that finds the
@@ -180,36 +214,45 @@ impl Dispatcher {
         if name.is_empty() {
             return Err(Error::argument("a kernel name must not be empty"));
         }
-        // The declaration this name refers to, if the tokenizer found one: by qualified
-        // name, else by plain name. A name it did not find (made by a macro, an overload
-        // cast) is handed to NVRTC as a name expression; NVRTC decides.
-        let base = name.split('<').next().unwrap_or(&name).trim();
-        let base = base.strip_prefix("::").unwrap_or(base);
-        let mine: Vec<&KernelDecl> = match decls.iter().filter(|d| d.qualified_name() == base).collect::<Vec<_>>() {
-            v if v.is_empty() && !base.contains("::") => decls.iter().filter(|d| d.name == base).collect(),
-            v => v,
-        };
-        // Overloads share a qualified name; a plain name found in several namespaces names
-        // none of them (unless the preprocessor keeps only one).
-        let mut namespaces: Vec<String> = mine.iter().map(|d| d.qualified_name()).collect();
-        namespaces.sort_unstable();
-        namespaces.dedup();
-        let (mine, namespaces) = if namespaces.len() > 1 { (Vec::new(), namespaces) } else { (mine, Vec::new()) };
-        let overloaded =
-            !name.contains('<') && !name.starts_with('(') && mine.len() > 1 && mine.iter().all(|d| !d.is_template() && !d.extern_c);
-        let decl = mine.first().map(|d| (*d).clone());
-        let mut k = Dispatcher {
+        let k = Dispatcher {
+            declared: OnceLock::from(Declared::read(decls, &name)),
             program,
             name,
-            decl,
-            overloaded,
-            namespaces,
+            vouched: false,
             instances: Mutex::new(HashMap::new()),
             first: OnceLock::new(),
             by_types: false,
         };
-        k.by_types = k.is_deduced_template() || k.overloaded;
-        Ok(k)
+        Ok(k.typed())
+    }
+
+    /// The template kernel `name` of `program`, made without reading the program's
+    /// declarations, for callers that know `name` is a template the source declares once,
+    /// in no namespace (the kernel library's, which a test checks): its explicit instances
+    /// ([`Dispatcher::instance`]) need no reading, and anything else reads them when first
+    /// needed.
+    pub(crate) fn template(program: Program, name: &str) -> Dispatcher {
+        Dispatcher {
+            program,
+            name: name.trim().to_string(),
+            declared: OnceLock::new(),
+            vouched: true,
+            instances: Mutex::new(HashMap::new()),
+            first: OnceLock::new(),
+            by_types: true,
+        }
+    }
+
+    /// `self` with [`Dispatcher::by_argument_types`] decided.
+    fn typed(mut self) -> Dispatcher {
+        self.by_types = self.is_deduced_template() || self.declared().overloaded;
+        self
+    }
+
+    /// What the source declares of the name, read at the first call for a
+    /// [`Dispatcher::template`].
+    fn declared(&self) -> &Declared {
+        self.declared.get_or_init(|| Declared::read(&self.program.declarations().kernels, &self.name))
     }
 
     /// The name asked for.
@@ -238,12 +281,19 @@ impl Dispatcher {
     /// Whether the name is a template's, without template arguments: each launch's argument
     /// types deduce them.
     pub fn is_deduced_template(&self) -> bool {
-        self.decl.as_ref().is_some_and(|d| d.is_template()) && !self.name.contains('<')
+        self.declared().decl.as_ref().is_some_and(|d| d.is_template()) && !self.name.contains('<')
+    }
+
+    /// The one declaration the name refers to, if the source declares it so (`None` also
+    /// for a plain name declared in several namespaces).
+    #[cfg(test)]
+    pub(crate) fn declaration(&self) -> Option<&KernelDecl> {
+        self.declared().decl.as_ref()
     }
 
     /// Whether several non-template kernels share this kernel's qualified name.
     pub fn is_overloaded(&self) -> bool {
-        self.overloaded
+        self.declared().overloaded
     }
 
     /// Whether the launch's argument types choose the instance (a deduced template, or one
@@ -259,17 +309,18 @@ impl Dispatcher {
         // Overloads (one name expression cannot name several) and a plain name declared in
         // several namespaces are found among the compiled kernels.
         let plain = !self.name.contains(['<', ':', '(']);
-        if self.overloaded || (plain && !self.namespaces.is_empty()) {
+        let declared = self.declared();
+        if declared.overloaded || (plain && !declared.namespaces.is_empty()) {
             return false;
         }
-        self.decl.is_none() || !plain
+        declared.decl.is_none() || !plain
     }
 
     /// The program to compile and the name to look up for arguments of `types` (read only
     /// for a deduced template; an overload set's name finds every overload, see
     /// [`Dispatcher::select`]).
     pub fn instance_for(&self, types: &[ArgType]) -> Result<(Program, String)> {
-        match &self.decl {
+        match &self.declared().decl {
             Some(d) if self.is_deduced_template() => {
                 let i = deduce(d, types).map_err(|e| {
                     // Two arguments that deduce a template parameter differently: the second
@@ -301,7 +352,7 @@ impl Dispatcher {
     /// The declared parameters' names, in order (`None` for a kernel the source does not
     /// declare by this name, or an unnamed parameter).
     pub fn declared_params(&self) -> Option<Vec<Option<String>>> {
-        self.decl.as_ref().map(|d| d.params.iter().map(|(n, _)| n.clone()).collect())
+        self.declared().decl.as_ref().map(|d| d.params.iter().map(|(n, _)| n.clone()).collect())
     }
 
     /// Give an error about argument `index` (one found before the kernel's parameters were
@@ -317,7 +368,7 @@ impl Dispatcher {
     /// Parameter `index`'s name and declared C++ type, each where the source declares
     /// them (a template's parameter types as written: `T*`).
     pub fn parameter(&self, index: usize) -> (Option<&str>, Option<String>) {
-        match self.decl.as_ref().and_then(|d| d.params.get(index)) {
+        match self.declared().decl.as_ref().and_then(|d| d.params.get(index)) {
             Some((name, ty)) => (name.as_deref(), Some(ty.to_string())),
             None => (None, None),
         }
@@ -328,7 +379,7 @@ impl Dispatcher {
     /// log would show the name map it generates. Say instead which kernels the program has,
     /// as `python -m caijit compile` does, when it compiles without the name.
     fn unknown_name(&self, e: Error, arch: Arch) -> Error {
-        if self.decl.is_some() || !self.needs_name_expression() || !matches!(e, Error::Compile(_)) {
+        if self.declared().decl.is_some() || !self.needs_name_expression() || !matches!(e, Error::Compile(_)) {
             return e;
         }
         match compile::compile(&self.program, arch) {
@@ -356,7 +407,7 @@ impl Dispatcher {
     pub fn select(&self, arch: Arch, types: &[ArgType]) -> Result<Selection> {
         let (program, name) = self.instance_for(types)?;
         let compiled = self.compile(&program, arch)?;
-        let name = if self.overloaded { pick_overload(compiled.kernels_named(&name)?, types)? } else { name };
+        let name = if self.declared().overloaded { pick_overload(compiled.kernels_named(&name)?, types)? } else { name };
         Ok(Selection { program, name, compiled })
     }
 
@@ -368,11 +419,13 @@ impl Dispatcher {
             Some("needs template arguments for an explicit instance")
         } else if self.name.contains(['<', '(']) {
             Some("names one instance already")
-        } else if self.overloaded {
+        } else if self.vouched {
+            None
+        } else if self.declared().overloaded {
             Some("is an overload set, not a template")
-        } else if !self.namespaces.is_empty() {
+        } else if !self.declared().namespaces.is_empty() {
             Some("is declared in several namespaces (name one, `a::k`)")
-        } else if self.decl.as_ref().is_some_and(|d| !d.is_template()) {
+        } else if self.declared().decl.as_ref().is_some_and(|d| !d.is_template()) {
             Some("is not a template")
         } else {
             None
@@ -461,7 +514,7 @@ impl Dispatcher {
         }
         let (program, name) = self.instance_for(&[])?;
         let compiled = self.compile(&program, arch)?;
-        if !self.overloaded {
+        if !self.declared().overloaded {
             let (bound, _) = bind(&names_of(compiled.kernel(&name)?))?;
             return Ok((Selection { program, name, compiled }, bound));
         }
@@ -551,7 +604,7 @@ impl Dispatcher {
     /// For an overload set, the message lists the overload casts that name each one (by
     /// compiling the program for the inspection architecture).
     pub fn check_single_instance(&self) -> Result<()> {
-        if self.overloaded {
+        if self.declared().overloaded {
             let compiled = compile::compile(&self.program_for([]), inspection_arch()?)?;
             let casts: Vec<String> = compiled.kernels_named(&self.name)?.into_iter().map(|k| format!("\"{}\"", overload_cast(k))).collect();
             return Err(Error::argument(format!(
@@ -586,7 +639,7 @@ impl Dispatcher {
         launched.dedup();
         let (compiled, source) = compile::compile_reporting(&self.program_for(launched), arch, &CompileOptions::default())
             .map_err(|e| self.unknown_name(e, arch))?;
-        if !self.namespaces.is_empty() {
+        if !self.declared().namespaces.is_empty() {
             // A plain name declared in several namespaces: an error unless one is compiled.
             compiled.kernels_named(&self.name)?;
         }

@@ -165,6 +165,7 @@ pub fn bake(programs: &[Program], options: &BakeOptions) -> Result<Vec<u8>> {
             "nvrtc_options": c.nvrtc_options,
             "lowered": entry.lowered,
             "kernels": bundled::kernels_json(&c),
+            "layouts": bundled::layouts_json(&c),
         });
         blobs.push(ProgramBlobs {
             description,

@@ -23,15 +23,18 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use super::compiled::{CacheSource, Compiled, Image};
-use super::describe::{describe_kernels, Described};
+use super::compiled::{CacheSource, Compiled, Image, KernelInfo};
+use super::describe::describe_kernels;
 use super::key::{embedded_headers_digest, hash_parts, sha256_hex};
 use super::program::{Arch, Program};
 use super::{includes, options};
 use crate::bundle::{self, Bundle, BundledProgram, ImageKind};
+use crate::cai::DType;
+use crate::signature::{ParamKind, ParamLayout};
 use crate::stats::timing::{self, LoadPhase};
 use crate::sync::{lock, OnceMap};
 use crate::{Error, Result};
@@ -215,8 +218,9 @@ pub(super) fn miss(program: &Program, arch: Arch, why: Error) -> Error {
 }
 
 /// A bundled program made a [`Compiled`] (once per process per bundle, program and
-/// architecture): its parameter layouts read from its `.entry` declarations and lowered
-/// names, as after a compilation, with no NVRTC.
+/// architecture): its kernels' parameter layouts as the bake described them (the same
+/// caijit version, from the same source and compilation), else read again from its
+/// `.entry` declarations and lowered names, as after a compilation, with no NVRTC.
 fn hit(b: &Arc<Bundle>, p: &BundledProgram, program: &Program, arch: Arch) -> Result<Arc<Compiled>> {
     type Hits = OnceMap<(usize, String, u32), Arc<Compiled>>;
     static HITS: OnceLock<Hits> = OnceLock::new();
@@ -224,12 +228,20 @@ fn hit(b: &Arc<Bundle>, p: &BundledProgram, program: &Program, arch: Arch) -> Re
     HITS.get_or_init(Hits::default).get_or_try_insert_with(id, || {
         let probe = timing::start();
         let (im, bytes) = b.image(p, arch.0)?;
-        // Parameter layouts as after a compilation: from the `.entry` declarations, the
-        // lowered names and the source's declarations.
         let details = b.details(p)?;
         let ptx = b.entries(p)?;
-        let declared = program.declarations();
-        let Described { kernels, unusable, notes } = describe_kernels(&ptx, &details.lowered, &declared.kernels, declared.notes.clone());
+        let (kernels, unusable, notes) = match details.layouts.as_ref() {
+            Some(stored) => {
+                let (kernels, notes) = layouts_from_json(stored)
+                    .map_err(|e| Error::Bundle(format!("bundle {} is corrupt (the layouts of {}: {e})", b.origin(), p.name)))?;
+                (kernels, Vec::new(), notes)
+            }
+            None => {
+                let declared = program.declarations();
+                let d = describe_kernels(&ptx, &details.lowered, &declared.kernels, declared.notes.clone());
+                (d.kernels, d.unusable, d.notes)
+            }
+        };
         // What names the image's bytes (without hashing them).
         let key = sha256_hex(&[b"bundled", &b.image_identity(p, &im)]);
         let image = match im.kind {
@@ -254,6 +266,126 @@ fn hit(b: &Arc<Bundle>, p: &BundledProgram, program: &Program, arch: Arch) -> Re
             nvrtc_options: details.nvrtc_options.clone(),
         }))
     })
+}
+
+// ----- Stored layouts -----
+
+/// A compilation's kernels as a bundle stores them (a program description's `"layouts"`,
+/// `docs/bundles.md`): read back by a bundle hit instead of demangling, parsing the
+/// source's declarations and laying the parameters out again.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoredLayouts {
+    kernels: Vec<StoredKernel>,
+    notes: Vec<String>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoredKernel {
+    name_expression: Option<String>,
+    lowered: String,
+    demangled: Option<String>,
+    qualified: String,
+    params: Vec<StoredParam>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoredParam {
+    name: Option<String>,
+    #[serde(rename = "type")]
+    cpp_type: String,
+    kind: StoredKind,
+    offset: usize,
+    size: usize,
+    align: usize,
+}
+
+/// [`ParamKind`], dtypes by name.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+enum StoredKind {
+    Pointer { dtype: Option<String>, is_const: bool },
+    Array { dtype: Option<String>, is_const: bool, rank: usize },
+    Scalar { dtype: String },
+    Struct { name: String },
+}
+
+/// `compiled`'s kernels and notes as a bundle stores them; `None` when a kernel could not be
+/// described (its reason is not stored: a bundle hit then describes the program again, and
+/// says why).
+pub(super) fn layouts_json(compiled: &Compiled) -> Option<Value> {
+    if !compiled.unusable.is_empty() {
+        return None;
+    }
+    let dtype = |d: &Option<DType>| d.map(|d| d.name().to_string());
+    let kernels = compiled
+        .kernels
+        .iter()
+        .map(|k| StoredKernel {
+            name_expression: k.name_expression.clone(),
+            lowered: k.lowered_name.clone(),
+            demangled: k.demangled.clone(),
+            qualified: k.qualified_name.clone(),
+            params: k
+                .params
+                .iter()
+                .map(|q| StoredParam {
+                    name: q.name.clone(),
+                    cpp_type: q.cpp_type.clone(),
+                    kind: match &q.kind {
+                        ParamKind::Pointer { dtype: d, is_const } => StoredKind::Pointer { dtype: dtype(d), is_const: *is_const },
+                        ParamKind::Array { dtype: d, is_const, rank } => {
+                            StoredKind::Array { dtype: dtype(d), is_const: *is_const, rank: *rank }
+                        }
+                        ParamKind::Scalar(d) => StoredKind::Scalar { dtype: d.name().to_string() },
+                        ParamKind::Struct { name } => StoredKind::Struct { name: name.clone() },
+                    },
+                    offset: q.offset,
+                    size: q.size,
+                    align: q.align,
+                })
+                .collect(),
+        })
+        .collect();
+    serde_json::to_value(StoredLayouts { kernels, notes: compiled.notes.clone() }).ok()
+}
+
+/// The kernels and notes [`layouts_json`] stored; `Err`: what is wrong with them. Each
+/// parameter is checked as a layout is made: its size is its kind's, and it lies at the
+/// first offset of its alignment past the one before.
+fn layouts_from_json(stored: &Value) -> std::result::Result<(Vec<KernelInfo>, Vec<String>), String> {
+    let stored = StoredLayouts::deserialize(stored).map_err(|e| e.to_string())?;
+    let dtype = |name: &str| DType::from_name(name).ok_or_else(|| format!("{name:?} is not a dtype"));
+    let optional = |name: &Option<String>| name.as_deref().map(dtype).transpose();
+    let mut kernels = Vec::with_capacity(stored.kernels.len());
+    for k in stored.kernels {
+        let mut params = Vec::with_capacity(k.params.len());
+        let mut end = 0usize;
+        for (index, q) in k.params.into_iter().enumerate() {
+            let kind = match q.kind {
+                StoredKind::Pointer { dtype: d, is_const } => ParamKind::Pointer { dtype: optional(&d)?, is_const },
+                StoredKind::Array { dtype: d, is_const, rank } => ParamKind::Array { dtype: optional(&d)?, is_const, rank },
+                StoredKind::Scalar { dtype: d } => ParamKind::Scalar(dtype(&d)?),
+                StoredKind::Struct { name } => ParamKind::Struct { name },
+            };
+            let placed = q.align.is_power_of_two() && end.checked_next_multiple_of(q.align) == Some(q.offset);
+            if !placed || kind.expected_size().is_some_and(|s| s != q.size) {
+                return Err(format!("parameter {index} of {} is not laid out as a parameter of its kind", k.lowered));
+            }
+            end = q.offset.checked_add(q.size).ok_or_else(|| format!("the parameters of {} overflow", k.lowered))?;
+            params.push(ParamLayout { index, name: q.name, cpp_type: q.cpp_type, kind, size: q.size, align: q.align, offset: q.offset });
+        }
+        kernels.push(KernelInfo {
+            name_expression: k.name_expression,
+            lowered_name: k.lowered,
+            demangled: k.demangled,
+            qualified_name: k.qualified,
+            params,
+        });
+    }
+    Ok((kernels, stored.notes))
 }
 
 // ----- Recording -----
@@ -415,6 +547,7 @@ pub fn read_manifest(path: &Path) -> Result<Vec<Program>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compile::compiled::UnusableKernel;
 
     /// A header of the program's include directories that only a toolkit header includes
     /// (`<cuda/std/cstdint>` → `<cuda/std/version>`, found in `-I inc` first) is covered: an
@@ -449,6 +582,74 @@ mod tests {
         assert!(bundle_key(&plain).unwrap().is_ok());
     }
 
+    /// Stored layouts read back as they were, and any that are not laid out as a
+    /// compilation lays parameters out are refused.
+    #[test]
+    fn stored_layouts_round_trip_and_bad_ones_are_refused() {
+        let param = |index, kind, cpp: &str, size, align, offset| ParamLayout {
+            index,
+            name: Some(format!("p{index}")),
+            cpp_type: cpp.into(),
+            kind,
+            size,
+            align,
+            offset,
+        };
+        let kernel = KernelInfo {
+            name_expression: Some("k<float>".into()),
+            lowered_name: "_Z1kIfEvPKT_S0_".into(),
+            demangled: Some("void k<float>(float const*, float)".into()),
+            qualified_name: "k".into(),
+            params: vec![
+                param(0, ParamKind::Pointer { dtype: Some(DType::F32), is_const: true }, "const float*", 8, 8, 0),
+                param(1, ParamKind::Scalar(DType::F16), "__half", 2, 2, 8),
+                param(2, ParamKind::Array { dtype: None, is_const: false, rank: 2 }, "caijit::Array<S, 2>", 40, 8, 16),
+                param(3, ParamKind::Struct { name: "Pair".into() }, "Pair", 12, 4, 56),
+            ],
+        };
+        let compiled = Compiled {
+            key: String::new(),
+            arch: Arch(90),
+            image: Image::Ptx(String::new()),
+            ptx: String::new(),
+            log: String::new(),
+            kernels: vec![kernel],
+            unusable: vec![],
+            notes: vec!["a note".into()],
+            source: CacheSource::Compiled,
+            untrusted: None,
+            nvrtc_options: vec![],
+        };
+        let stored = layouts_json(&compiled).unwrap();
+        assert_eq!(layouts_from_json(&stored).unwrap(), (compiled.kernels.clone(), compiled.notes.clone()));
+        fn param_of(v: &mut Value) -> &mut Value {
+            &mut v["kernels"][0]["params"][1]
+        }
+        for (what, spoil) in [
+            ("misaligned", &(|v: &mut Value| param_of(v)["offset"] = json!(9)) as &dyn Fn(&mut Value)),
+            ("a gap", &|v: &mut Value| param_of(v)["offset"] = json!(10)),
+            ("the wrong size for its dtype", &|v: &mut Value| param_of(v)["size"] = json!(4)),
+            ("an alignment of 3", &|v: &mut Value| param_of(v)["align"] = json!(3)),
+            ("an unknown dtype", &|v: &mut Value| param_of(v)["kind"] = json!({"scalar": {"dtype": "float128"}})),
+            ("an unknown kind", &|v: &mut Value| param_of(v)["kind"] = json!({"reference": {"dtype": "float32"}})),
+            ("an unknown field", &|v: &mut Value| param_of(v)["extra"] = json!(1)),
+            ("no params", &|v: &mut Value| v["kernels"][0]["params"] = Value::Null),
+        ] {
+            let mut v = stored.clone();
+            spoil(&mut v);
+            assert!(layouts_from_json(&v).is_err(), "{what}: {v}");
+        }
+        // A kernel that could not be described stores none (a hit describes it again).
+        let unusable = UnusableKernel {
+            name_expression: None,
+            lowered_name: "_Z1kv".into(),
+            demangled: None,
+            qualified_name: "k".into(),
+            reason: crate::signature::SignatureError::TooLarge { kernel: "k".into() },
+        };
+        assert!(layouts_json(&Compiled { unusable: vec![unusable], ..compiled }).is_none());
+    }
+
     /// A timing harness, not a test: the first lookup of `caijit.ops.add`'s float32 instance
     /// (`binary_contiguous<float>` of `elementwise.cu`, for sm_90) in a bundle, step by
     /// step, each first in this process (run it in a fresh process each time, release
@@ -466,7 +667,7 @@ mod tests {
     fn first_lookup_phases() {
         use std::time::{Duration, Instant};
 
-        use crate::compile::{describe::describe_kernels, OPS};
+        use crate::compile::{describe::{describe_kernels, Described}, OPS};
 
         let Some(path) = std::env::var_os("CAIJIT_PHASES_BUNDLE") else { return };
         let arch = Arch(90);

@@ -58,7 +58,10 @@ pub(crate) fn dispatcher(file: &'static str, name: &'static str) -> Result<&'sta
     if let Some(d) = slot.get() {
         return Ok(d);
     }
-    let made = Dispatcher::new(program(file)?, Some(name))?;
+    // Each is a template its file declares once, in no namespace (a test checks it): its
+    // dispatcher reads the file's declarations only if something other than an explicit
+    // instance asks (a first op from a bundle then parses nothing).
+    let made = Dispatcher::template(program(file)?, name);
     Ok(slot.get_or_init(|| made))
 }
 
@@ -79,7 +82,12 @@ mod tests {
         let mut n = 0;
         for (file, name) in kernels() {
             let d = dispatcher(file, name).unwrap();
-            assert!(d.is_deduced_template() && !d.is_overloaded(), "{file}.cu: `{name}`");
+            // What `Dispatcher::template` takes on trust, read from the file.
+            let read = Dispatcher::new(d.program().clone(), Some(name)).unwrap();
+            assert!(read.is_deduced_template() && !read.is_overloaded(), "{file}.cu: `{name}`");
+            let decl = read.declaration().map(|d| d.qualified_name());
+            assert_eq!(decl.as_deref(), Some(name), "{file}.cu: `{name}` is declared once, in no namespace");
+            assert!(d.is_deduced_template() && !d.is_overloaded() && d.by_argument_types(), "{file}.cu: `{name}`");
             assert_eq!((d.name(), d.program().name.as_str()), (name, format!("{file}.cu").as_str()));
             assert!(std::ptr::eq(d, dispatcher(file, name).unwrap()), "one dispatcher per kernel");
             n += 1;
