@@ -73,6 +73,30 @@ __all__ = [
 from . import bundles
 from .bundles import load_bundle, record
 
+# The kernel library's functions, made natively with _native (importing them costs
+# nothing), and one function per elementwise op of the runtime's registry
+# (cai_runtime::ops::UNARY_OPS), made here: adding an op is a .cu file and a table entry.
+from ._native import ops
+
+sys.modules[__name__ + ".ops"] = ops
+
+
+def _unary_op(name: str, doc: str, dtypes: Sequence[str]) -> Any:
+    def op(x: Any, *, out: Any = None, stream: Any = None) -> Any:
+        return _native.unary(name, x, out, stream)
+
+    op.__name__ = op.__qualname__ = name
+    op.__module__ = ops.__name__
+    op.__doc__ = f"{doc}\n\nSupported dtypes: {', '.join(dtypes)}."
+    return op
+
+
+for _name, _doc, _dtypes in _native.unary_ops():
+    ops.UNARY_OPS[_name] = _unary_op(_name, _doc, _dtypes)
+    setattr(ops, _name, ops.UNARY_OPS[_name])
+    ops.__all__.append(_name)
+del _name, _doc, _dtypes
+
 # The kernel library precompiled for sm_80 to sm_120 (+PTX), when the wheel carries it
 # (scripts/build-wheel.sh bakes it): opened at the first compilation, not here.
 # CAIJIT_PACKAGED_BUNDLE=0 leaves it out (caijit.ops then compiles with NVRTC, as from a
@@ -281,12 +305,3 @@ def memory_stats(device: int = 0) -> dict[str, int]:
     rounded up to whole blocks of 512 bytes), ``reserved_bytes`` (taken from the driver:
     allocated plus kept for reuse), ``segments`` (driver allocations) and ``active_blocks``."""
     return _native.memory_stats(device)
-
-
-def __getattr__(name: str) -> Any:
-    # `caijit.ops` (and NumPy with it) is imported on first use, not with caijit.
-    if name == "ops":
-        import importlib
-
-        return importlib.import_module(".ops", __name__)
-    raise AttributeError(f"module 'caijit' has no attribute {name!r}")

@@ -5,6 +5,8 @@ import numpy
 
 __version__: str
 
+from . import ops as ops  # the `caijit.ops` module, made natively
+
 _Dims = Union[int, Tuple[int], Tuple[int, int], Tuple[int, int, int]]
 _Stream = Any  # None, an int handle, caijit.Stream, or any object with __cuda_stream__/.ptr/.cuda_stream/.handle
 

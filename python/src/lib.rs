@@ -215,6 +215,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     ] {
         m.add_function(f)?;
     }
+    m.add("ops", ops::module(m.py())?)?;
     m.add_function(wrap_pyfunction!(kernel::declarations, m)?)?;
     m.add_function(wrap_pyfunction!(jax::xla_prepare, m)?)?;
     m.add_function(wrap_pyfunction!(jax::xla_resolve, m)?)?;

@@ -17,7 +17,6 @@ use cai_runtime::launch::Num;
 use cai_runtime::ops::{self, Axis, BinaryOp, Call, Operand, Out, Reduction};
 use cai_runtime::runtime::{Context, Stream as RtStream};
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
 use pyo3::types::PyString;
 use smallvec::SmallVec;
 
@@ -168,17 +167,19 @@ pub fn fill(py: Python<'_>, out: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>, st
     Ok(())
 }
 
-/// `cast`'s target dtype as `caijit.ops` reads it: a dtype's own name directly, anything
-/// else through `caijit.ops._dtype_name` (NumPy's name, and NumPy's errors), made a caijit
-/// dtype as `caijit.empty(shape, name)` makes it.
+/// `cast`'s target dtype: a dtype's own name directly, anything else by NumPy's name for
+/// it (`numpy.dtype(dtype).name`, with NumPy's errors; `void16`, the name of a 2-byte
+/// opaque type, is bfloat16), made a caijit dtype as `caijit.empty(shape, name)` makes it.
 fn cast_dtype(dtype: &Bound<'_, PyAny>) -> PyCaiResult<DType> {
     if let Some(d) = dtype.cast::<PyString>().ok().and_then(|s| DType::from_name(&s.to_cow().ok()?)) {
         return Ok(d);
     }
-    static NAME: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     let py = dtype.py();
-    let f = NAME.get_or_try_init(py, || -> PyResult<_> { Ok(py.import("caijit.ops")?.getattr("_dtype_name")?.unbind()) })?;
-    dtype_from_py(&f.bind(py).call1((dtype,))?)
+    let name = py.import("numpy")?.getattr("dtype")?.call1((dtype,))?.getattr("name")?;
+    if name.extract::<&str>().is_ok_and(|n| n == "void16") {
+        return Ok(DType::BF16);
+    }
+    dtype_from_py(&name)
 }
 
 /// `out = x` converted to `dtype` (`out` None: a new array; else `out` must be of
@@ -325,4 +326,191 @@ pub fn unary<'py>(
 #[pyfunction]
 pub fn unary_ops() -> Vec<(&'static str, &'static str, Vec<&'static str>)> {
     ops::UNARY_OPS.iter().map(|o| (o.name, o.doc, o.dtypes().map(|d| d.name()).collect())).collect()
+}
+
+// ----- The `caijit.ops` module -----
+//
+// Made here, with `caijit._native`, so that `caijit.ops` costs nothing to import (a Python
+// module of the same functions cost 0.2-0.3 ms, in a process's first op call): each function
+// has its Python signature (keyword-only `out` and `stream`) and documentation, and calls the
+// op's entry point above. `python/caijit/ops.pyi` gives type checkers the same signatures.
+
+const MODULE_DOC: &str = "Custom GPU ops built on caijit's kernel library (``kernels/ops/*.cu``).
+
+Every op accepts any CUDA Array Interface array (CuPy, PyTorch, Numba, JAX, caijit),
+takes ``out=`` (otherwise returns a new :class:`caijit.DeviceArray`; any view whose elements
+are distinct memory, strided ones written through a temporary) and ``stream=``.
+Launches follow caijit's stream protocol, so foreign producers are ordered correctly.
+
+>>> import caijit.ops as ops                       # doctest: +SKIP
+>>> y = ops.axpy(2.0, x, y0)                       # y = 2 x + y0
+>>> z = ops.add(a, b[None, :])                     # NumPy broadcasting
+>>> c = ops.ascontiguous(t.T)                      # any strided view -> C order
+";
+
+type Maybe<'a, 'py> = Option<&'a Bound<'py, PyAny>>;
+
+/// ``out = a * x + y`` (``out=y`` updates ``y`` in place).
+#[pyfunction]
+#[pyo3(name = "axpy", signature = (a, x, y, *, out = None, stream = None))]
+fn op_axpy<'py>(
+    py: Python<'py>,
+    a: &Bound<'py, PyAny>,
+    x: &Bound<'py, PyAny>,
+    y: &Bound<'py, PyAny>,
+    out: Maybe<'_, 'py>,
+    stream: Maybe<'_, 'py>,
+) -> PyCaiResult<Py<PyAny>> {
+    axpy(py, a, x, y, out, stream)
+}
+
+/// ``out = a * x``.
+#[pyfunction]
+#[pyo3(name = "scale", signature = (x, a, *, out = None, stream = None))]
+fn op_scale<'py>(
+    py: Python<'py>,
+    x: &Bound<'py, PyAny>,
+    a: &Bound<'py, PyAny>,
+    out: Maybe<'_, 'py>,
+    stream: Maybe<'_, 'py>,
+) -> PyCaiResult<Py<PyAny>> {
+    scale(py, x, a, out, stream)
+}
+
+/// Set every element of the C-contiguous ``out`` to ``value``; returns ``out``.
+#[pyfunction]
+#[pyo3(name = "fill", signature = (out, value, *, stream = None))]
+fn op_fill<'py>(py: Python<'py>, out: &Bound<'py, PyAny>, value: &Bound<'py, PyAny>, stream: Maybe<'_, 'py>) -> PyCaiResult<Py<PyAny>> {
+    fill(py, out, value, stream)?;
+    Ok(out.clone().unbind())
+}
+
+/// ``x`` converted to ``dtype`` (real types: bool, integers, float16/32/64, bfloat16);
+/// a given ``out`` must be of ``dtype``.
+#[pyfunction]
+#[pyo3(name = "cast", signature = (x, dtype, *, out = None, stream = None))]
+fn op_cast<'py>(
+    py: Python<'py>,
+    x: &Bound<'py, PyAny>,
+    dtype: &Bound<'py, PyAny>,
+    out: Maybe<'_, 'py>,
+    stream: Maybe<'_, 'py>,
+) -> PyCaiResult<Py<PyAny>> {
+    cast(py, x, dtype, out, stream)
+}
+
+/// The library's binary ops, each a function of `caijit.ops` named as its `BinaryOp`.
+macro_rules! binary_ops {
+    ($($f:ident = $name:literal: $doc:literal;)*) => {
+        $(
+            #[doc = $doc]
+            #[pyfunction]
+            #[pyo3(name = $name, signature = (a, b, *, out = None, stream = None))]
+            fn $f<'py>(py: Python<'py>, a: &Bound<'py, PyAny>, b: &Bound<'py, PyAny>, out: Maybe<'_, 'py>, stream: Maybe<'_, 'py>) -> PyCaiResult<Py<PyAny>> {
+                binary(py, $name, a, b, out, stream)
+            }
+        )*
+        /// Every binary op's function.
+        fn binary_functions<'py>(m: &Bound<'py, PyModule>) -> PyResult<Vec<Bound<'py, pyo3::types::PyCFunction>>> {
+            Ok(vec![$(wrap_pyfunction!($f, m)?),*])
+        }
+    };
+}
+
+binary_ops! {
+    op_add = "add": "``a + b`` with NumPy broadcasting.";
+    op_subtract = "subtract": "``a - b`` with NumPy broadcasting.";
+    op_multiply = "multiply": "``a * b`` with NumPy broadcasting.";
+    op_divide = "divide": "``a / b`` with NumPy broadcasting (integer division truncates, as in C++).";
+    op_maximum = "maximum": "Elementwise maximum with NumPy broadcasting.";
+    op_minimum = "minimum": "Elementwise minimum with NumPy broadcasting.";
+}
+
+/// A C-contiguous copy of any strided view (rank ≤ 8; negative and zero strides too).
+#[pyfunction]
+#[pyo3(name = "ascontiguous", signature = (x, *, out = None, stream = None))]
+fn op_ascontiguous<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, out: Maybe<'_, 'py>, stream: Maybe<'_, 'py>) -> PyCaiResult<Py<PyAny>> {
+    ascontiguous(py, x, out, stream)
+}
+
+/// Sum over the whole array (``axis=None``) or the last axis. 16-bit floats accumulate in
+/// float32; integers are summed in 64 bits, as NumPy does.
+#[pyfunction]
+#[pyo3(name = "sum", signature = (x, axis = None, *, out = None, stream = None))]
+fn op_sum<'py>(
+    py: Python<'py>,
+    x: &Bound<'py, PyAny>,
+    axis: Maybe<'_, 'py>,
+    out: Maybe<'_, 'py>,
+    stream: Maybe<'_, 'py>,
+) -> PyCaiResult<Py<PyAny>> {
+    reduce(py, "sum", x, out, axis, stream)
+}
+
+/// Maximum over the whole array (``axis=None``) or the last axis.
+#[pyfunction]
+#[pyo3(name = "max", signature = (x, axis = None, *, out = None, stream = None))]
+fn op_max<'py>(
+    py: Python<'py>,
+    x: &Bound<'py, PyAny>,
+    axis: Maybe<'_, 'py>,
+    out: Maybe<'_, 'py>,
+    stream: Maybe<'_, 'py>,
+) -> PyCaiResult<Py<PyAny>> {
+    reduce(py, "max", x, out, axis, stream)
+}
+
+/// The transpose of a 2-D array, as a C-contiguous array.
+#[pyfunction]
+#[pyo3(name = "transpose", signature = (x, *, out = None, stream = None))]
+fn op_transpose<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, out: Maybe<'_, 'py>, stream: Maybe<'_, 'py>) -> PyCaiResult<Py<PyAny>> {
+    transpose(py, x, out, stream)
+}
+
+/// Softmax over the last axis (numerically stable; float16/bfloat16/float32/float64).
+#[pyfunction]
+#[pyo3(name = "softmax", signature = (x, *, out = None, stream = None))]
+fn op_softmax<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, out: Maybe<'_, 'py>, stream: Maybe<'_, 'py>) -> PyCaiResult<Py<PyAny>> {
+    softmax(py, x, out, stream)
+}
+
+/// The `caijit.ops` module: the library's functions, `CPP_TYPES` and `__all__`, and
+/// `UNARY_OPS` empty: `caijit/__init__.py` makes a Python function for each op of the
+/// registry ([`unary_ops`]) and adds it there, to `__all__` and to the module.
+pub fn module(py: Python<'_>) -> PyResult<Bound<'_, PyModule>> {
+    use pyo3::types::{PyDict, PyList};
+    let m = PyModule::new(py, "caijit.ops")?;
+    m.setattr("__doc__", MODULE_DOC)?;
+    let mut functions = vec![
+        wrap_pyfunction!(op_axpy, &m)?,
+        wrap_pyfunction!(op_scale, &m)?,
+        wrap_pyfunction!(op_fill, &m)?,
+        wrap_pyfunction!(op_cast, &m)?,
+    ];
+    functions.extend(binary_functions(&m)?);
+    for f in [
+        wrap_pyfunction!(op_ascontiguous, &m)?,
+        wrap_pyfunction!(op_sum, &m)?,
+        wrap_pyfunction!(op_max, &m)?,
+        wrap_pyfunction!(op_transpose, &m)?,
+        wrap_pyfunction!(op_softmax, &m)?,
+    ] {
+        functions.push(f);
+    }
+    let all = PyList::empty(py);
+    for f in &functions {
+        m.add_function(f.clone())?;
+        all.append(f.getattr("__name__")?)?;
+    }
+    all.append("CPP_TYPES")?;
+    all.append("UNARY_OPS")?;
+    m.add("UNARY_OPS", PyDict::new(py))?;
+    // The C++ element type of each dtype the library supports.
+    let cpp = PyDict::new(py);
+    for d in DType::ALL {
+        cpp.set_item(d.name(), d.cpp_name())?;
+    }
+    m.add("CPP_TYPES", cpp)?;
+    m.add("__all__", all)?;
+    Ok(m)
 }
