@@ -2,8 +2,9 @@
 //!
 //! A bundle (`app.caijit`) holds, for each program it was baked from, a CUBIN per
 //! architecture (and PTX of the newest one, for devices newer than every CUBIN), the
-//! `.entry` declarations its parameter layouts are read from, the lowered names of its
-//! kernels, and a description (source hash, options, kernels and their parameters).
+//! `.entry` declarations its parameter layouts are checked against (or, without stored
+//! layouts, read from), the lowered names of its kernels, and a description (source hash,
+//! options, kernels and their parameters, and their layouts as the bake made them).
 //! `docs/bundles.md` documents the format; this module reads and writes it and keeps the
 //! bundles a process has loaded. It knows nothing of CUDA: compilation looks programs up
 //! here (`compile::bundled`), and baking (`compile::bake`) writes bundles.
@@ -11,7 +12,7 @@
 //! # Format
 //! `MAGIC`, the format version (u32 LE), the section count (u32 LE), the table of contents
 //! (per section `kind: u32, flags: u32, offset: u64, stored length: u64, length: u64` (LE)
-//! and the SHA-256 of its stored bytes), the SHA-256 of everything before it, then the
+//! and the CRC-32 of its stored bytes), the CRC-32 of everything before it, then the
 //! sections' stored bytes. Flag bit 0: the stored bytes are raw DEFLATE (RFC 1951).
 //! Section 0 is the metadata (JSON: versions, architectures, the number of programs);
 //! section 1 the lookup table: fixed-size records, sorted, that map the SHA-256 of a bundle
@@ -106,8 +107,8 @@ pub struct ImageRef {
     pub section: usize,
 }
 
-/// A kernel parameter as a program's description lists it (for listings; launches read layouts
-/// from the `.entry` declarations, as after a compilation).
+/// A kernel parameter as a program's description lists it (for listings; launches read the
+/// description's stored layouts, `compile::bundled`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ParamSummary {
     pub name: Option<String>,
@@ -878,7 +879,8 @@ impl Bundle {
         Ok(Some(program))
     }
 
-    /// The PTX `.entry` declarations of `program` (what its parameter layouts are read from).
+    /// The PTX `.entry` declarations of `program` (what its stored parameter layouts are
+    /// checked against, or without them read from).
     pub fn entries(&self, program: &BundledProgram) -> Result<String> {
         self.own(program)?;
         self.text_section(program.entries_section)

@@ -12,6 +12,7 @@ every argument's producer stream, as CUDA Array Interface v3 requires.
 
 from __future__ import annotations
 
+import importlib.machinery
 import os
 import sys
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
@@ -78,7 +79,8 @@ from .bundles import load_bundle, record
 # (cai_runtime::ops::UNARY_OPS), made here: adding an op is a .cu file and a table entry.
 from ._native import ops
 
-sys.modules[__name__ + ".ops"] = ops
+ops.__spec__ = importlib.machinery.ModuleSpec(ops.__name__, None, origin=_native.__file__)
+sys.modules[ops.__name__] = ops
 
 
 def _unary_op(name: str, doc: str, dtypes: Sequence[str]) -> Any:
@@ -94,7 +96,8 @@ def _unary_op(name: str, doc: str, dtypes: Sequence[str]) -> Any:
 for _name, _doc, _dtypes in _native.unary_ops():
     ops.UNARY_OPS[_name] = _unary_op(_name, _doc, _dtypes)
     setattr(ops, _name, ops.UNARY_OPS[_name])
-    ops.__all__.append(_name)
+    if _name not in ops.__all__:  # (`importlib.reload(caijit)` runs this again)
+        ops.__all__.append(_name)
 del _name, _doc, _dtypes
 
 # The kernel library precompiled for sm_80 to sm_120 (+PTX), when the wheel carries it

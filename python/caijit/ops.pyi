@@ -6,13 +6,16 @@ PyTorch, Numba, JAX, caijit), takes ``out=`` (otherwise returns a new
 :class:`caijit.DeviceArray`) and ``stream=``.
 """
 
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Optional
 
 #: The C++ element type of each dtype the library supports.
 CPP_TYPES: Dict[str, str]
 #: The registry's elementwise unary ops by name (each is also this module's attribute of that name).
 UNARY_OPS: Dict[str, Callable[..., Any]]
-__all__: List[str]
+__all__ = [
+    "axpy", "scale", "fill", "cast", "add", "subtract", "multiply", "divide", "maximum", "minimum",
+    "ascontiguous", "sum", "max", "transpose", "softmax", "CPP_TYPES", "abs",
+]
 
 def axpy(a: Any, x: Any, y: Any, *, out: Any = None, stream: Any = None) -> Any: ...
 def scale(x: Any, a: Any, *, out: Any = None, stream: Any = None) -> Any: ...

@@ -44,7 +44,7 @@ pub fn loaded_bundles(py: Python<'_>) -> PyCaiResult<Vec<Bound<'_, PyDict>>> {
 pub fn bundle_info(py: Python<'_>, path: PathBuf) -> PyCaiResult<String> {
     Ok(py.detach(|| {
         let b = Bundle::open(&path)?;
-        b.verify()?;
+        cai_runtime::compile::verify_bundle(&b)?;
         b.describe()
     })?)
 }
@@ -94,7 +94,7 @@ pub fn bundle_build(
         let bytes = bake(&programs, &options)?;
         bundle::save(&output, &bytes)?;
         let written = Bundle::open(&output)?;
-        written.verify()?;
+        cai_runtime::compile::verify_bundle(&written)?;
         Ok((programs.len(), written.program_count(), bytes.len()))
     })?)
 }

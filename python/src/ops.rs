@@ -168,14 +168,21 @@ pub fn fill(py: Python<'_>, out: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>, st
 }
 
 /// `cast`'s target dtype: a dtype's own name directly, anything else by NumPy's name for
-/// it (`numpy.dtype(dtype).name`, with NumPy's errors; `void16`, the name of a 2-byte
-/// opaque type, is bfloat16), made a caijit dtype as `caijit.empty(shape, name)` makes it.
+/// it (`numpy.dtype(dtype).name`, with NumPy's errors; `void16`, the name of a plain 2-byte
+/// opaque type, is bfloat16, but not a structured dtype's), made a caijit dtype as
+/// `caijit.empty(shape, name)` makes it. `None` (NumPy's float64) is refused.
 fn cast_dtype(dtype: &Bound<'_, PyAny>) -> PyCaiResult<DType> {
     if let Some(d) = dtype.cast::<PyString>().ok().and_then(|s| DType::from_name(&s.to_cow().ok()?)) {
         return Ok(d);
     }
-    let py = dtype.py();
-    let name = py.import("numpy")?.getattr("dtype")?.call1((dtype,))?.getattr("name")?;
+    if dtype.is_none() {
+        return Err(PyCaiError::argument("cast: dtype must be a dtype, not None"));
+    }
+    let np = dtype.py().import("numpy")?.getattr("dtype")?.call1((dtype,))?;
+    if !np.getattr("fields")?.is_none() {
+        return Err(PyCaiError::argument(format!("cast: {} is a structured dtype, which no op casts to", np.repr()?)));
+    }
+    let name = np.getattr("name")?;
     if name.extract::<&str>().is_ok_and(|n| n == "void16") {
         return Ok(DType::BF16);
     }
@@ -503,7 +510,6 @@ pub fn module(py: Python<'_>) -> PyResult<Bound<'_, PyModule>> {
         all.append(f.getattr("__name__")?)?;
     }
     all.append("CPP_TYPES")?;
-    all.append("UNARY_OPS")?;
     m.add("UNARY_OPS", PyDict::new(py))?;
     // The C++ element type of each dtype the library supports.
     let cpp = PyDict::new(py);

@@ -81,6 +81,41 @@ def test_ops_name_the_argument_that_is_not_an_array() -> None:
             f()
 
 
+def test_cast_refuses_none_and_structured_dtypes() -> None:
+    """NumPy reads ``None`` as float64 and a structured 2-byte dtype's name is ``void16``
+    (bfloat16's): neither is taken for a dtype (no GPU needed: refused before any work)."""
+
+    class Fake:
+        __cuda_array_interface__ = {"shape": (4,), "typestr": "<f4", "data": (0x7F0000000000, False), "version": 3}
+
+    with pytest.raises(caijit.ArgumentError, match="dtype must be a dtype, not None"):
+        ops.cast(Fake(), None)
+    for structured in ([("a", "i1"), ("b", "i1")], "i1,i1", np.dtype([("v", "<i2")])):
+        with pytest.raises(caijit.ArgumentError, match="is a structured dtype"):
+            ops.cast(Fake(), structured)
+
+
+def test_caijit_ops_is_a_module_of_python_functions_and_signatures() -> None:
+    """``caijit.ops`` (made natively) imports every way a Python module does, and its
+    functions have their signatures, names and module, and pickle by name."""
+    import importlib
+    import importlib.util
+    import inspect
+    import pickle
+
+    from caijit.ops import abs as ops_abs, add
+
+    assert importlib.import_module("caijit.ops") is ops is caijit.ops and add is ops.add
+    assert importlib.util.find_spec("caijit.ops") is not None
+    assert str(inspect.signature(ops.add)) == "(a, b, *, out=None, stream=None)"
+    assert str(inspect.signature(ops.sum)) == "(x, axis=None, *, out=None, stream=None)"
+    assert list(inspect.signature(ops_abs).parameters) == ["x", "out", "stream"]
+    for f in (ops.add, ops.softmax, ops_abs):
+        assert f.__module__ == "caijit.ops" and pickle.loads(pickle.dumps(f)) is f
+    assert sorted(ops.__all__) == sorted(set(ops.__all__)) and "CPP_TYPES" in ops.__all__
+    assert ops.CPP_TYPES["complex64"] == "caijit::complex<float>" and ops.__doc__
+
+
 # ---------------------------------------------------------------------------- GPU
 
 rng = np.random.default_rng()

@@ -10,7 +10,8 @@
 //! name of every name expression; a program caijit cannot compile trusted cannot be
 //! bundled (its key would not cover what NVRTC read) and is an error naming it. The PTX of
 //! the newest architecture is stored too unless [`BakeOptions::ptx`] is off; the `.entry`
-//! declarations (all that parameter layouts are read from) always are.
+//! declarations and every kernel's parameter layout (as the compilation described them)
+//! always are.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -230,9 +230,9 @@ fn hit(b: &Arc<Bundle>, p: &BundledProgram, program: &Program, arch: Arch) -> Re
         let (im, bytes) = b.image(p, arch.0)?;
         let details = b.details(p)?;
         let ptx = b.entries(p)?;
-        let (kernels, unusable, notes) = match details.layouts.as_ref() {
+        let (kernels, unusable, notes) = match current_layouts(details.layouts.as_ref()) {
             Some(stored) => {
-                let (kernels, notes) = layouts_from_json(stored)
+                let (kernels, notes) = layouts_from_json(stored, &ptx)
                     .map_err(|e| Error::Bundle(format!("bundle {} is corrupt (the layouts of {}: {e})", b.origin(), p.name)))?;
                 (kernels, Vec::new(), notes)
             }
@@ -270,12 +270,21 @@ fn hit(b: &Arc<Bundle>, p: &BundledProgram, program: &Program, arch: Arch) -> Re
 
 // ----- Stored layouts -----
 
+/// The rules stored layouts were made by: bumped whenever what [`describe_kernels`] and the
+/// layout rules it applies (`crate::signature`) make of a compilation changes. Layouts made
+/// by other rules are not read: the hit describes the program again.
+const LAYOUT_RULES: u32 = 1;
+
+/// No kernel's parameters take more than this many bytes (CUDA's limit).
+const MAX_PARAM_BYTES: usize = 32764;
+
 /// A compilation's kernels as a bundle stores them (a program description's `"layouts"`,
 /// `docs/bundles.md`): read back by a bundle hit instead of demangling, parsing the
 /// source's declarations and laying the parameters out again.
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct StoredLayouts {
+    rules: u32,
     kernels: Vec<StoredKernel>,
     notes: Vec<String>,
 }
@@ -349,32 +358,54 @@ pub(super) fn layouts_json(compiled: &Compiled) -> Option<Value> {
                 .collect(),
         })
         .collect();
-    serde_json::to_value(StoredLayouts { kernels, notes: compiled.notes.clone() }).ok()
+    serde_json::to_value(StoredLayouts { rules: LAYOUT_RULES, kernels, notes: compiled.notes.clone() }).ok()
 }
 
-/// The kernels and notes [`layouts_json`] stored; `Err`: what is wrong with them. Each
-/// parameter is checked as a layout is made: its size is its kind's, and it lies at the
-/// first offset of its alignment past the one before.
-fn layouts_from_json(stored: &Value) -> std::result::Result<(Vec<KernelInfo>, Vec<String>), String> {
+/// Stored layouts made by this caijit's rules ([`LAYOUT_RULES`]), if any.
+fn current_layouts(stored: Option<&Value>) -> Option<&Value> {
+    stored.filter(|v| v.get("rules") == Some(&json!(LAYOUT_RULES)))
+}
+
+/// The kernels and notes [`layouts_json`] stored, for the program whose `.entry`
+/// declarations are `entries`; `Err`: what is wrong with them. They must agree with the
+/// binary's entries as a compilation's layouts do: each kernel is an entry with as many
+/// parameters, each of the entry's size and alignment and of a kind the entry's parameter
+/// holds, at the first offset of its alignment past the one before (at most
+/// [`MAX_PARAM_BYTES`] in all).
+fn layouts_from_json(stored: &Value, entries: &str) -> std::result::Result<(Vec<KernelInfo>, Vec<String>), String> {
     let stored = StoredLayouts::deserialize(stored).map_err(|e| e.to_string())?;
     let dtype = |name: &str| DType::from_name(name).ok_or_else(|| format!("{name:?} is not a dtype"));
     let optional = |name: &Option<String>| name.as_deref().map(dtype).transpose();
+    let mut entries = crate::signature::ptx_entries_each(entries);
     let mut kernels = Vec::with_capacity(stored.kernels.len());
     for k in stored.kernels {
+        let ptx = match entries.remove(&k.lowered) {
+            Some(Ok(ptx)) => ptx,
+            _ => return Err(format!("{} is not an entry of the binary (or is listed twice)", k.lowered)),
+        };
+        if ptx.len() != k.params.len() {
+            return Err(format!("{} has {} parameters, its entry {}", k.lowered, k.params.len(), ptx.len()));
+        }
         let mut params = Vec::with_capacity(k.params.len());
         let mut end = 0usize;
-        for (index, q) in k.params.into_iter().enumerate() {
+        for (index, (q, p)) in k.params.into_iter().zip(&ptx).enumerate() {
             let kind = match q.kind {
                 StoredKind::Pointer { dtype: d, is_const } => ParamKind::Pointer { dtype: optional(&d)?, is_const },
-                StoredKind::Array { dtype: d, is_const, rank } => ParamKind::Array { dtype: optional(&d)?, is_const, rank },
+                StoredKind::Array { dtype: d, is_const, rank } if rank <= crate::cai::MAX_RANK => {
+                    ParamKind::Array { dtype: optional(&d)?, is_const, rank }
+                }
+                StoredKind::Array { rank, .. } => return Err(format!("parameter {index} of {} has rank {rank}", k.lowered)),
                 StoredKind::Scalar { dtype: d } => ParamKind::Scalar(dtype(&d)?),
                 StoredKind::Struct { name } => ParamKind::Struct { name },
             };
-            let placed = q.align.is_power_of_two() && end.checked_next_multiple_of(q.align) == Some(q.offset);
-            if !placed || kind.expected_size().is_some_and(|s| s != q.size) {
-                return Err(format!("parameter {index} of {} is not laid out as a parameter of its kind", k.lowered));
+            let placed = q.align == p.align.max(1) && end.checked_next_multiple_of(q.align) == Some(q.offset);
+            if !placed || q.size != p.size || kind.expected_size().is_some_and(|s| s != q.size) || kind.check_ptx(p).is_err() {
+                return Err(format!("parameter {index} of {} is not laid out as its entry's parameter", k.lowered));
             }
-            end = q.offset.checked_add(q.size).ok_or_else(|| format!("the parameters of {} overflow", k.lowered))?;
+            end = q.offset + q.size;
+            if end > MAX_PARAM_BYTES {
+                return Err(format!("the parameters of {} take more than {MAX_PARAM_BYTES} bytes", k.lowered));
+            }
             params.push(ParamLayout { index, name: q.name, cpp_type: q.cpp_type, kind, size: q.size, align: q.align, offset: q.offset });
         }
         kernels.push(KernelInfo {
@@ -386,6 +417,19 @@ fn layouts_from_json(stored: &Value) -> std::result::Result<(Vec<KernelInfo>, Ve
         });
     }
     Ok((kernels, stored.notes))
+}
+
+/// [`Bundle::verify`], and every program's stored layouts read as a hit reads them: what
+/// `bundle info` and `bundle build` check of a bundle.
+pub fn verify(b: &Bundle) -> Result<()> {
+    b.verify()?;
+    for p in b.programs()? {
+        if let Some(stored) = current_layouts(b.details(p)?.layouts.as_ref()) {
+            layouts_from_json(stored, &b.entries(p)?)
+                .map_err(|e| Error::Bundle(format!("bundle {} is corrupt (the layouts of {}: {e})", b.origin(), p.name)))?;
+        }
+    }
+    Ok(())
 }
 
 // ----- Recording -----
@@ -620,8 +664,10 @@ mod tests {
             untrusted: None,
             nvrtc_options: vec![],
         };
+        let entries = ".visible .entry _Z1kIfEvPKT_S0_(\n\t.param .u64 a,\n\t.param .b16 b,\n\t.param .align 8 .b8 c[40],\n\t\
+                       .param .align 4 .b8 d[12]\n)\n";
         let stored = layouts_json(&compiled).unwrap();
-        assert_eq!(layouts_from_json(&stored).unwrap(), (compiled.kernels.clone(), compiled.notes.clone()));
+        assert_eq!(layouts_from_json(&stored, entries).unwrap(), (compiled.kernels.clone(), compiled.notes.clone()));
         fn param_of(v: &mut Value) -> &mut Value {
             &mut v["kernels"][0]["params"][1]
         }
@@ -634,11 +680,26 @@ mod tests {
             ("an unknown kind", &|v: &mut Value| param_of(v)["kind"] = json!({"reference": {"dtype": "float32"}})),
             ("an unknown field", &|v: &mut Value| param_of(v)["extra"] = json!(1)),
             ("no params", &|v: &mut Value| v["kernels"][0]["params"] = Value::Null),
+            ("fewer params than its entry", &|v: &mut Value| _ = v["kernels"][0]["params"].as_array_mut().unwrap().pop()),
+            ("a float where the entry has an integer", &|v: &mut Value| {
+                v["kernels"][0]["params"][0]["kind"] = json!({"scalar": {"dtype": "float64"}});
+            }),
+            ("a rank past the limit", &|v: &mut Value| {
+                v["kernels"][0]["params"][2]["kind"] = json!({"array": {"dtype": null, "is_const": false, "rank": 100}});
+            }),
+            ("a kernel the binary lacks", &|v: &mut Value| v["kernels"][0]["lowered"] = json!("_Z5otherv")),
+            ("no rules", &|v: &mut Value| _ = v.as_object_mut().unwrap().remove("rules")),
         ] {
             let mut v = stored.clone();
             spoil(&mut v);
-            assert!(layouts_from_json(&v).is_err(), "{what}: {v}");
+            assert!(layouts_from_json(&v, entries).is_err(), "{what}: {v}");
         }
+        // Another entry's parameters: refused.
+        assert!(layouts_from_json(&stored, &entries.replace(".b16 b", ".f32 b")).is_err());
+        // Layouts of other rules are not read (the hit describes the program again).
+        let mut other = stored.clone();
+        other["rules"] = json!(LAYOUT_RULES + 1);
+        assert!(current_layouts(Some(&other)).is_none() && current_layouts(Some(&stored)).is_some());
         // A kernel that could not be described stores none (a hit describes it again).
         let unusable = UnusableKernel {
             name_expression: None,
@@ -711,7 +772,7 @@ mod tests {
         let ptx = b.entries(p).unwrap();
         timed("entries: read, checked, inflated", t);
         let t = Instant::now();
-        let (kernels, _) = layouts_from_json(details.layouts.as_ref().unwrap()).unwrap();
+        let (kernels, _) = layouts_from_json(details.layouts.as_ref().unwrap(), &ptx).unwrap();
         timed(&format!("layouts read back ({} kernels)", kernels.len()), t);
         assert!(kernels.iter().any(|k| k.name_expression.as_deref() == Some(name.as_str())));
         let t = Instant::now();

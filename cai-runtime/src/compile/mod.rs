@@ -62,7 +62,7 @@ pub use lineinfo::LINEINFO;
 
 use std::sync::{Arc, OnceLock};
 
-pub use bundled::{bundle_key, family_key, manifest_entry, read_manifest, record_to, recording};
+pub use bundled::{bundle_key, family_key, manifest_entry, read_manifest, record_to, recording, verify as verify_bundle};
 pub use cache::{CacheStatus, DiskCache};
 pub use compiled::{ambiguous, CacheSource, Compiled, Image, KernelInfo, UnusableKernel};
 use describe::{describe_kernels, Described};

@@ -107,7 +107,7 @@ impl ParamKind {
 
     /// Whether the PTX parameter `p` is what this kind compiles to; `Err` says what it
     /// should have been.
-    fn check_ptx(&self, p: &PtxParam) -> Result<(), String> {
+    pub(crate) fn check_ptx(&self, p: &PtxParam) -> Result<(), String> {
         // A `__grid_constant__` parameter is an aligned byte aggregate whatever its type.
         let grid_constant = p.class == PtxClass::Aggregate && self.expected_size().is_some_and(|s| s == p.size && p.align == s.min(8));
         let ok = match self {
