@@ -236,3 +236,24 @@ extern "C" __global__ void plain_c(unsigned char* bytes, float s, int n) {}
     let e = hit.kernel(&compiled.unusable[0].lowered_name).unwrap_err().to_string();
     assert!(e.contains("cannot demangle"), "{e}");
 }
+
+/// Two spellings of one instance recorded into one manifest (`sp<float>` and `sp< float >`)
+/// are baked into one program, whose module has the kernel once: each spelling finds it,
+/// as a compilation of that spelling alone does.
+#[test]
+fn each_spelling_of_one_instance_finds_it_in_a_merged_program() {
+    let src = "// each_spelling\ntemplate <typename T> __global__ void sp(T* x) { x[0] = x[1]; }\n";
+    let spelled = |e: &str| Program::new(src).name("sp.cu").name_expression(e);
+    let programs = [spelled("sp<float>"), spelled("sp< float >"), spelled("sp<int>")];
+    let bundle = bake_for(&programs, &[90], false);
+    assert_eq!(bundle.program_count(), 1, "one family, merged");
+    bundle::install(bundle);
+    for e in ["sp<float>", "sp< float >", "sp<int>"] {
+        let hit = compile_with(&spelled(e), Arch(90), &fresh()).unwrap();
+        assert_eq!(hit.source, CacheSource::Bundle);
+        let k = hit.kernel(e).unwrap_or_else(|err| panic!("{e}: {err}"));
+        assert_eq!(k.params[0].cpp_type, if e.contains("int") { "int*" } else { "float*" }, "{e}");
+    }
+    let hit = compile_with(&spelled("sp< float >"), Arch(90), &fresh()).unwrap();
+    assert_eq!(hit.kernel("sp< float >").unwrap().lowered_name, hit.kernel("sp<float>").unwrap().lowered_name);
+}

@@ -242,6 +242,7 @@ fn hit(b: &Arc<Bundle>, p: &BundledProgram, program: &Program, arch: Arch) -> Re
                 (d.kernels, d.unusable, d.notes)
             }
         };
+        let aliases = super::compiled::aliases(&details.lowered, &kernels, &unusable);
         // What names the image's bytes (without hashing them).
         let key = sha256_hex(&[b"bundled", &b.image_identity(p, &im)]);
         let image = match im.kind {
@@ -264,6 +265,7 @@ fn hit(b: &Arc<Bundle>, p: &BundledProgram, program: &Program, arch: Arch) -> Re
             source: CacheSource::Bundle,
             untrusted: None,
             nvrtc_options: details.nvrtc_options.clone(),
+            aliases,
         }))
     })
 }
@@ -663,6 +665,7 @@ mod tests {
             source: CacheSource::Compiled,
             untrusted: None,
             nvrtc_options: vec![],
+            aliases: vec![],
         };
         let entries = ".visible .entry _Z1kIfEvPKT_S0_(\n\t.param .u64 a,\n\t.param .b16 b,\n\t.param .align 8 .b8 c[40],\n\t\
                        .param .align 4 .b8 d[12]\n)\n";

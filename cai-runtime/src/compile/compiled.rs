@@ -122,6 +122,21 @@ pub struct Compiled {
     /// The options NVRTC was given (after caijit's defaults; for a disk hit, those it would
     /// be given).
     pub nvrtc_options: Vec<String>,
+    /// Name expressions NVRTC was given that lower to a kernel known by another spelling
+    /// (`k< float >` beside `k<float>`, when a bundle merged both into one program), with
+    /// that kernel's lowered name: each finds the kernel as its own spelling does
+    /// ([`aliases`]).
+    pub aliases: Vec<(String, String)>,
+}
+
+/// The `(name expression, lowered name)` pairs of `lowered` (every name expression NVRTC
+/// was given, with its lowered name) whose expression names no kernel of `kernels` or
+/// `unusable` but whose lowered name is one's: what [`Compiled::aliases`] holds.
+pub(crate) fn aliases(lowered: &[(String, String)], kernels: &[KernelInfo], unusable: &[UnusableKernel]) -> Vec<(String, String)> {
+    let exprs =
+        kernels.iter().map(|k| (&k.name_expression, &k.lowered_name)).chain(unusable.iter().map(|k| (&k.name_expression, &k.lowered_name)));
+    let (named, symbols): (Vec<_>, Vec<_>) = exprs.unzip();
+    lowered.iter().filter(|(e, l)| !named.iter().any(|n| n.as_deref() == Some(e.as_str())) && symbols.contains(&l)).cloned().collect()
 }
 
 impl Compiled {
@@ -155,8 +170,11 @@ impl Compiled {
         // A rule that finds only unusable kernels answers with why they are; they count
         // among the namespaces a plain name may mean.
         let unusable = |f: &dyn Fn(&UnusableKernel) -> bool| self.unusable.iter().filter(|k| f(k)).collect::<Vec<_>>();
+        // A name expression, or another spelling of one ([`Compiled::aliases`]).
+        let alias = self.aliases.iter().find(|(e, _)| e == name).map(|(_, l)| l.as_str());
+        let expressed = |e: &Option<String>, l: &str| e.as_deref() == Some(name) || alias == Some(l);
         for (found, bad) in [
-            (by(&|k| k.name_expression.as_deref() == Some(name)), unusable(&|k| k.name_expression.as_deref() == Some(name))),
+            (by(&|k| expressed(&k.name_expression, &k.lowered_name)), unusable(&|k| expressed(&k.name_expression, &k.lowered_name))),
             (by(&|k| k.lowered_name == name), unusable(&|k| k.lowered_name == name)),
             (by(&|k| k.qualified_name == plain), unusable(&|k| k.qualified_name == plain)),
             (by(&|k| k.base_name() == name), unusable(&|k| k.base_name() == name)),

@@ -376,6 +376,7 @@ impl Job<'_> {
         nvrtc_options: &[String],
     ) -> Result<(Arc<Compiled>, CacheSource)> {
         let Described { kernels, unusable, notes } = describe_kernels(&entry.ptx, &entry.lowered, decls, notes);
+        let aliases = compiled::aliases(&entry.lowered, &kernels, &unusable);
         // An untrusted key does not cover every file NVRTC read: the result's own key also
         // hashes the binary, so that what is cached by key downstream (a context's loaded
         // modules) never mistakes another binary for this one.
@@ -395,6 +396,7 @@ impl Job<'_> {
             source,
             untrusted,
             nvrtc_options: nvrtc_options.to_vec(),
+            aliases,
         };
         Ok((Arc::new(compiled), source))
     }
