@@ -169,7 +169,7 @@ pub fn fill(py: Python<'_>, out: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>, st
 
 /// `cast`'s target dtype: a dtype's own name directly, anything else by NumPy's name for
 /// it (`numpy.dtype(dtype).name`, with NumPy's errors; `void16`, the name of a plain 2-byte
-/// opaque type, is bfloat16, but not a structured dtype's), made a caijit dtype as
+/// opaque type, is bfloat16, but not a structured or subarray dtype's), made a caijit dtype as
 /// `caijit.empty(shape, name)` makes it. `None` (NumPy's float64) is refused.
 fn cast_dtype(dtype: &Bound<'_, PyAny>) -> PyCaiResult<DType> {
     if let Some(d) = dtype.cast::<PyString>().ok().and_then(|s| DType::from_name(&s.to_cow().ok()?)) {
@@ -179,7 +179,7 @@ fn cast_dtype(dtype: &Bound<'_, PyAny>) -> PyCaiResult<DType> {
         return Err(PyCaiError::argument("cast: dtype must be a dtype, not None"));
     }
     let np = dtype.py().import("numpy")?.getattr("dtype")?.call1((dtype,))?;
-    if !np.getattr("fields")?.is_none() {
+    if !np.getattr("fields")?.is_none() || !np.getattr("subdtype")?.is_none() {
         return Err(PyCaiError::argument(format!("cast: {} is a structured dtype, which no op casts to", np.repr()?)));
     }
     let name = np.getattr("name")?;

@@ -90,7 +90,7 @@ def test_cast_refuses_none_and_structured_dtypes() -> None:
 
     with pytest.raises(caijit.ArgumentError, match="dtype must be a dtype, not None"):
         ops.cast(Fake(), None)
-    for structured in ([("a", "i1"), ("b", "i1")], "i1,i1", np.dtype([("v", "<i2")])):
+    for structured in ([("a", "i1"), ("b", "i1")], "i1,i1", np.dtype([("v", "<i2")]), "2i1", ("f2", (1,)), "(2,)u1"):
         with pytest.raises(caijit.ArgumentError, match="is a structured dtype"):
             ops.cast(Fake(), structured)
 
