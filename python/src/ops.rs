@@ -440,31 +440,33 @@ fn op_ascontiguous<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, out: Maybe<'_, '
     ascontiguous(py, x, out, stream)
 }
 
-/// Sum over the whole array (``axis=None``) or the last axis. 16-bit floats accumulate in
-/// float32; integers are summed in 64 bits, as NumPy does.
-#[pyfunction]
-#[pyo3(name = "sum", signature = (x, axis = None, *, out = None, stream = None))]
-fn op_sum<'py>(
-    py: Python<'py>,
-    x: &Bound<'py, PyAny>,
-    axis: Maybe<'_, 'py>,
-    out: Maybe<'_, 'py>,
-    stream: Maybe<'_, 'py>,
-) -> PyCaiResult<Py<PyAny>> {
-    reduce(py, "sum", x, out, axis, stream)
+/// The library's reductions, each a function of `caijit.ops` named as its `Reduction`.
+macro_rules! reductions {
+    ($($f:ident = $name:literal: $doc:literal;)*) => {
+        $(
+            #[doc = $doc]
+            #[pyfunction]
+            #[pyo3(name = $name, signature = (x, axis = None, *, out = None, stream = None))]
+            fn $f<'py>(
+                py: Python<'py>,
+                x: &Bound<'py, PyAny>,
+                axis: Maybe<'_, 'py>,
+                out: Maybe<'_, 'py>,
+                stream: Maybe<'_, 'py>,
+            ) -> PyCaiResult<Py<PyAny>> {
+                reduce(py, $name, x, out, axis, stream)
+            }
+        )*
+        /// Every reduction's function.
+        fn reduction_functions<'py>(m: &Bound<'py, PyModule>) -> PyResult<Vec<Bound<'py, pyo3::types::PyCFunction>>> {
+            Ok(vec![$(wrap_pyfunction!($f, m)?),*])
+        }
+    };
 }
 
-/// Maximum over the whole array (``axis=None``) or the last axis.
-#[pyfunction]
-#[pyo3(name = "max", signature = (x, axis = None, *, out = None, stream = None))]
-fn op_max<'py>(
-    py: Python<'py>,
-    x: &Bound<'py, PyAny>,
-    axis: Maybe<'_, 'py>,
-    out: Maybe<'_, 'py>,
-    stream: Maybe<'_, 'py>,
-) -> PyCaiResult<Py<PyAny>> {
-    reduce(py, "max", x, out, axis, stream)
+reductions! {
+    op_sum = "sum": "Sum over the whole array (``axis=None``) or the last axis. 16-bit floats accumulate in\nfloat32; integers are summed in 64 bits, as NumPy does.";
+    op_max = "max": "Maximum over the whole array (``axis=None``) or the last axis.";
 }
 
 /// The transpose of a 2-D array, as a C-contiguous array.
@@ -495,15 +497,9 @@ pub fn module(py: Python<'_>) -> PyResult<Bound<'_, PyModule>> {
         wrap_pyfunction!(op_cast, &m)?,
     ];
     functions.extend(binary_functions(&m)?);
-    for f in [
-        wrap_pyfunction!(op_ascontiguous, &m)?,
-        wrap_pyfunction!(op_sum, &m)?,
-        wrap_pyfunction!(op_max, &m)?,
-        wrap_pyfunction!(op_transpose, &m)?,
-        wrap_pyfunction!(op_softmax, &m)?,
-    ] {
-        functions.push(f);
-    }
+    functions.push(wrap_pyfunction!(op_ascontiguous, &m)?);
+    functions.extend(reduction_functions(&m)?);
+    functions.extend([wrap_pyfunction!(op_transpose, &m)?, wrap_pyfunction!(op_softmax, &m)?]);
     let all = PyList::empty(py);
     for f in &functions {
         m.add_function(f.clone())?;
