@@ -124,8 +124,7 @@ pub struct Compiled {
     pub nvrtc_options: Vec<String>,
     /// Name expressions NVRTC was given that lower to a kernel known by another spelling
     /// (`k< float >` beside `k<float>`, when a bundle merged both into one program), with
-    /// that kernel's lowered name: each finds the kernel as its own spelling does
-    /// ([`aliases`]).
+    /// that kernel's lowered name: each finds the kernel as its own spelling does.
     pub aliases: Vec<(String, String)>,
 }
 
