@@ -199,20 +199,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_layouts, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_export_host, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::compile_program, m)?)?;
-    for f in [
-        wrap_pyfunction!(ops::axpy, m)?,
-        wrap_pyfunction!(ops::scale, m)?,
-        wrap_pyfunction!(ops::fill, m)?,
-        wrap_pyfunction!(ops::cast, m)?,
-        wrap_pyfunction!(ops::binary, m)?,
-        wrap_pyfunction!(ops::ascontiguous, m)?,
-        wrap_pyfunction!(ops::copy_contiguous, m)?,
-        wrap_pyfunction!(ops::transpose, m)?,
-        wrap_pyfunction!(ops::reduce, m)?,
-        wrap_pyfunction!(ops::softmax, m)?,
-        wrap_pyfunction!(ops::unary, m)?,
-        wrap_pyfunction!(ops::unary_ops, m)?,
-    ] {
+    for f in [wrap_pyfunction!(ops::copy_contiguous, m)?, wrap_pyfunction!(ops::unary, m)?, wrap_pyfunction!(ops::unary_ops, m)?] {
         m.add_function(f)?;
     }
     m.add("ops", ops::module(m.py())?)?;

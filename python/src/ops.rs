@@ -1,5 +1,5 @@
-//! `caijit._native` entry points of the kernel library: Python arguments converted into a
-//! `cai_runtime::ops` call, and its result wrapped.
+//! The kernel library's functions (the `caijit.ops` module, made here): Python arguments
+//! converted into a `cai_runtime::ops` call, and its result wrapped.
 //!
 //! Each op is one native call: each argument converted once, as a launch converts it (any
 //! CAI or DLPack object, caijit's own arrays with their device and stream known), the
@@ -7,7 +7,6 @@
 //! GIL released, which decides everything else (checks, result shape and dtype, `out`,
 //! strided inputs, streams). The result comes back as a `caijit.DeviceArray`, or as the
 //! `out` object given; DLPack capsules are released after the stream the call ran on.
-//! `caijit.ops`' functions only pass their arguments on.
 
 use std::sync::Arc;
 
@@ -122,10 +121,10 @@ impl<'py> OpCall<'py> {
     }
 }
 
-/// `out = a * x + y` (`out` None: a new array); returns the result.
+/// ``out = a * x + y`` (``out=y`` updates ``y`` in place).
 #[pyfunction]
-#[pyo3(signature = (a, x, y, out = None, stream = None))]
-pub fn axpy<'py>(
+#[pyo3(signature = (a, x, y, *, out = None, stream = None))]
+fn axpy<'py>(
     py: Python<'py>,
     a: &Bound<'py, PyAny>,
     x: &Bound<'py, PyAny>,
@@ -140,10 +139,10 @@ pub fn axpy<'py>(
     c.run(out, 3, move |call, v, o| call.axpy(a, v[0], v[1], o))
 }
 
-/// `out = a * x`; returns the result.
+/// ``out = a * x``.
 #[pyfunction]
-#[pyo3(signature = (x, a, out = None, stream = None))]
-pub fn scale<'py>(
+#[pyo3(signature = (x, a, *, out = None, stream = None))]
+fn scale<'py>(
     py: Python<'py>,
     x: &Bound<'py, PyAny>,
     a: &Bound<'py, PyAny>,
@@ -156,15 +155,15 @@ pub fn scale<'py>(
     c.run(out, 2, move |call, v, o| call.scale(v[0], a, o))
 }
 
-/// Every element of `out` set to `value`.
+/// Set every element of the C-contiguous ``out`` to ``value``; returns ``out``.
 #[pyfunction]
-#[pyo3(signature = (out, value, stream = None))]
-pub fn fill(py: Python<'_>, out: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>) -> PyCaiResult<()> {
+#[pyo3(signature = (out, value, *, stream = None))]
+fn fill<'py>(py: Python<'py>, out: &Bound<'py, PyAny>, value: &Bound<'py, PyAny>, stream: Maybe<'_, 'py>) -> PyCaiResult<Py<PyAny>> {
     let mut c = OpCall::new(py, "fill", stream)?;
     c.input(0, "out", out)?;
     let value = number("fill", 1, "value", value)?;
     c.run(None, 0, move |call, v, _| call.fill(v[0].view(), value).map(|()| None))?;
-    Ok(())
+    Ok(out.clone().unbind())
 }
 
 /// `cast`'s target dtype: a dtype's own name directly, anything else by NumPy's name for
@@ -189,11 +188,11 @@ fn cast_dtype(dtype: &Bound<'_, PyAny>) -> PyCaiResult<DType> {
     dtype_from_py(&name)
 }
 
-/// `out = x` converted to `dtype` (`out` None: a new array; else `out` must be of
-/// `dtype`); returns the result.
+/// ``x`` converted to ``dtype`` (real types: bool, integers, float16/32/64, bfloat16);
+/// a given ``out`` must be of ``dtype``.
 #[pyfunction]
-#[pyo3(signature = (x, dtype, out = None, stream = None))]
-pub fn cast<'py>(
+#[pyo3(signature = (x, dtype, *, out = None, stream = None))]
+fn cast<'py>(
     py: Python<'py>,
     x: &Bound<'py, PyAny>,
     dtype: &Bound<'py, PyAny>,
@@ -207,10 +206,8 @@ pub fn cast<'py>(
 }
 
 /// `out = a (op) b` with NumPy broadcasting; `op` names a `BinaryOp` ("add", "maximum",
-/// ...). Returns the result.
-#[pyfunction]
-#[pyo3(signature = (op, a, b, out = None, stream = None))]
-pub fn binary<'py>(
+/// ...; each is a function of `caijit.ops`, made by `binary_ops!`). Returns the result.
+fn binary<'py>(
     py: Python<'py>,
     op: &str,
     a: &Bound<'py, PyAny>,
@@ -225,11 +222,10 @@ pub fn binary<'py>(
     c.run(out, 2, move |call, v, o| call.binary(op, v[0], v[1], o))
 }
 
-/// A C-contiguous copy of any strided view into `out` (the driver's copy when `x` is
-/// C-contiguous; `out` None: a new array); returns the result.
+/// A C-contiguous copy of any strided view (rank ≤ 8; negative and zero strides too).
 #[pyfunction]
-#[pyo3(signature = (x, out = None, stream = None))]
-pub fn ascontiguous<'py>(
+#[pyo3(signature = (x, *, out = None, stream = None))]
+fn ascontiguous<'py>(
     py: Python<'py>,
     x: &Bound<'py, PyAny>,
     out: Option<&Bound<'py, PyAny>>,
@@ -258,10 +254,10 @@ pub fn copy_contiguous(
     Ok(())
 }
 
-/// The 2-D transpose of `x` into `out` (`out` None: a new array); returns the result.
+/// The transpose of a 2-D array, as a C-contiguous array.
 #[pyfunction]
-#[pyo3(signature = (x, out = None, stream = None))]
-pub fn transpose<'py>(
+#[pyo3(signature = (x, *, out = None, stream = None))]
+fn transpose<'py>(
     py: Python<'py>,
     x: &Bound<'py, PyAny>,
     out: Option<&Bound<'py, PyAny>>,
@@ -273,10 +269,9 @@ pub fn transpose<'py>(
 }
 
 /// Sum (`op == "sum"`) or maximum (`"max"`) of `x`: over the whole array (`axis` None), or
-/// over the last axis (`axis` -1 or the last axis's index). Returns the result.
-#[pyfunction]
-#[pyo3(signature = (op, x, out = None, axis = None, stream = None))]
-pub fn reduce<'py>(
+/// over the last axis (`axis` -1 or the last axis's index); each is a function of
+/// `caijit.ops`, made by `reductions!`. Returns the result.
+fn reduce<'py>(
     py: Python<'py>,
     op: &str,
     x: &Bound<'py, PyAny>,
@@ -298,10 +293,10 @@ pub fn reduce<'py>(
     c.run(out, 2, move |call, v, o| call.reduce(r, v[0], axis, o))
 }
 
-/// Softmax over the last axis of `x` into `out` (`out` None: a new array); returns the result.
+/// Softmax over the last axis (numerically stable; float16/bfloat16/float32/float64).
 #[pyfunction]
-#[pyo3(signature = (x, out = None, stream = None))]
-pub fn softmax<'py>(
+#[pyo3(signature = (x, *, out = None, stream = None))]
+fn softmax<'py>(
     py: Python<'py>,
     x: &Bound<'py, PyAny>,
     out: Option<&Bound<'py, PyAny>>,
@@ -338,9 +333,10 @@ pub fn unary_ops() -> Vec<(&'static str, &'static str, Vec<&'static str>)> {
 // ----- The `caijit.ops` module -----
 //
 // Made here, with `caijit._native`, so that `caijit.ops` costs nothing to import (a Python
-// module of the same functions cost 0.2-0.3 ms, in a process's first op call): each function
-// has its Python signature (keyword-only `out` and `stream`) and documentation, and calls the
-// op's entry point above. `python/caijit/ops.pyi` gives type checkers the same signatures.
+// module of the same functions cost 0.2-0.3 ms, in a process's first op call). The entry
+// points above with a Python signature (keyword-only `out` and `stream`) are its functions;
+// the binary ops and the reductions share one entry point each, and a macro below makes each
+// op's function. `python/caijit/ops.pyi` gives type checkers the same signatures.
 
 const MODULE_DOC: &str = "Custom GPU ops built on caijit's kernel library (``kernels/ops/*.cu``).
 
@@ -356,55 +352,6 @@ Launches follow caijit's stream protocol, so foreign producers are ordered corre
 ";
 
 type Maybe<'a, 'py> = Option<&'a Bound<'py, PyAny>>;
-
-/// ``out = a * x + y`` (``out=y`` updates ``y`` in place).
-#[pyfunction]
-#[pyo3(name = "axpy", signature = (a, x, y, *, out = None, stream = None))]
-fn op_axpy<'py>(
-    py: Python<'py>,
-    a: &Bound<'py, PyAny>,
-    x: &Bound<'py, PyAny>,
-    y: &Bound<'py, PyAny>,
-    out: Maybe<'_, 'py>,
-    stream: Maybe<'_, 'py>,
-) -> PyCaiResult<Py<PyAny>> {
-    axpy(py, a, x, y, out, stream)
-}
-
-/// ``out = a * x``.
-#[pyfunction]
-#[pyo3(name = "scale", signature = (x, a, *, out = None, stream = None))]
-fn op_scale<'py>(
-    py: Python<'py>,
-    x: &Bound<'py, PyAny>,
-    a: &Bound<'py, PyAny>,
-    out: Maybe<'_, 'py>,
-    stream: Maybe<'_, 'py>,
-) -> PyCaiResult<Py<PyAny>> {
-    scale(py, x, a, out, stream)
-}
-
-/// Set every element of the C-contiguous ``out`` to ``value``; returns ``out``.
-#[pyfunction]
-#[pyo3(name = "fill", signature = (out, value, *, stream = None))]
-fn op_fill<'py>(py: Python<'py>, out: &Bound<'py, PyAny>, value: &Bound<'py, PyAny>, stream: Maybe<'_, 'py>) -> PyCaiResult<Py<PyAny>> {
-    fill(py, out, value, stream)?;
-    Ok(out.clone().unbind())
-}
-
-/// ``x`` converted to ``dtype`` (real types: bool, integers, float16/32/64, bfloat16);
-/// a given ``out`` must be of ``dtype``.
-#[pyfunction]
-#[pyo3(name = "cast", signature = (x, dtype, *, out = None, stream = None))]
-fn op_cast<'py>(
-    py: Python<'py>,
-    x: &Bound<'py, PyAny>,
-    dtype: &Bound<'py, PyAny>,
-    out: Maybe<'_, 'py>,
-    stream: Maybe<'_, 'py>,
-) -> PyCaiResult<Py<PyAny>> {
-    cast(py, x, dtype, out, stream)
-}
 
 /// The library's binary ops, each a function of `caijit.ops` named as its `BinaryOp`.
 macro_rules! binary_ops {
@@ -431,13 +378,6 @@ binary_ops! {
     op_divide = "divide": "``a / b`` with NumPy broadcasting (integer division truncates, as in C++).";
     op_maximum = "maximum": "Elementwise maximum with NumPy broadcasting.";
     op_minimum = "minimum": "Elementwise minimum with NumPy broadcasting.";
-}
-
-/// A C-contiguous copy of any strided view (rank ≤ 8; negative and zero strides too).
-#[pyfunction]
-#[pyo3(name = "ascontiguous", signature = (x, *, out = None, stream = None))]
-fn op_ascontiguous<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, out: Maybe<'_, 'py>, stream: Maybe<'_, 'py>) -> PyCaiResult<Py<PyAny>> {
-    ascontiguous(py, x, out, stream)
 }
 
 /// The library's reductions, each a function of `caijit.ops` named as its `Reduction`.
@@ -469,20 +409,6 @@ reductions! {
     op_max = "max": "Maximum over the whole array (``axis=None``) or the last axis.";
 }
 
-/// The transpose of a 2-D array, as a C-contiguous array.
-#[pyfunction]
-#[pyo3(name = "transpose", signature = (x, *, out = None, stream = None))]
-fn op_transpose<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, out: Maybe<'_, 'py>, stream: Maybe<'_, 'py>) -> PyCaiResult<Py<PyAny>> {
-    transpose(py, x, out, stream)
-}
-
-/// Softmax over the last axis (numerically stable; float16/bfloat16/float32/float64).
-#[pyfunction]
-#[pyo3(name = "softmax", signature = (x, *, out = None, stream = None))]
-fn op_softmax<'py>(py: Python<'py>, x: &Bound<'py, PyAny>, out: Maybe<'_, 'py>, stream: Maybe<'_, 'py>) -> PyCaiResult<Py<PyAny>> {
-    softmax(py, x, out, stream)
-}
-
 /// The `caijit.ops` module: the library's functions, `CPP_TYPES` and `__all__`, and
 /// `UNARY_OPS` empty: `caijit/__init__.py` makes a Python function for each op of the
 /// registry ([`unary_ops`]) and adds it there, to `__all__` and to the module.
@@ -490,16 +416,12 @@ pub fn module(py: Python<'_>) -> PyResult<Bound<'_, PyModule>> {
     use pyo3::types::{PyDict, PyList};
     let m = PyModule::new(py, "caijit.ops")?;
     m.setattr("__doc__", MODULE_DOC)?;
-    let mut functions = vec![
-        wrap_pyfunction!(op_axpy, &m)?,
-        wrap_pyfunction!(op_scale, &m)?,
-        wrap_pyfunction!(op_fill, &m)?,
-        wrap_pyfunction!(op_cast, &m)?,
-    ];
+    let mut functions =
+        vec![wrap_pyfunction!(axpy, &m)?, wrap_pyfunction!(scale, &m)?, wrap_pyfunction!(fill, &m)?, wrap_pyfunction!(cast, &m)?];
     functions.extend(binary_functions(&m)?);
-    functions.push(wrap_pyfunction!(op_ascontiguous, &m)?);
+    functions.push(wrap_pyfunction!(ascontiguous, &m)?);
     functions.extend(reduction_functions(&m)?);
-    functions.extend([wrap_pyfunction!(op_transpose, &m)?, wrap_pyfunction!(op_softmax, &m)?]);
+    functions.extend([wrap_pyfunction!(transpose, &m)?, wrap_pyfunction!(softmax, &m)?]);
     let all = PyList::empty(py);
     for f in &functions {
         m.add_function(f.clone())?;

@@ -400,8 +400,8 @@ fn layouts_from_json(stored: &Value, entries: &str) -> std::result::Result<(Vec<
                 StoredKind::Scalar { dtype: d } => ParamKind::Scalar(dtype(&d)?),
                 StoredKind::Struct { name } => ParamKind::Struct { name },
             };
-            let placed = q.align == p.align.max(1) && end.checked_next_multiple_of(q.align) == Some(q.offset);
-            if !placed || q.size != p.size || kind.expected_size().is_some_and(|s| s != q.size) || kind.check_ptx(p).is_err() {
+            // Laid out as a compilation lays out its entry's parameter.
+            if kind.place(p, end) != Ok(Some(q.offset)) || (q.size, q.align) != (p.size, p.align.max(1)) {
                 return Err(format!("parameter {index} of {} is not laid out as its entry's parameter", k.lowered));
             }
             end = q.offset + q.size;

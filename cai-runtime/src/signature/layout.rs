@@ -105,9 +105,24 @@ impl ParamKind {
         }
     }
 
+    /// Where a parameter of this kind, compiled as the PTX parameter `p`, lies after
+    /// parameters ending at `end`: at the first multiple of its alignment (`p.align`, at least
+    /// 1), `Ok(None)` past `usize`. `Err` says why `p` is not this kind compiled (its size or
+    /// its PTX class). The one placing rule of a compilation's layouts and of a bundle's
+    /// stored ones.
+    pub(crate) fn place(&self, p: &PtxParam, end: usize) -> Result<Option<usize>, String> {
+        if let Some(size) = self.expected_size() {
+            if size != p.size {
+                return Err(format!("the compiler's type takes {size} bytes but the PTX has {} bytes", p.size));
+            }
+        }
+        self.check_ptx(p)?;
+        Ok(end.checked_next_multiple_of(p.align.max(1)))
+    }
+
     /// Whether the PTX parameter `p` is what this kind compiles to; `Err` says what it
     /// should have been.
-    pub(crate) fn check_ptx(&self, p: &PtxParam) -> Result<(), String> {
+    fn check_ptx(&self, p: &PtxParam) -> Result<(), String> {
         // A `__grid_constant__` parameter is an aligned byte aggregate whatever its type.
         let grid_constant = p.class == PtxClass::Aggregate && self.expected_size().is_some_and(|s| s == p.size && p.align == s.min(8));
         let ok = match self {
@@ -175,16 +190,9 @@ pub fn layout_compiled(
         let bad =
             |reason: String| SignatureError::Param { kernel: kernel.into(), index, name: name.clone(), ctype: ty.to_string(), reason };
         let kind = kind_of(ty).map_err(bad)?;
-        if let Some(size) = kind.expected_size() {
-            if size != p.size {
-                return Err(bad(format!("the compiler's type takes {size} bytes but the PTX has {} bytes", p.size)));
-            }
-        }
-        kind.check_ptx(p).map_err(bad)?;
-        let align = p.align.max(1);
         let too_large = || SignatureError::TooLarge { kernel: kernel.into() };
-        offset = offset.checked_next_multiple_of(align).ok_or_else(too_large)?;
-        out.push(ParamLayout { index, name: name.clone(), cpp_type: ty.to_string(), kind, size: p.size, align, offset });
+        offset = kind.place(p, offset).map_err(bad)?.ok_or_else(too_large)?;
+        out.push(ParamLayout { index, name: name.clone(), cpp_type: ty.to_string(), kind, size: p.size, align: p.align.max(1), offset });
         offset = offset.checked_add(p.size).ok_or_else(too_large)?;
     }
     Ok(out)
