@@ -141,6 +141,20 @@ impl std::fmt::Debug for GraphReturns {
 struct Memory {
     blocks: Blocks,
     parked: Vec<(Option<RawEvent>, Vec<u64>)>,
+    /// The handle of each stream (by identity, not a default stream) blocks may be kept
+    /// for, while it lives (a stream that goes away parks its blocks): what
+    /// [`Context::release_kept`] waits for instead of the device.
+    streams: HashMap<u64, RawStream>,
+}
+
+impl Memory {
+    /// Blocks may be kept for `stream` from now on: they are parked when it goes.
+    fn keep_for(&mut self, stream: &Stream) {
+        if !stream.is_default() {
+            stream.keeps_blocks.store(true, Ordering::Relaxed);
+            self.streams.insert(stream.id, stream.raw);
+        }
+    }
 }
 
 /// Device memory of caijit's, as [`Context::alloc`] handed it out.
@@ -422,11 +436,13 @@ impl Context {
             }
         }
         let owner = stream.owner();
-        lock(&self.memory).blocks.give_back(a.ptr, owner);
+        {
+            let mut m = lock(&self.memory);
+            m.blocks.give_back(a.ptr, owner);
+            m.keep_for(stream);
+        }
         if stream.is_per_thread() {
             self.park_at_thread_exit(owner);
-        } else if !stream.is_default() {
-            stream.keeps_blocks.store(true, Ordering::Relaxed);
         }
     }
 
@@ -477,6 +493,9 @@ impl Context {
     /// [`Context::park`] for the blocks kept for `owner`, whose work was ordered on `stream`.
     fn park_owned_by(&self, owner: Owner, stream: &Stream) {
         let mut m = lock(&self.memory);
+        if !stream.is_default() {
+            m.streams.remove(&stream.id);
+        }
         let blocks = m.blocks.park(owner);
         if !blocks.is_empty() {
             let after = self.event_behind(stream);
@@ -541,7 +560,7 @@ impl Context {
     /// Parked blocks whose event has completed: idle.
     fn unpark_finished(&self, d: &Driver, m: &mut Memory) {
         let mut events = Events::new();
-        let Memory { blocks, parked } = m;
+        let Memory { blocks, parked, .. } = m;
         parked.retain(|(e, ptrs)| match e {
             Some(e) if d.relaxed_capture(|| d.event_done(*e)).unwrap_or(false) => {
                 blocks.unpark(ptrs, Owner::Idle);
@@ -558,35 +577,100 @@ impl Context {
     /// are `owner`'s from then on. A stream of the same handle as one that went away (CuPy
     /// and PyTorch stream objects wrapped anew for each call) reuses its memory this way.
     fn take_parked(&self, d: &Driver, m: &mut Memory, owner: Owner, rounded: usize, stream: &Stream) -> Option<u64> {
-        let Memory { blocks, parked } = m;
-        let (i, e) = parked.iter().enumerate().find_map(|(i, (e, ptrs))| e.filter(|_| blocks.fits(ptrs, rounded)).map(|e| (i, e)))?;
+        let (i, e) = m.parked.iter().enumerate().find_map(|(i, (e, ptrs))| e.filter(|_| m.blocks.fits(ptrs, rounded)).map(|e| (i, e)))?;
         d.stream_wait_event(stream.raw(), e).ok()?;
-        let (_, ptrs) = parked.swap_remove(i);
-        blocks.unpark(&ptrs, owner);
+        let (_, ptrs) = m.parked.swap_remove(i);
+        m.blocks.unpark(&ptrs, owner);
+        m.keep_for(stream);
         self.return_events(&mut Events::from_slice(&[e]));
-        blocks.take(owner, rounded)
+        m.blocks.take(owner, rounded)
     }
 
-    /// Synchronise the device (counted), then give every segment the cache keeps and no
-    /// array uses back to the driver.
+    /// Give every segment the cache keeps and no array uses back to the driver, once no
+    /// work pending uses it: waiting (counted) for each stream blocks are kept for and each
+    /// event parked blocks wait for, not for the device. Synchronising the device is
+    /// illegal while any of its streams is being captured, and would invalidate the capture
+    /// (another library's, on a stream caijit never saw): it is done only for blocks no
+    /// stream named here guards (another thread's per-thread default stream's, those parked
+    /// for the next synchronisation), and never while a stream blocks are kept for is being
+    /// captured (its blocks stay kept).
     fn release_kept(&self, d: &Driver, m: &mut Memory) -> Result<()> {
         let idle = m.blocks.stats();
         if idle.reserved_bytes == idle.allocated_bytes && m.parked.is_empty() {
             return Ok(());
         }
-        d.ctx_synchronize()?;
-        bump(&COUNTERS.host_syncs);
-        m.blocks.all_idle();
-        let mut events: Events = m.parked.drain(..).filter_map(|(e, _)| e).collect();
-        self.return_events(&mut events);
-        for (base, _) in m.blocks.take_idle_segments() {
-            // SAFETY: an idle segment of `mem_alloc`, out of the cache's books (given back
-            // once), after a synchronisation: nothing is pending on it or uses it later.
-            #[allow(unsafe_code)]
-            let freed = unsafe { d.free_segment(base) };
-            freed?;
+        // (A global-mode capture, on this thread or another, forbids these calls otherwise.)
+        d.relaxed_capture(|| {
+            let capturing = self.wait_for_kept(d, m)?;
+            let unguarded = !m.parked.is_empty() || !m.blocks.stream_owners().is_empty();
+            if unguarded && !capturing {
+                d.ctx_synchronize()?;
+                bump(&COUNTERS.host_syncs);
+                m.blocks.all_idle();
+                let mut events: Events = m.parked.drain(..).filter_map(|(e, _)| e).collect();
+                self.return_events(&mut events);
+            }
+            for (base, _) in m.blocks.take_idle_segments() {
+                // SAFETY: an idle segment of `mem_alloc`, out of the cache's books (given
+                // back once), after its work has completed: nothing is pending on it or
+                // uses it later.
+                #[allow(unsafe_code)]
+                let freed = unsafe { d.free_segment(base) };
+                freed?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Make idle the blocks parked behind an event and those kept for a stream this thread
+    /// can name (the legacy default stream, its own per-thread default stream, any other
+    /// stream by its handle), waiting for each (counted). A stream being captured is not
+    /// waited for (that is illegal, and would invalidate the capture), nor is the legacy
+    /// default stream while another stream's capture forbids its use: `Ok(true)` then.
+    fn wait_for_kept(&self, d: &Driver, m: &mut Memory) -> Result<bool> {
+        let mut waited = Events::new();
+        let mut failed = None;
+        let Memory { blocks, parked, streams } = m;
+        parked.retain(|(e, ptrs)| match e.map(|e| (e, d.event_synchronize(e))) {
+            Some((e, Ok(()))) => {
+                bump(&COUNTERS.host_syncs);
+                blocks.unpark(ptrs, Owner::Idle);
+                waited.push(e);
+                false
+            }
+            Some((_, Err(why))) => {
+                failed.get_or_insert(why);
+                true
+            }
+            None => true,
+        });
+        self.return_events(&mut waited);
+        if let Some(why) = failed {
+            return Err(Error::driver("waiting for the work on memory kept for reuse", why));
         }
-        Ok(())
+        let here = Stream::per_thread().owner();
+        let mut capturing = false;
+        for owner in blocks.stream_owners() {
+            let Owner::Stream { stream: id, .. } = owner else { continue };
+            let raw = match id {
+                1 => RawStream::from_cai(1),
+                2 if owner == here => RawStream::from_cai(2),
+                _ => match streams.get(&id) {
+                    Some(&raw) => raw,
+                    None => continue, // another thread's per-thread default stream
+                },
+            };
+            // (On the legacy default stream, an error says that a blocking stream is being
+            // captured; it invalidates nothing.)
+            if !matches!(d.stream_capture_status(raw), Ok(Capture::None)) {
+                capturing = true;
+                continue;
+            }
+            d.stream_synchronize(raw).map_err(|e| Error::driver("waiting for the work on memory kept for reuse", e))?;
+            bump(&COUNTERS.host_syncs);
+            blocks.make_idle(owner);
+        }
+        Ok(capturing)
     }
 
     /// Return the memory caijit keeps for reuse to the system (PyTorch's
@@ -597,7 +681,8 @@ impl Context {
         let d = self.bind()?;
         self.release_kept(&d, &mut lock(&self.memory))?;
         match self.ordered_pool.get() {
-            Some(&p) => Ok(d.mem_pool_trim(p, 0)?),
+            // (Forbidden by a global-mode capture otherwise.)
+            Some(&p) => Ok(d.relaxed_capture(|| d.mem_pool_trim(p, 0))?),
             None => Ok(()),
         }
     }

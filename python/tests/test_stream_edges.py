@@ -636,6 +636,79 @@ def test_an_op_result_written_by_a_foreign_capture_takes_no_memory_still_in_use(
     assert (b.copy_to_host() == 14).all() and (r.copy_to_host() == 3).all()
 
 
+@pytest.mark.parametrize("capture", ["CuPy, relaxed, non-blocking stream", "CuPy, relaxed, blocking stream", "PyTorch, global"])
+def test_empty_cache_during_a_foreign_capture_leaves_the_capture_whole(k: Any, cupy: Any, torch: Any, capture: str) -> None:
+    """`caijit.empty_cache()` while another library captures a stream caijit never saw: it
+    waits for each stream it keeps memory for, not for the device (illegal while any
+    stream is being captured, and it would invalidate that capture). The capture ends and
+    replays right; the memory kept for streams that may be waited for goes back (not the
+    legacy stream's while a blocking stream is being captured: it cannot be used then)."""
+    blocking = capture == "CuPy, relaxed, blocking stream"
+    s = caijit.Stream()
+    y = cupy.zeros(N, dtype=cupy.float32)
+    t = torch.zeros(N, device="cuda")
+    c = cupy.cuda.Stream(non_blocking=not blocking)
+    with c:  # warm-up: CuPy's kernel, and a capture nothing disturbs (y is 1 after it)
+        y += 1
+        c.begin_capture()
+        y += 1
+        c.end_capture()
+    t += 1  # (t is 1)
+    torch.cuda.synchronize()
+    _device_synchronize()
+
+    def kept() -> int:
+        st = caijit.memory_stats()
+        return int(st["reserved_bytes"] - st["allocated_bytes"])
+
+    def legacy_usable() -> bool:
+        try:
+            cupy.cuda.runtime.streamIsCapturing(1)
+            return True
+        except cupy.cuda.runtime.CUDARuntimeError:  # a blocking stream is being captured
+            return False
+
+    caijit.empty_cache()
+    # (Free space of segments that live arrays of earlier tests use stays.)
+    baseline, reserved = kept(), caijit.memory_stats()["reserved_bytes"]
+    a = caijit.zeros(N)  # memory kept for the legacy stream,
+    legacy = caijit.memory_stats()["reserved_bytes"] - reserved
+    b = caijit.zeros(N, stream=s)  # for a caijit stream,
+    d = caijit.zeros(N, stream=2)  # and for this thread's per-thread default stream
+    del a, b, d
+    _device_synchronize()
+    assert kept() > baseline, "the cache keeps memory"
+    if capture == "PyTorch, global":
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            t += 1
+            caijit.empty_cache()
+            status = cupy.cuda.runtime.streamIsCapturing(torch.cuda.current_stream().cuda_stream)
+            usable = legacy_usable()
+        assert status == 1, "the capture is still active after empty_cache()"
+        g.replay()
+        torch.cuda.synchronize()
+        assert (t == 2).all(), "the graph replays its work"
+    else:
+        with c:
+            c.begin_capture()
+            y += 1
+            caijit.empty_cache()
+            status = cupy.cuda.runtime.streamIsCapturing(c.ptr)
+            usable = legacy_usable()
+            graph = c.end_capture()
+        assert status == 1, "the capture is still active after empty_cache()"
+        graph.launch(c)
+        c.synchronize()
+        assert (y == 2).all(), "the graph replays its work"
+    if capture.startswith("CuPy"):
+        assert usable == (not blocking)
+    left = 0 if usable else legacy
+    assert kept() <= baseline + left, f"memory kept: {caijit.memory_stats()}, {baseline} before"
+    caijit.empty_cache()
+    assert kept() <= baseline, f"all of it goes back after the capture: {caijit.memory_stats()}, {baseline} before"
+
+
 # ---------------------------------------------------------------------------------------
 # Graph capture
 

@@ -239,6 +239,21 @@ impl Blocks {
             .any(|b| b.state == State::Free(Owner::Parked) && b.small == small && b.size >= rounded)
     }
 
+    /// The streams free blocks are kept for (neither idle nor parked), each once.
+    pub(crate) fn stream_owners(&self) -> Vec<Owner> {
+        let mut owners: Vec<Owner> =
+            self.free.iter().flatten().map(|&(owner, _, _)| owner).filter(|o| matches!(o, Owner::Stream { .. })).collect();
+        owners.sort_unstable();
+        owners.dedup();
+        owners
+    }
+
+    /// Every free block kept for `owner` idle (after its stream's work has completed).
+    pub(crate) fn make_idle(&mut self, owner: Owner) {
+        let blocks = self.park(owner);
+        self.unpark(&blocks, Owner::Idle);
+    }
+
     /// Every free block idle (after the device was synchronised: no work is pending).
     pub(crate) fn all_idle(&mut self) {
         let free: Vec<u64> = self.blocks.iter().filter(|(_, b)| matches!(b.state, State::Free(_))).map(|(&p, _)| p).collect();
@@ -384,6 +399,22 @@ mod tests {
     }
 
     #[test]
+    fn one_streams_blocks_are_made_idle_and_the_others_stay_kept() {
+        let (mut b, mut base) = (Blocks::default(), 1 << 40);
+        let on_s = alloc(&mut b, &mut base, S, 18 << 20); // a segment each
+        let on_t = alloc(&mut b, &mut base, T, 18 << 20);
+        assert!(b.stream_owners().is_empty(), "no free block yet");
+        assert!(b.give_back(on_s, S) && b.give_back(on_t, T));
+        assert_eq!(b.stream_owners(), vec![S, T]);
+        b.make_idle(S);
+        check(&b);
+        assert_eq!(b.stream_owners(), vec![T]);
+        assert_eq!(b.take_idle_segments(), vec![(on_s, 18 << 20)], "S's segment goes back, idle; T's stays kept");
+        assert_eq!(b.stats().segments, 1);
+        check(&b);
+    }
+
+    #[test]
     fn large_blocks_split_only_when_the_rest_is_over_a_mib() {
         let (mut b, mut base) = (Blocks::default(), 1 << 40);
         let p = alloc(&mut b, &mut base, S, 2 << 20);
@@ -419,10 +450,11 @@ mod tests {
                             prop_assert!(b.give_back(p, o));
                         }
                     }
-                    3 => match pick % 4 {
+                    3 => match pick % 5 {
                         0 => parked.extend(b.park(owner)),
                         1 => b.unpark(&std::mem::take(&mut parked), owner),
                         2 => { b.all_idle(); parked.clear(); }
+                        3 => b.make_idle(owner),
                         _ => { b.take_idle_segments(); }
                     },
                     _ => {}

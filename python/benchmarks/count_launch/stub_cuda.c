@@ -52,6 +52,7 @@ CUresult cuThreadExchangeStreamCaptureMode(int* mode) { return 0; }
 CUresult cuEventCreate(Handle* e, unsigned flags) { *e = malloc(16); return 0; }
 CUresult cuEventRecord(Handle e, Handle s) { return 0; }
 CUresult cuEventQuery(Handle e) { return 0; }
+CUresult cuEventSynchronize(Handle e) { return 0; }
 
 // Modules and kernels (the image is not read).
 CUresult cuModuleLoadData(Handle* m, const void* image) { *m = module; return 0; }
