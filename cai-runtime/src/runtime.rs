@@ -338,8 +338,8 @@ impl Context {
     /// `bytes` of device memory for work on `stream`, from caijit's caching allocator
     /// (`runtime::blocks`): a block freed on the same stream, or an idle one, else a new
     /// segment from `cuMemAlloc`. When the device is out of memory, the segments the cache
-    /// keeps are given back (after a synchronisation, counted) and the allocation is tried
-    /// once more. Inside a graph capture the allocation is a node of the graph instead (the
+    /// keeps are given back (once their work has completed, as for
+    /// [`Context::empty_cache`]) and the allocation is tried once more. Inside a graph capture the allocation is a node of the graph instead (the
     /// stream-ordered allocator), so that its memory is the graph's; without caching
     /// ([`exact_allocations`]) every allocation is the stream-ordered allocator's.
     pub(crate) fn alloc(&self, bytes: usize, stream: &Stream) -> Result<Allocation> {
@@ -379,7 +379,9 @@ impl Context {
         let out_of_memory = cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY as u32;
         // (A global-mode capture on another thread forbids `cuMemAlloc` here otherwise.)
         let mut base = d.relaxed_capture(|| d.mem_alloc(size));
-        if matches!(&base, Err(e) if e.code == out_of_memory) && self.release_kept(d, &mut m).is_ok() {
+        if matches!(&base, Err(e) if e.code == out_of_memory) {
+            // (Best effort: what it could give back may be enough; else out of memory it is.)
+            let _ = self.release_kept(d, &mut m);
             base = d.relaxed_capture(|| d.mem_alloc(size));
         }
         m.blocks.add_segment(base.map_err(failed)?, size);
@@ -590,10 +592,15 @@ impl Context {
     /// work pending uses it: waiting (counted) for each stream blocks are kept for and each
     /// event parked blocks wait for, not for the device. Synchronising the device is
     /// illegal while any of its streams is being captured, and would invalidate the capture
-    /// (another library's, on a stream caijit never saw): it is done only for blocks no
-    /// stream named here guards (another thread's per-thread default stream's, those parked
-    /// for the next synchronisation), and never while a stream blocks are kept for is being
-    /// captured (its blocks stay kept).
+    /// (another library's, on a stream caijit may never have seen): it is done only for
+    /// blocks no stream named here guards (another thread's per-thread default stream's,
+    /// those parked for the next synchronisation), and only when no stream asked was found
+    /// being captured (the legacy default stream is always asked: a blocking stream's
+    /// capture shows there). A capture on a non-blocking stream caijit keeps nothing for
+    /// cannot be seen: that synchronisation, when needed, invalidates it.
+    ///
+    /// Best effort: a stream or event that cannot be waited for keeps its blocks and the
+    /// rest goes on; the first error is returned at the end.
     fn release_kept(&self, d: &Driver, m: &mut Memory) -> Result<()> {
         let idle = m.blocks.stats();
         if idle.reserved_bytes == idle.allocated_bytes && m.parked.is_empty() {
@@ -601,14 +608,21 @@ impl Context {
         }
         // (A global-mode capture, on this thread or another, forbids these calls otherwise.)
         d.relaxed_capture(|| {
-            let capturing = self.wait_for_kept(d, m)?;
+            let mut first_error = None;
+            let capturing = self.wait_for_kept(d, m, &mut first_error);
             let unguarded = !m.parked.is_empty() || !m.blocks.stream_owners().is_empty();
-            if unguarded && !capturing {
-                d.ctx_synchronize()?;
-                bump(&COUNTERS.host_syncs);
-                m.blocks.all_idle();
-                let mut events: Events = m.parked.drain(..).filter_map(|(e, _)| e).collect();
-                self.return_events(&mut events);
+            if unguarded && !capturing && matches!(d.stream_capture_status(RawStream::from_cai(1)), Ok(Capture::None)) {
+                match d.ctx_synchronize() {
+                    Ok(()) => {
+                        bump(&COUNTERS.host_syncs);
+                        m.blocks.all_idle();
+                        let mut events: Events = m.parked.drain(..).filter_map(|(e, _)| e).collect();
+                        self.return_events(&mut events);
+                    }
+                    Err(e) => {
+                        first_error.get_or_insert(Error::driver("synchronising the device to give kept memory back", e));
+                    }
+                }
             }
             for (base, _) in m.blocks.take_idle_segments() {
                 // SAFETY: an idle segment of `mem_alloc`, out of the cache's books (given
@@ -616,20 +630,26 @@ impl Context {
                 // uses it later.
                 #[allow(unsafe_code)]
                 let freed = unsafe { d.free_segment(base) };
-                freed?;
+                if let Err(e) = freed {
+                    first_error.get_or_insert(Error::driver("giving kept memory back", e));
+                }
             }
-            Ok(())
+            first_error.map_or(Ok(()), Err)
         })
     }
 
     /// Make idle the blocks parked behind an event and those kept for a stream this thread
     /// can name (the legacy default stream, its own per-thread default stream, any other
-    /// stream by its handle), waiting for each (counted). A stream being captured is not
-    /// waited for (that is illegal, and would invalidate the capture), nor is the legacy
-    /// default stream while another stream's capture forbids its use: `Ok(true)` then.
-    fn wait_for_kept(&self, d: &Driver, m: &mut Memory) -> Result<bool> {
+    /// stream by its handle), waiting for each (counted; a handle shared by several
+    /// `Stream`s once). A stream being captured is not waited for (that is illegal, and
+    /// would invalidate the capture), nor is the legacy default stream while a blocking
+    /// stream's capture forbids its use: `true` then. What cannot be waited for keeps its
+    /// blocks; the first error is left in `first_error`.
+    fn wait_for_kept(&self, d: &Driver, m: &mut Memory, first_error: &mut Option<Error>) -> bool {
+        let mut note = |e| {
+            first_error.get_or_insert(Error::driver("waiting for the work on memory kept for reuse", e));
+        };
         let mut waited = Events::new();
-        let mut failed = None;
         let Memory { blocks, parked, streams } = m;
         parked.retain(|(e, ptrs)| match e.map(|e| (e, d.event_synchronize(e))) {
             Some((e, Ok(()))) => {
@@ -639,17 +659,15 @@ impl Context {
                 false
             }
             Some((_, Err(why))) => {
-                failed.get_or_insert(why);
+                note(why);
                 true
             }
             None => true,
         });
         self.return_events(&mut waited);
-        if let Some(why) = failed {
-            return Err(Error::driver("waiting for the work on memory kept for reuse", why));
-        }
         let here = Stream::per_thread().owner();
         let mut capturing = false;
+        let mut synchronized: Vec<RawStream> = Vec::new();
         for owner in blocks.stream_owners() {
             let Owner::Stream { stream: id, .. } = owner else { continue };
             let raw = match id {
@@ -660,22 +678,38 @@ impl Context {
                     None => continue, // another thread's per-thread default stream
                 },
             };
-            // (On the legacy default stream, an error says that a blocking stream is being
-            // captured; it invalidates nothing.)
-            if !matches!(d.stream_capture_status(raw), Ok(Capture::None)) {
-                capturing = true;
-                continue;
+            if !synchronized.contains(&raw) {
+                // (On the legacy default stream, an error says that a blocking stream is
+                // being captured; asking invalidates nothing.)
+                if !matches!(d.stream_capture_status(raw), Ok(Capture::None)) {
+                    capturing = true;
+                    continue;
+                }
+                match d.stream_synchronize(raw) {
+                    Ok(()) => {
+                        bump(&COUNTERS.host_syncs);
+                        synchronized.push(raw);
+                    }
+                    // A capture begun on another thread since it was asked.
+                    Err(e) if sys::is_capture_error(e.code) => {
+                        capturing = true;
+                        continue;
+                    }
+                    Err(e) => {
+                        note(e);
+                        continue;
+                    }
+                }
             }
-            d.stream_synchronize(raw).map_err(|e| Error::driver("waiting for the work on memory kept for reuse", e))?;
-            bump(&COUNTERS.host_syncs);
             blocks.make_idle(owner);
         }
-        Ok(capturing)
+        capturing
     }
 
     /// Return the memory caijit keeps for reuse to the system (PyTorch's
-    /// `torch.cuda.empty_cache()`), after synchronising the device (counted) when it keeps
-    /// any; memory in use stays.
+    /// `torch.cuda.empty_cache()`), once no work pending uses it (see
+    /// `Context::release_kept`: it waits for streams, not for the device, so that a graph
+    /// capture elsewhere survives); memory in use stays.
     pub fn empty_cache(&self) -> Result<()> {
         self.collect_released();
         let d = self.bind()?;
@@ -966,8 +1000,8 @@ impl Stream {
     }
 
     /// Whether the stream is being captured into a graph. The legacy default stream never
-    /// is, and is never asked: asking it while a blocking stream captures is itself an
-    /// illegal implicit synchronisation.
+    /// is, and is never asked here (while a blocking stream is being captured, the driver
+    /// answers it with an error).
     pub fn is_capturing(&self) -> Result<bool> {
         Ok(!self.is_legacy() && driver()?.stream_capture_status(self.raw)? != Capture::None)
     }

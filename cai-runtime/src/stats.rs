@@ -41,7 +41,7 @@ counters! {
     bundle_hits: "Programs made ready from a loaded kernel bundle instead of NVRTC (once per process per program and architecture).",
     waits: "Launch-stream waits on a producer stream (before a launch).",
     reverse_waits: "Producer-stream waits on the launch stream (after a launch).",
-    host_syncs: "Host synchronisations caijit made itself: never on a successful launch; only the fallbacks that keep memory safe when an edge cannot be enqueued, and frees of per-thread-stream arrays on another thread.",
+    host_syncs: "Host synchronisations caijit made itself: never on a successful launch; only the fallbacks that keep memory safe when an edge cannot be enqueued, frees of per-thread-stream arrays on another thread, and giving kept memory back (empty_cache, an out-of-memory retry: one per stream or event waited for).",
     events_created: "CUDA events created (the pool reuses them).",
     modules_loaded: "Modules loaded into a context.",
 }

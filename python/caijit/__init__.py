@@ -296,9 +296,11 @@ def device_count() -> int:
 
 def empty_cache() -> None:
     """Give the device memory caijit keeps for reuse back to the system, on every device it
-    has used (like ``torch.cuda.empty_cache()``), after waiting for the device. caijit
-    arrays come from a caching allocator that keeps freed memory, so that allocating again
-    costs no driver call; memory still in use stays allocated."""
+    has used (like ``torch.cuda.empty_cache()``), once the work that used it has completed:
+    caijit waits for the streams it was kept for, not for the device, so that another
+    library's graph capture survives. caijit arrays come from a caching allocator that keeps
+    freed memory, so that allocating again costs no driver call; memory still in use stays
+    allocated."""
     _native.empty_cache()
 
 

@@ -454,7 +454,10 @@ mod tests {
                         0 => parked.extend(b.park(owner)),
                         1 => b.unpark(&std::mem::take(&mut parked), owner),
                         2 => { b.all_idle(); parked.clear(); }
-                        3 => b.make_idle(owner),
+                        3 => {
+                            b.make_idle(owner);
+                            prop_assert!(!b.stream_owners().contains(&owner));
+                        }
                         _ => { b.take_idle_segments(); }
                     },
                     _ => {}

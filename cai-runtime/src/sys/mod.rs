@@ -185,6 +185,13 @@ pub(crate) fn driver() -> Result<&'static Driver, String> {
         .map_err(Clone::clone)
 }
 
+/// Whether `code` is one of the driver's stream-capture errors
+/// (`CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED` .. `CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD`).
+pub fn is_capture_error(code: u32) -> bool {
+    (cu::CUresult::CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED as u32..=cu::CUresult::CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD as u32)
+        .contains(&code)
+}
+
 /// Driver handle types: plain identifiers of driver objects, `Copy`, and usable from any
 /// thread (the driver API guarantees it, and synchronises access to the objects behind
 /// them internally).
