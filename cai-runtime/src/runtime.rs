@@ -143,7 +143,7 @@ struct Memory {
     parked: Vec<(Option<RawEvent>, Vec<u64>)>,
     /// The handle of each stream (by identity, not a default stream) blocks may be kept
     /// for, while it lives (a stream that goes away parks its blocks): what
-    /// [`Context::release_kept`] waits for instead of the device.
+    /// `Context::release_kept` waits for instead of the device.
     streams: HashMap<u64, RawStream>,
 }
 
@@ -339,8 +339,9 @@ impl Context {
     /// (`runtime::blocks`): a block freed on the same stream, or an idle one, else a new
     /// segment from `cuMemAlloc`. When the device is out of memory, the segments the cache
     /// keeps are given back (once their work has completed, as for
-    /// [`Context::empty_cache`]) and the allocation is tried once more. Inside a graph capture the allocation is a node of the graph instead (the
-    /// stream-ordered allocator), so that its memory is the graph's; without caching
+    /// [`Context::empty_cache`]) and the allocation is tried once more. Inside a graph
+    /// capture the allocation is a node of the graph instead (the stream-ordered
+    /// allocator), so that its memory is the graph's; without caching
     /// ([`exact_allocations`]) every allocation is the stream-ordered allocator's.
     pub(crate) fn alloc(&self, bytes: usize, stream: &Stream) -> Result<Allocation> {
         let d = self.bind()?;
