@@ -35,7 +35,7 @@ fn a_baked_program_is_found_by_key_and_architecture_and_matches_a_compilation() 
     let listing = bundle.describe().unwrap();
     assert!(listing.contains("kernel axpy_b<double>(double a @0+8, const double* x @8+8"), "{listing}");
     assert!(listing.contains("kernel scale_b(float* v @0+8, float s @8+4, int n @12+4)"), "{listing}");
-    bundle::install(bundle);
+    bundle::install(bundle).unwrap();
 
     let hit = compile_with(&program, Arch(90), &fresh()).unwrap();
     assert_eq!(hit.source, CacheSource::Bundle);
@@ -67,7 +67,7 @@ fn programs_of_one_source_are_baked_as_one() {
     assert_eq!(p.name_expressions, ["axpy_b<float>", "axpy_b<int>"]);
     let names: Vec<&str> = p.kernel_names.iter().map(String::as_str).collect();
     assert_eq!(names.len(), 3, "{names:?}");
-    bundle::install(bundle);
+    bundle::install(bundle).unwrap();
     for program in &programs {
         assert_eq!(compile_with(program, Arch(90), &fresh()).unwrap().source, CacheSource::Bundle);
     }
@@ -80,7 +80,7 @@ fn without_ptx_a_newer_device_is_not_served() {
     let p = bundle.program_at(0).unwrap();
     let e = bundle.image(p, 90).unwrap_err().to_string();
     assert!(e.contains("no code for this device's architecture sm_90") && e.contains("(it has: sm_80)"), "{e}");
-    bundle::install(bundle);
+    bundle::install(bundle).unwrap();
     // NVRTC is here: the program is compiled instead.
     assert_eq!(compile_with(&program, Arch(90), &fresh()).unwrap().source, CacheSource::Compiled);
 }
@@ -155,7 +155,7 @@ fn the_library_bundle_serves_the_explicit_instance_an_op_compiles() {
     let merged: usize = families.values().map(|n| n.div_ceil(cai_runtime::compile::bake::MERGED_EXPRESSIONS)).sum();
     assert_eq!(families.len(), 4);
     assert_eq!(baked.program_count(), merged, "merged by the bake");
-    bundle::install(baked);
+    bundle::install(baked).unwrap();
     let chosen = axpy.select_instance(Arch(90), &f32s).unwrap();
     assert_eq!((chosen.name.as_str(), chosen.compiled.source), ("axpy<float>", CacheSource::Bundle));
     let types: Vec<&str> = chosen.info().unwrap().params.iter().map(|p| p.cpp_type.as_str()).collect();
@@ -179,7 +179,7 @@ fn a_bundle_baked_for_an_instance_serves_it_asked_by_template_arguments() {
     let baked = cai_runtime::dispatch::instance_programs(&program, std::slice::from_ref(&name)).unwrap();
     assert_eq!(baked, std::slice::from_ref(&explicit));
     assert_eq!(baked[0], d.specialize("__half").unwrap().instance_for(&[]).unwrap().0);
-    bundle::install(bake_for(&baked, &[90], false));
+    bundle::install(bake_for(&baked, &[90], false)).unwrap();
     let chosen = d.select_instance(Arch(90), &f16).unwrap();
     assert_eq!((chosen.name.as_str(), chosen.compiled.source), ("rr_half<__half>", CacheSource::Bundle));
 }
@@ -208,7 +208,7 @@ extern "C" __global__ void plain_c(unsigned char* bytes, float s, int n) {}
     let bundle = bake_for(std::slice::from_ref(&program), &[90], false);
     let p = bundle.programs().unwrap()[0];
     assert!(bundle.details(p).unwrap().layouts.is_some(), "the layouts are stored");
-    bundle::install(bundle);
+    bundle::install(bundle).unwrap();
     let hit = compile_with(&program, Arch(90), &fresh()).unwrap();
     assert_eq!(hit.source, CacheSource::Bundle);
     assert_eq!(hit.kernels, compiled.kernels);
@@ -229,7 +229,7 @@ extern "C" __global__ void plain_c(unsigned char* bytes, float s, int n) {}
     assert_eq!(compiled.unusable.len(), 1);
     let bundle = bake_for(std::slice::from_ref(&program), &[90], false);
     assert!(bundle.details(bundle.programs().unwrap()[0]).unwrap().layouts.is_none());
-    bundle::install(bundle);
+    bundle::install(bundle).unwrap();
     let hit = compile_with(&program, Arch(90), &fresh()).unwrap();
     assert_eq!(hit.source, CacheSource::Bundle);
     assert_eq!((&hit.kernels, &hit.notes), (&compiled.kernels, &compiled.notes));
@@ -247,7 +247,7 @@ fn each_spelling_of_one_instance_finds_it_in_a_merged_program() {
     let programs = [spelled("sp<float>"), spelled("sp< float >"), spelled("sp<int>")];
     let bundle = bake_for(&programs, &[90], false);
     assert_eq!(bundle.program_count(), 1, "one family, merged");
-    bundle::install(bundle);
+    bundle::install(bundle).unwrap();
     for e in ["sp<float>", "sp< float >", "sp<int>"] {
         let hit = compile_with(&spelled(e), Arch(90), &fresh()).unwrap();
         assert_eq!(hit.source, CacheSource::Bundle);

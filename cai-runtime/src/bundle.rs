@@ -36,7 +36,7 @@
 //! for p in bundle.programs()? {
 //!     println!("{} ({} kernels)", p.name, p.kernel_names.len());
 //! }
-//! cai_runtime::bundle::install(bundle);
+//! cai_runtime::bundle::install(bundle)?;
 //! # Ok::<(), cai_runtime::Error>(())
 //! ```
 
@@ -526,9 +526,27 @@ impl Bundle {
         let path = path.as_ref();
         let origin = path.display().to_string();
         let unreadable = |e: std::io::Error| bad(&origin, format!("cannot be read: {e}"));
-        let file = std::fs::File::open(path).map_err(unreadable)?;
-        let len = file.metadata().map_err(unreadable)?.len();
-        Bundle::parse(Bytes::File { file, len }, origin)
+        // Opened without blocking (a FIFO nobody writes would block `open` itself), then
+        // refused unless it is a regular file.
+        use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+        let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(unreadable)?;
+        let meta = file.metadata().map_err(unreadable)?;
+        let kind = meta.file_type();
+        if !kind.is_file() {
+            let what = if kind.is_dir() {
+                "a directory"
+            } else if kind.is_fifo() {
+                "a FIFO"
+            } else if kind.is_char_device() || kind.is_block_device() {
+                "a device"
+            } else if kind.is_socket() {
+                "a socket"
+            } else {
+                "not a regular file"
+            };
+            return Err(bad(&origin, format!("is {what}, not a regular file: a bundle is a file `python -m caijit bundle build` wrote")));
+        }
+        Bundle::parse(Bytes::File { file, len: meta.len() }, origin)
     }
 
     /// A bundle embedded in the binary (`include_bytes!("app.caijit")`), verified as
@@ -1139,9 +1157,26 @@ pub fn entry_declarations(ptx: &str) -> String {
 static LOADED: RwLock<Vec<Arc<Bundle>>> = RwLock::new(Vec::new());
 static FROM_ENV: OnceLock<std::result::Result<(), String>> = OnceLock::new();
 
-/// Make `bundle` searched by every compilation of this process (after those loaded
-/// before it). A bundle already loaded (same origin and contents) is not added twice.
-pub fn install(bundle: Bundle) -> Arc<Bundle> {
+/// Make `bundle` searched by every compilation of this process (after those of
+/// `CAIJIT_BUNDLES` and those loaded before it). A bundle already loaded (same origin and
+/// contents) is not added twice. Every program record is read first: a bundle with a
+/// damaged one is an error, and is not loaded.
+pub fn install(bundle: Bundle) -> Result<Arc<Bundle>> {
+    bundle.programs()?;
+    // `CAIJIT_BUNDLES` comes first however the process began (its error is reported by
+    // the compilations that search the bundles).
+    let _ = from_env();
+    Ok(insert(bundle))
+}
+
+/// The bundle at `path` with every program record read (a damaged one is an error).
+fn open_whole(path: &Path) -> Result<Bundle> {
+    let b = Bundle::open(path)?;
+    b.programs()?;
+    Ok(b)
+}
+
+fn insert(bundle: Bundle) -> Arc<Bundle> {
     let mut loaded = LOADED.write().unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(same) = loaded.iter().find(|b| b.origin == bundle.origin && b.toc_crc32 == bundle.toc_crc32) {
         return same.clone();
@@ -1153,42 +1188,48 @@ pub fn install(bundle: Bundle) -> Arc<Bundle> {
 
 /// Read and install the bundle at `path` ([`Bundle::open`]).
 pub fn load(path: impl AsRef<Path>) -> Result<Arc<Bundle>> {
-    Ok(install(Bundle::open(path)?))
+    install(Bundle::open(path)?)
 }
 
 /// Every bundle loaded: those of `CAIJIT_BUNDLES` (a `:`-separated list of files, read at
 /// the first call; an unreadable one is an error naming it, at every call), then those
 /// loaded explicitly.
 pub fn loaded() -> Result<Vec<Arc<Bundle>>> {
-    let env = FROM_ENV.get_or_init(|| {
-        let Some(list) = std::env::var_os("CAIJIT_BUNDLES") else { return Ok(()) };
-        for path in std::env::split_paths(&list).filter(|p| !p.as_os_str().is_empty()) {
-            match Bundle::open(&path) {
-                Ok(b) => {
-                    install(b);
-                }
-                Err(e) => return Err(format!("CAIJIT_BUNDLES: {e}")),
-            }
-        }
-        Ok(())
-    });
-    if let Err(e) = env {
-        return Err(Error::Bundle(e.clone()));
-    }
+    from_env().map_err(|e| Error::Bundle(e.to_string()))?;
     // Shipped bundles are opened under the lock that holds them, so that a lookup racing
     // the first one waits until they are installed (not finding them would compile, or,
     // without NVRTC, fail).
     let mut defaults = crate::sync::lock(&DEFAULTS);
     for path in std::mem::take(&mut *defaults) {
-        match Bundle::open(&path) {
+        match open_whole(&path) {
             Ok(b) => {
-                install(b);
+                insert(b);
             }
             Err(e) => eprintln!("caijit: warning: not using a shipped kernel bundle: {e}; compiling with NVRTC instead"),
         }
     }
     drop(defaults);
     Ok(LOADED.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone())
+}
+
+/// The bundles of `CAIJIT_BUNDLES` (a `:`-separated list of files), loaded at the first
+/// call, all or none; an unreadable one is an error naming it, at every call.
+fn from_env() -> std::result::Result<(), &'static str> {
+    let env = FROM_ENV.get_or_init(|| {
+        let Some(list) = std::env::var_os("CAIJIT_BUNDLES") else { return Ok(()) };
+        let mut all = Vec::new();
+        for path in std::env::split_paths(&list).filter(|p| !p.as_os_str().is_empty()) {
+            match open_whole(&path) {
+                Ok(b) => all.push(b),
+                Err(e) => return Err(format!("CAIJIT_BUNDLES: {e}")),
+            }
+        }
+        for b in all {
+            insert(b);
+        }
+        Ok(())
+    });
+    env.as_ref().map(|_| ()).map_err(String::as_str)
 }
 
 static DEFAULTS: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());

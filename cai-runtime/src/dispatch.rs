@@ -346,7 +346,7 @@ impl Dispatcher {
     /// compiled however it is asked for (deduced, named, by template arguments), so that
     /// one instance is one program, and a bundle baked for it serves each way.
     fn instance_program(&self, expr: String) -> (Program, String) {
-        (self.program.clone().including(&headers_for(&expr)).name_expression(expr.clone()), expr)
+        (with_name_expressions(self.program.clone(), [expr.clone()]), expr)
     }
 
     /// The declared parameters' names, in order (`None` for a kernel the source does not
@@ -665,16 +665,17 @@ impl Dispatcher {
 }
 
 /// `program` with name expressions `exprs`, and the headers their types need
-/// (`axpy<__half>`: `cuda_fp16.h`).
+/// (`axpy<__half>`: `cuda_fp16.h`), in [`headers_for`]'s order: the one way every path
+/// (a launch, deduced or named, `compile()`, the CLI, a bake's `--instance`) makes an
+/// instance's program, so that one request is one program.
 pub fn with_name_expressions(mut program: Program, exprs: impl IntoIterator<Item = String>) -> Program {
-    let mut headers = Vec::new();
+    let mut all = String::new();
     for e in exprs {
-        headers.extend(headers_for(&e));
+        all.push_str(&e);
+        all.push(' ');
         program = program.name_expression(e);
     }
-    headers.sort_unstable();
-    headers.dedup();
-    program.including(&headers)
+    program.including(&headers_for(&all))
 }
 
 /// The programs that make the instances `instances` (name expressions as caijit spells a
@@ -927,7 +928,7 @@ mod tests {
             cubins: vec![(90, b"\x7fELF, not really".to_vec())],
             ptx: None,
         };
-        bundle::install(Bundle::from_vec(bundle::write("13.0", "none", &[90], vec![blobs]), "by-hand.caijit").unwrap());
+        bundle::install(Bundle::from_vec(bundle::write("13.0", "none", &[90], vec![blobs]), "by-hand.caijit").unwrap()).unwrap();
 
         let axpy = Dispatcher::new(program, Some("axpy")).unwrap();
         let f64s = ArgType::Array { dtype: DType::F64, rank: 1 };

@@ -39,6 +39,7 @@ counters! {
     untrusted_compiles: "NVRTC compilations run untrusted: with NVRTC's own search path, because caijit could not hand it every header in memory; never stored on disk nor kept in memory.",
     trusted_fallbacks: "Trusted compilations (every header in memory, no search path) in which NVRTC asked for a header caijit had not found, compiled again untrusted.",
     bundle_hits: "Programs made ready from a loaded kernel bundle instead of NVRTC (once per process per program and architecture).",
+    bundle_skips: "Loaded bundles passed over for a program they hold but cannot serve (a damaged record or section), with a warning naming the bundle; NVRTC compiled the program instead.",
     waits: "Launch-stream waits on a producer stream (before a launch).",
     reverse_waits: "Producer-stream waits on the launch stream (after a launch).",
     host_syncs: "Host synchronisations caijit made itself: never on a successful launch; only the fallbacks that keep memory safe when an edge cannot be enqueued, frees of per-thread-stream arrays on another thread, and giving kept memory back (empty_cache, an out-of-memory retry: one per stream or event waited for).",

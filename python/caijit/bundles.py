@@ -30,11 +30,12 @@ OPS_ARCHS = ["sm_80", "sm_90", "sm_100", "sm_120"]
 
 
 def load_bundle(path: PathLike) -> dict[str, Any]:
-    """Read the bundle at ``path`` (its table of contents and index are verified now, a
-    program's other sections when one of its instances is first looked up) and look every
-    later kernel instance up in it (before compiling). Returns a summary: ``path``,
-    ``archs``, ``nvrtc``, ``programs``, ``kernels``. A corrupt, truncated or other-version
-    file raises :class:`caijit.BundleError`."""
+    """Read the bundle at ``path`` (its table of contents, index and every program record
+    are verified now, a program's other sections when one of its instances is first looked
+    up) and look every later kernel instance up in it (before compiling, after the bundles
+    of ``CAIJIT_BUNDLES``). Returns a summary: ``path``, ``archs``, ``nvrtc``, ``programs``,
+    ``kernels``. A corrupt, truncated or other-version file, or one that is not a regular
+    file, raises :class:`caijit.BundleError` and is not loaded."""
     return _native.load_bundle(os.fspath(path))
 
 
@@ -134,7 +135,7 @@ def add_parser(sub: Any, fmt: Any) -> None:
     build_p.add_argument("--arch", required=True, metavar="ARCHS", help="comma-separated architectures, e.g. sm_80,sm_90,sm_100,sm_120")
     build_p.add_argument("--ptx", dest="ptx", action="store_true", default=True, help="also store PTX of the newest architecture (default)")
     build_p.add_argument("--no-ptx", dest="ptx", action="store_false", help="store CUBINs only (no forward compatibility)")
-    build_p.add_argument("-j", "--jobs", type=int, metavar="N", help="compilations at once (default: one per CPU)")
+    build_p.add_argument("-j", "--jobs", type=_at_least_one, metavar="N", help="compilations at once (default: one per CPU)")
     build_p.add_argument(
         "--merge",
         type=_at_least_one,

@@ -63,7 +63,7 @@ pub fn bundle_build(
     archs: Vec<String>,
     output: PathBuf,
     ptx: bool,
-    jobs: Option<usize>,
+    jobs: Option<i64>,
     progress: bool,
     ops: bool,
     instances: Vec<String>,
@@ -84,12 +84,14 @@ pub fn bundle_build(
             programs.extend(cai_runtime::ops::library_programs()?);
         }
         let mut options = BakeOptions::new(archs).ptx(ptx).progress(progress);
+        let at_least_one = |n: i64, what: &str| {
+            usize::try_from(n).ok().filter(|&n| n >= 1).ok_or_else(|| cai_runtime::Error::argument(format!("{what} must be at least 1, not {n}")))
+        };
         if let Some(j) = jobs {
-            options = options.jobs(j);
+            options = options.jobs(at_least_one(j, "jobs (compilations at once)")?);
         }
         if let Some(m) = merge {
-            let m = usize::try_from(m).ok().filter(|&m| m >= 1);
-            options = options.merge(m.ok_or_else(|| cai_runtime::Error::argument("merge must be at least 1 (instances per module)"))?);
+            options = options.merge(at_least_one(m, "merge (instances per module)")?);
         }
         let bytes = bake(&programs, &options)?;
         bundle::save(&output, &bytes)?;

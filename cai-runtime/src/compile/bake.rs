@@ -22,7 +22,7 @@ use serde_json::json;
 use super::compiled::{Compiled, Image};
 use super::key::sha256_hex;
 use super::program::{Arch, Program};
-use super::{bundled, compile_with, toolkit, CompileOptions, DiskCache};
+use super::{bundled, compile_keyed, toolkit, CompileOptions, DiskCache};
 use crate::bundle::{self, ProgramBlobs};
 use crate::sync::lock;
 use crate::{Error, Result};
@@ -70,8 +70,9 @@ impl BakeOptions {
     }
 }
 
-/// One compilation's result: the compiled program and its cache entry.
-type Made = (std::sync::Arc<Compiled>, super::cache::Entry);
+/// One compilation's result: the compiled program, its cache entry, and its bundle and
+/// family keys.
+type Made = (std::sync::Arc<Compiled>, super::cache::Entry, (String, String));
 
 /// Compile every program for every architecture of `options` and write the bundle.
 pub fn bake(programs: &[Program], options: &BakeOptions) -> Result<Vec<u8>> {
@@ -105,7 +106,11 @@ pub fn bake(programs: &[Program], options: &BakeOptions) -> Result<Vec<u8>> {
     let (next, done) = (AtomicUsize::new(0), AtomicUsize::new(0));
     let one = |program: &Program, arch: Arch| -> Result<Made> {
         let opts = CompileOptions { disk_cache: Some(Some(disk.clone())), skip_memory_cache: true, skip_bundles: true };
-        let c = compile_with(program, arch, &opts)?;
+        // The keys hash the headers this compilation read (what NVRTC was handed), not a
+        // later read: a header saved during the bake cannot give old code a new key.
+        let (c, _, keys) = compile_keyed(program, arch, &opts, true)?;
+        let keys = keys.ok_or_else(|| Error::argument("a compilation gave no bundle key"))?;
+        let keys = keys.map_err(|why| Error::argument(format!("{} cannot be bundled: {why}", program.name)))?;
         if let Some(why) = &c.untrusted {
             return Err(Error::argument(format!("{} cannot be bundled: {why}", program.name)));
         }
@@ -113,7 +118,7 @@ pub fn bake(programs: &[Program], options: &BakeOptions) -> Result<Vec<u8>> {
             return Err(Error::argument(format!("NVRTC made no CUBIN of {} for {arch}", program.name)));
         }
         match disk.load(&c.key) {
-            Ok(Some(entry)) => Ok((c, entry)),
+            Ok(Some(entry)) => Ok((c, entry, keys)),
             Ok(None) => Err(Error::argument(format!(
                 "the compilation of {} for {arch} was not stored (is the temporary directory writable?)",
                 program.name
@@ -142,19 +147,23 @@ pub fn bake(programs: &[Program], options: &BakeOptions) -> Result<Vec<u8>> {
     let mut blobs = Vec::new();
     for program in programs {
         let mut cubins = Vec::new();
-        let mut last = None;
+        let mut last: Option<Made> = None;
         for &arch in &archs {
-            let (c, entry) = results.next().flatten().unwrap_or_else(|| Err(Error::argument("a compilation did not finish")))?;
-            if let Image::Cubin(b) = &entry.image {
+            let made = results.next().flatten().unwrap_or_else(|| Err(Error::argument("a compilation did not finish")))?;
+            if let Image::Cubin(b) = &made.1.image {
                 cubins.push((arch.0, b.clone()));
             }
-            last = Some((c, entry));
+            // Every architecture's compilation read the same headers, or the bundle would
+            // hold code of two versions of them under one key.
+            if last.as_ref().is_some_and(|l| l.2 != made.2) {
+                return Err(Error::argument(format!(
+                    "the headers of {} changed while the bundle was being built: build it again",
+                    program.name
+                )));
+            }
+            last = Some(made);
         }
-        let Some((c, entry)) = last else { continue };
-        let (key, family) = match (bundled::bundle_key(program)?, bundled::family_key(program)?) {
-            (Ok(k), Ok(f)) => (k, f),
-            (Err(why), _) | (_, Err(why)) => return Err(Error::argument(format!("{} cannot be bundled: {why}", program.name))),
-        };
+        let Some((c, entry, (key, family))) = last else { continue };
         let description = json!({
             "key": key,
             "family": family,

@@ -40,36 +40,38 @@ use crate::sync::{lock, OnceMap};
 use crate::{Error, Result};
 
 /// Bumped whenever what a bundle key covers changes.
-const BUNDLE_KEY_VERSION: u32 = 2;
+const BUNDLE_KEY_VERSION: u32 = 3;
+
+/// A program's bundle key and family key (see the module's documentation), or why it has
+/// none (caijit cannot name every header it may read: it is then compiled, and never
+/// bundled).
+pub(super) type Keys = std::result::Result<(String, String), String>;
 
 /// The bundle key of `program` (see the module's documentation): `Ok(Err(why))` when it
-/// cannot have one (caijit cannot name every header it may read; it is then compiled, and
-/// never bundled).
+/// cannot have one. Its headers are read as a compilation reads them, once; a compilation
+/// computes its keys from its own reads ([`keys`]), never from a second one.
 pub fn bundle_key(program: &Program) -> Result<std::result::Result<String, String>> {
-    Ok(keys(program)?.map(|(key, _)| key))
+    Ok(keys_read(program)?.map(|(key, _)| key))
+}
+
+/// The family key of `program` (its bundle key without the name expressions).
+pub fn family_key(program: &Program) -> Result<std::result::Result<String, String>> {
+    Ok(keys_read(program)?.map(|(_, family)| family))
+}
+
+/// [`keys`] of `program`, its headers read now (as a compilation would: with the toolkit's
+/// include directories when NVRTC can be loaded).
+fn keys_read(program: &Program) -> Result<Keys> {
+    let sorted = options::sort(&program.options);
+    let toolkit_dirs = super::toolkit().map(|tk| tk.include_dirs.as_slice()).unwrap_or_default();
+    Ok(keys(program, &includes::resolve(program, &sorted, toolkit_dirs)?))
 }
 
 /// The bundle key, and the *family* key: the same without the name expressions (a bundled
-/// program of the same family whose name expressions include the program's serves it).
-fn keys(program: &Program) -> Result<std::result::Result<(String, String), String>> {
-    let sorted = options::sort(&program.options);
-    let found = includes::resolve(program, &sorted, &[])?;
-    if let Some(why) = found.untrusted {
-        return Ok(Err(why));
-    }
-    // A toolkit header (not followed here: a process without NVRTC has none) may include a
-    // header of the program's include directories (`<cuda/std/version>` found in `-I inc`
-    // first): then every file of those directories is covered, so that no edit there leaves
-    // a bundled program stale.
-    let dirs: Vec<&Path> = program.include_dirs.iter().chain(&sorted.include_dirs).map(PathBuf::as_path).collect();
-    let reachable = if found.missing && !dirs.is_empty() {
-        match directories_digest(&dirs) {
-            Ok(d) => d,
-            Err(why) => return Ok(Err(why)),
-        }
-    } else {
-        [0; 32]
-    };
+/// program of the same family whose name expressions include the program's serves it), of
+/// `program` whose headers `found` read (the bytes a compilation hands NVRTC).
+pub(super) fn keys(program: &Program, found: &includes::Includes) -> Keys {
+    let headers = found.bundle.clone()?;
     let version = BUNDLE_KEY_VERSION.to_le_bytes();
     let defines: Vec<String> = program
         .defines
@@ -85,102 +87,44 @@ fn keys(program: &Program) -> Result<std::result::Result<(String, String), Strin
     parts.extend(defines.iter().map(|d| d.as_bytes()));
     parts.push(b"--headers");
     parts.push(embedded_headers_digest());
-    parts.push(&found.digest);
-    parts.push(&reachable);
+    parts.push(&headers);
     // The key is the family's parts and then the name expressions: one pass over the source.
     let mut h = Sha256::new();
     hash_parts(&mut h, &parts);
     let family = hex::encode(h.clone().finalize());
     let exprs: Vec<&[u8]> = std::iter::once(&b"--exprs"[..]).chain(program.name_expressions.iter().map(|e| e.as_bytes())).collect();
     hash_parts(&mut h, &exprs);
-    Ok(Ok((hex::encode(h.finalize()), family)))
+    Ok((hex::encode(h.finalize()), family))
 }
 
-/// At most this many files, and bytes, of a program's include directories are covered by
-/// its bundle key ([`directories_digest`]); a program with more is not bundled.
-const COVERED_FILES: usize = 20_000;
-const COVERED_BYTES: u64 = 512 << 20;
-
-/// A digest of every regular file under `dirs` (relative path and contents, in order),
-/// following links to a depth of 32; `Err(why)` past [`COVERED_FILES`] or
-/// [`COVERED_BYTES`], or when a directory cannot be read.
-fn directories_digest(dirs: &[&Path]) -> std::result::Result<[u8; 32], String> {
-    fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) -> std::result::Result<(), String> {
-        if depth > 32 {
-            return Err(format!("{} nests directories deeper than 32", dir.display()));
-        }
-        let Ok(entries) = std::fs::read_dir(dir) else { return Ok(()) }; // NVRTC finds nothing there either
-        for e in entries {
-            let path = e.map_err(|e| format!("cannot read {}: {e}", dir.display()))?.path();
-            match std::fs::metadata(&path) {
-                Ok(m) if m.is_dir() => walk(&path, depth + 1, out)?,
-                Ok(m) if m.is_file() => out.push(path),
-                _ => {}
-            }
-            if out.len() > COVERED_FILES {
-                return Err(format!("its include directories hold more than {COVERED_FILES} files, which its key would have to cover"));
-            }
-        }
-        Ok(())
-    }
-    let mut h = Sha256::new();
-    let mut bytes = 0u64;
-    // Directories by position, not path: a bundle serves wherever its headers are found.
-    for (i, dir) in dirs.iter().enumerate() {
-        let mut files = Vec::new();
-        walk(dir, 0, &mut files)?;
-        files.sort();
-        h.update((i as u64).to_le_bytes());
-        for f in files {
-            let contents = std::fs::read(&f).map_err(|e| format!("cannot read {}: {e}", f.display()))?;
-            bytes += contents.len() as u64;
-            if bytes > COVERED_BYTES {
-                return Err(format!(
-                    "its include directories hold more than {} MiB, which its key would have to cover",
-                    COVERED_BYTES >> 20
-                ));
-            }
-            let rel = f.strip_prefix(dir).unwrap_or(&f);
-            h.update((rel.as_os_str().len() as u64).to_le_bytes());
-            h.update(rel.as_os_str().as_encoded_bytes());
-            h.update(Sha256::digest(&contents));
-        }
-    }
-    Ok(h.finalize().into())
-}
-
-/// The family key of `program` (its bundle key without the name expressions).
-pub fn family_key(program: &Program) -> Result<std::result::Result<String, String>> {
-    Ok(keys(program)?.map(|(_, family)| family))
-}
-
-/// `program` for `arch` from the loaded bundles: `Ok(None)` when none is loaded or none
-/// holds it. A bundle that holds it without code for `arch` is an error only when NVRTC
-/// cannot compile it instead (`nvrtc_available`).
-pub(super) fn lookup(program: &Program, arch: Arch, nvrtc_available: impl Fn() -> bool) -> Result<Option<Arc<Compiled>>> {
-    let bundles = bundle::loaded()?;
-    if bundles.is_empty() {
-        return Ok(None);
-    }
-    let probe = timing::start();
-    let keys = keys(program);
-    probe.stop(LoadPhase::BundleKey);
-    let Ok((key, family)) = keys? else { return Ok(None) };
+/// `program` (of bundle keys `keys`) for `arch` from `bundles`: `Ok(None)` when none holds
+/// it. A bundle that holds it but cannot serve it (a damaged record or section, no code for
+/// `arch`) is an error when NVRTC cannot compile it instead (`nvrtc_available`), else it is
+/// passed over with a warning naming the bundle and the reason.
+pub(super) fn lookup(
+    bundles: &[Arc<Bundle>],
+    program: &Program,
+    keys: &Keys,
+    arch: Arch,
+    nvrtc_available: impl Fn() -> bool,
+) -> Result<Option<Arc<Compiled>>> {
+    let Ok((key, family)) = keys else { return Ok(None) };
     let mut unusable = None;
-    for b in &bundles {
+    for b in bundles {
         // A damaged record makes the bundle unusable for the program, as a damaged section does.
-        match b.find(&key, &family, &program.name_expressions).and_then(|p| p.map(|p| hit(b, p, program, arch)).transpose()) {
+        match b.find(key, family, &program.name_expressions).and_then(|p| p.map(|p| hit(b, p, program, key, arch)).transpose()) {
             Ok(None) => {}
             Ok(Some(c)) => return Ok(Some(c)),
+            Err(e) if nvrtc_available() => {
+                crate::stats::bump(&crate::stats::COUNTERS.bundle_skips);
+                warn_once(&format!("caijit: warning: not using the bundle {} for {}: {e}; compiling with NVRTC instead", b.origin(), program.name));
+            }
             Err(e) => {
                 unusable.get_or_insert(e);
             }
         }
     }
-    match unusable {
-        Some(e) if !nvrtc_available() => Err(e),
-        _ => Ok(None),
-    }
+    unusable.map_or(Ok(None), Err)
 }
 
 /// The error for a program no loaded bundle holds, when NVRTC cannot be loaded (`why`):
@@ -203,7 +147,7 @@ pub(super) fn miss(program: &Program, arch: Arch, why: Error) -> Error {
     if let Some(left_out) = crate::sys::NVRTC_LEFT_OUT {
         return Error::Bundle(format!(
             "{left_out}: load a bundle holding the kernel instance {instance} for {arch} ({key}; {searched}) with \
-             cai_runtime::bundle::install(Bundle::from_bytes(include_bytes!(\"app.caijit\"))?), or enable the feature. Make \
+             cai_runtime::bundle::install(Bundle::from_bytes(include_bytes!(\"app.caijit\"))?)?, or enable the feature. Make \
              the bundle where NVRTC is installed: `python -m caijit bundle build` (docs/bundles.md)"
         ));
     }
@@ -221,10 +165,14 @@ pub(super) fn miss(program: &Program, arch: Arch, why: Error) -> Error {
 /// architecture): its kernels' parameter layouts as the bake described them (the same
 /// caijit version, from the same source and compilation), else read again from its
 /// `.entry` declarations and lowered names, as after a compilation, with no NVRTC.
-fn hit(b: &Arc<Bundle>, p: &BundledProgram, program: &Program, arch: Arch) -> Result<Arc<Compiled>> {
+///
+/// A program served by another of its family (`p` has more name expressions: the instances
+/// a bake merged into one module) has the kernels its own compilation would have: those
+/// of `p`'s other name expressions are left out (the module holds them, nothing names them).
+fn hit(b: &Arc<Bundle>, p: &BundledProgram, program: &Program, key: &str, arch: Arch) -> Result<Arc<Compiled>> {
     type Hits = OnceMap<(usize, String, u32), Arc<Compiled>>;
     static HITS: OnceLock<Hits> = OnceLock::new();
-    let id = (Arc::as_ptr(b) as usize, p.key.clone(), arch.0);
+    let id = (Arc::as_ptr(b) as usize, key.to_string(), arch.0);
     HITS.get_or_init(Hits::default).get_or_try_insert_with(id, || {
         let probe = timing::start();
         let (im, bytes) = b.image(p, arch.0)?;
@@ -242,7 +190,20 @@ fn hit(b: &Arc<Bundle>, p: &BundledProgram, program: &Program, arch: Arch) -> Re
                 (d.kernels, d.unusable, d.notes)
             }
         };
-        let aliases = super::compiled::aliases(&details.lowered, &kernels, &unusable);
+        // The name expressions of `p` that `program` does not have, and what they lowered to.
+        let others: Vec<&(String, String)> = details
+            .lowered
+            .iter()
+            .filter(|(e, _)| p.name_expressions.contains(e) && !program.name_expressions.contains(e))
+            .collect();
+        let own = |expr: &Option<String>, lowered: &String| match expr {
+            Some(e) if others.iter().any(|(o, _)| o == e) => details.lowered.iter().any(|(f, l)| l == lowered && program.name_expressions.contains(f)),
+            _ => true,
+        };
+        let kernels: Vec<KernelInfo> = kernels.into_iter().filter(|k| own(&k.name_expression, &k.lowered_name)).collect();
+        let unusable: Vec<_> = unusable.into_iter().filter(|k| own(&k.name_expression, &k.lowered_name)).collect();
+        let lowered: Vec<(String, String)> = details.lowered.iter().filter(|pair| !others.contains(pair)).cloned().collect();
+        let aliases = super::compiled::aliases(&lowered, &kernels, &unusable);
         // What names the image's bytes (without hashing them).
         let key = sha256_hex(&[b"bundled", &b.image_identity(p, &im)]);
         let image = match im.kind {
@@ -457,16 +418,15 @@ pub fn recording() -> Option<PathBuf> {
     lock(&RECORDING).get_or_insert_with(from_env).clone()
 }
 
-/// Append `program` (compiled for `arch` as `compiled`) to the manifest, if recording, once
+/// Append `program` (compiled for `arch` as `compiled`, of bundle keys `keys`) to the manifest, if recording, once
 /// per process per manifest, key and architecture. Recording never fails a compilation:
 /// a manifest that cannot be written is reported once on stderr.
-pub(super) fn record(program: &Program, arch: Arch, compiled: &Compiled) {
+pub(super) fn record(program: &Program, arch: Arch, compiled: &Compiled, keys: &Keys) {
     let Some(path) = recording() else { return };
     static WRITTEN: Mutex<Option<HashSet<(PathBuf, String, u32)>>> = Mutex::new(None);
-    let key = match bundle_key(program) {
-        Ok(Ok(k)) => k,
-        Ok(Err(why)) => return warn_once(&format!("caijit: warning: not recording {}: it cannot be bundled ({why})", program.name)),
-        Err(e) => return warn_once(&format!("caijit: warning: not recording {}: {e}", program.name)),
+    let key = match keys {
+        Ok((k, _)) => k.clone(),
+        Err(why) => return warn_once(&format!("caijit: warning: not recording {}: it cannot be bundled ({why})", program.name)),
     };
     let id = (path.clone(), key.clone(), arch.0);
     if lock(&WRITTEN).get_or_insert_with(HashSet::new).contains(&id) {
@@ -742,7 +702,7 @@ mod tests {
         let mut phases: Vec<(String, Duration)> = Vec::new();
         let mut timed = |name: &str, t: Instant| phases.push((name.to_string(), t.elapsed()));
         let t = Instant::now();
-        let b = bundle::install(Bundle::open(&path).unwrap());
+        let b = bundle::install(Bundle::open(&path).unwrap()).unwrap();
         timed("open: header, table of contents, metadata, lookup table", t);
         let t = Instant::now();
         drop(Bundle::open(&path).unwrap());
@@ -754,14 +714,14 @@ mod tests {
             .unwrap();
         let program = Program::new(source).name("elementwise.cu").name_expression(name.clone());
         let t = Instant::now();
-        includes::resolve(&program, &options::sort(&program.options), &[]).unwrap();
+        let found = includes::resolve(&program, &options::sort(&program.options), &[]).unwrap();
         timed("key: includes::resolve", t);
         let t = Instant::now();
         embedded_headers_digest();
         timed("key: embedded headers digest", t);
         let t = Instant::now();
-        let (key, family) = keys(&program).unwrap().unwrap();
-        timed("key: keys() whole (again, warm)", t);
+        let (key, family) = keys(&program, &found).unwrap();
+        timed("key: keys() (again, warm)", t);
         let t = Instant::now();
         let p = b.find(&key, &family, &program.name_expressions).unwrap().unwrap();
         timed("find (key, then family; the program's record read)", t);

@@ -32,8 +32,8 @@
 //! - a header cannot be read, or holds a NUL byte or invalid UTF-8.
 //!
 //! A header larger than 64 MiB is not read: NVRTC is handed an `#error` under its name. A
-//! header that is not a regular file (a FIFO NVRTC would block on, a device, a directory)
-//! is an error naming it.
+//! header that is not a regular file (a FIFO NVRTC would block on, a device) is an error
+//! naming it; a directory of a header's name is passed over, as NVRTC passes over it.
 //!
 //! Such a program is compiled untrusted, as NVRTC finds headers itself, and never cached.
 //!
@@ -371,9 +371,18 @@ pub(crate) struct Includes {
     pub untrusted: Option<String>,
     /// The pre-included headers' names, in order (each is among `headers` when trusted).
     pub pre_includes: Vec<String>,
-    /// Some name was found nowhere caijit looked (without toolkit directories, a toolkit
-    /// header: what it includes in turn is not followed).
-    pub missing: bool,
+    /// What a bundle key covers of the headers, from the same reads as `digest` and
+    /// `headers` (`Err(why)`: the program cannot be bundled): each name reached from the
+    /// program without passing through a toolkit header, with its meaning (the digest of its
+    /// file, `embedded`, or `outside`: a toolkit header or none, which belong to the NVRTC
+    /// build a bundle records), names sorted; and each header of the program's own
+    /// directories that only a toolkit header includes (found before the toolkit's own:
+    /// `<cuda/std/version>` in `-I inc`), by name and digest. A process without the
+    /// toolkit's headers follows no toolkit header and names the same; one whose include
+    /// directories shadow a toolkit header's include gets another key (a miss, never a stale
+    /// binary). Include directories themselves are not covered: a bundle serves wherever the
+    /// program's headers are found.
+    pub bundle: Result<[u8; 32], String>,
 }
 
 /// A header file as read: its contents and what they include.
@@ -397,6 +406,8 @@ struct Found {
     path: PathBuf,
     loaded: Arc<Loaded>,
     names: usize,
+    /// Found in a toolkit directory.
+    toolkit: bool,
 }
 
 /// `(device, inode, length, modified ns, changed ns)`: a file's version, for the toolkit cache.
@@ -431,6 +442,9 @@ struct Resolver<'a> {
     /// Every name met, with its meaning, in the order met.
     names: HashMap<String, Target>,
     order: Vec<String>,
+    /// `(includer, name)` of every include met: the includer's index in `order`, `None` for
+    /// the program and its options.
+    edges: Vec<(Option<usize>, String)>,
     /// Resolutions already made: `(directory of the includer for a quoted name, name)`.
     memo: HashMap<(Option<PathBuf>, String), Target>,
     /// Whether `dirs[k]` has a subdirectory of this name.
@@ -450,7 +464,7 @@ struct Resolver<'a> {
 
 /// Find every header `program` can include (see the module's documentation). `options`
 /// are the program's options as [`options::sort`] sorted them. A header that is not a
-/// regular file (a FIFO, a device, a directory) is an error naming it.
+/// regular file (a FIFO, a device) is an error naming it.
 pub(crate) fn resolve(program: &Program, options: &options::Sorted, toolkit_dirs: &[PathBuf]) -> crate::Result<Includes> {
     let mut dirs = program.include_dirs.clone();
     dirs.extend(options.include_dirs.iter().cloned());
@@ -462,6 +476,7 @@ pub(crate) fn resolve(program: &Program, options: &options::Sorted, toolkit_dirs
         by_file: HashMap::new(),
         names: HashMap::new(),
         order: Vec::new(),
+        edges: Vec::new(),
         memo: HashMap::new(),
         subdirs: HashMap::new(),
         source_include: !options.rest.iter().any(|o| options::is_no_source_include(o)),
@@ -483,23 +498,23 @@ pub(crate) fn resolve(program: &Program, options: &options::Sorted, toolkit_dirs
         if target == Target::Missing {
             r.distrust(format!("the pre-included header {name:?} is found nowhere caijit looks"));
         }
-        r.record(name, target, "the options");
+        r.record(name, target, "the options", None);
     }
     // The program itself: its quoted includes are searched in its own directory first.
     let own_dir = program.source_dir.clone().or_else(|| Path::new(&program.name).parent().map(Path::to_path_buf));
-    r.follow(&scan_as(&program.source, r.raw_strings), own_dir.as_deref(), "the program");
+    r.follow(&scan_as(&program.source, r.raw_strings), own_dir.as_deref(), "the program", None);
     // Then every name found, once each (a name means one header, or the key is not trusted).
     let mut next = 0;
     while next < r.order.len() {
         let name = r.order[next].clone();
         next += 1;
         match r.names[&name] {
-            Target::Embedded(e) => r.follow(embedded_scan(e), None, &name),
+            Target::Embedded(e) => r.follow(embedded_scan(e), None, &name, Some(next - 1)),
             Target::File(f) => {
                 let loaded = &r.found[f].loaded;
                 let scan = if r.raw_strings { loaded.scan.clone() } else { Arc::new(scan_as(&loaded.contents, false)) };
                 let dir = r.found[f].path.parent().map(Path::to_path_buf);
-                r.follow(&scan, dir.as_deref(), &name);
+                r.follow(&scan, dir.as_deref(), &name, Some(next - 1));
             }
             Target::Missing => {}
         }
@@ -548,20 +563,22 @@ impl Resolver<'_> {
         }
     }
 
-    /// Resolve and record every include of a file in `dir`.
-    fn follow(&mut self, scan: &Scan, dir: Option<&Path>, includer: &str) {
+    /// Resolve and record every include of a file in `dir` (`at`: its index in `order`).
+    fn follow(&mut self, scan: &Scan, dir: Option<&Path>, includer: &str, at: Option<usize>) {
         if let Some(d) = &scan.opaque {
             self.distrust(format!("{includer} has {d}: caijit cannot name every header it may read"));
         }
         for inc in &scan.includes {
             let quoted = inc.quoted && self.source_include;
             let target = self.resolve_one(&inc.name, quoted, dir);
-            self.record(&inc.name, target, includer);
+            self.record(&inc.name, target, includer, at);
         }
     }
 
-    /// Record what `name` means where `includer` includes it: one name must mean one file.
-    fn record(&mut self, name: &str, target: Target, includer: &str) {
+    /// Record what `name` means where `includer` (at `at` in `order`) includes it: one name
+    /// must mean one file.
+    fn record(&mut self, name: &str, target: Target, includer: &str, at: Option<usize>) {
+        self.edges.push((at, name.to_string()));
         match self.names.get(name) {
             None => {
                 self.names.insert(name.to_string(), target);
@@ -633,12 +650,14 @@ impl Resolver<'_> {
     /// toolkit's, while unchanged); `None` when there is no file there.
     fn open(&mut self, path: PathBuf) -> Option<Target> {
         let meta = std::fs::metadata(&path).ok()?;
+        if meta.is_dir() {
+            // NVRTC passes over a directory of the header's name and searches on.
+            return None;
+        }
         if !meta.is_file() {
             let kind = meta.file_type();
             use std::os::unix::fs::FileTypeExt;
-            let what = if kind.is_dir() {
-                "a directory"
-            } else if kind.is_fifo() {
+            let what = if kind.is_fifo() {
                 "a FIFO"
             } else if kind.is_char_device() || kind.is_block_device() {
                 "a device"
@@ -658,7 +677,7 @@ impl Resolver<'_> {
         let loaded = if toolkit { load_toolkit(&path, &meta) } else { load(&path).map(|(_, l)| l) };
         match loaded {
             Ok(loaded) => {
-                self.found.push(Found { path, loaded, names: 0 });
+                self.found.push(Found { path, loaded, names: 0, toolkit });
                 self.by_file.insert(id, self.found.len() - 1);
                 Some(Target::File(self.found.len() - 1))
             }
@@ -676,7 +695,6 @@ impl Resolver<'_> {
             h.update(p);
         };
         let mut headers = Vec::new();
-        let missing = self.names.values().any(|t| *t == Target::Missing);
         for name in &self.order {
             part(name.as_bytes());
             match self.names[name] {
@@ -696,7 +714,56 @@ impl Resolver<'_> {
         if let Some(why) = &self.untrusted {
             part(why.as_bytes());
         }
-        Includes { digest: h.finalize().into(), headers, pre_includes: pre_includes.to_vec(), untrusted: self.untrusted, missing }
+        let bundle = match &self.untrusted {
+            Some(why) => Err(why.clone()),
+            None => Ok(self.bundle_digest()),
+        };
+        Includes { digest: h.finalize().into(), headers, pre_includes: pre_includes.to_vec(), untrusted: self.untrusted, bundle }
+    }
+
+    /// [`Includes::bundle`]: the names reached from the program and its options
+    /// through anything but toolkit headers, and the program's own headers reached only
+    /// through toolkit headers.
+    fn bundle_digest(&self) -> [u8; 32] {
+        let mut children: Vec<Vec<usize>> = vec![Vec::new(); self.order.len()];
+        let mut stack = Vec::new();
+        let at: HashMap<&str, usize> = self.order.iter().enumerate().map(|(i, n)| (n.as_str(), i)).collect();
+        for (from, name) in &self.edges {
+            match from {
+                Some(f) => children[*f].push(at[name.as_str()]),
+                None => stack.push(at[name.as_str()]),
+            }
+        }
+        let toolkit = |t: Target| matches!(t, Target::File(f) if self.found[f].toolkit);
+        let mut direct = vec![false; self.order.len()];
+        while let Some(n) = stack.pop() {
+            if !std::mem::replace(&mut direct[n], true) && !matches!(self.names[&self.order[n]], Target::Missing) {
+                if !toolkit(self.names[&self.order[n]]) {
+                    stack.extend(&children[n]);
+                }
+            }
+        }
+        let mut meanings: Vec<(&str, &str, &[u8])> = Vec::new();
+        for (n, name) in self.order.iter().enumerate() {
+            let target = self.names[name];
+            let file = |f: usize| &self.found[f].loaded.digest[..];
+            match (direct[n], target) {
+                (true, Target::Embedded(_)) => meanings.push((name, "embedded", b"")),
+                (true, Target::File(f)) if !toolkit(target) => meanings.push((name, "file", file(f))),
+                (true, _) => meanings.push((name, "outside", b"")),
+                (false, Target::File(f)) if !toolkit(target) => meanings.push((name, "through the toolkit", file(f))),
+                (false, _) => {}
+            }
+        }
+        meanings.sort_unstable();
+        let mut h = Sha256::new();
+        for (name, what, digest) in meanings {
+            for p in [name.as_bytes(), what.as_bytes(), digest] {
+                h.update((p.len() as u64).to_le_bytes());
+                h.update(p);
+            }
+        }
+        h.finalize().into()
     }
 }
 
@@ -869,13 +936,21 @@ int n = 1'000; char c = '"';
         let fifo = d.join("fifo.h");
         assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
         for (text, what) in
-            [("#include \"fifo.h\"\n", "a FIFO"), ("#include \"dir.h\"\n", "a directory"), ("#include \"/dev/null\"\n", "a device")]
+            [("#include \"fifo.h\"\n", "a FIFO"), ("#include \"/dev/null\"\n", "a device")]
         {
             let mut p = Program::new(text);
             p.source_dir = Some(d.to_path_buf());
             let e = resolve(&p, &options::sort(&p.options), &[]).unwrap_err().to_string();
             assert!(e.contains(what) && e.contains("not a regular file"), "{e}");
         }
+        // A directory of the header's name is passed over, as NVRTC passes over it: the
+        // header of the next directory is found.
+        std::fs::create_dir(d.join("inc")).unwrap();
+        std::fs::write(d.join("inc/dir.h"), "// the real one\n").unwrap();
+        let mut p = Program::new("#include \"dir.h\"\n").include_dir(d.join("inc"));
+        p.source_dir = Some(d.to_path_buf());
+        let r = resolve(&p, &options::sort(&p.options), &[]).unwrap();
+        assert_eq!(r.headers.iter().map(|(n, c)| (n.as_str(), c.as_ref())).collect::<Vec<_>>(), [("dir.h", "// the real one\n")]);
         let p = Program::new("").option("-include").option(fifo.display().to_string());
         let e = resolve(&p, &options::sort(&p.options), &[]).unwrap_err().to_string();
         assert!(e.contains(&fifo.display().to_string()) && e.contains("a FIFO"), "{e}");

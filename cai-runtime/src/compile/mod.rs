@@ -43,8 +43,8 @@
 //! one name meaning different files from different including files, a `#pragma once`
 //! header included by two names, an unreadable or non-UTF-8 header, a pre-included header
 //! caijit does not find, an explicit PCH option. They are compiled untrusted (above) on
-//! every call. A header that is not a regular file (a FIFO, a device, a directory) is an
-//! error naming it, before NVRTC runs.
+//! every call. A header that is not a regular file (a FIFO, a device) is an error naming
+//! it, before NVRTC runs; a directory of a header's name is passed over, as NVRTC does.
 
 pub mod bake;
 mod bundled;
@@ -225,35 +225,76 @@ pub fn compile_with(program: &Program, arch: Arch, options: &CompileOptions) -> 
 /// NVRTC absent, a program no bundle holds is an [`Error::Bundle`] naming it. With
 /// `CAIJIT_RECORD` (or [`record_to`]), the program is recorded in the manifest.
 pub fn compile_reporting(program: &Program, arch: Arch, options: &CompileOptions) -> Result<(Arc<Compiled>, CacheSource)> {
-    let probe = crate::stats::timing::start();
-    let found = compile_unrecorded(program, arch, options);
-    probe.stop(crate::stats::timing::LoadPhase::Compile);
-    let found = found?;
-    bundled::record(program, arch, &found.0);
-    Ok(found)
+    let recording = bundled::recording().is_some();
+    let (compiled, source, keys) = compile_keyed(program, arch, options, recording)?;
+    if let Some(keys) = keys {
+        bundled::record(program, arch, &compiled, &keys);
+    }
+    Ok((compiled, source))
 }
 
-fn compile_unrecorded(program: &Program, arch: Arch, options: &CompileOptions) -> Result<(Arc<Compiled>, CacheSource)> {
+/// [`compile_reporting`] without recording, also giving the program's bundle keys where a
+/// bundle was searched or `want_keys`: computed from the headers this compilation read, the
+/// bytes NVRTC was handed (or the bundle's program was found by), never read a second time.
+pub(crate) fn compile_keyed(
+    program: &Program,
+    arch: Arch,
+    options: &CompileOptions,
+    want_keys: bool,
+) -> Result<(Arc<Compiled>, CacheSource, Option<bundled::Keys>)> {
+    let probe = crate::stats::timing::start();
+    let found = compile_unrecorded(program, arch, options, want_keys);
+    probe.stop(crate::stats::timing::LoadPhase::Compile);
+    found
+}
+
+fn compile_unrecorded(
+    program: &Program,
+    arch: Arch,
+    options: &CompileOptions,
+    want_keys: bool,
+) -> Result<(Arc<Compiled>, CacheSource, Option<bundled::Keys>)> {
     let _range = lineinfo::nvtx_range(program);
-    if !options.skip_bundles {
-        if let Some(hit) = bundled::lookup(program, arch, || toolkit().is_ok())? {
-            return Ok((hit, CacheSource::Bundle));
+    let sorted = options::sort(&program.options);
+    let bundles = if options.skip_bundles { Vec::new() } else { crate::bundle::loaded()? };
+    let timed_keys = |found: &includes::Includes| {
+        let probe = crate::stats::timing::start();
+        let keys = bundled::keys(program, found);
+        probe.stop(crate::stats::timing::LoadPhase::BundleKey);
+        keys
+    };
+    // Until NVRTC is loaded, bundles are searched with the headers read without the
+    // toolkit's (a bundle hit must not load NVRTC); the key is the same but where the
+    // program's directories shadow a toolkit header's include (then the second search below).
+    let mut searched = None;
+    if !bundles.is_empty() && !toolkit::loaded() {
+        let keys = timed_keys(&includes::resolve(program, &sorted, &[])?);
+        if let Some(hit) = bundled::lookup(&bundles, program, &keys, arch, || toolkit().is_ok())? {
+            return Ok((hit, CacheSource::Bundle, Some(keys)));
         }
+        searched = Some(keys);
     }
     let tk = toolkit().map_err(|e| if options.skip_bundles { e } else { bundled::miss(program, arch, e) })?;
-    let sorted = options::sort(&program.options);
+    // One read of every header: what the keys hash is what NVRTC is handed.
     let includes = includes::resolve(program, &sorted, &tk.include_dirs)?;
+    let keys = (want_keys || !bundles.is_empty()).then(|| timed_keys(&includes));
+    if let Some(keys) = keys.as_ref().filter(|k| !bundles.is_empty() && searched.as_ref() != Some(*k)) {
+        if let Some(hit) = bundled::lookup(&bundles, program, keys, arch, || true)? {
+            return Ok((hit, CacheSource::Bundle, Some(keys.clone())));
+        }
+    }
     let (untrusted_opts, cubin) = nvrtc_options(program, arch, tk, &sorted, None)?;
     // The key needs only what the caller gave and the headers it can include (the kernels'
     // names follow from the source): a memory hit parses no declarations.
     let key = cache_key(program, arch, &untrusted_opts, tk, &includes);
     let job = Job { program, arch, options, tk, untrusted_opts: &untrusted_opts, cubin, key: &key, includes: &includes };
+    let with_keys = |(compiled, source): (Arc<Compiled>, CacheSource)| (compiled, source, keys.clone());
     if let Some(why) = &includes.untrusted {
-        return Ok((job.untrusted(why.clone())?, CacheSource::Compiled));
+        return Ok(with_keys((job.untrusted(why.clone())?, CacheSource::Compiled)));
     }
     let (trusted_opts, _) = nvrtc_options(program, arch, tk, &sorted, Some(&includes))?;
     if options.skip_memory_cache {
-        return job.trusted(&trusted_opts);
+        return job.trusted(&trusted_opts).map(with_keys);
     }
     let mut made = None;
     let mut redone = None;
@@ -272,9 +313,9 @@ fn compile_unrecorded(program: &Program, arch: Arch, options: &CompileOptions) -
             if made.is_none() {
                 bump(&COUNTERS.memory_cache_hits);
             }
-            Ok((compiled, made.unwrap_or(CacheSource::Memory)))
+            Ok(with_keys((compiled, made.unwrap_or(CacheSource::Memory))))
         }
-        (Err(None), Some(compiled)) => Ok((compiled, CacheSource::Compiled)),
+        (Err(None), Some(compiled)) => Ok(with_keys((compiled, CacheSource::Compiled))),
         (Err(e), _) => Err(e.unwrap_or_else(|| Error::compile("caijit lost a compilation's result", ""))),
     }
 }

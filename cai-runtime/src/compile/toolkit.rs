@@ -304,6 +304,11 @@ fn gnu_build_id(path: &Path) -> Option<Vec<u8>> {
     None
 }
 
+/// Whether NVRTC is loaded (a [`toolkit`] call found it): a later call costs nothing.
+pub(crate) fn loaded() -> bool {
+    TOOLKIT.get().is_some_and(Result::is_ok)
+}
+
 /// Find and load NVRTC once per process. A build without the `nvrtc` feature looks for
 /// none: its error says that the build has no NVRTC.
 pub fn toolkit() -> crate::Result<&'static Toolkit> {

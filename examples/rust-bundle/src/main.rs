@@ -97,7 +97,7 @@ fn main() {
 
 /// Load the bundle, then launch (or with `inspect_only`, only look up) both instances.
 fn run(inspect_only: bool) -> cai_runtime::Result<bool> {
-    let b = bundle::install(Bundle::from_bytes(BUNDLE)?);
+    let b = bundle::install(Bundle::from_bytes(BUNDLE)?)?;
     let archs: Vec<String> = b.archs().iter().map(|a| format!("sm_{a}")).collect();
     println!(
         "bundle: {} bytes, {} program(s), {}, NVRTC {} at baking",
