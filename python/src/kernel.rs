@@ -14,7 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use smallvec::SmallVec;
 
-use crate::args::{arg_from_py, launch_device, release_after, ArgContext, PyArg};
+use crate::args::{args_from_py, launch_device, release_after, ArgContext, PyArg};
 use crate::errors::{PyCaiError, PyCaiResult};
 use crate::stream::stream_from_py;
 use crate::timing::{self, Phase};
@@ -145,11 +145,7 @@ fn launch_now(
 ) -> PyCaiResult<()> {
     let total = timing::start();
     let mut ctx = ArgContext::new(stream.map(RtStream::handle));
-    // Filled in place: a launch moves each argument once, never the whole (large) vector.
-    let mut converted: SmallVec<[PyArg; 8]> = SmallVec::new();
-    for (i, a) in args.iter().enumerate() {
-        converted.push(arg_from_py(i, &a, &mut ctx).map_err(|e| kernel.name_argument(i, e))?);
-    }
+    let mut converted: SmallVec<[PyArg; 8]> = args_from_py(args.iter().enumerate(), &mut ctx, |i, e| kernel.name_argument(i, e))?;
     let probe = timing::start();
     let device = launch_device(&mut converted, stream)?;
     probe.stop(Phase::Device);

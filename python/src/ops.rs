@@ -19,7 +19,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyString;
 use smallvec::SmallVec;
 
-use crate::args::{self, arg_from_py, launch_device, release_after, ArgContext, PyArg};
+use crate::args::{self, launch_device, release_after, ArgContext, PyArg};
 use crate::array::{dtype_from_py, DeviceArray};
 use crate::errors::{PyCaiError, PyCaiResult};
 use crate::stream::stream_from_py;
@@ -46,6 +46,10 @@ fn operand(a: &PyArg) -> Option<Operand<'_>> {
     }
 }
 
+/// A DLPack-only input of an op call: its position among the inputs, its argument index
+/// and name, and the object.
+type Later<'py> = (usize, usize, &'static str, Bound<'py, PyAny>);
+
 /// One op call from Python: its stream, converted once, and its arrays, each converted once
 /// (their conversions keep DLPack capsules alive until the op's work is done).
 struct OpCall<'py> {
@@ -54,30 +58,64 @@ struct OpCall<'py> {
     stream: Option<Arc<RtStream>>,
     cx: ArgContext,
     args: SmallVec<[PyArg; 4]>,
+    /// DLPack-only inputs, converted once the stream the call will use is known
+    /// ([`ArgContext::imply_stream`]).
+    later: SmallVec<[Later<'py>; 1]>,
 }
 
 impl<'py> OpCall<'py> {
     fn new(py: Python<'py>, what: &'static str, stream: Option<&Bound<'py, PyAny>>) -> PyCaiResult<Self> {
         let stream = stream.map(stream_from_py).transpose()?.flatten();
         let cx = ArgContext::new(stream.as_deref().map(RtStream::handle));
-        Ok(OpCall { py, what, stream, cx, args: SmallVec::new() })
+        Ok(OpCall { py, what, stream, cx, args: SmallVec::new(), later: SmallVec::new() })
     }
 
     /// Convert array `name`, argument `index` of the `caijit.ops` function (as a launch
     /// converts one).
-    fn input(&mut self, index: usize, name: &str, obj: &Bound<'py, PyAny>) -> PyCaiResult<()> {
-        let a = arg_from_py(index, obj, &mut self.cx).map_err(|e| e.at_argument(index, Some(name), None))?;
-        if a.view().is_none() {
-            let e = PyCaiError::argument(format!("{}: {name} must be a CUDA array, got {}", self.what, crate::pyobj::type_name(obj)));
-            return Err(e.at_argument(index, Some(name), None));
+    fn input(&mut self, index: usize, name: &'static str, obj: &Bound<'py, PyAny>) -> PyCaiResult<()> {
+        let a = match args::arg_before_dlpack(index, obj, &mut self.cx).map_err(|e| e.at_argument(index, Some(name), None))? {
+            Some(a) => a,
+            None => {
+                // In its place until `settle` imports it (nothing reads it before).
+                self.later.push((self.args.len(), index, name, obj.clone()));
+                PyArg::Bytes(Vec::new())
+            }
+        };
+        if a.view().is_none() && self.later.last().is_none_or(|l| l.0 != self.args.len()) {
+            return Err(self.not_an_array(index, name, obj));
         }
         self.args.push(a);
         Ok(())
     }
 
-    /// Input `i`'s view.
-    fn view(&self, i: usize) -> Option<&ArrayView> {
-        self.args.get(i).and_then(PyArg::view)
+    fn not_an_array(&self, index: usize, name: &str, obj: &Bound<'py, PyAny>) -> PyCaiError {
+        let e = PyCaiError::argument(format!("{}: {name} must be a CUDA array, got {}", self.what, crate::pyobj::type_name(obj)));
+        e.at_argument(index, Some(name), None)
+    }
+
+    /// Import the DLPack-only inputs, asking their producers for the stream the call will
+    /// use (as a launch does: `args::args_from_py`).
+    fn settle(&mut self) -> PyCaiResult<()> {
+        if self.later.is_empty() {
+            return Ok(());
+        }
+        let later = std::mem::take(&mut self.later);
+        let pending = |i: usize| later.iter().any(|l| l.0 == i);
+        self.cx.imply_stream(self.args.iter().enumerate().filter(|(i, _)| !pending(*i)).map(|(_, a)| a));
+        for (at, index, name, obj) in &later {
+            let a = args::arg_by_dlpack(*index, obj, &mut self.cx).map_err(|e| e.at_argument(*index, Some(name), None))?;
+            if a.view().is_none() {
+                return Err(self.not_an_array(*index, name, obj));
+            }
+            self.args[*at] = a;
+        }
+        Ok(())
+    }
+
+    /// Input `i`'s view (every input converted).
+    fn view(&mut self, i: usize) -> PyCaiResult<Option<&ArrayView>> {
+        self.settle()?;
+        Ok(self.args.get(i).and_then(PyArg::view))
     }
 
     /// Run `op`, the runtime's op call, on the inputs and `out` (argument `out_index` of the
@@ -93,6 +131,7 @@ impl<'py> OpCall<'py> {
         if let Some(o) = out {
             self.input(out_index, "out", o)?;
         }
+        self.settle()?;
         let OpCall { py, stream, mut args, .. } = self;
         let (result, launched) = py.detach(|| {
             let ctx = match launch_device(&mut args, stream.as_deref()).and_then(|d| Ok(Context::new(d)?)) {
@@ -289,7 +328,7 @@ fn reduce<'py>(
                 PyCaiError::argument(format!("{}: axis must be None or an int, got {}", r.name(), crate::pyobj::type_name(a)))
             })?),
         };
-    let axis = Axis::from_index(r.name(), index, c.view(0).map_or(0, ArrayView::ndim))?;
+    let axis = Axis::from_index(r.name(), index, c.view(0)?.map_or(0, ArrayView::ndim))?;
     c.run(out, 2, move |call, v, o| call.reduce(r, v[0], axis, o))
 }
 

@@ -737,10 +737,10 @@ impl Resolver<'_> {
         let toolkit = |t: Target| matches!(t, Target::File(f) if self.found[f].toolkit);
         let mut direct = vec![false; self.order.len()];
         while let Some(n) = stack.pop() {
-            if !std::mem::replace(&mut direct[n], true) && !matches!(self.names[&self.order[n]], Target::Missing) {
-                if !toolkit(self.names[&self.order[n]]) {
-                    stack.extend(&children[n]);
-                }
+            let target = self.names[&self.order[n]];
+            // A toolkit header's includes are followed only by a process that has it.
+            if !std::mem::replace(&mut direct[n], true) && target != Target::Missing && !toolkit(target) {
+                stack.extend(&children[n]);
             }
         }
         let mut meanings: Vec<(&str, &str, &[u8])> = Vec::new();

@@ -91,7 +91,7 @@ fn nvrtc_options(
     trusted: Option<&includes::Includes>,
 ) -> Result<(Vec<String>, bool)> {
     for o in program.options.iter().map(|o| options::nvrtc_trim(o)) {
-        if o.starts_with("-arch") || o.starts_with("--gpu-architecture") {
+        if ["-arch", "--arch", "--gpu-architecture", "-gpu-architecture"].iter().any(|a| o.starts_with(a)) {
             return Err(Error::argument(format!("option {o:?}: give the architecture as the `arch` of the compilation, not as an option")));
         }
     }

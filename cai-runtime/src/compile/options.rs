@@ -36,16 +36,18 @@ fn is_explicit_pch(o: &str) -> bool {
     ["-create-pch=", "--create-pch=", "-use-pch=", "--use-pch="].iter().any(|p| o.starts_with(p))
 }
 
-/// The blanks NVRTC strips from both ends of every option string (13.0.88: spaces and tabs,
-/// also around a separate value such as the directory after `-I`).
+/// The blanks NVRTC strips from both ends of every option string, a separate value (the
+/// directory after `-I`) included: C's `isspace`, space, `\t`, `\n`, `\v`, `\f` and `\r`
+/// (asked of NVRTC for every byte by `tests::every_byte_is_read_as_nvrtc_reads_it`).
 pub(crate) fn nvrtc_trim(o: &str) -> &str {
-    o.trim_matches(|c: char| c.is_ascii_whitespace())
+    o.trim_matches(|c: char| matches!(c, ' ' | '\t' | '\n' | '\x0b' | '\x0c' | '\r'))
 }
 
 /// Sort `options`, each read as NVRTC reads it: the blanks at both ends of an option string
-/// are not part of it (`" -Iinc "` is `-Iinc`); NVRTC also trims the blanks after `-I`
-/// (`-I dir`), but not after `=` (`-I= inc` and `-include= f` name ` inc` and ` f`).
-/// Every option NVRTC is given is the trimmed one, so what caijit reads is what NVRTC does.
+/// are not part of it (`" -Iinc "` is `-Iinc`); NVRTC also skips the spaces (only spaces)
+/// after a joined `-I` (`-I  dir`), and nothing after `=` (`-I= inc` and `-include= f` name
+/// ` inc` and ` f`). Every option NVRTC is given is the trimmed one, so what caijit reads is
+/// what NVRTC does.
 pub(crate) fn sort(options: &[String]) -> Sorted {
     let mut s = Sorted::default();
     let mut it = options.iter().map(|o| nvrtc_trim(o));
@@ -58,7 +60,7 @@ pub(crate) fn sort(options: &[String]) -> Sorted {
         } else if let Some(d) = o.strip_prefix("--include-path=") {
             s.include_dirs.push(PathBuf::from(d));
         } else if let Some(d) = o.strip_prefix("-I") {
-            s.include_dirs.push(PathBuf::from(d.strip_prefix('=').unwrap_or_else(|| d.trim_start())));
+            s.include_dirs.push(PathBuf::from(d.strip_prefix('=').unwrap_or_else(|| d.trim_start_matches(' '))));
         } else if o == "-include" || o == "--pre-include" {
             match it.next() {
                 Some(h) => s.pre_includes.push(h.to_string()),
@@ -116,6 +118,8 @@ mod tests {
             "-I=c",
             "-I d",
             " -Ig\t",
+            "-I\tt",
+            "\x0b-Iv\x0b",
             "-I= h",
             "--include-path=e",
             "--include-path",
@@ -132,7 +136,7 @@ mod tests {
             "-no-source-include ",
         ]);
         let s = sort(&o);
-        assert_eq!(s.include_dirs, ["a", "b", "c", "d", "g", " h", "e", "f"].map(PathBuf::from));
+        assert_eq!(s.include_dirs, ["a", "b", "c", "d", "g", "\tt", "v", " h", "e", "f"].map(PathBuf::from));
         assert_eq!(s.pre_includes, ["p.h", "q.h", "r.h", "s.h", "t.h"]);
         assert_eq!(s.rest, ["-DX", "-lineinfo", "-no-source-include"]);
         assert_eq!(s.explicit_pch, None);
@@ -154,5 +158,93 @@ mod tests {
         assert_eq!(pre_cxx11_standard(&sort(&strings(&[" -std=c++03"])).rest), Some("c++03"));
         assert_eq!(pre_cxx11_standard(&strings(&["--std", "c++98"])), Some("c++98"));
         assert_eq!(pre_cxx11_standard(&strings(&["-std=c++17", "-DX"])), None);
+    }
+}
+
+/// Every byte value, in every position where NVRTC might read it as a blank, read by caijit
+/// as by NVRTC itself (the NVRTC found, asked now): before and after an option, after a
+/// joined `-I` and `=`, around a separate value, for include directories, pre-included
+/// headers, `-arch` (which caijit refuses) and `-pch` (which it drops). Bytes from 0x80 on
+/// are those of U+0080..U+00FF (an option is UTF-8 text).
+#[cfg(all(test, feature = "nvrtc"))]
+mod nvrtc_tests {
+    use super::*;
+    use crate::compile::toolkit;
+
+    #[test]
+    fn every_byte_is_read_as_nvrtc_reads_it() {
+        let tk = toolkit().expect("NVRTC (scripts/setup.sh)");
+        let dir = tempfile::tempdir().unwrap();
+        let inc = dir.path().join("inc");
+        std::fs::create_dir(&inc).unwrap();
+        std::fs::write(inc.join("probe.h"), "#define FOUND 1\n").unwrap();
+        let pre = dir.path().join("pre.h");
+        std::fs::write(&pre, "#define FOUND 1\n").unwrap();
+        let (inc, pre) = (inc.display().to_string(), pre.display().to_string());
+        let arch = "-arch=sm_90".to_string();
+        // Whether NVRTC compiles `text` with `options`: it found the header.
+        let nvrtc_finds = |text: &str, options: &[String]| {
+            let mut p = tk.nvrtc.create_program(text, "probe.cu", &[]).unwrap();
+            let mut all = vec![arch.clone()];
+            all.extend_from_slice(options);
+            p.compile(&all).unwrap_or(false)
+        };
+        let include = "#include <probe.h>\n#ifndef FOUND\n#error\n#endif\n";
+        let preincluded = "#ifndef FOUND\n#error\n#endif\n";
+        let dirs = |o: &[String]| sort(o).include_dirs == [PathBuf::from(&inc)];
+        // The file caijit opens (`//tmp/pre.h` is `/tmp/pre.h`; `/tmp/pre.h/` is none).
+        let pres = |o: &[String]| {
+            let found: Vec<_> = sort(o).pre_includes.iter().map(|p| std::fs::canonicalize(p).ok()).collect();
+            found == [std::fs::canonicalize(&pre).ok()]
+        };
+        type Case<'a> = (&'a str, &'a str, Box<dyn Fn(char) -> Vec<String> + Sync + 'a>, Box<dyn Fn(&[String]) -> bool + Sync + 'a>);
+        let cases: Vec<Case> = vec![
+            ("before -I", include, Box::new(|c| vec![format!("{c}-I{inc}")]), Box::new(dirs)),
+            ("after -I", include, Box::new(|c| vec![format!("-I{inc}{c}")]), Box::new(dirs)),
+            ("after a joined -I", include, Box::new(|c| vec![format!("-I{c}{inc}")]), Box::new(dirs)),
+            ("after -I=", include, Box::new(|c| vec![format!("-I={c}{inc}")]), Box::new(dirs)),
+            ("before -I's value", include, Box::new(|c| vec!["-I".into(), format!("{c}{inc}")]), Box::new(dirs)),
+            ("after -I's value", include, Box::new(|c| vec!["--include-path".into(), format!("{inc}{c}")]), Box::new(dirs)),
+            ("before -include=", preincluded, Box::new(|c| vec![format!("{c}-include={pre}")]), Box::new(pres)),
+            ("after -include=", preincluded, Box::new(|c| vec![format!("-include={pre}{c}")]), Box::new(pres)),
+            ("after --pre-include=", preincluded, Box::new(|c| vec![format!("--pre-include={c}{pre}")]), Box::new(pres)),
+            ("before -include's value", preincluded, Box::new(|c| vec!["-include".into(), format!("{c}{pre}")]), Box::new(pres)),
+        ];
+        let chars: Vec<char> = (1u8..=255).map(char::from).collect();
+        let disagree = std::sync::Mutex::new(Vec::new());
+        std::thread::scope(|s| {
+            for part in chars.chunks(chars.len().div_ceil(4)) {
+                let (cases, disagree, inc, nvrtc_finds) = (&cases, &disagree, &inc, &nvrtc_finds);
+                s.spawn(move || {
+                    for &c in part {
+                        for (what, text, options, caijit_reads) in cases {
+                            let o = options(c);
+                            if nvrtc_finds(text, &o) != caijit_reads(&o) {
+                                disagree.lock().unwrap().push(format!("{:#04x} {what}", c as u32));
+                            }
+                        }
+                        // The options caijit takes out itself, with a byte before them: taken
+                        // out exactly when NVRTC reads the option (as it reads `-I` there), or
+                        // it is their long spelling (`--arch`, `--pch`).
+                        let blank = nvrtc_finds(include, &[format!("{c}-I{inc}")]) || c == '-';
+                        let arch_refused = program_arch_option(&format!("{c}-arch=sm_80"));
+                        let pch_dropped = sort(&[format!("{c}-pch")]).rest.is_empty();
+                        if arch_refused != blank || pch_dropped != blank {
+                            disagree.lock().unwrap().push(format!("{:#04x} before -arch or -pch", c as u32));
+                        }
+                    }
+                });
+            }
+        });
+        let disagree = disagree.into_inner().unwrap();
+        assert!(disagree.is_empty(), "caijit reads these bytes otherwise than NVRTC {}.{}: {disagree:?}", tk.version.0, tk.version.1);
+    }
+
+    /// Whether caijit refuses `o` as an architecture given as an option.
+    fn program_arch_option(o: &str) -> bool {
+        let program = crate::compile::Program::new("").option(o);
+        let tk = toolkit().unwrap();
+        let sorted = sort(&program.options);
+        super::super::nvrtc_options(&program, crate::compile::Arch(90), tk, &sorted, None).is_err()
     }
 }

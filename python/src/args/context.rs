@@ -11,6 +11,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 
+use super::PyArg;
 use crate::errors::{PyCaiError, PyCaiResult};
 
 /// Which paths a conversion may take: all (a launch), or one forced for tests that
@@ -53,6 +54,10 @@ pub struct ArgContext {
     /// The stream the launch will use when it was given (CAI value); DLPack producers are
     /// asked to order their work before it.
     explicit_stream: Option<u64>,
+    /// The stream the launch will use when none was given: the one stream the other
+    /// arrays carry, when they agree ([`ArgContext::imply_stream`]); DLPack producers are
+    /// asked for it.
+    implied_stream: Option<u64>,
     /// Whether that stream is being captured into a CUDA graph (asked once per launch, at
     /// the first DLPack import).
     capturing: Option<bool>,
@@ -77,7 +82,7 @@ impl ArgContext {
     /// caijit leaves out its own edges to streams outside a capture: ordering a replay
     /// against other work is the capturer's business.
     pub fn dlpack_stream(&mut self) -> PyCaiResult<(i64, Option<u64>)> {
-        let stream = self.explicit_stream.unwrap_or(1);
+        let stream = self.explicit_stream.or(self.implied_stream).unwrap_or(1);
         let capturing = match self.capturing {
             Some(c) => c,
             None => {
@@ -93,6 +98,27 @@ impl ArgContext {
             return Ok((-1, None));
         }
         Ok((stream as i64, Some(stream)))
+    }
+
+    /// Without an explicit stream, the launch runs on the one stream its arrays carry, if
+    /// they agree, else on the legacy default stream: `others` (the arguments converted
+    /// before the DLPack-only ones) decide it, and the DLPack producers are asked for it.
+    /// Inside `torch.cuda.graph` that is the capturing stream (PyTorch's current one),
+    /// never the legacy stream, which a capture forbids.
+    pub fn imply_stream<'a>(&mut self, others: impl Iterator<Item = &'a PyArg>) {
+        let mut common = None;
+        for s in others.filter_map(|a| a.view()?.stream()) {
+            match common {
+                None => common = Some(s.to_cai()),
+                Some(c) if c != s.to_cai() => {
+                    common = None;
+                    break;
+                }
+                Some(_) => {}
+            }
+        }
+        self.implied_stream = common;
+        self.capturing = None;
     }
 
     /// The stream CuPy's `__cuda_array_interface__` would export now: its current stream

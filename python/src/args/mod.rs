@@ -39,6 +39,7 @@ use cai_runtime::python::FromPyError;
 use cai_runtime::runtime::Stream as RtStream;
 use pyo3::intern;
 use pyo3::prelude::*;
+use smallvec::SmallVec;
 use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyType};
 
 use crate::array::DeviceArray;
@@ -97,23 +98,82 @@ fn qualified_name(ty: &Bound<'_, PyAny>) -> PyResult<String> {
 
 /// Convert argument `index` of a launch.
 pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<PyArg> {
+    match arg_before_dlpack(index, obj, ctx)? {
+        Some(a) => Ok(a),
+        None => arg_by_dlpack(index, obj, ctx),
+    }
+}
+
+/// Convert the arguments `objs` of one launch (`(index, object)`): DLPack-only producers
+/// last, once the stream the launch will use is known ([`ArgContext::imply_stream`]).
+pub fn args_from_py<'py>(
+    objs: impl Iterator<Item = (usize, Bound<'py, PyAny>)>,
+    ctx: &mut ArgContext,
+    named: impl Fn(usize, PyCaiError) -> PyCaiError,
+) -> PyCaiResult<SmallVec<[PyArg; 8]>> {
+    // Filled in place: a launch moves each argument once, never the whole (large) vector.
+    let mut converted: SmallVec<[PyArg; 8]> = SmallVec::new();
+    let mut later: SmallVec<[(usize, Bound<'py, PyAny>); 2]> = SmallVec::new();
+    for (i, obj) in objs {
+        match arg_before_dlpack(i, &obj, ctx).map_err(|e| named(i, e))? {
+            Some(a) => converted.push(a),
+            None => {
+                // In its place until it is imported below (nothing reads it before).
+                converted.push(PyArg::Bytes(Vec::new()));
+                later.push((converted.len() - 1, obj));
+            }
+        }
+    }
+    if !later.is_empty() {
+        ctx.imply_stream(converted.iter().enumerate().filter(|(i, _)| !later.iter().any(|(l, _)| l == i)).map(|(_, a)| a));
+        for (at, obj) in later {
+            converted[at] = arg_by_dlpack(at, &obj, ctx).map_err(|e| named(at, e))?;
+        }
+    }
+    Ok(converted)
+}
+
+/// Argument `index` by DLPack (a producer that spoke no other interface caijit reads),
+/// else the error saying why it cannot be passed.
+pub fn arg_by_dlpack(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<PyArg> {
+    let probe = timing::start();
+    // DLPack-only producers (the handshake orders their work before the launch stream).
+    if let Some(a) = dlpack::import(index, obj, ctx)? {
+        probe.stop(Phase::ArgDlpack);
+        return Ok(a);
+    }
+    if obj.hasattr("__array_interface__")? || obj.hasattr("__array__")? || dlpack::is_host(obj)? {
+        return Err(PyCaiError::argument(format!(
+            "argument {index}: a {} is host memory; caijit never copies implicitly (use caijit.to_device, or a GPU array)",
+            type_name(obj)
+        )));
+    }
+    Err(PyCaiError::argument(format!(
+        "argument {index}: cannot pass a {} to a kernel (expected a CUDA array, a scalar, or bytes for a struct)",
+        type_name(obj)
+    )))
+}
+
+/// Argument `index` by every path but DLPack; `None`: what is left is DLPack and errors
+/// ([`arg_by_dlpack`]).
+pub fn arg_before_dlpack(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option<PyArg>> {
     let probe = timing::start();
     // The commonest arguments are recognised by their exact type alone.
     if obj.is_exact_instance_of::<PyInt>() {
         let a = PyArg::Scalar(Num::Int(int_value(index, obj)?), None);
         probe.stop(Phase::ArgScalar);
-        return Ok(a);
+        return Ok(Some(a));
     }
     if obj.is_exact_instance_of::<PyFloat>() {
         let a = PyArg::Scalar(Num::Float(obj.extract()?), None);
         probe.stop(Phase::ArgScalar);
-        return Ok(a);
+        return Ok(Some(a));
     }
     let path = ctx.path;
     if let Some(a) = obj.cast_exact::<DeviceArray>().ok().filter(|_| matches!(path, Path::Auto | Path::Known)) {
         let a = caijit_arg(a.clone().unbind(), None)?;
         probe.stop(Phase::ArgCaijit);
-        return Ok(a);
+        return Ok(Some(a));
     }
     let route = route_of(&obj.get_type());
     let fast = match route {
@@ -129,7 +189,7 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
     };
     if let Some((arg, phase)) = fast {
         probe.stop(phase);
-        return Ok(arg);
+        return Ok(Some(arg));
     }
     if matches!(route, Route::Torch | Route::Exchange { torch: true, .. }) {
         // The generic paths read torch's own interfaces, which export lazy views as memory.
@@ -138,7 +198,7 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
     if matches!(route, Route::Numba) && matches!(path, Path::Auto | Path::Known) {
         if let Some(a) = numba::view(obj)? {
             probe.stop(Phase::ArgNumba);
-            return Ok(a);
+            return Ok(Some(a));
         }
     }
     if path != Path::Dlpack {
@@ -154,14 +214,14 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
                 (None, None) => PyArg::Array(i.view.clone()),
             };
             probe.stop(Phase::ArgInterface);
-            return Ok(a);
+            return Ok(Some(a));
         }
         if let Some(n) = python_number(index, obj)? {
             probe.stop(Phase::ArgScalar);
-            return Ok(PyArg::Scalar(n, None));
+            return Ok(Some(PyArg::Scalar(n, None)));
         }
         if let Ok(b) = obj.cast::<PyBytes>() {
-            return Ok(PyArg::Bytes(b.as_bytes().to_vec()));
+            return Ok(Some(PyArg::Bytes(b.as_bytes().to_vec())));
         }
         // Any CAI producer (a plain dict is not an array argument).
         if !obj.is_instance_of::<PyDict>() {
@@ -169,31 +229,14 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
                 Ok(dict) => {
                     let a = PyArg::Array(view_from_dict(&dict, TypestrOptions::default())?);
                     probe.stop(Phase::ArgCai);
-                    return Ok(a);
+                    return Ok(Some(a));
                 }
                 Err(FromPyError::NoInterface(_)) => {}
                 Err(e) => return Err(e.into()),
             }
         }
     }
-    // DLPack-only producers (the handshake orders their work before the launch stream).
-    if let Some(a) = dlpack::import(index, obj, ctx)? {
-        probe.stop(Phase::ArgDlpack);
-        return Ok(a);
-    }
-    if let Some((value, dtype)) = numpy_scalar(index, obj)? {
-        return Ok(PyArg::Scalar(value, dtype));
-    }
-    if obj.hasattr("__array_interface__")? || obj.hasattr("__array__")? || dlpack::is_host(obj)? {
-        return Err(PyCaiError::argument(format!(
-            "argument {index}: a {} is host memory; caijit never copies implicitly (use caijit.to_device, or a GPU array)",
-            type_name(obj)
-        )));
-    }
-    Err(PyCaiError::argument(format!(
-        "argument {index}: cannot pass a {} to a kernel (expected a CUDA array, a scalar, or bytes for a struct)",
-        type_name(obj)
-    )))
+    Ok(numpy_scalar(index, obj)?.map(|(value, dtype)| PyArg::Scalar(value, dtype)))
 }
 
 /// A caijit array, or a view of one (`view`), as an argument: refused where the array may
