@@ -105,7 +105,7 @@ impl From<i64> for TemplateArg {
 /// [`Dispatcher::instance`] names it, and what a bundle of such instances is baked with.
 pub fn template_instance(name: &str, args: &[TemplateArg]) -> String {
     let list: Vec<String> = args.iter().map(TemplateArg::to_string).collect();
-    format!("{name}<{}>", list.join(", "))
+    crate::signature::instance_expression(name, &list)
 }
 
 /// A kernel of a program, by any name: compiled on first use (per device, and per argument
@@ -861,6 +861,63 @@ mod tests {
         // A name the tokenizer does not find (made by a macro): NVRTC decides.
         let made = Dispatcher::new(Program::new("#define K template <class T> __global__ void m(T* x) {}\nK"), Some("m")).unwrap();
         assert_eq!(made.explicit_instance_for(&[Type(DType::F32)]).unwrap().1, "m<float>");
+    }
+
+    /// One request is one program, however it is made: named (`caijit.kernel(src,
+    /// "k<__half>")`), deduced from argument types (a launch), by template arguments
+    /// (`Dispatcher::instance`), by `specialize`, with name expressions (`compile()`, the
+    /// CLI's `--instantiate`) and by `bundle build --instance`; so one bundle key.
+    #[test]
+    fn every_way_of_asking_for_an_instance_makes_one_program() {
+        use TemplateArg::{Int, Type};
+        let arr = |dtype| ArgType::Array { dtype, rank: 1 };
+        let both = "template <typename A, typename B> __global__ void k(const A* a, B* b) {}";
+        let table: Vec<(&str, &str, &str, Vec<ArgType>, Vec<TemplateArg>)> = vec![
+            ("template <typename T> __global__ void k(T* x) {}", "k", "k<float>", vec![arr(DType::F32)], vec![Type(DType::F32)]),
+            ("template <typename T> __global__ void k(T* x) {}", "k", "k<__half>", vec![arr(DType::F16)], vec![Type(DType::F16)]),
+            (both, "k", "k<__half, __nv_bfloat16>", vec![arr(DType::F16), arr(DType::BF16)], vec![Type(DType::F16), Type(DType::BF16)]),
+            (both, "k", "k<__nv_bfloat16, __half>", vec![arr(DType::BF16), arr(DType::F16)], vec![Type(DType::BF16), Type(DType::F16)]),
+            // A default template argument is left to the compiler however it is asked for.
+            (
+                "template <typename T, int N = 4> __global__ void k(T* x) {}",
+                "k",
+                "k<caijit::complex<double> >",
+                vec![arr(DType::C128)],
+                vec![Type(DType::C128)],
+            ),
+            (
+                "template <typename T, int N> __global__ void k(T* x) {}",
+                "k",
+                "k<unsigned char, -3>",
+                vec![],
+                vec![Type(DType::U8), Int(-3)],
+            ),
+            ("__global__ void k(int* x) {}\ntemplate <typename T> __global__ void k(T* x) {}", "k", "k<double>", vec![], vec![]),
+        ];
+        for (src, name, expr, types, targs) in table {
+            let program = Program::new(src).name("k.cu");
+            let named = Dispatcher::new(program.clone(), Some(expr)).unwrap().instance_for(&[]).unwrap().0;
+            let mut made = vec![
+                ("with name expressions", with_name_expressions(program.clone(), [expr.to_string()])),
+                ("bundle build --instance", instance_programs(&program, &[expr.to_string()]).unwrap().remove(0)),
+            ];
+            let plain = Dispatcher::new(program.clone(), Some(name)).unwrap();
+            if !targs.is_empty() {
+                made.push(("by template arguments", plain.explicit_instance_for(&targs).unwrap().0));
+            }
+            if !types.is_empty() {
+                made.push(("deduced", plain.instance_for(&types).unwrap().0));
+            }
+            if plain.is_deduced_template() {
+                let args = expr.split_once('<').unwrap().1.strip_suffix('>').unwrap();
+                made.push(("specialize", plain.specialize(args).unwrap().instance_for(&[]).unwrap().0));
+            }
+            let key = crate::compile::bundle_key(&named).unwrap().unwrap();
+            for (how, p) in made {
+                assert_eq!(p, named, "{expr} {how}");
+                assert_eq!(crate::compile::bundle_key(&p).unwrap().unwrap(), key, "{expr} {how}");
+            }
+        }
     }
 
     #[test]

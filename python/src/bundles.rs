@@ -85,7 +85,10 @@ pub fn bundle_build(
         }
         let mut options = BakeOptions::new(archs).ptx(ptx).progress(progress);
         let at_least_one = |n: i64, what: &str| {
-            usize::try_from(n).ok().filter(|&n| n >= 1).ok_or_else(|| cai_runtime::Error::argument(format!("{what} must be at least 1, not {n}")))
+            usize::try_from(n)
+                .ok()
+                .filter(|&n| n >= 1)
+                .ok_or_else(|| cai_runtime::Error::argument(format!("{what} must be at least 1, not {n}")))
         };
         if let Some(j) = jobs {
             options = options.jobs(at_least_one(j, "jobs (compilations at once)")?);

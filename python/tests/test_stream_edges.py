@@ -784,6 +784,37 @@ def test_capture_with_torch_graph(k: Any, torch: Any) -> None:
     assert torch.equal(y, 3 * x)
 
 
+@pytest.mark.parametrize("where", ["first", "last", "explicit stream", "op"])
+def test_capture_with_torch_graph_of_a_dlpack_only_producer(k: Any, torch: Any, where: str) -> None:
+    """A producer that speaks only DLPack, wrapping a tensor, inside `torch.cuda.graph`: it
+    is asked for the stream the launch will use (the capturing stream, which the tensor
+    beside it carries, or the one given), never the legacy stream a capture forbids."""
+    x = torch.arange(N, dtype=torch.float32, device="cuda")
+    y = torch.zeros(N, device="cuda")
+    add_to = k["add_to"]
+    # Every kernel and path warmed up outside the capture (a first launch loads a module).
+    add_to[GRID, BLOCK](DLPackOnly(x), y, N)
+    add_to[GRID, BLOCK](y, DLPackOnly(y), N)
+    ops.add(DLPackOnly(x), y, out=y)
+    torch.cuda.synchronize()
+    y.zero_()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        if where == "first":
+            add_to[GRID, BLOCK](DLPackOnly(x), y, N)
+        elif where == "last":
+            add_to[GRID, BLOCK](x, DLPackOnly(y), N)
+        elif where == "explicit stream":
+            add_to[GRID, BLOCK, torch.cuda.current_stream()](DLPackOnly(x), DLPackOnly(y), N)
+        else:
+            ops.add(DLPackOnly(x), y, out=y)
+    for _ in range(3):
+        g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, 3 * x)
+
+
 def test_launch_waiting_on_a_capturing_stream_is_an_error(k: Any, cupy: Any) -> None:
     x = caijit.to_device(np.ones(N, np.float32))
     y = caijit.zeros(N)

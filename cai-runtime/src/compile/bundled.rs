@@ -3,16 +3,16 @@
 //! A bundle finds a program by its *bundle key*: the part of the cache key that does not
 //! depend on the NVRTC found at run time (which a process without NVRTC cannot name):
 //! the source, the file name, the options and defines, the name expressions, caijit's
-//! embedded headers, and every header of the program's own (found in its directories and
-//! its `-I` options, hashed by name and contents as for the cache key; the toolkit's
-//! headers are not searched, they belong to the NVRTC build the bundle records; since one
-//! of them may include a header the program's include directories supply, a program that
-//! includes anything not found there has every file of those directories covered). Include
-//! directories are not in it, so a bundle works wherever the program's headers are found.
+//! embedded headers, and the program's own headers as the compilation read them (the names
+//! it reaches without passing through a toolkit header, each with its file's contents, and
+//! the program's own headers that only a toolkit header reaches: `includes::Includes::bundle`).
+//! The toolkit's headers belong to the NVRTC build the bundle records. Include directories
+//! are not in it, so a bundle works wherever the program's headers are found.
 //!
 //! A bundled program also serves a program of its *family* (the same key without the name
 //! expressions) whose name expressions it has: baking compiles each family once, with the
-//! name expressions of all its recorded programs, and the one module serves them all.
+//! name expressions of all its recorded programs, and the one module serves them all, each
+//! with the kernels its own compilation would have.
 //!
 //! Recording (`CAIJIT_RECORD=manifest.json`, or [`record_to`]) appends one JSON line per
 //! program and architecture compiled or loaded, each written whole under an exclusive lock
@@ -117,7 +117,11 @@ pub(super) fn lookup(
             Ok(Some(c)) => return Ok(Some(c)),
             Err(e) if nvrtc_available() => {
                 crate::stats::bump(&crate::stats::COUNTERS.bundle_skips);
-                warn_once(&format!("caijit: warning: not using the bundle {} for {}: {e}; compiling with NVRTC instead", b.origin(), program.name));
+                warn_once(&format!(
+                    "caijit: warning: not using the bundle {} for {}: {e}; compiling with NVRTC instead",
+                    b.origin(),
+                    program.name
+                ));
             }
             Err(e) => {
                 unusable.get_or_insert(e);
@@ -191,13 +195,12 @@ fn hit(b: &Arc<Bundle>, p: &BundledProgram, program: &Program, key: &str, arch: 
             }
         };
         // The name expressions of `p` that `program` does not have, and what they lowered to.
-        let others: Vec<&(String, String)> = details
-            .lowered
-            .iter()
-            .filter(|(e, _)| p.name_expressions.contains(e) && !program.name_expressions.contains(e))
-            .collect();
+        let others: Vec<&(String, String)> =
+            details.lowered.iter().filter(|(e, _)| p.name_expressions.contains(e) && !program.name_expressions.contains(e)).collect();
         let own = |expr: &Option<String>, lowered: &String| match expr {
-            Some(e) if others.iter().any(|(o, _)| o == e) => details.lowered.iter().any(|(f, l)| l == lowered && program.name_expressions.contains(f)),
+            Some(e) if others.iter().any(|(o, _)| o == e) => {
+                details.lowered.iter().any(|(f, l)| l == lowered && program.name_expressions.contains(f))
+            }
             _ => true,
         };
         let kernels: Vec<KernelInfo> = kernels.into_iter().filter(|k| own(&k.name_expression, &k.lowered_name)).collect();

@@ -935,9 +935,7 @@ int n = 1'000; char c = '"';
         std::fs::create_dir(d.join("dir.h")).unwrap();
         let fifo = d.join("fifo.h");
         assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
-        for (text, what) in
-            [("#include \"fifo.h\"\n", "a FIFO"), ("#include \"/dev/null\"\n", "a device")]
-        {
+        for (text, what) in [("#include \"fifo.h\"\n", "a FIFO"), ("#include \"/dev/null\"\n", "a device")] {
             let mut p = Program::new(text);
             p.source_dir = Some(d.to_path_buf());
             let e = resolve(&p, &options::sort(&p.options), &[]).unwrap_err().to_string();

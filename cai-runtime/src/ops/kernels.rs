@@ -370,7 +370,7 @@ mod tests {
             assert!(instances.iter().any(|(f, n, _)| (*f, *n) == (file, name)), "{file}.cu: `{name}`");
         }
         let elementwise = exprs("elementwise.cu");
-        for e in ["axpy<__half>", "cast<bool, __nv_bfloat16>", "binary_broadcast<double, 8>", "fill<caijit::complex<double>>"] {
+        for e in ["axpy<__half>", "cast<bool, __nv_bfloat16>", "binary_broadcast<double, 8>", "fill<caijit::complex<double> >"] {
             assert!(elementwise.contains(&e.to_string()), "{e} is not in {elementwise:?}");
         }
         assert!(exprs("reduce.cu").contains(&"reduce_rows<__half, float, long long>".to_string()));

@@ -123,13 +123,21 @@ pub fn deduce(decl: &KernelDecl, args: &[ArgType]) -> Result<Instance, Signature
         };
         written.push(text);
     }
-    let targs = written;
+    let expression = instance_expression(&kernel, &written);
+    let headers = headers_for(&expression);
+    Ok(Instance { expression, headers })
+}
+
+/// The name expression of `kernel`'s instance on the template arguments `targs` (as
+/// written): `k<float, 4>`, and `k<caijit::complex<double> >` with a space between closing
+/// brackets. The one spelling of an instance, deduced or named by its arguments, so that
+/// both are one program.
+pub fn instance_expression(kernel: &str, targs: &[String]) -> String {
     let mut expression = format!("{kernel}<{}>", targs.join(", "));
     if expression.ends_with(">>") {
         expression.insert(expression.len() - 1, ' ');
     }
-    let headers = headers_for(&expression);
-    Ok(Instance { expression, headers })
+    expression
 }
 
 /// `text` (a default template argument, or a non-type parameter's type) with each earlier

@@ -43,7 +43,7 @@ mod tokens;
 mod types;
 
 pub use decl::{declarations, parse_kernels, scalar_from_cpp, Declarations, KernelDecl, TemplateParam};
-pub use deduce::{deduce, headers_for, ArgType, Instance};
+pub use deduce::{deduce, headers_for, instance_expression, ArgType, Instance};
 pub use demangle::{demangled, mangled_qualified_name, probe_expression, probe_types, types_from_lowered, PROBE_SOURCE, PROBE_TEMPLATE};
 pub use error::SignatureError;
 pub use layout::{array_param_size, layout, layout_compiled, ArrayLayout, ParamKind, ParamLayout};

@@ -39,8 +39,8 @@ use cai_runtime::python::FromPyError;
 use cai_runtime::runtime::Stream as RtStream;
 use pyo3::intern;
 use pyo3::prelude::*;
-use smallvec::SmallVec;
 use pyo3::types::{PyBytes, PyDict, PyFloat, PyInt, PyType};
+use smallvec::SmallVec;
 
 use crate::array::DeviceArray;
 use crate::errors::{PyCaiError, PyCaiResult};
