@@ -68,9 +68,20 @@ fn programs_of_one_source_are_baked_as_one() {
     let names: Vec<&str> = p.kernel_names.iter().map(String::as_str).collect();
     assert_eq!(names.len(), 3, "{names:?}");
     bundle::install(bundle).unwrap();
+    // Each is served by the one program, with the kernels its own compilation has: the
+    // other instance is in the binary, not among its kernels; the binary is named the same.
+    let mut images = Vec::new();
     for program in &programs {
-        assert_eq!(compile_with(program, Arch(90), &fresh()).unwrap().source, CacheSource::Bundle);
+        let hit = compile_with(program, Arch(90), &fresh()).unwrap();
+        assert_eq!(hit.source, CacheSource::Bundle);
+        let mut unbundled = fresh();
+        unbundled.skip_bundles = true;
+        let compiled = compile_with(program, Arch(90), &unbundled).unwrap();
+        let names = |c: &cai_runtime::compile::Compiled| c.kernels.iter().map(|k| k.lowered_name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&hit), names(&compiled), "{:?}", program.name_expressions);
+        images.push(hit.key.split('/').next().unwrap().to_string());
     }
+    assert!(images.iter().all(|i| *i == images[0]), "{images:?}");
 }
 
 #[test]

@@ -24,6 +24,7 @@ use crate::stats::timing::{self, LoadPhase};
 use crate::stats::{bump, COUNTERS};
 use crate::sync::OnceMap;
 pub use crate::sys::KernelAttributes;
+use crate::sys::RawModule;
 use crate::{Error, Result};
 
 /// sm_90: the architecture kernels are inspected for without a GPU unless `CAIJIT_ARCH`
@@ -51,6 +52,10 @@ pub fn inspection_arch() -> Result<Arch> {
 /// a second load would leak).
 static MODULES: LazyLock<OnceMap<(usize, String), Arc<Module>>> = LazyLock::new(Default::default);
 
+/// The driver's modules by device ordinal and image key: a program's key up to a `/`
+/// ([`Compiled::key`]): several programs of one bundled binary share its module.
+static IMAGES: LazyLock<OnceMap<(usize, String), RawModule>> = LazyLock::new(Default::default);
+
 impl Context {
     pub fn arch(&self) -> Arch {
         let (major, minor) = self.compute_capability();
@@ -72,10 +77,14 @@ impl Context {
     /// Load a compiled program (once per context and cache key).
     pub fn load(self: &Arc<Self>, compiled: Arc<Compiled>) -> Result<Arc<Module>> {
         MODULES.get_or_try_insert_with((self.ordinal(), compiled.key.clone()), || {
-            let probe = timing::start();
-            let raw = self.bind()?.load_module(compiled.image.bytes())?;
-            probe.stop(LoadPhase::ModuleLoad);
-            bump(&COUNTERS.modules_loaded);
+            let image = compiled.key.split('/').next().unwrap_or_default().to_string();
+            let raw = IMAGES.get_or_try_insert_with((self.ordinal(), image), || {
+                let probe = timing::start();
+                let raw = self.bind()?.load_module(compiled.image.bytes())?;
+                probe.stop(LoadPhase::ModuleLoad);
+                bump(&COUNTERS.modules_loaded);
+                Ok::<_, Error>(raw)
+            })?;
             Ok(Arc::new(Module::new(self.clone(), compiled, raw)))
         })
     }

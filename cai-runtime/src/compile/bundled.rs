@@ -207,8 +207,10 @@ fn hit(b: &Arc<Bundle>, p: &BundledProgram, program: &Program, key: &str, arch: 
         let unusable: Vec<_> = unusable.into_iter().filter(|k| own(&k.name_expression, &k.lowered_name)).collect();
         let lowered: Vec<(String, String)> = details.lowered.iter().filter(|pair| !others.contains(pair)).cloned().collect();
         let aliases = super::compiled::aliases(&lowered, &kernels, &unusable);
-        // What names the image's bytes (without hashing them).
-        let key = sha256_hex(&[b"bundled", &b.image_identity(p, &im)]);
+        // What names the image's bytes (without hashing them); and, for a program served by
+        // another of its family, which program (its kernels are fewer than the image's).
+        let image_key = sha256_hex(&[b"bundled", &b.image_identity(p, &im)]);
+        let key = if others.is_empty() { image_key } else { format!("{image_key}/{key}") };
         let image = match im.kind {
             ImageKind::Cubin => Image::Cubin(bytes),
             ImageKind::Ptx => Image::Ptx(

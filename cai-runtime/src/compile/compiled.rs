@@ -99,7 +99,9 @@ impl UnusableKernel {
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct Compiled {
-    /// The cache key (for an untrusted result, hashed with its binary too).
+    /// The cache key (for an untrusted result, hashed with its binary too). A key with a
+    /// `/` is a program served by another's binary (a bundled program of its family): the
+    /// part before the `/` names the binary, which is loaded once for all of them.
     pub key: String,
     pub arch: Arch,
     pub image: Image,
