@@ -499,7 +499,10 @@ def ptx_entries(ptx: str) -> dict[str, tuple[list[str], str]]:
     out: dict[str, tuple[list[str], str]] = {}
     for m in _ENTRY.finditer(ptx):
         params = [p.split()[1] for p in m.group(2).split(",") if p.strip()]
-        start = ptx.index("{", m.end())
+        start = ptx.find("{", m.end())
+        if start < 0:  # declarations only (a bundle's): no body
+            out[m.group(1)] = (params, "")
+            continue
         depth, i = 0, start
         while i < len(ptx):
             depth += {"{": 1, "}": -1}.get(ptx[i], 0)
@@ -641,9 +644,10 @@ def _worker() -> None:
 class Worker:
     """A caijit process (cwd: the run's root, its own disk cache) answering batches of jobs."""
 
-    def __init__(self, root: str, cache_dir: str) -> None:
-        env = {k: v for k, v in os.environ.items() if k != "CAIJIT_CACHE"}
+    def __init__(self, root: str, cache_dir: str, **extra: str) -> None:
+        env = {k: v for k, v in os.environ.items() if k not in ("CAIJIT_CACHE", "CAIJIT_RECORD", "CAIJIT_BUNDLES")}
         env["CAIJIT_CACHE_DIR"] = cache_dir
+        env.update(extra)
         self.p = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker"], cwd=root, env=env, stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
         self.results: dict[int, dict[str, Any]] = {}
@@ -701,7 +705,7 @@ class Failure:
         def show(d: dict[str, Any]) -> str:
             if not d["ok"]:
                 return "FAILED: " + str(d["log"]).replace("\n", "\n    ")
-            rows = [f"{k}: symbol {v['symbol']} params {v['params']} ptx params {v['ptx_params']}\n      body {v['body']}" for k, v in d["kernels"].items()]
+            rows = [f"{k}: symbol {v['symbol']} params {v['params']} ptx params {v.get('ptx_params')}\n      body {v.get('body')}" for k, v in d["kernels"].items()]
             extra = f" (cache: {d.get('cache')}; untrusted key: {d.get('untrusted')}; types {d.get('types')})" if "cache" in d else ""
             return ("\n    ".join(rows) or "no kernels") + extra
 
@@ -720,6 +724,8 @@ class Report:
     both_failed: int
     effective_edits: int
     seconds: float
+    #: (bundle runs) results served from the bundle without NVRTC.
+    served: int = 0
 
     def failed_cases(self) -> set[int]:
         return {f.case.index for f in self.failures}
@@ -805,6 +811,78 @@ def run(indices: list[int], seed: int, root: str, progress: bool = False) -> Rep
                 failures.append(f)
     effective = sum(1 for a, b in zip(truth1, truth2) if (a["ok"], a["kernels"]) != (b["ok"], b["kernels"]))
     return Report(seed, cases, failures, both_failed, effective, time.monotonic() - t0)
+
+
+def _signature(d: dict[str, Any]) -> dict[str, Any]:
+    """What a bundle hit shows of a result (its `.entry` declarations, not the PTX bodies):
+    whether it compiled, and each kernel's symbol and parameter types."""
+    if not d["ok"]:
+        return {"ok": False, "log": d["log"], "kernels": {}}
+    return {"ok": True, "log": "", "kernels": {k: {"symbol": v["symbol"], "params": v["params"]} for k, v in d["kernels"].items()}}
+
+
+def run_bundle(indices: list[int], seed: int, root: str) -> Report:
+    """Bundles against NVRTC: version 1 of every case is compiled (recorded into a manifest)
+    and baked into a bundle while headers are edited to version 2 at random moments: some
+    before the bake starts, the rest while it runs. Then a process without NVRTC serves each
+    case from the bundle, and one with NVRTC from the bundle or by compiling: each result
+    must be NVRTC's for the files as they are now (a miss, without NVRTC, is an error, never
+    the old code)."""
+    t0 = time.monotonic()
+    root = os.path.abspath(root)
+    os.makedirs(root, exist_ok=True)
+    rng = random.Random(seed)
+    cases = [generate(seed, i, root) for i in indices]
+    for c in cases:
+        c.write(1)
+    nvrtc = Nvrtc()
+    jobs = [c.job() for c in cases]
+    manifest = os.path.join(root, "manifest.json")
+    old = os.getcwd()
+    os.chdir(root)
+    try:
+        recorder = Worker(root, os.path.join(root, "cache"), CAIJIT_RECORD=manifest)
+        truth1 = [nvrtc.compile(c) for c in cases]
+        recorder.finish(recorder.start(jobs), jobs)
+        recorder.close()
+        order = list(cases)
+        rng.shuffle(order)
+        before = order[: len(order) // 3]
+        for c in before:
+            c.write(2)
+        bundle = os.path.join(root, "b.caijit")
+        bake = subprocess.Popen([sys.executable, "-m", "caijit", "bundle", "build", manifest, "--arch", ARCH, "-j", "1", "--no-ptx", "-o", bundle],
+                                cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        for c in order[len(before) :]:
+            time.sleep(rng.uniform(0, 0.05))
+            c.write(2)
+        out, err = bake.communicate(timeout=1200)
+        if bake.returncode != 0 and "changed while the bundle was being built" not in err:
+            raise RuntimeError(f"bundle build failed: {err[-2000:]}")
+        truth2 = [nvrtc.compile(c) for c in cases]
+        results = {}
+        if bake.returncode == 0:
+            no_nvrtc = Worker(root, os.path.join(root, "cache-none"), CAIJIT_BUNDLES=bundle, CAIJIT_CACHE="0",
+                              CAIJIT_NVRTC_PATH="/nonexistent/libnvrtc.so")  # fmt: skip
+            results["bundle-without-nvrtc"] = no_nvrtc.finish(no_nvrtc.start(jobs), jobs)
+            no_nvrtc.close()
+            with_nvrtc = Worker(root, os.path.join(root, "cache-bundle"), CAIJIT_BUNDLES=bundle)
+            results["bundle-with-nvrtc"] = with_nvrtc.finish(with_nvrtc.start(jobs), jobs)
+            with_nvrtc.close()
+    finally:
+        os.chdir(old)
+    failures: list[Failure] = []
+    both_failed = 0
+    for c, w1, w2 in zip(cases, truth1, truth2):
+        for phase, got in ((p, r[c.index]) for p, r in results.items()):
+            miss = not got["ok"] and "NVRTC is not available to compile it" in got["log"] and phase == "bundle-without-nvrtc"
+            both_failed += not got["ok"] and not w2["ok"]
+            f = None if miss else _compare(c, phase, _signature(got), _signature(w2), _signature(w1))
+            if f:
+                failures.append(f)
+    effective = sum(1 for a, b in zip(truth1, truth2) if _signature(a) != _signature(b))
+    served = sum(1 for r in results.get("bundle-without-nvrtc", {}).values() if r["ok"])
+    return Report(seed, cases, failures, both_failed, effective, time.monotonic() - t0, served)
 
 
 def _batch(args: tuple[list[int], int, str, bool]) -> Report:

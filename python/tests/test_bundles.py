@@ -294,3 +294,99 @@ def test_a_shipped_bundle_that_cannot_be_used_is_skipped_with_a_warning(tmp_path
     r = python(["-c", code], {}, tmp_path)
     assert r.returncode == 0 and r.stdout.strip() == "int*", r.stderr
     assert "warning: not using a shipped kernel bundle: bundle bad.caijit" in r.stderr
+
+
+def damaged_record(good: bytes) -> bytes:
+    """`good` with one byte of its first program record flipped (its CRC-32 no longer matches)."""
+    _, sections = read_sections(good)
+    index = next(i for i, s in enumerate(sections) if s[0] == 7)
+    (offset,) = struct.unpack_from("<Q", good, 16 + 36 * index + 8)
+    data = bytearray(good)
+    data[offset + 3] ^= 0x20
+    return bytes(data)
+
+
+def test_a_load_that_raises_loads_nothing(baked: tuple[Path, dict[str, Any]]) -> None:
+    """A bundle with a damaged program record is refused whole, by `load_bundle` and in
+    CAIJIT_BUNDLES: later compilations neither use it nor fail naming it."""
+    tmp, _ = baked
+    (tmp / "damaged.caijit").write_bytes(damaged_record((tmp / "app.caijit").read_bytes()))
+    code = r"""
+import caijit, json
+out = {}
+try:
+    caijit.load_bundle("damaged.caijit")
+    out["load"] = "loaded"
+except caijit.BundleError as e:
+    out["load"] = "BundleError"
+out["loaded"] = [b["path"] for b in caijit.bundles.loaded_bundles()]
+out["cache"] = caijit.kernel(open("k.cu.txt").read(), "axpy_t").specialize("float").compile(arch="sm_90")[0]["cache"]
+print(json.dumps(out))
+"""
+    r = python(["-c", code], {"CAIJIT_CACHE": "0", "CAIJIT_ARCH": "sm_90"}, tmp)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == {"load": "BundleError", "loaded": [], "cache": "compiled"}
+    r = python(["-c", "import caijit; caijit.kernel('__global__ void k(int* x) {}').params"], {"CAIJIT_BUNDLES": "damaged.caijit"}, tmp)
+    assert "BundleError: CAIJIT_BUNDLES: bundle damaged.caijit is corrupt" in r.stderr, r.stderr
+
+
+def test_a_bundle_that_cannot_serve_a_program_is_passed_over_with_a_warning(baked: tuple[Path, dict[str, Any]]) -> None:
+    """With NVRTC at hand, a damaged CUBIN of a program the bundle holds is named in a warning
+    and counted, and the program is compiled; without NVRTC it is an error."""
+    tmp, _ = baked
+    good = (tmp / "app.caijit").read_bytes()
+    _, sections = read_sections(good)
+    sm90 = next(i["section"] for i in program_records(sections)[0]["images"] if i["arch"] == 90 and i["kind"] == "cubin")
+    (offset,) = struct.unpack_from("<Q", good, 16 + 36 * sm90 + 8)
+    data = bytearray(good)
+    data[offset] ^= 1
+    (tmp / "cubin.caijit").write_bytes(bytes(data))
+    code = (
+        "import caijit, json; d = caijit.kernel(open('k.cu.txt').read(), 'axpy_t').specialize('float').compile(arch='sm_90')[0];"
+        " print(json.dumps([d['cache'], caijit.stats()['bundle_skips']]))"
+    )
+    r = python(["-c", code], {"CAIJIT_BUNDLES": "cubin.caijit", "CAIJIT_CACHE": "0"}, tmp)
+    assert r.returncode == 0 and json.loads(r.stdout) == ["compiled", 1], r.stderr
+    assert "warning: not using the bundle cubin.caijit for" in r.stderr and "CRC-32" in r.stderr, r.stderr
+
+
+def test_a_bundle_path_that_is_not_a_regular_file_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "fifo.caijit")
+    (tmp_path / "dir.caijit").mkdir()
+    for name, what in (("fifo.caijit", "a FIFO"), ("dir.caijit", "a directory")):
+        for args in (
+            ["-m", "caijit", "bundle", "info", name],
+            ["-c", f"import caijit; caijit.load_bundle({name!r})"],
+            ["-c", "import caijit; caijit.kernel('__global__ void k(int* x) {}').params"],
+        ):
+            env = {"CAIJIT_BUNDLES": name} if "params" in args[-1] else {}
+            r = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                               env={**{k: v for k, v in os.environ.items() if not k.startswith("CAIJIT_")}, **env})
+            assert r.returncode != 0 and f"bundle {name} is {what}, not a regular file" in r.stderr, (args, r.stderr)
+
+
+def test_the_bundles_of_caijit_bundles_come_first_whatever_is_loaded_first(baked: tuple[Path, dict[str, Any]]) -> None:
+    tmp, _ = baked
+    (tmp / "copy.caijit").write_bytes((tmp / "app.caijit").read_bytes())
+    code = "import caijit, json; caijit.load_bundle('copy.caijit'); print(json.dumps([b['path'] for b in caijit.bundles.loaded_bundles()]))"
+    r = python(["-c", code], {"CAIJIT_BUNDLES": "app.caijit", "CAIJIT_PACKAGED_BUNDLE": "0"}, tmp)
+    assert r.returncode == 0 and json.loads(r.stdout) == ["app.caijit", "copy.caijit"], r.stderr
+
+
+def test_a_plain_kernel_beside_a_template_means_the_same_with_a_bundle_of_an_instance(tmp_path: Path) -> None:
+    """A bundle holding `k<float>` serves `k<float>` and changes nothing of the plain `k`
+    beside it (another program of the same source)."""
+    (tmp_path / "k.cu").write_text("__global__ void k(int* x) { *x = 1; }\ntemplate <typename T> __global__ void k(T* x) { *x = 2; }\n")
+    r = python(["-c", "import caijit; caijit.kernel('k.cu', 'k<float>').params"], {"CAIJIT_RECORD": "m.json"}, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert cli(tmp_path, "bundle", "build", "m.json", "--arch", "sm_90", "-o", "b.caijit").returncode == 0
+    code = "import caijit, json; k = caijit.kernel('k.cu', 'k'); print(json.dumps([[p['type'] for p in k.params], [d['lowered_name'] for d in k.compile('sm_90')]]))"
+    for env in ({}, {"CAIJIT_BUNDLES": "b.caijit"}, {"CAIJIT_BUNDLES": "b.caijit", **NO_NVRTC, "CAIJIT_CACHE": "0"}):
+        r = python(["-c", code], {"CAIJIT_ARCH": "sm_90", **env}, tmp_path)
+        assert r.returncode == 0 and json.loads(r.stdout) == [["int*"], ["_Z1kPi"]], (env, r.stderr)
+
+
+def test_bundle_build_refuses_a_job_count_below_one(tmp_path: Path) -> None:
+    (tmp_path / "k.cu").write_text('extern "C" __global__ void k(int* x) {}\n')
+    r = cli(tmp_path, "bundle", "build", "k.cu", "--arch", "sm_90", "-j", "-2", "-o", "b.caijit")
+    assert r.returncode == 2 and "'-2' is not a whole number of at least 1" in r.stderr and "Traceback" not in r.stderr, r.stderr

@@ -46,6 +46,22 @@ def test_cached_compiles_match_nvrtc_after_a_header_edit(tmp_path: Any) -> None:
         )
 
 
+def test_bundles_match_nvrtc_with_headers_edited_during_the_bake(tmp_path: Any) -> None:
+    """A bundle baked while headers are saved serves, with or without NVRTC, only what NVRTC
+    makes of the files as they are (or, without NVRTC, misses): never the old code under a
+    new key. CAIJIT_DIFFTEST_BUNDLE_CASES sets the number of cases (default 60)."""
+    n = int(os.environ.get("CAIJIT_DIFFTEST_BUNDLE_CASES", "60"))
+    seed = int(os.environ.get("CAIJIT_DIFFTEST_SEED") or random.randrange(2**32))
+    report = cd.run_bundle(list(range(n)), seed, str(tmp_path))
+    print(report.summary())
+    # Edits that change NVRTC's result, and cases the bundle serves (those not edited, or
+    # edited before the bake read them): else a stale bundle could not show.
+    assert report.effective_edits >= 0.2 * n and report.served >= 0.2 * n, (report.served, report.summary())
+    if report.failures:
+        shown = "\n\n".join(f.describe() for f in report.failures[:3])
+        pytest.fail(f"{report.summary()}\n\n{shown}", pytrace=False)
+
+
 def test_a_case_is_made_from_its_seed_and_index_alone(tmp_path: Any) -> None:
     a = cd.generate(12345, 7, str(tmp_path))
     b = cd.generate(12345, 7, str(tmp_path))
