@@ -145,7 +145,8 @@ fn launch_now(
 ) -> PyCaiResult<()> {
     let total = timing::start();
     let mut ctx = ArgContext::new(stream.map(RtStream::handle));
-    let mut converted: SmallVec<[PyArg; 8]> = args_from_py(args.iter().enumerate(), &mut ctx, |i, e| kernel.name_argument(i, e))?;
+    let mut converted: SmallVec<[PyArg; 8]> = SmallVec::new();
+    args_from_py(args.iter().enumerate(), &mut ctx, |i, e| kernel.name_argument(i, e), &mut converted)?;
     let probe = timing::start();
     let device = launch_device(&mut converted, stream)?;
     probe.stop(Phase::Device);

@@ -104,15 +104,16 @@ pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -
     }
 }
 
-/// Convert the arguments `objs` of one launch (`(index, object)`): DLPack-only producers
-/// last, once the stream the launch will use is known ([`ArgContext::imply_stream`]).
+/// Convert the arguments `objs` of one launch (`(index, object)`) into `converted`:
+/// DLPack-only producers last, once the stream the launch will use is known
+/// ([`ArgContext::imply_stream`]). Filled in place: a launch moves each argument once,
+/// never the whole (large) vector.
 pub fn args_from_py<'py>(
     objs: impl Iterator<Item = (usize, Bound<'py, PyAny>)>,
     ctx: &mut ArgContext,
     named: impl Fn(usize, PyCaiError) -> PyCaiError,
-) -> PyCaiResult<SmallVec<[PyArg; 8]>> {
-    // Filled in place: a launch moves each argument once, never the whole (large) vector.
-    let mut converted: SmallVec<[PyArg; 8]> = SmallVec::new();
+    converted: &mut SmallVec<[PyArg; 8]>,
+) -> PyCaiResult<()> {
     let mut later: SmallVec<[(usize, Bound<'py, PyAny>); 2]> = SmallVec::new();
     for (i, obj) in objs {
         match arg_before_dlpack(i, &obj, ctx).map_err(|e| named(i, e))? {
@@ -130,7 +131,7 @@ pub fn args_from_py<'py>(
             converted[at] = arg_by_dlpack(at, &obj, ctx).map_err(|e| named(at, e))?;
         }
     }
-    Ok(converted)
+    Ok(())
 }
 
 /// Argument `index` by DLPack (a producer that spoke no other interface caijit reads),
