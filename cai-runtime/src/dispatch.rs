@@ -872,7 +872,9 @@ mod tests {
         use TemplateArg::{Int, Type};
         let arr = |dtype| ArgType::Array { dtype, rank: 1 };
         let both = "template <typename A, typename B> __global__ void k(const A* a, B* b) {}";
-        let table: Vec<(&str, &str, &str, Vec<ArgType>, Vec<TemplateArg>)> = vec![
+        // (source, the plain name, the instance, argument types that deduce it, its template arguments)
+        type Row<'a> = (&'a str, &'a str, &'a str, Vec<ArgType>, Vec<TemplateArg>);
+        let table: Vec<Row> = vec![
             ("template <typename T> __global__ void k(T* x) {}", "k", "k<float>", vec![arr(DType::F32)], vec![Type(DType::F32)]),
             ("template <typename T> __global__ void k(T* x) {}", "k", "k<__half>", vec![arr(DType::F16)], vec![Type(DType::F16)]),
             (both, "k", "k<__half, __nv_bfloat16>", vec![arr(DType::F16), arr(DType::BF16)], vec![Type(DType::F16), Type(DType::BF16)]),

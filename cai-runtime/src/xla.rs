@@ -136,8 +136,8 @@ enum Slot {
 #[derive(Clone, Debug, PartialEq)]
 struct Description {
     program: Program,
-    /// [`crate::compile::family_key`] of `program` where it was traced: its source, options
-    /// and own headers' contents, independent of the NVRTC build (no NVRTC needed).
+    /// The family key of `program` as it was compiled where it was traced ([`compiled_key`]):
+    /// its source, options and own headers' contents, independent of the NVRTC build.
     headers: String,
     name: String,
     inputs: Vec<BufferSpec>,
@@ -163,14 +163,26 @@ pub struct Prepared {
     /// What each parameter is bound to (for the ring of recent launches).
     bindings: Vec<Binding>,
     config: LaunchConfig,
+    /// The program's family key its description records ([`compiled_key`]).
+    headers: String,
     /// The loaded kernel per device ordinal.
     kernels: Vec<OnceLock<Arc<Kernel>>>,
 }
 
-/// Load `name` of `program` on `device` for launches with `config`: a request for more
-/// dynamic shared memory than the kernel's limit raises the limit on this device.
-fn load(program: &Program, name: &str, config: &LaunchConfig, device: usize) -> Result<Arc<Kernel>> {
-    let k = Context::new(device)?.compile(program)?.kernel(name)?;
+/// Load `name` of `program` on `device` for launches with `config`, compiled from headers
+/// whose family key is `headers` (the description's): a request for more dynamic shared
+/// memory than the kernel's limit raises the limit on this device.
+fn load(program: &Program, name: &str, config: &LaunchConfig, device: usize, headers: &str) -> Result<Arc<Kernel>> {
+    let ctx = Context::new(device)?;
+    let (compiled, here) = compiled_key(program, ctx.arch())?;
+    if here != headers {
+        return Err(Error::argument(format!(
+            "the custom call's kernel `{name}` was traced with other headers than {} includes here (header digest {headers} there, \
+             {here} here): trace the program again",
+            program.name
+        )));
+    }
+    let k = ctx.load_compiled(program, compiled)?.kernel(name)?;
     if i64::from(config.shared_mem) > i64::from(k.max_dynamic_shared_size_bytes()) {
         let bytes = i32::try_from(config.shared_mem)
             .map_err(|_| Error::argument(format!("{} bytes of dynamic shared memory is out of range", config.shared_mem)))?;
@@ -189,7 +201,7 @@ impl Prepared {
         if let Some(k) = slot.get() {
             return Ok(k);
         }
-        let k = load(&self.program, &self.name, &self.config, device)?;
+        let k = load(&self.program, &self.name, &self.config, device, &self.headers)?;
         Ok(slot.get_or_init(|| k))
     }
 }
@@ -207,17 +219,21 @@ fn register(key: u128, p: Prepared) -> Arc<Prepared> {
     all.entry(key).or_insert_with(|| Arc::new(p)).clone()
 }
 
-/// What a description records of its program beyond its text: the program's bundle
-/// family key ([`crate::compile::family_key`]), which hashes its own headers' contents, so
-/// that another process with edited headers refuses the launch. A program whose headers
+/// `program` compiled for `arch`, and what a description records of it beyond its text: its
+/// bundle family key, which hashes its own headers' contents as this compilation read them
+/// (so that another process with edited headers refuses the launch, and a launch is never
+/// described by other headers than its code was compiled from). A program whose headers
 /// caijit cannot all name (a computed include) has none: an error.
-fn program_key(program: &Program) -> Result<String> {
-    crate::compile::family_key(program)?.map_err(|why| {
+fn compiled_key(program: &Program, arch: crate::compile::Arch) -> Result<(Arc<crate::compile::Compiled>, String)> {
+    let (compiled, _, keys) = crate::compile::compile_recorded(program, arch, &Default::default(), true)?;
+    let keys = keys.ok_or_else(|| Error::argument("a compilation gave no bundle key"))?;
+    let (_, family) = keys.map_err(|why| {
         Error::argument(format!(
             "{}: caijit cannot name every header the program reads ({why}), so a launch of it cannot be described to another process",
             program.name
         ))
-    })
+    })?;
+    Ok((compiled, family))
 }
 
 /// The fingerprint of a description: the first 128 bits of its SHA-256.
@@ -268,9 +284,14 @@ pub fn prepare(
     config: LaunchConfig,
     devices: &[usize],
 ) -> Result<Launch> {
+    // The first device's architecture (else the inspection one): the headers as compiled.
+    let arch = match devices.first() {
+        Some(&device) => Context::new(device)?.arch(),
+        None => crate::kernel::inspection_arch()?,
+    };
     let d = Description {
         program: program.clone(),
-        headers: program_key(program)?,
+        headers: compiled_key(program, arch)?.1,
         name: name.to_string(),
         inputs: inputs.to_vec(),
         outputs: outputs.to_vec(),
@@ -321,7 +342,7 @@ fn build(d: Description, description: String, devices: Devices<'_>) -> Result<Pr
     };
     for device in list {
         let slot = kernels.get(device).ok_or_else(|| Error::argument(format!("device {device} does not exist ({count} devices)")))?;
-        let k = match load(&d.program, &d.name, &d.config, device) {
+        let k = match load(&d.program, &d.name, &d.config, device, &d.headers) {
             Ok(k) => k,
             Err(e) if strict => return Err(e),
             Err(_) => continue,
@@ -331,11 +352,21 @@ fn build(d: Description, description: String, devices: Devices<'_>) -> Result<Pr
     }
     let info = match info {
         Some(i) => i,
-        None => crate::compile::compile(&d.program, crate::kernel::inspection_arch()?)?.kernel(&d.name)?.clone(),
+        None => {
+            let (compiled, here) = compiled_key(&d.program, crate::kernel::inspection_arch()?)?;
+            if here != d.headers {
+                return Err(Error::argument(format!(
+                    "the kernel `{}` was described with other headers than {} includes now: trace the program again",
+                    d.name, d.program.name
+                )));
+            }
+            compiled.kernel(&d.name)?.clone()
+        }
     };
     let plan = plan(&info, &d.inputs, &d.outputs, &d.aliases, &d.bindings)?;
     Ok(Prepared {
         description,
+        headers: d.headers,
         program: d.program,
         name: d.name,
         buffer_size: info.param_buffer_size(),
@@ -377,14 +408,7 @@ fn resolve(fingerprint: Option<&[u8]>, description: Option<&[u8]>, check: bool) 
         )));
     }
     let d = Description::decode(text)?;
-    let here = program_key(&d.program)?;
-    if here != d.headers {
-        return Err(Error::argument(format!(
-            "the custom call's kernel `{}` was traced with other headers than {} includes here (header digest {} there, {here} here): \
-             trace the program again",
-            d.name, d.program.name, d.headers
-        )));
-    }
+    // Each device's compilation is checked against the description's headers as it loads.
     // Loaded on every device now, while XLA instantiates the program (outside any graph
     // capture): a process that did not trace the kernel does not know which devices its
     // JAX uses, and a first call may be recorded into a CUDA graph.
@@ -920,6 +944,7 @@ mod tests {
         let key = fingerprint_of(&text);
         let p = Prepared {
             description: text.clone(),
+            headers: d.headers.clone(),
             program: d.program.clone(),
             name: d.name.clone(),
             info: info(),

@@ -45,7 +45,7 @@ const BUNDLE_KEY_VERSION: u32 = 3;
 /// A program's bundle key and family key (see the module's documentation), or why it has
 /// none (caijit cannot name every header it may read: it is then compiled, and never
 /// bundled).
-pub(super) type Keys = std::result::Result<(String, String), String>;
+pub(crate) type Keys = std::result::Result<(String, String), String>;
 
 /// The bundle key of `program` (see the module's documentation): `Ok(Err(why))` when it
 /// cannot have one. Its headers are read as a compilation reads them, once; a compilation
