@@ -288,28 +288,39 @@ fn compile_unrecorded(
     let tk = toolkit().map_err(|e| if options.skip_bundles { e } else { bundled::miss(program, arch, e) })?;
     // One read of every header: what the keys hash is what NVRTC is handed.
     let includes = includes::resolve(program, &sorted, &tk.include_dirs)?;
-    let keys = (want_keys || !bundles.is_empty()).then(|| timed_keys(&includes));
-    if let Some(keys) = keys.as_ref().filter(|k| !bundles.is_empty() && searched.as_ref() != Some(*k)) {
-        if let Some(hit) = bundled::lookup(&bundles, program, keys, arch, || true)? {
-            return Ok((hit, CacheSource::Bundle, Some(keys.clone())));
-        }
-    }
+    let keys = std::cell::OnceCell::new();
+    let keys_now = || keys.get_or_init(|| timed_keys(&includes));
+    // The loaded bundles, asked (once NVRTC is loaded) only when the memory cache has not
+    // the program: a memory hit costs what it costs without bundles.
+    let from_bundles = || match keys_now() {
+        k if bundles.is_empty() || searched.as_ref() == Some(k) => Ok(None),
+        k => bundled::lookup(&bundles, program, k, arch, || true),
+    };
     let (untrusted_opts, cubin) = nvrtc_options(program, arch, tk, &sorted, None)?;
     // The key needs only what the caller gave and the headers it can include (the kernels'
     // names follow from the source): a memory hit parses no declarations.
     let key = cache_key(program, arch, &untrusted_opts, tk, &includes);
     let job = Job { program, arch, options, tk, untrusted_opts: &untrusted_opts, cubin, key: &key, includes: &includes };
-    let with_keys = |(compiled, source): (Arc<Compiled>, CacheSource)| (compiled, source, keys.clone());
+    let with_keys = |(compiled, source): (Arc<Compiled>, CacheSource)| (compiled, source, want_keys.then(|| keys_now().clone()));
     if let Some(why) = &includes.untrusted {
+        // (No bundle holds it: a bundled program is one caijit could name every header of.)
         return Ok(with_keys((job.untrusted(why.clone())?, CacheSource::Compiled)));
     }
     let (trusted_opts, _) = nvrtc_options(program, arch, tk, &sorted, Some(&includes))?;
     if options.skip_memory_cache {
+        if let Some(hit) = from_bundles()? {
+            return Ok(with_keys((hit, CacheSource::Bundle)));
+        }
         return job.trusted(&trusted_opts).map(with_keys);
     }
     let mut made = None;
     let mut redone = None;
     let found = memory().get_or_try_insert_with(key.clone(), || {
+        // A bundled program is kept as a compiled one is: the binary of these very bytes.
+        if let Some(hit) = from_bundles()? {
+            made = Some(CacheSource::Bundle);
+            return Ok(hit);
+        }
         let (compiled, source) = job.trusted(&trusted_opts)?;
         if compiled.untrusted.is_some() {
             // Not kept: the files NVRTC read are not all in the key.
