@@ -528,22 +528,11 @@ impl Bundle {
         let unreadable = |e: std::io::Error| bad(&origin, format!("cannot be read: {e}"));
         // Opened without blocking (a FIFO nobody writes would block `open` itself), then
         // refused unless it is a regular file.
-        use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+        use std::os::unix::fs::OpenOptionsExt;
         let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(unreadable)?;
         let meta = file.metadata().map_err(unreadable)?;
-        let kind = meta.file_type();
-        if !kind.is_file() {
-            let what = if kind.is_dir() {
-                "a directory"
-            } else if kind.is_fifo() {
-                "a FIFO"
-            } else if kind.is_char_device() || kind.is_block_device() {
-                "a device"
-            } else if kind.is_socket() {
-                "a socket"
-            } else {
-                "not a regular file"
-            };
+        if !meta.is_file() {
+            let what = crate::error::file_kind_name(meta.file_type());
             return Err(bad(&origin, format!("is {what}, not a regular file: a bundle is a file `python -m caijit bundle build` wrote")));
         }
         Bundle::parse(Bytes::File { file, len: meta.len() }, origin)

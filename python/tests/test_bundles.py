@@ -390,3 +390,13 @@ def test_bundle_build_refuses_a_job_count_below_one(tmp_path: Path) -> None:
     (tmp_path / "k.cu").write_text('extern "C" __global__ void k(int* x) {}\n')
     r = cli(tmp_path, "bundle", "build", "k.cu", "--arch", "sm_90", "-j", "-2", "-o", "b.caijit")
     assert r.returncode == 2 and "'-2' is not a whole number of at least 1" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_recording_a_program_with_a_non_utf8_include_directory_warns_and_compiles(tmp_path: Path) -> None:
+    odd = os.fsdecode(bytes(tmp_path) + b"/inc\xff")
+    os.makedirs(odd)
+    (tmp_path / "k.cu").write_text('extern "C" __global__ void k(int* x) {}\n')
+    code = f"import caijit; print(caijit.kernel('k.cu', include_dirs=[{odd!r}]).params[0]['type'])"
+    r = python(["-c", code], {"CAIJIT_RECORD": "m.json", "CAIJIT_CACHE": "0"}, tmp_path)
+    assert r.returncode == 0 and r.stdout.strip() == "int*", r.stderr
+    assert "warning: not recording k.cu: the directory" in r.stderr and "is not UTF-8" in r.stderr, r.stderr

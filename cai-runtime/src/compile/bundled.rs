@@ -437,9 +437,9 @@ pub(super) fn record(program: &Program, arch: Arch, compiled: &Compiled, keys: &
     if lock(&WRITTEN).get_or_insert_with(HashSet::new).contains(&id) {
         return;
     }
-    let mut line = match serde_json::to_string(&manifest_entry(program, arch, &key, compiled)) {
+    // A path that is not UTF-8 (JSON has no way to spell it) is not recorded.
+    let mut line = match manifest_entry(program, arch, &key, compiled).map(|entry| entry.to_string()) {
         Ok(line) => line,
-        // A path that is not UTF-8 (JSON has no way to spell it).
         Err(e) => return warn_once(&format!("caijit: warning: not recording {}: {e}", program.name)),
     };
     line.push('\n');
@@ -470,8 +470,16 @@ fn append_line(path: &Path, line: &[u8]) -> std::io::Result<()> {
 }
 
 /// What the manifest records of one program (`docs/bundles.md`).
-pub fn manifest_entry(program: &Program, arch: Arch, key: &str, compiled: &Compiled) -> Value {
-    json!({
+///
+/// An include directory or source directory that is not UTF-8 is an error: JSON cannot
+/// spell it.
+pub fn manifest_entry(program: &Program, arch: Arch, key: &str, compiled: &Compiled) -> std::result::Result<Value, String> {
+    let utf8 = |p: &Path| {
+        p.to_str().map(str::to_owned).ok_or_else(|| format!("the directory {} is not UTF-8, which a manifest cannot spell", p.display()))
+    };
+    let include_dirs = program.include_dirs.iter().map(|d| utf8(d)).collect::<std::result::Result<Vec<_>, _>>()?;
+    let source_dir = program.source_dir.as_deref().map(utf8).transpose()?;
+    Ok(json!({
         "caijit_manifest": 1,
         "caijit": bundle::CAIJIT_VERSION,
         "key": key,
@@ -482,10 +490,10 @@ pub fn manifest_entry(program: &Program, arch: Arch, key: &str, compiled: &Compi
         "options": program.options,
         "defines": program.defines,
         "name_expressions": program.name_expressions,
-        "include_dirs": program.include_dirs,
-        "source_dir": program.source_dir,
+        "include_dirs": include_dirs,
+        "source_dir": source_dir,
         "kernels": kernels_json(compiled),
-    })
+    }))
 }
 
 /// The kernels of `compiled` with their parameters, as the manifest and a bundled program's description list them.

@@ -655,17 +655,7 @@ impl Resolver<'_> {
             return None;
         }
         if !meta.is_file() {
-            let kind = meta.file_type();
-            use std::os::unix::fs::FileTypeExt;
-            let what = if kind.is_fifo() {
-                "a FIFO"
-            } else if kind.is_char_device() || kind.is_block_device() {
-                "a device"
-            } else if kind.is_socket() {
-                "a socket"
-            } else {
-                "not a regular file"
-            };
+            let what = crate::error::file_kind_name(meta.file_type());
             self.not_a_file.get_or_insert_with(|| format!("the header {} is {what}, not a regular file", path.display()));
             return Some(Target::Missing);
         }

@@ -117,7 +117,10 @@ impl ArgContext {
                 Some(_) => {}
             }
         }
-        self.implied_stream = common;
+        // Not the per-thread default stream: the DLPack handshake has no value for it that
+        // PyTorch accepts. The producer is then asked for the legacy stream, as when the
+        // arrays disagree, and the launch orders the two.
+        self.implied_stream = common.filter(|&s| s != 2);
         self.capturing = None;
     }
 
