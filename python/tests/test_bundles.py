@@ -242,17 +242,23 @@ def test_damaged_and_other_version_bundles_are_clear_errors(baked: tuple[Path, d
     assert "BundleError: CAIJIT_BUNDLES: bundle bad.caijit is truncated" in r.stderr, r.stderr
 
 
-def test_a_damaged_section_is_found_when_it_is_used(baked: tuple[Path, dict[str, Any]]) -> None:
-    """Loading checks the table of contents, the metadata and the lookup table; a program's sections are checked
-    when one of its instances is first looked up (and by `bundle info`)."""
-    tmp, _ = baked
-    good = (tmp / "app.caijit").read_bytes()
+def damaged_sm90_cubin(good: bytes) -> tuple[int, bytes]:
+    """The number of the first program's sm_90 CUBIN section, and `good` with that section's
+    first stored byte flipped."""
     _, sections = read_sections(good)
     sm90 = next(i["section"] for i in program_records(sections)[0]["images"] if i["arch"] == 90 and i["kind"] == "cubin")
     (offset,) = struct.unpack_from("<Q", good, 16 + 36 * sm90 + 8)
     data = bytearray(good)
-    data[offset] ^= 1  # the first stored byte of the sm_90 CUBIN
-    (tmp / "bad.caijit").write_bytes(bytes(data))
+    data[offset] ^= 1
+    return sm90, bytes(data)
+
+
+def test_a_damaged_section_is_found_when_it_is_used(baked: tuple[Path, dict[str, Any]]) -> None:
+    """Loading checks the table of contents, the metadata and the lookup table; a program's sections are checked
+    when one of its instances is first looked up (and by `bundle info`)."""
+    tmp, _ = baked
+    sm90, data = damaged_sm90_cubin((tmp / "app.caijit").read_bytes())
+    (tmp / "bad.caijit").write_bytes(data)
     code = "import caijit; print(caijit.kernel(open('k.cu.txt').read(), 'axpy_t').specialize('float').compile(arch=ARCH)[0]['image'])"
     env = {"CAIJIT_BUNDLES": "bad.caijit", **NO_NVRTC}
     assert python(["-c", code.replace("ARCH", "'sm_86'")], env, tmp).stdout.strip() == "cubin"  # sm_80's CUBIN: intact
@@ -334,13 +340,7 @@ def test_a_bundle_that_cannot_serve_a_program_is_passed_over_with_a_warning(bake
     """With NVRTC at hand, a damaged CUBIN of a program the bundle holds is named in a warning
     and counted, and the program is compiled; without NVRTC it is an error."""
     tmp, _ = baked
-    good = (tmp / "app.caijit").read_bytes()
-    _, sections = read_sections(good)
-    sm90 = next(i["section"] for i in program_records(sections)[0]["images"] if i["arch"] == 90 and i["kind"] == "cubin")
-    (offset,) = struct.unpack_from("<Q", good, 16 + 36 * sm90 + 8)
-    data = bytearray(good)
-    data[offset] ^= 1
-    (tmp / "cubin.caijit").write_bytes(bytes(data))
+    (tmp / "cubin.caijit").write_bytes(damaged_sm90_cubin((tmp / "app.caijit").read_bytes())[1])
     code = (
         "import caijit, json; d = caijit.kernel(open('k.cu.txt').read(), 'axpy_t').specialize('float').compile(arch='sm_90')[0];"
         " print(json.dumps([d['cache'], caijit.stats()['bundle_skips']]))"
