@@ -49,7 +49,7 @@ pub(crate) type Keys = std::result::Result<(String, String), String>;
 
 /// The bundle key of `program` (see the module's documentation): `Ok(Err(why))` when it
 /// cannot have one. Its headers are read as a compilation reads them, once; a compilation
-/// computes its keys from its own reads ([`keys`]), never from a second one.
+/// computes its keys from its own reads (`keys`), never from a second one.
 pub fn bundle_key(program: &Program) -> Result<std::result::Result<String, String>> {
     Ok(keys_read(program)?.map(|(key, _)| key))
 }
