@@ -198,14 +198,20 @@ fn param_dicts<'py>(py: Python<'py>, k: &KernelInfo) -> PyResult<Bound<'py, PyLi
         d.set_item("index", p.index)?;
         d.set_item("name", p.name.clone())?;
         d.set_item("type", &p.cpp_type)?;
-        let kind = match &p.kind {
-            ParamKind::Pointer { .. } => "pointer",
-            ParamKind::Array { .. } => "array",
-            ParamKind::Scalar(_) => "scalar",
-            ParamKind::Struct { .. } => "struct",
-            _ => "other",
+        // What a caller needs to know beside the layout: the element (or scalar) dtype, whether
+        // the kernel may write through the parameter (`const`: a pointee or element declared
+        // const), and an array's rank.
+        let (kind, dtype, is_const, rank) = match &p.kind {
+            ParamKind::Pointer { dtype, is_const } => ("pointer", *dtype, Some(*is_const), None),
+            ParamKind::Array { dtype, is_const, rank } => ("array", *dtype, Some(*is_const), Some(*rank)),
+            ParamKind::Scalar(d) => ("scalar", Some(*d), None, None),
+            ParamKind::Struct { .. } => ("struct", None, None, None),
+            _ => ("other", None, None, None),
         };
         d.set_item("kind", kind)?;
+        d.set_item("dtype", dtype.map(|d| d.name()))?;
+        d.set_item("const", is_const)?;
+        d.set_item("rank", rank)?;
         d.set_item("size", p.size)?;
         d.set_item("align", p.align)?;
         d.set_item("offset", p.offset)?;

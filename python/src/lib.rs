@@ -199,7 +199,13 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_layouts, m)?)?;
     m.add_function(wrap_pyfunction!(dlpack::_dlpack_export_host, m)?)?;
     m.add_function(wrap_pyfunction!(kernel::compile_program, m)?)?;
-    for f in [wrap_pyfunction!(ops::copy_contiguous, m)?, wrap_pyfunction!(ops::unary, m)?, wrap_pyfunction!(ops::unary_ops, m)?] {
+    for f in [
+        wrap_pyfunction!(ops::copy_contiguous, m)?,
+        wrap_pyfunction!(ops::unary, m)?,
+        wrap_pyfunction!(ops::unary_ops, m)?,
+        wrap_pyfunction!(ops::op_result, m)?,
+        wrap_pyfunction!(stream::stream_handle_py, m)?,
+    ] {
         m.add_function(f)?;
     }
     m.add("ops", ops::module(m.py())?)?;

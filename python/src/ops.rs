@@ -5,21 +5,27 @@
 //! CAI or DLPack object, caijit's own arrays with their device and stream known), the
 //! launch device picked as a launch picks it, then one `cai_runtime::ops::Call` with the
 //! GIL released, which decides everything else (checks, result shape and dtype, `out`,
-//! strided inputs, streams). The result comes back as a `caijit.DeviceArray`, or as the
-//! `out` object given; DLPack capsules are released after the stream the call ran on.
+//! strided inputs, streams). DLPack capsules are released after the stream the call ran on.
+//!
+//! A result comes back in the library of the call's first array ([`Framework`]): `out` as
+//! given; else a PyTorch call is made by PyTorch's operator (`torch.ops.caijit.<op>`,
+//! `caijit/torch.py`, which allocates the tensor and calls back here with `out`); a CuPy
+//! call's result is allocated by CuPy (its pool, on the call's device); any other call's
+//! result is a new `caijit.DeviceArray`.
 
 use std::sync::Arc;
 
 use cai_runtime::array::DeviceArray as RtArray;
 use cai_runtime::cai::{ArrayView, DType};
 use cai_runtime::launch::Num;
-use cai_runtime::ops::{self, Axis, BinaryOp, Call, Operand, Out, Reduction};
+use cai_runtime::ops::{self, Axis, BinaryOp, Call, Op, Operand, Out, Reduction};
 use cai_runtime::runtime::{Context, Stream as RtStream};
 use pyo3::prelude::*;
-use pyo3::types::PyString;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyString, PyTuple};
 use smallvec::SmallVec;
 
-use crate::args::{self, launch_device, release_after, ArgContext, PyArg};
+use crate::args::{self, framework_of, launch_device, release_after, ArgContext, Framework, PyArg};
 use crate::array::{dtype_from_py, DeviceArray};
 use crate::errors::{PyCaiError, PyCaiResult};
 use crate::stream::stream_from_py;
@@ -34,6 +40,27 @@ fn number(what: &str, index: usize, name: &str, obj: &Bound<'_, PyAny>) -> PyCai
         Err(e) => Err(e),
     };
     n.map_err(|e| e.at_argument(index, Some(name), None))
+}
+
+/// A call whose first array is a PyTorch tensor and that allocates its result: made by
+/// PyTorch's operator (`caijit.torch._eager`, which calls `torch.ops.caijit.<op>`), so
+/// that the result is a tensor from PyTorch's allocator and autograd and PyTorch's modes
+/// see the call. `None` (the call is made here): any other call.
+fn by_torch<'py>(
+    first: &Bound<'py, PyAny>,
+    out: Maybe<'_, 'py>,
+    op: &str,
+    args: impl FnOnce() -> PyResult<Bound<'py, PyTuple>>,
+    params: Option<Bound<'py, PyDict>>,
+    stream: Maybe<'_, 'py>,
+) -> PyCaiResult<Option<Py<PyAny>>> {
+    if out.is_some() || framework_of(first) != Framework::Torch {
+        return Ok(None);
+    }
+    static EAGER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let py = first.py();
+    let eager = EAGER.import(py, "caijit.torch", "_eager")?;
+    Ok(Some(eager.call1((op, args()?, params, stream))?.unbind()))
 }
 
 /// An array argument as an op's operand: a caijit array, or a view of one, with the array
@@ -61,18 +88,23 @@ struct OpCall<'py> {
     /// DLPack-only inputs, converted once the stream the call will use is known
     /// ([`ArgContext::imply_stream`]).
     later: SmallVec<[Later<'py>; 1]>,
+    /// The library of the first array: the one a new result belongs to.
+    framework: Framework,
 }
 
 impl<'py> OpCall<'py> {
     fn new(py: Python<'py>, what: &'static str, stream: Option<&Bound<'py, PyAny>>) -> PyCaiResult<Self> {
         let stream = stream.map(stream_from_py).transpose()?.flatten();
         let cx = ArgContext::new(stream.as_deref().map(RtStream::handle));
-        Ok(OpCall { py, what, stream, cx, args: SmallVec::new(), later: SmallVec::new() })
+        Ok(OpCall { py, what, stream, cx, args: SmallVec::new(), later: SmallVec::new(), framework: Framework::Other })
     }
 
     /// Convert array `name`, argument `index` of the `caijit.ops` function (as a launch
     /// converts one).
     fn input(&mut self, index: usize, name: &'static str, obj: &Bound<'py, PyAny>) -> PyCaiResult<()> {
+        if self.args.is_empty() {
+            self.framework = framework_of(obj);
+        }
         let a = match args::arg_before_dlpack(index, obj, &mut self.cx).map_err(|e| e.at_argument(index, Some(name), None))? {
             Some(a) => a,
             None => {
@@ -112,6 +144,20 @@ impl<'py> OpCall<'py> {
         Ok(())
     }
 
+    /// A new CuPy array for the result of `planned` (from CuPy's pool, on the first input's
+    /// device), or `None` where the call's checks fail (the call raises its own error) or
+    /// CuPy has no such dtype (bfloat16: the result is a `caijit.DeviceArray`).
+    fn cupy_result(&mut self, planned: Op<'static>) -> PyCaiResult<Option<Bound<'py, PyAny>>> {
+        self.settle()?;
+        let Some(device) = self.args.first_mut().map(PyArg::device).transpose()?.flatten() else { return Ok(None) };
+        let views: SmallVec<[&ArrayView; 2]> = self.args.iter().filter_map(PyArg::view).collect();
+        let Ok((shape, dtype)) = ops::result(planned, &views) else { return Ok(None) };
+        static EMPTY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        let empty = EMPTY.import(self.py, "caijit._frameworks", "cupy_empty")?;
+        let made = empty.call1((shape, dtype.name(), device))?;
+        Ok((!made.is_none()).then_some(made))
+    }
+
     /// Input `i`'s view (every input converted).
     fn view(&mut self, i: usize) -> PyCaiResult<Option<&ArrayView>> {
         self.settle()?;
@@ -122,12 +168,28 @@ impl<'py> OpCall<'py> {
     /// `caijit.ops` function; `None`: `Out::Alloc`) on the launch device, with the GIL
     /// released. Returns the result: the new array, else `out`, else None (`fill`).
     fn run(
+        self,
+        out: Option<&Bound<'py, PyAny>>,
+        out_index: usize,
+        op: impl for<'a> FnOnce(&Call<'_>, &[Operand<'a>], Out<'a>) -> cai_runtime::Result<Option<RtArray>> + Send,
+    ) -> PyCaiResult<Py<PyAny>> {
+        self.run_as(None, out, out_index, op)
+    }
+
+    /// [`run`](Self::run) for the op `planned` (its result allocated by CuPy for a CuPy call).
+    fn run_as(
         mut self,
+        planned: Option<Op<'static>>,
         out: Option<&Bound<'py, PyAny>>,
         out_index: usize,
         op: impl for<'a> FnOnce(&Call<'_>, &[Operand<'a>], Out<'a>) -> cai_runtime::Result<Option<RtArray>> + Send,
     ) -> PyCaiResult<Py<PyAny>> {
         let inputs = self.args.len();
+        let allocated = match (out, planned, self.framework) {
+            (None, Some(planned), Framework::Cupy) => self.cupy_result(planned)?,
+            _ => None,
+        };
+        let out = out.or(allocated.as_ref());
         if let Some(o) = out {
             self.input(out_index, "out", o)?;
         }
@@ -171,11 +233,14 @@ fn axpy<'py>(
     out: Option<&Bound<'py, PyAny>>,
     stream: Option<&Bound<'py, PyAny>>,
 ) -> PyCaiResult<Py<PyAny>> {
+    if let Some(r) = by_torch(x, out, "axpy", || PyTuple::new(py, [a, x, y]), None, stream)? {
+        return Ok(r);
+    }
     let mut c = OpCall::new(py, "axpy", stream)?;
     c.input(1, "x", x)?;
     c.input(2, "y", y)?;
     let a = number("axpy", 0, "a", a)?;
-    c.run(out, 3, move |call, v, o| call.axpy(a, v[0], v[1], o))
+    c.run_as(Some(Op::Axpy), out, 3, move |call, v, o| call.axpy(a, v[0], v[1], o))
 }
 
 /// ``out = a * x``.
@@ -188,10 +253,13 @@ fn scale<'py>(
     out: Option<&Bound<'py, PyAny>>,
     stream: Option<&Bound<'py, PyAny>>,
 ) -> PyCaiResult<Py<PyAny>> {
+    if let Some(r) = by_torch(x, out, "scale", || PyTuple::new(py, [x, a]), None, stream)? {
+        return Ok(r);
+    }
     let mut c = OpCall::new(py, "scale", stream)?;
     c.input(0, "x", x)?;
     let a = number("scale", 1, "a", a)?;
-    c.run(out, 2, move |call, v, o| call.scale(v[0], a, o))
+    c.run_as(Some(Op::Scale), out, 2, move |call, v, o| call.scale(v[0], a, o))
 }
 
 /// Set every element of the C-contiguous ``out`` to ``value``; returns ``out``.
@@ -238,10 +306,13 @@ fn cast<'py>(
     out: Option<&Bound<'py, PyAny>>,
     stream: Option<&Bound<'py, PyAny>>,
 ) -> PyCaiResult<Py<PyAny>> {
+    if let Some(r) = by_torch(x, out, "cast", || PyTuple::new(py, [x, dtype]), None, stream)? {
+        return Ok(r);
+    }
     let mut c = OpCall::new(py, "cast", stream)?;
     c.input(0, "x", x)?;
     let to = cast_dtype(dtype).map_err(|e| e.at_argument(1, Some("dtype"), None))?;
-    c.run(out, 2, move |call, v, o| call.cast(v[0], to, o))
+    c.run_as(Some(Op::Cast(to)), out, 2, move |call, v, o| call.cast(v[0], to, o))
 }
 
 /// `out = a (op) b` with NumPy broadcasting; `op` names a `BinaryOp` ("add", "maximum",
@@ -255,10 +326,13 @@ fn binary<'py>(
     stream: Option<&Bound<'py, PyAny>>,
 ) -> PyCaiResult<Py<PyAny>> {
     let op = BinaryOp::from_name(op).ok_or_else(|| PyCaiError::argument(format!("no binary operation named {op:?}")))?;
+    if let Some(r) = by_torch(a, out, op.name(), || PyTuple::new(py, [a, b]), None, stream)? {
+        return Ok(r);
+    }
     let mut c = OpCall::new(py, op.name(), stream)?;
     c.input(0, "a", a)?;
     c.input(1, "b", b)?;
-    c.run(out, 2, move |call, v, o| call.binary(op, v[0], v[1], o))
+    c.run_as(Some(Op::Binary(op)), out, 2, move |call, v, o| call.binary(op, v[0], v[1], o))
 }
 
 /// A C-contiguous copy of any strided view (rank ≤ 8; negative and zero strides too).
@@ -270,9 +344,12 @@ fn ascontiguous<'py>(
     out: Option<&Bound<'py, PyAny>>,
     stream: Option<&Bound<'py, PyAny>>,
 ) -> PyCaiResult<Py<PyAny>> {
+    if let Some(r) = by_torch(x, out, "ascontiguous", || PyTuple::new(py, [x]), None, stream)? {
+        return Ok(r);
+    }
     let mut c = OpCall::new(py, "ascontiguous", stream)?;
     c.input(0, "x", x)?;
-    c.run(out, 1, |call, v, o| call.ascontiguous(v[0], o))
+    c.run_as(Some(Op::Ascontiguous), out, 1, |call, v, o| call.ascontiguous(v[0], o))
 }
 
 /// Copy the C-contiguous array `src` into the C-contiguous array `dst` (same dtype and
@@ -302,9 +379,12 @@ fn transpose<'py>(
     out: Option<&Bound<'py, PyAny>>,
     stream: Option<&Bound<'py, PyAny>>,
 ) -> PyCaiResult<Py<PyAny>> {
+    if let Some(r) = by_torch(x, out, "transpose", || PyTuple::new(py, [x]), None, stream)? {
+        return Ok(r);
+    }
     let mut c = OpCall::new(py, "transpose", stream)?;
     c.input(0, "x", x)?;
-    c.run(out, 1, |call, v, o| call.transpose(v[0], o))
+    c.run_as(Some(Op::Transpose), out, 1, |call, v, o| call.transpose(v[0], o))
 }
 
 /// Sum (`op == "sum"`) or maximum (`"max"`) of `x`: over the whole array (`axis` None), or
@@ -319,6 +399,14 @@ fn reduce<'py>(
     stream: Option<&Bound<'py, PyAny>>,
 ) -> PyCaiResult<Py<PyAny>> {
     let r = Reduction::from_name(op)?;
+    let params = || -> PyResult<_> {
+        let d = PyDict::new(py);
+        d.set_item("axis", axis)?;
+        Ok(d)
+    };
+    if let Some(res) = by_torch(x, out, r.name(), || PyTuple::new(py, [x]), Some(params()?), stream)? {
+        return Ok(res);
+    }
     let mut c = OpCall::new(py, r.name(), stream)?;
     c.input(0, "x", x)?;
     let index =
@@ -329,7 +417,7 @@ fn reduce<'py>(
             })?),
         };
     let axis = Axis::from_index(r.name(), index, c.view(0)?.map_or(0, ArrayView::ndim))?;
-    c.run(out, 2, move |call, v, o| call.reduce(r, v[0], axis, o))
+    c.run_as(Some(Op::Reduce(r, axis)), out, 2, move |call, v, o| call.reduce(r, v[0], axis, o))
 }
 
 /// Softmax over the last axis (numerically stable; float16/bfloat16/float32/float64).
@@ -341,9 +429,12 @@ fn softmax<'py>(
     out: Option<&Bound<'py, PyAny>>,
     stream: Option<&Bound<'py, PyAny>>,
 ) -> PyCaiResult<Py<PyAny>> {
+    if let Some(r) = by_torch(x, out, "softmax", || PyTuple::new(py, [x]), None, stream)? {
+        return Ok(r);
+    }
     let mut c = OpCall::new(py, "softmax", stream)?;
     c.input(0, "x", x)?;
-    c.run(out, 1, |call, v, o| call.softmax(v[0], o))
+    c.run_as(Some(Op::Softmax), out, 1, |call, v, o| call.softmax(v[0], o))
 }
 
 /// `out = op(x)` for an elementwise op of the library's registry
@@ -358,9 +449,58 @@ pub fn unary<'py>(
     stream: Option<&Bound<'py, PyAny>>,
 ) -> PyCaiResult<Py<PyAny>> {
     let op = ops::unary_op(op)?;
+    if let Some(r) = by_torch(x, out, op.name, || PyTuple::new(py, [x]), None, stream)? {
+        return Ok(r);
+    }
     let mut c = OpCall::new(py, op.name, stream)?;
     c.input(0, "x", x)?;
-    c.run(out, 1, move |call, v, o| call.unary(op, v[0], o))
+    c.run_as(Some(Op::Unary(op)), out, 1, move |call, v, o| call.unary(op, v[0], o))
+}
+
+/// The op of the library named `name` (a `caijit.ops` function's name), with its
+/// parameters: `dtype`, cast's target; `axis`, a reduction's, of an array of `ndim` axes.
+fn op_named(name: &str, dtype: Option<&Bound<'_, PyAny>>, axis: Option<i64>, ndim: usize) -> PyCaiResult<Op<'static>> {
+    let needs = |what: &str| PyCaiError::argument(format!("{name}: {what}"));
+    Ok(match name {
+        "axpy" => Op::Axpy,
+        "scale" => Op::Scale,
+        "cast" => Op::Cast(cast_dtype(dtype.ok_or_else(|| needs("needs a dtype"))?)?),
+        "ascontiguous" => Op::Ascontiguous,
+        "transpose" => Op::Transpose,
+        "softmax" => Op::Softmax,
+        _ => match (BinaryOp::from_name(name), Reduction::from_name(name)) {
+            (Some(op), _) => Op::Binary(op),
+            (None, Ok(r)) => Op::Reduce(r, Axis::from_index(r.name(), axis, ndim)?),
+            (None, Err(_)) => Op::Unary(ops::unary_op(name)?),
+        },
+    })
+}
+
+/// The shape and dtype name of the array the op `name` makes of arrays of `shapes` and
+/// `dtypes` (`dtype`: cast's target; `axis`: a reduction's), or the error the op raises
+/// for them: the op's own rule, asked without a GPU (by the fake implementations of
+/// caijit's PyTorch operators, `caijit/torch.py`).
+#[pyfunction]
+#[pyo3(signature = (name, shapes, dtypes, *, dtype = None, axis = None))]
+pub fn op_result(
+    name: &str,
+    shapes: Vec<Vec<usize>>,
+    dtypes: Vec<Bound<'_, PyAny>>,
+    dtype: Option<&Bound<'_, PyAny>>,
+    axis: Option<i64>,
+) -> PyCaiResult<(Vec<usize>, &'static str)> {
+    if shapes.len() != dtypes.len() {
+        return Err(PyCaiError::argument(format!("{name}: {} shapes but {} dtypes", shapes.len(), dtypes.len())));
+    }
+    let op = op_named(name, dtype, axis, shapes.first().map_or(0, Vec::len))?;
+    // Views of no memory (any aligned address: only shapes and dtypes are read).
+    let views = shapes
+        .iter()
+        .zip(&dtypes)
+        .map(|(shape, d)| Ok(ArrayView::contiguous(1 << 20, shape, dtype_from_py(d)?, false)?))
+        .collect::<PyCaiResult<SmallVec<[ArrayView; 2]>>>()?;
+    let (shape, dtype) = ops::result(op, &views.iter().collect::<SmallVec<[&ArrayView; 2]>>())?;
+    Ok((shape, dtype.name()))
 }
 
 /// The registry of elementwise unary ops: `(name, doc, dtype names)` of each.

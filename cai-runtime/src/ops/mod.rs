@@ -51,6 +51,66 @@ use crate::Result;
 use registry::{ASCONTIGUOUS, AXPY, CAST, FILL, SCALE, SOFTMAX, TRANSPOSE};
 use rules::Planned;
 
+/// An op of the library with the parameters that decide its result (beside its arrays):
+/// what [`result`] is asked about. An op call plans its result by the same function.
+#[derive(Clone, Copy, Debug)]
+pub enum Op<'o> {
+    Axpy,
+    Scale,
+    Cast(DType),
+    Binary(BinaryOp),
+    Ascontiguous,
+    Transpose,
+    Reduce(Reduction, Axis),
+    Softmax,
+    Unary(&'o UnaryOp),
+}
+
+impl Op<'_> {
+    /// The op's rule: its operands' checks, and the result it makes of `v`.
+    fn plan(self, v: &[&ArrayView]) -> Result<Planned> {
+        let arity = match self {
+            Op::Axpy | Op::Binary(_) => 2,
+            _ => 1,
+        };
+        if v.len() != arity {
+            return Err(crate::Error::argument(format!("{}: takes {arity} arrays, got {}", self.name(), v.len())));
+        }
+        match self {
+            Op::Axpy => rules::axpy(v[0], v[1]),
+            Op::Scale | Op::Ascontiguous => Ok(Planned::like(v[0])),
+            Op::Cast(to) => rules::cast(v[0], to),
+            Op::Binary(op) => rules::binary(op, v[0], v[1]),
+            Op::Transpose => rules::transpose(v[0]),
+            Op::Reduce(r, axis) => rules::reduce(r, v[0], axis),
+            Op::Softmax => rules::softmax(v[0]),
+            Op::Unary(op) => rules::unary(op, v[0]),
+        }
+    }
+
+    /// The op's name, as its errors and its Python function carry it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Axpy => AXPY.name,
+            Op::Scale => SCALE.name,
+            Op::Cast(_) => CAST.name,
+            Op::Binary(op) => op.name(),
+            Op::Ascontiguous => ASCONTIGUOUS.name,
+            Op::Transpose => TRANSPOSE.name,
+            Op::Reduce(r, _) => r.name(),
+            Op::Softmax => SOFTMAX.name,
+            Op::Unary(op) => op.name,
+        }
+    }
+}
+
+/// The shape and dtype of the array `op` allocates for inputs `inputs` (only their shapes
+/// and dtypes are read), or the error the call would raise for them: what a framework's
+/// shape function (PyTorch's fake tensors, say) asks, with no GPU and by the op's own rule.
+pub fn result(op: Op<'_>, inputs: &[&ArrayView]) -> Result<(Vec<usize>, DType)> {
+    op.plan(inputs).map(|p| (p.shape.to_vec(), p.dtype))
+}
+
 impl Call<'_> {
     /// `out = a * x + y` (`out` may be `y`). `a` is converted to the arrays' dtype as a
     /// launch converts a scalar: exactly or with an error, never by truncation.
@@ -63,13 +123,13 @@ impl Call<'_> {
     ) -> Result<O::Output> {
         let a = a.into();
         let inputs = [x.into(), y.into()];
-        self.run(AXPY, &inputs, out.out(), |v| rules::axpy(v[0], v[1]), |l, v, o| kernels::axpy(l, a, v[0], v[1], o)).map(O::finish)
+        self.run(AXPY, &inputs, out.out(), |v| Op::Axpy.plan(v), |l, v, o| kernels::axpy(l, a, v[0], v[1], o)).map(O::finish)
     }
 
     /// `out = a * x`.
     pub fn scale<'a, O: OutArg<'a>>(&self, x: impl Into<Operand<'a>>, a: impl Into<Num>, out: O) -> Result<O::Output> {
         let a = a.into();
-        self.run(SCALE, &[x.into()], out.out(), |v| Ok(Planned::like(v[0])), |l, v, o| kernels::scale(l, v[0], a, o)).map(O::finish)
+        self.run(SCALE, &[x.into()], out.out(), |v| Op::Scale.plan(v), |l, v, o| kernels::scale(l, v[0], a, o)).map(O::finish)
     }
 
     /// Every element of the C-contiguous `out` = `value` (converted exactly, or refused).
@@ -82,7 +142,7 @@ impl Call<'_> {
     /// `x` converted to `dtype`, elementwise as C++ converts (real types: bool, integers,
     /// float16, bfloat16, float32, float64).
     pub fn cast<'a, O: OutArg<'a>>(&self, x: impl Into<Operand<'a>>, dtype: DType, out: O) -> Result<O::Output> {
-        self.run(CAST, &[x.into()], out.out(), |v| rules::cast(v[0], dtype), |l, v, o| kernels::cast(l, v[0], o)).map(O::finish)
+        self.run(CAST, &[x.into()], out.out(), |v| Op::Cast(dtype).plan(v), |l, v, o| kernels::cast(l, v[0], o)).map(O::finish)
     }
 
     /// `a (op) b` elementwise with NumPy broadcasting, one real dtype (mixed dtypes are
@@ -95,20 +155,19 @@ impl Call<'_> {
         out: O,
     ) -> Result<O::Output> {
         let inputs = [a.into(), b.into()];
-        self.run(op.spec(), &inputs, out.out(), |v| rules::binary(op, v[0], v[1]), |l, v, o| kernels::binary(l, op, v[0], v[1], o))
-            .map(O::finish)
+        self.run(op.spec(), &inputs, out.out(), |v| Op::Binary(op).plan(v), |l, v, o| kernels::binary(l, op, v[0], v[1], o)).map(O::finish)
     }
 
     /// A C-ordered copy of any strided view (rank ≤ 8 unless C-contiguous: then the
     /// driver's copy).
     pub fn ascontiguous<'a, O: OutArg<'a>>(&self, x: impl Into<Operand<'a>>, out: O) -> Result<O::Output> {
-        self.run(ASCONTIGUOUS, &[x.into()], out.out(), |v| Ok(Planned::like(v[0])), |l, v, o| kernels::ascontiguous(l, v[0], o))
+        self.run(ASCONTIGUOUS, &[x.into()], out.out(), |v| Op::Ascontiguous.plan(v), |l, v, o| kernels::ascontiguous(l, v[0], o))
             .map(O::finish)
     }
 
     /// The transpose of the 2-D `x`, C-ordered.
     pub fn transpose<'a, O: OutArg<'a>>(&self, x: impl Into<Operand<'a>>, out: O) -> Result<O::Output> {
-        self.run(TRANSPOSE, &[x.into()], out.out(), |v| rules::transpose(v[0]), |l, v, o| kernels::transpose(l, v[0], o)).map(O::finish)
+        self.run(TRANSPOSE, &[x.into()], out.out(), |v| Op::Transpose.plan(v), |l, v, o| kernels::transpose(l, v[0], o)).map(O::finish)
     }
 
     /// The reduction `r` of `x` over `axis`: NumPy's result dtype ([`reduction_dtype`]) for
@@ -122,17 +181,17 @@ impl Call<'_> {
                 kernels::reduce_rows(l, r, v[0], o, v[0].size() / cols, cols)
             }
         };
-        self.run(r.spec(), &[x.into()], out.out(), |v| rules::reduce(r, v[0], axis), launch).map(O::finish)
+        self.run(r.spec(), &[x.into()], out.out(), |v| Op::Reduce(r, axis).plan(v), launch).map(O::finish)
     }
 
     /// Softmax over the last axis (numerically stable) of the floating `x`.
     pub fn softmax<'a, O: OutArg<'a>>(&self, x: impl Into<Operand<'a>>, out: O) -> Result<O::Output> {
-        self.run(SOFTMAX, &[x.into()], out.out(), |v| rules::softmax(v[0]), |l, v, o| kernels::softmax(l, v[0], o)).map(O::finish)
+        self.run(SOFTMAX, &[x.into()], out.out(), |v| Op::Softmax.plan(v), |l, v, o| kernels::softmax(l, v[0], o)).map(O::finish)
     }
 
     /// `op(x)` for an op of [`UNARY_OPS`] (`out` may be `x`).
     pub fn unary<'a, O: OutArg<'a>>(&self, op: &UnaryOp, x: impl Into<Operand<'a>>, out: O) -> Result<O::Output> {
-        self.run(op.spec(), &[x.into()], out.out(), |v| rules::unary(op, v[0]), |l, v, o| kernels::unary(l, op, v[0], o)).map(O::finish)
+        self.run(op.spec(), &[x.into()], out.out(), |v| Op::Unary(op).plan(v), |l, v, o| kernels::unary(l, op, v[0], o)).map(O::finish)
     }
 
     /// Copy the C-contiguous `src` into the C-contiguous `dst` (same dtype and size, any

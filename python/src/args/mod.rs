@@ -90,6 +90,24 @@ fn route_of(ty: &Bound<'_, PyType>) -> Route {
     .unwrap_or(Route::Other)
 }
 
+/// The array library an argument comes from: an op gives its result back in the type of
+/// its first array argument's library.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Framework {
+    Torch,
+    Cupy,
+    Other,
+}
+
+/// The library of `obj`'s type, by its route (remembered per type: one table lookup).
+pub fn framework_of(obj: &Bound<'_, PyAny>) -> Framework {
+    match route_of(&obj.get_type()) {
+        Route::Torch | Route::Exchange { torch: true, .. } => Framework::Torch,
+        Route::Cupy { .. } => Framework::Cupy,
+        _ => Framework::Other,
+    }
+}
+
 fn qualified_name(ty: &Bound<'_, PyAny>) -> PyResult<String> {
     let module: String = ty.getattr(intern!(ty.py(), "__module__"))?.extract().unwrap_or_default();
     let name: String = ty.getattr(intern!(ty.py(), "__qualname__"))?.extract()?;
