@@ -42,10 +42,11 @@ fn number(what: &str, index: usize, name: &str, obj: &Bound<'_, PyAny>) -> PyCai
     n.map_err(|e| e.at_argument(index, Some(name), None))
 }
 
-/// A call whose first array is a PyTorch tensor and that allocates its result: made by
-/// PyTorch's operator (`caijit.torch._eager`, which calls `torch.ops.caijit.<op>`), so
-/// that the result is a tensor from PyTorch's allocator and autograd and PyTorch's modes
-/// see the call. `None` (the call is made here): any other call.
+/// A call whose first array is a CUDA tensor of PyTorch and that allocates its result:
+/// made by PyTorch's operator (`caijit.torch._eager`, which calls `torch.ops.caijit.<op>`),
+/// so that the result is a tensor from PyTorch's allocator and autograd and PyTorch's
+/// modes see the call. `None` (the call is made here, and refuses a tensor in host memory
+/// as any launch does): any other call.
 fn by_torch<'py>(
     first: &Bound<'py, PyAny>,
     out: Maybe<'_, 'py>,
@@ -57,8 +58,11 @@ fn by_torch<'py>(
     if out.is_some() || framework_of(first) != Framework::Torch {
         return Ok(None);
     }
-    static EAGER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     let py = first.py();
+    if !first.getattr(pyo3::intern!(py, "is_cuda"))?.is_truthy()? {
+        return Ok(None);
+    }
+    static EAGER: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
     let eager = EAGER.import(py, "caijit.torch", "_eager")?;
     Ok(Some(eager.call1((op, args()?, params, stream))?.unbind()))
 }

@@ -101,6 +101,12 @@ def test_fake_results_follow_the_ops_own_rules() -> None:
             torch.ops.caijit.max(i8, 0)
 
 
+def test_a_tensor_in_host_memory_is_refused_as_by_a_launch() -> None:
+    for call in (lambda t: caijit.ops.add(t, t), lambda t: caijit.ops.add(t, t, out=t), lambda t: caijit.ops.softmax(t)):
+        with pytest.raises(caijit.ArgumentError, match="a torch.Tensor is host memory"):
+            call(torch.ones(3))
+
+
 def every_op(x: Any, y: Any) -> Any:
     """One call of every caijit.ops function (float32 x and y of one shape, 2-D)."""
     ops = caijit.ops
