@@ -128,7 +128,8 @@ def train(model: nn.Module, step_fn: Callable[..., Any], data: torch.Tensor, tar
     opt = torch.optim.SGD(model.parameters(), lr=1e-2)
 
     def step() -> torch.Tensor:
-        opt.zero_grad(set_to_none=False)
+        torch.compiler.cudagraph_mark_step_begin()  # each step is a new iteration of the CUDA graphs
+        opt.zero_grad()  # (set_to_none: gradients of CUDA-graph outputs are not kept across replays)
         loss = step_fn(data, target)
         loss.backward()
         opt.step()
@@ -141,7 +142,7 @@ def train(model: nn.Module, step_fn: Callable[..., Any], data: torch.Tensor, tar
     for _ in range(steps):
         loss = step()
     torch.cuda.synchronize()
-    return float(loss), (time.perf_counter() - t0) / steps * 1e3
+    return float(loss.detach()), (time.perf_counter() - t0) / steps * 1e3
 
 
 def main() -> int:

@@ -55,6 +55,7 @@ def main() -> None:
     k = caijit.kernel(SRC, "scaled_add")
     blocks = (n + 255) // 256
     op = ct.op(k, name="caijit_bench::scaled_add", outputs={"out": ct.like("x")})
+    registered = torch.ops.caijit_bench.scaled_add.default
 
     @torch.library.custom_op("caijit_bench::scaled_add_by_hand", mutates_args=())
     def by_hand(x: torch.Tensor, y: torch.Tensor, alpha: float, n: int) -> torch.Tensor:
@@ -75,7 +76,8 @@ def main() -> None:
     rows = [
         ("direct launch into an existing tensor", direct_into),
         ("torch.empty_like + direct launch", direct_new),
-        ("caijit.torch.op operator", lambda: op(x, y, 2.0, n)),
+        ("caijit.torch.op operator, called", lambda: op(x, y, 2.0, n)),
+        ("the same, through the dispatcher (torch.ops...)", lambda: registered(x, y, 2.0, n)),
         ("hand-written torch.library.custom_op", lambda: by_hand(x, y, 2.0, n)),
         ("torch.add(y, x, alpha=2.0) (native PyTorch)", lambda: torch.add(y, x, alpha=2.0)),
         ("caijit.ops.add(x, y, out=out) (direct)", lambda: caijit.ops.add(x, y, out=out)),

@@ -37,9 +37,13 @@ __all__ = ["op", "like", "Operator"]
 # ----- dtypes -----
 
 
+#: caijit's name of each PyTorch dtype (the two libraries name their dtypes alike), and back.
+_NAMES: Dict[torch.dtype, str] = {d: str(d)[len("torch.") :] for d in vars(torch).values() if isinstance(d, torch.dtype)}
+_DTYPES: Dict[str, torch.dtype] = {n: d for d, n in _NAMES.items() if getattr(torch, n, None) is d}
+
+
 def _name(dtype: torch.dtype) -> str:
-    """caijit's name of a PyTorch dtype (the two libraries name their dtypes alike)."""
-    return str(dtype)[len("torch.") :]
+    return _NAMES[dtype]
 
 
 def _torch_dtype(dtype: Any) -> torch.dtype:
@@ -98,10 +102,10 @@ def _result(name: str, spec: _Spec, args: Sequence[Any]) -> torch.Tensor:
         [_name(a.dtype) for a in arrays],
         **{p: _param(args[i]) for p, i in spec.params if i < len(args)},
     )
-    return torch.empty(shape, dtype=getattr(torch, dtype), device=arrays[0].device)
+    return torch.empty(shape, dtype=_DTYPES[dtype], device=arrays[0].device)
 
 
-def _plain(args: Iterable[Any]) -> List[Any]:
+def _data(args: Iterable[Any]) -> List[Any]:
     """Arguments as the native op takes them: data without autograd (below autograd, a
     tensor still says it requires grad, and its CUDA Array Interface refuses it), dtypes by name."""
     return [a.detach() if isinstance(a, torch.Tensor) and a.requires_grad else _param(a) for a in args]
@@ -116,11 +120,11 @@ def _define(lib: Any, name: str, spec: _Spec) -> Callable[..., torch.Tensor]:
 
     def run(*args: Any) -> torch.Tensor:
         out = _result(name, spec, args)
-        native(*_plain(args), out=out)
+        native(*_data(args), out=out)
         return out
 
     def run_out(*args: Any, out: torch.Tensor) -> None:
-        native(*_plain(args), out=out)
+        native(*_data(args), out=out)
 
     def fake(*args: Any) -> torch.Tensor:
         return _result(name, spec, args)
@@ -251,16 +255,17 @@ def _autograd(
     lib.impl(name, kernel, "Autograd", with_keyset=True)
 
 
-def _register() -> Any:
+def _register() -> Tuple[Any, Dict[str, Callable[..., torch.Tensor]]]:
     lib = torch.library.Library("caijit", "DEF")
     runs = {name: _define(lib, name, spec) for name, spec in _SPECS.items()}
     _define_fill(lib)
     for name, backward in _DERIVATIVES.items():
         _autograd(lib, name, getattr(torch.ops.caijit, name).default, runs[name], backward, _save)
-    return lib
+    return lib, runs
 
 
-_LIB = _register()
+#: The library and each op's CUDA kernel.
+_LIB, _RUNS = _register()
 _OPERATORS: Dict[str, Any] = {name: getattr(torch.ops.caijit, name) for name in (*_SPECS, "fill")}
 #: Each op's default overload (a call skips the packet's overload resolution).
 _DEFAULTS: Dict[str, Any] = {name: op.default for name, op in _OPERATORS.items()}
@@ -284,16 +289,34 @@ def _with_torch_dtype(spec: _Spec, args: Tuple[Any, ...]) -> Tuple[Any, ...]:
     return (*args[:at], _torch_dtype(args[at]), *args[at + 1 :])
 
 
+_functorch_active = torch._C._are_functorch_transforms_active
+_dispatch_modes = torch._C._len_torch_dispatch_stack
+_Tensor = torch.Tensor
+
+
+def _plain(args: Iterable[Any]) -> bool:
+    """Whether PyTorch's dispatcher would take a call on ``args`` straight to its CUDA
+    kernel: plain tensors (no subclass: fake, functional, a user's), no gradient wanted, no
+    dispatch mode, no functorch transform. Such a call is made by the kernel at once."""
+    if _dispatch_modes() or _functorch_active():
+        return False
+    grad = torch.is_grad_enabled()
+    return not any(isinstance(a, _Tensor) and (type(a) is not _Tensor or (grad and a.requires_grad)) for a in args)
+
+
 def _eager(name: str, args: Tuple[Any, ...], params: Optional[Mapping[str, Any]], stream: Any) -> Any:
-    """``caijit.ops.<name>(*args, **params, stream=stream)`` whose first array is a tensor
-    and that has no ``out``: called by the native op, made by the operator."""
-    operator = _DEFAULTS[name]
+    """``caijit.ops.<name>(*args, **params, stream=stream)`` whose first array is a CUDA
+    tensor and that has no ``out``: called by the native op, made by the operator (its CUDA
+    kernel at once where the dispatcher would go straight there, see :func:`_plain`)."""
     spec = _SPECS[name]
     args = _with_torch_dtype(spec, args)
+    if params:
+        args = (*args, *params.values())  # (a reduction's axis, after its one array)
+    call = _RUNS[name] if _plain(args) else _DEFAULTS[name]
     if stream is None:
-        return operator(*args, **(params or {}))
+        return call(*args)
     with torch.cuda.stream(_stream(stream, args[spec.arrays[0]].device)):
-        return operator(*args, **(params or {}))
+        return call(*args)
 
 
 # ----- torch.compile -----
@@ -497,8 +520,8 @@ class Operator:
 
     def _run(self, *inputs: Any) -> Any:
         outs = [make(inputs) for make in self._makers]
-        plain = _plain(inputs)
-        args = [outs[i] if new else plain[i] for new, i in self._fill]
+        data = _data(inputs)
+        args = [outs[i] if new else data[i] for new, i in self._fill]
         if self.forall is not None:
             self.kernel.forall(int(self.forall(*inputs)))(*args)
         else:
@@ -514,6 +537,10 @@ class Operator:
             _autograd(self._lib, self._name, self._operator, self._run, backward, setup_context)
 
     def __call__(self, *inputs: Any) -> Any:
+        """The operator's call (its CUDA kernel at once where the dispatcher would go
+        straight there; a mutating operator always through the dispatcher)."""
+        if not self.mutated and not torch.compiler.is_compiling() and _plain(inputs):
+            return self._run(*inputs)
         return self._operator(*inputs)
 
     @property

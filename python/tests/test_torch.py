@@ -340,7 +340,7 @@ DIFFERENTIABLE = {
     **{b: lambda a, b, op=b: getattr(caijit.ops, op)(a, b) for b in ("add", "subtract", "multiply", "divide")},
     "axpy": lambda a, b: caijit.ops.axpy(0.5, a, b),
     "scale": lambda a, b: caijit.ops.scale(a, 3.0),
-    "cast": lambda a, b: caijit.ops.cast(caijit.ops.cast(a, "float32"), "float64"),
+    "cast": lambda a, b: caijit.ops.cast(a, "float64"),
     "ascontiguous": lambda a, b: caijit.ops.ascontiguous(a.t()),
     "transpose": lambda a, b: caijit.ops.transpose(a),
     "sum": lambda a, b: caijit.ops.sum(a, -1) + caijit.ops.sum(b),
