@@ -266,3 +266,28 @@ pub fn unary<'a, O: OutArg<'a>>(
 ) -> Result<O::Output> {
     Call::new(ctx, stream).unary(unary_op(op)?, x, out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn view(shape: &[usize], dtype: DType) -> ArrayView {
+        ArrayView::contiguous(0x1000, shape, dtype, false).unwrap()
+    }
+
+    #[test]
+    fn result_is_what_a_call_plans_without_a_gpu() {
+        let (a, b) = (view(&[3, 1], DType::F32), view(&[4], DType::F32));
+        assert_eq!(result(Op::Binary(BinaryOp::Add), &[&a, &b]).unwrap(), (vec![3, 4], DType::F32));
+        let i8s = view(&[3, 5], DType::I8);
+        assert_eq!(result(Op::Reduce(Reduction::Sum, Axis::Last), &[&i8s]).unwrap(), (vec![3], DType::I64));
+        assert_eq!(result(Op::Cast(DType::BF16), &[&a]).unwrap(), (vec![3, 1], DType::BF16));
+        assert_eq!(result(Op::Transpose, &[&i8s]).unwrap(), (vec![5, 3], DType::I8));
+        assert_eq!(result(Op::Unary(unary_op("abs").unwrap()), &[&a]).unwrap(), (vec![3, 1], DType::F32));
+        let e = result(Op::Binary(BinaryOp::Add), &[&a, &view(&[4], DType::F64)]).unwrap_err().to_string();
+        assert!(e.contains("add: operands are float32 and float64"), "{e}");
+        let e = result(Op::Axpy, &[&a]).unwrap_err().to_string();
+        assert!(e.contains("axpy: takes 2 arrays, got 1"), "{e}");
+        assert_eq!(Op::Reduce(Reduction::Max, Axis::All).name(), "max");
+    }
+}
