@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import os
+import re
 import sys
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
@@ -117,7 +118,21 @@ Source = Union[str, "os.PathLike[str]"]
 _SOURCE_SUFFIXES = (".cu", ".cuh", ".h", ".hpp")
 
 
+def _looks_like_a_path(text: str) -> bool:
+    """A one-line string that cannot be CUDA source: no blanks, brackets or semicolons, and a
+    file name's shape (a directory part or an extension)."""
+    t = text.strip()
+    return bool(t) and not any(c in t for c in " \t(){};<>#") and ("/" in t or os.path.splitext(t)[1][1:].isalnum())
+
+
 def _read_source(source: Source) -> tuple[str, Optional[str]]:
+    if isinstance(source, str) and "\n" not in source and not source.rstrip().endswith(_SOURCE_SUFFIXES) and _looks_like_a_path(source):
+        if os.path.isfile(source.strip()):
+            raise ArgumentError(
+                f"{source!r} is a file but not a CUDA source ({', '.join(_SOURCE_SUFFIXES)}): "
+                "rename it, or pass its text (open(path).read()) to compile it as CUDA C++"
+            )
+        raise ArgumentError(f"{source!r}: no such file (and not CUDA source text: it declares nothing)")
     if isinstance(source, os.PathLike) or (
         isinstance(source, str) and "\n" not in source and source.rstrip().endswith(_SOURCE_SUFFIXES)
     ):
@@ -186,6 +201,8 @@ def kernel(
     file named by its absolute path, for compute-sanitizer and Nsight Compute.
     """
     text, path = _read_source(source)
+    if name is not None:
+        _check_kernel_name(text, name)
     return _native.make_kernel(
         text,
         name,
@@ -194,6 +211,41 @@ def kernel(
         [os.fspath(d) for d in include_dirs],
         _defines(defines),
     )
+
+
+def _kernel_name_base(name: str) -> Optional[str]:
+    """The (qualified) function a name expression names: without a leading cast
+    (``(void(*)(float*))k``) and template arguments; None where it is no plain name."""
+    n = name.strip()
+    if n.startswith("("):
+        depth = 0
+        for i, c in enumerate(n):
+            depth += {"(": 1, ")": -1}.get(c, 0)
+            if depth == 0:
+                n = n[i + 1 :].strip()
+                break
+    n = n.split("<", 1)[0].strip().removeprefix("::")
+    return n if n and all(part.isidentifier() for part in n.split("::")) else None
+
+
+_INCLUDES = re.compile(r"#\s*include\s*[<\"]([^>\"/]+)")
+#: Headers that declare no kernel a user names: the toolkit's and caijit's.
+_KNOWN_INCLUDES = {"caijit", "cuda_fp16.h", "cuda_bf16.h", "cuda_runtime.h", "cooperative_groups.h", "cuda", "cuComplex.h", "mma.h"}
+
+
+def _check_kernel_name(text: str, name: str) -> None:
+    """A kernel name the source cannot have is an error here, naming the kernels it has.
+    Where macros or quoted includes may declare kernels the text does not show, the
+    compiler decides (at the first compilation, with the same list)."""
+    base = _kernel_name_base(name)
+    if base is None or "#define" in text or any(i not in _KNOWN_INCLUDES for i in _INCLUDES.findall(text)):
+        return
+    declared = list(dict.fromkeys(d[0] for d in _native.declarations(text)))
+    last = base.split("::")[-1]
+    if any(d == base or d.split("::")[-1] == last for d in declared):
+        return
+    has = ", ".join(declared) if declared else "no __global__ function"
+    raise ArgumentError(f'no kernel named "{name}" in the program (it has: {has})')
 
 
 class Module:

@@ -20,10 +20,12 @@ extern "C" __global__ void scale(float* y, float a) { y[threadIdx.x] *= a; }
 def test_kernel_needs_a_name_when_ambiguous() -> None:
     with pytest.raises(caijit.ArgumentError, match="declares 2 kernels"):
         caijit.kernel(SRC)
-    # A name the source does not visibly declare (a macro may make it) is NVRTC's to judge;
-    # where the program has no such kernel, the error lists the kernels it has.
+    # A name the source cannot have is an error at once, listing the kernels it has; where a
+    # macro may make it, NVRTC judges it at the first compilation, with the same list.
     with pytest.raises(caijit.ArgumentError, match=r'no kernel named "nope" in the program \(it has: axpy, scale\)'):
-        caijit.kernel(SRC, "nope").compile(arch="sm_90")
+        caijit.kernel(SRC, "nope")
+    with pytest.raises(caijit.ArgumentError, match=r'no kernel named "nope" in the program \(it has: axpy, scale\)'):
+        caijit.kernel("#define UNUSED 1\n" + SRC, "nope").compile(arch="sm_90")
 
 
 def test_specialize_and_compile_for_an_arch() -> None:

@@ -149,3 +149,27 @@ def test_caijit_ops_errors_name_the_argument_of_the_ops_function() -> None:
     with pytest.raises(caijit.ArgumentError, match="not supported by caijit") as e:
         caijit.ops.cast(x, "object")
     assert where(e) == (1, "dtype", None)
+
+
+def test_a_kernel_name_the_source_does_not_have_is_an_error_at_once(tmp_path: Any) -> None:
+    src = "#include <caijit/caijit.cuh>\nextern \"C\" __global__ void scale(float* x) {}\ntemplate <typename T> __global__ void axpy(T a) {}\n"
+    with pytest.raises(caijit.ArgumentError, match=r'no kernel named "scael" in the program \(it has: scale, axpy\)'):
+        caijit.kernel(src, "scael")
+    with pytest.raises(caijit.ArgumentError, match='no kernel named "axpi<float>"'):
+        caijit.kernel(src, "axpi<float>")
+    for fine in ("scale", "axpy<float>", "(void(*)(float*))scale", "::scale"):
+        caijit.kernel(src, fine)
+    # Kernels a macro or a header of the user's may declare: the compiler decides.
+    caijit.kernel("#define K(n) __global__ void n() {}\nK(made)\n", "made")
+    caijit.kernel('#include "mine.cuh"\n', "elsewhere")
+
+
+def test_a_path_that_is_no_cuda_source_is_named_as_such(tmp_path: Any) -> None:
+    odd = tmp_path / "tk.cuu"
+    odd.write_text('extern "C" __global__ void k() {}\n')
+    with pytest.raises(caijit.ArgumentError, match=r"tk.cuu' is a file but not a CUDA source \(.cu, .cuh, .h, .hpp\)"):
+        caijit.kernel(str(odd))
+    with pytest.raises(caijit.ArgumentError, match="no such file"):
+        caijit.kernel(str(tmp_path / "missing.cuu"))
+    with pytest.raises(caijit.ArgumentError, match="no such file"):
+        caijit.kernel(str(tmp_path / "missing.cu"))
