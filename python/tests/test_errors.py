@@ -173,3 +173,14 @@ def test_a_path_that_is_no_cuda_source_is_named_as_such(tmp_path: Any) -> None:
         caijit.kernel(str(tmp_path / "missing.cuu"))
     with pytest.raises(caijit.ArgumentError, match="no such file"):
         caijit.kernel(str(tmp_path / "missing.cu"))
+
+
+def test_a_typo_in_a_template_argument_is_named_in_caijits_words() -> None:
+    from conftest import nvrtc_missing
+
+    if nvrtc_missing():
+        pytest.skip(nvrtc_missing() or "")
+    k = caijit.kernel("template <typename T> __global__ void axpy(T* x) { x[0] += 1; }", "axpy<flaot>")
+    with pytest.raises(caijit.CompileError, match=r'the kernel name "axpy<flaot>" is not valid in kernel.cu: identifier "flaot" is undefined') as e:
+        k.compile(arch="sm_90")
+    assert "__nv_name_map" not in str(e.value)

@@ -186,6 +186,38 @@ fn failed_expressions<'a>(log: &str, exprs: &'a [String], program: &'a Program) 
         .filter(move |e| !program.name_expressions.contains(e) && log.contains(&format!("Inputnameexpressionwas:\"{}\"", compact(e))))
 }
 
+/// A compilation that failed only in its name expressions (NVRTC compiles each in a
+/// `__nv_name_map` pseudo-file of its own, and reports it in those terms), in caijit's words:
+/// which expressions, and what the compiler found wrong in them (`identifier "flaot" is
+/// undefined`). `None` when the program itself has errors.
+fn name_expression_error(program: &Program, exprs: &[String], log: &str) -> Option<Error> {
+    let errors: Vec<&str> = log.lines().filter(|l| l.contains(": error: ")).collect();
+    if errors.is_empty() || !errors.iter().all(|l| l.starts_with("__nv_name_map(")) {
+        return None;
+    }
+    let compact = |s: &str| s.chars().filter(|c| !c.is_whitespace()).collect::<String>();
+    let compact_log = compact(log);
+    let failed: Vec<String> = exprs
+        .iter()
+        .filter(|e| compact_log.contains(&format!("Inputnameexpressionwas:\"{}\"", compact(e))))
+        .map(|e| format!("\"{e}\""))
+        .collect();
+    let reasons: Vec<&str> = errors
+        .iter()
+        .filter_map(|l| l.split_once(": error: ").map(|(_, m)| m.trim()))
+        .filter(|m| !m.starts_with("Error in parsing name expression"))
+        .collect();
+    let what = match failed.as_slice() {
+        [one] => format!("the kernel name {one} is"),
+        many => format!("the kernel names {} are", many.join(", ")),
+    };
+    let why = if reasons.is_empty() { String::new() } else { format!(": {}", reasons.join("; ")) };
+    Some(Error::compile(
+        format!("{what} not valid in {}{why} (a template argument must name a type or value the program declares)", program.name),
+        "",
+    ))
+}
+
 /// The in-memory cache: each key compiled once, however many threads ask for it together.
 fn memory() -> &'static OnceMap<String, Arc<Compiled>> {
     static M: OnceLock<OnceMap<String, Arc<Compiled>>> = OnceLock::new();
@@ -543,7 +575,8 @@ fn run_nvrtc(
     };
     let log = prog.log().map_err(internal)?;
     if !ok {
-        return Err(Error::compile(format!("NVRTC could not compile {}:", program.name), log));
+        return Err(name_expression_error(program, exprs, &log)
+            .unwrap_or_else(|| Error::compile(format!("NVRTC could not compile {}:", program.name), log)));
     }
     let ptx = prog.ptx().map_err(internal)?;
     let image = if want_cubin {
@@ -632,6 +665,20 @@ mod nvrtc_tests {
                 assert!(matches!(crate::sys::binary_extent(&cubin[..cubin.len() - 1]), Some(Err(_))), "sm_{arch}");
             }
         }
+    }
+
+    /// A typo in a template argument is named in caijit's words, not NVRTC's pseudo-file;
+    /// an error in the program itself keeps the compiler's log.
+    #[test]
+    fn a_bad_name_expression_is_named_as_such() {
+        let fresh = CompileOptions { disk_cache: Some(None), skip_memory_cache: true, ..Default::default() };
+        let source = "template <typename T> __global__ void axpy(T* x) { x[0] += 1; }";
+        let e = compile_with(&Program::new(source).name_expression("axpy<flaot>"), Arch(90), &fresh).unwrap_err().to_string();
+        assert!(e.contains(r#"the kernel name "axpy<flaot>" is not valid in kernel.cu: identifier "flaot" is undefined"#), "{e}");
+        assert!(!e.contains("__nv_name_map"), "{e}");
+        let broken = "template <typename T> __global__ void axpy(T* x) { x[0] += undeclared; }";
+        let e = compile_with(&Program::new(broken).name_expression("axpy<float>"), Arch(90), &fresh).unwrap_err().to_string();
+        assert!(e.contains("NVRTC could not compile") && e.contains(r#"identifier "undeclared" is undefined"#), "{e}");
     }
 
     /// Every byte value, in every position where NVRTC might read it as a blank, read by caijit
