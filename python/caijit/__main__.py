@@ -1,8 +1,14 @@
-"""The command line: python -m caijit {demo,info,compile,cache}; see --help."""
+"""The command line: python -m caijit {demo,info,compile,cache,bundle}; see --help.
+
+``demo`` checks the installation, ``info`` shows what caijit found (driver, NVRTC, disk
+cache), ``compile`` prints kernels' parameter layouts, ``cache`` shows or clears the disk
+cache, and ``bundle`` bakes compiled kernels into a file that launches without NVRTC
+(``bundle build``) or lists one (``bundle info``)."""
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
 import sys
@@ -153,12 +159,7 @@ class UsageError(Exception):
     """A mistake in what the command was given: printed as one line, exit status 2."""
 
 
-def _template_line(name: str, template_params: list[str], param_types: list[str], examples: list[str]) -> str:
-    example = f"{name}<{', '.join(examples)}>"
-    return (
-        f"{name}<{', '.join(template_params)}>({', '.join(param_types)}): a template, not compiled; "
-        f"instantiate it with --instantiate '{example}'"
-    )
+_template_line = caijit.bundles.template_line
 
 
 def compile_cmd(args: argparse.Namespace) -> int:
@@ -210,13 +211,18 @@ caijit: launch CUDA C++ kernels on any CUDA Array Interface array.
 Every command works without a GPU (demo and info say what needs one)."""
 
 EPILOG = """\
-examples:
+examples, one per command:
   python -m caijit demo                          check the installation end to end
   python -m caijit info                          driver, devices, NVRTC, disk cache
-  python -m caijit compile kernels.cu            parameter layouts of every kernel
   python -m caijit compile k.cu --instantiate 'axpy<float>' --arch sm_80
+                                                 parameter layouts of k.cu's kernels
   python -m caijit cache info                    where the disk cache is and its size
-  python -m caijit cache clear                   remove every cached binary
+  python -m caijit bundle build manifest.json --arch sm_80,sm_90 -o app.caijit
+                                                 bake recorded kernels (CAIJIT_RECORD)
+  python -m caijit bundle info app.caijit        list a bundle's kernels
+
+The same option has the same name in every command: --instantiate EXPR (alias
+--instance), --arch, --json, -o/--output.
 
 Run `python -m caijit COMMAND --help` for a command's options.
 (From a checkout: .venv/bin/python -m caijit ..., or `source .venv/bin/activate` first.)"""
@@ -239,14 +245,57 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         if "required: COMMAND" in message:
             message = "missing a command: one of demo, info, compile, cache, bundle (python -m caijit --help says what each does)"
+        elif "required: ACTION" in message:
+            message = "missing an action: build or info (python -m caijit bundle --help has an example of each)"
         super().error(message)
+
+
+def _commands(p: argparse.ArgumentParser, prefix: str = "") -> dict[str, argparse.ArgumentParser]:
+    """Every command's parser by its name (``"bundle build"`` for a nested one)."""
+    out: dict[str, argparse.ArgumentParser] = {}
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sp in action.choices.items():
+                out[prefix + name] = sp
+                out.update(_commands(sp, prefix + name + " "))
+    return out
+
+
+def _options(p: argparse.ArgumentParser) -> list[str]:
+    return [o for a in p._actions for o in a.option_strings if o not in ("-h", "--help")]
+
+
+def unknown_options_message(p: argparse.ArgumentParser, command: str, extras: list[str]) -> str:
+    """The error for arguments ``command`` does not take: each option that is another
+    command's is named with that command (and this command's option for the same thing, or
+    the closest of its options)."""
+    commands = _commands(p)
+    mine = _options(commands[command])
+    hints = []
+    for extra in extras:
+        flag = extra.split("=", 1)[0]
+        if not flag.startswith("-") or flag == "-":
+            continue
+        others = [c for c, sp in commands.items() if c != command and flag in _options(sp)]
+        if others:
+            hint = f"{flag} is an option of {' and '.join(others)}, not of {command}"
+        else:
+            hint = f"{flag} is not an option of {command}"
+            close = difflib.get_close_matches(flag, mine, n=1, cutoff=0.6)
+            if close:
+                hint += f"; did you mean {close[0]}?"
+            else:
+                hint += f"; its options: {', '.join(o for o in mine if o.startswith('--'))}"
+        hints.append(hint)
+    message = f"unrecognized arguments: {' '.join(extras)}"
+    return message + ("; " + "; ".join(hints) if hints else "")
 
 
 def parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     p = _Parser(prog="python -m caijit", description=DESCRIPTION, epilog=EPILOG, formatter_class=fmt)
     p.add_argument("--version", action="version", version=f"caijit {caijit.__version__}")
-    sub = p.add_subparsers(dest="cmd", metavar="COMMAND", title="commands", required=True, parser_class=argparse.ArgumentParser)
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND", title="commands", required=True, parser_class=_Parser)
     sub.add_parser(
         "demo",
         help="validate an array interface, compile a kernel and (with a GPU) launch it",
@@ -277,7 +326,12 @@ def parser() -> argparse.ArgumentParser:
     )
     c.add_argument("--name", metavar="NAME", help="only this kernel, e.g. --name scale or --name 'axpy<float>'")
     c.add_argument(
-        "--instantiate", action="append", metavar="EXPR", help="instantiate a template, e.g. --instantiate 'axpy<float>' (repeatable)"
+        "--instantiate",
+        "--instance",
+        dest="instantiate",
+        action="append",
+        metavar="EXPR",
+        help="instantiate a template, e.g. --instantiate 'axpy<float>' (repeatable; --instance is the same)",
     )
     c.add_argument("--option", action="append", metavar="OPT", help="pass an option to NVRTC, e.g. --option=-DTILE=32 (repeatable)")
     c.add_argument("-I", "--include", action="append", metavar="DIR", help="add an include directory, e.g. -I include (repeatable)")
@@ -305,7 +359,11 @@ def _json_error(e: Exception, status: int) -> int:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    args = parser().parse_args(argv)
+    p = parser()
+    args, extras = p.parse_known_args(argv)
+    if extras:
+        command = args.cmd + (f" {args.bundle_cmd}" if args.cmd == "bundle" else "")
+        _commands(p)[command].error(unknown_options_message(p, command, extras))
     try:
         if args.cmd == "demo":
             return demo()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import sys
 from typing import Any, Iterator, Optional, Union
 
@@ -102,13 +103,38 @@ def build(
 
 # ----- python -m caijit bundle -----
 
+def template_line(name: str, template_params: list[str], param_types: list[str], examples: list[str]) -> str:
+    example = f"{name}<{', '.join(examples)}>"
+    return (
+        f"{name}<{', '.join(template_params)}>({', '.join(param_types)}): a template, not compiled; "
+        f"instantiate it with --instantiate '{example}'"
+    )
+
+
+def uninstantiated_templates(source: str, exprs: list[str]) -> list[str]:
+    """The lines `compile` and `bundle build` print for the templates of ``source`` that no
+    expression of ``exprs`` (``axpy<float>``, an overload cast) instantiates."""
+    out = []
+    for name, _, template_params, param_types, examples in _native.declarations(source):
+        named = re.compile(rf"(?<![\w:]){re.escape(name)}\s*<")
+        if template_params and not any(named.search(e) for e in exprs):
+            out.append(template_line(name, template_params, param_types, examples))
+    return out
+
+
 EPILOG = """examples:
   CAIJIT_RECORD=manifest.json python app.py
   python -m caijit bundle build manifest.json --arch sm_80,sm_90,sm_100,sm_120 -o app.caijit
   python -m caijit bundle build kernels.cu --arch sm_90 -o kernels.caijit
-  python -m caijit bundle build axpy.cu --instance 'axpy<float>' --instance 'axpy<double>' --arch sm_90 -o axpy.caijit
+  python -m caijit bundle build axpy.cu --instantiate 'axpy<float>' --instantiate 'axpy<double>' --arch sm_90 -o axpy.caijit
   python -m caijit bundle info app.caijit
   CAIJIT_BUNDLES=app.caijit python app.py"""
+
+
+BUILD_EPILOG = """examples:
+  python -m caijit bundle build manifest.json --arch sm_80,sm_90,sm_100,sm_120 -o app.caijit
+  python -m caijit bundle build axpy.cu --instantiate 'axpy<float>' --arch sm_90 -o axpy.caijit
+  python -m caijit bundle build --ops --arch sm_90 -o ops.caijit"""
 
 
 def add_parser(sub: Any, fmt: Any) -> None:
@@ -122,14 +148,24 @@ def add_parser(sub: Any, fmt: Any) -> None:
         formatter_class=fmt,
     )
     bs = b.add_subparsers(dest="bundle_cmd", metavar="ACTION", required=True)
-    build_p = bs.add_parser("build", help="compile a manifest's instances (and .cu files) into a bundle")
-    build_p.add_argument("inputs", nargs="*", metavar="INPUT", help="manifests (recorded) and/or .cu files")
+    build_p = bs.add_parser(
+        "build",
+        help="compile a manifest's instances (and .cu files) into a bundle",
+        description="Compile the kernel instances of manifests (CAIJIT_RECORD) and the kernels of .cu files for several "
+        "architectures into one bundle. Templates of a .cu file are compiled only when instantiated (--instantiate).",
+        epilog=BUILD_EPILOG,
+        formatter_class=fmt,
+    )
+    build_p.add_argument("inputs", nargs="*", metavar="INPUT", help="manifests (recorded) and/or .cu files, e.g. manifest.json")
     build_p.add_argument(
+        "--instantiate",
         "--instance",
+        dest="instantiate",
         action="append",
         default=[],
         metavar="EXPR",
-        help="a template instance to compile from each .cu file given, e.g. --instance 'axpy<float>' (repeatable)",
+        help="a template instance to compile from each .cu file given, e.g. --instantiate 'axpy<float>' "
+        "(repeatable; --instance is the same)",
     )
     build_p.add_argument("--ops", action="store_true", help="also every instance of the kernel library (caijit.ops), every dtype")
     build_p.add_argument("--arch", required=True, metavar="ARCHS", help="comma-separated architectures, e.g. sm_80,sm_90,sm_100,sm_120")
@@ -144,7 +180,13 @@ def add_parser(sub: Any, fmt: Any) -> None:
         "launch and the largest bundle)",
     )
     build_p.add_argument("-o", "--output", required=True, metavar="FILE", help="the bundle to write, e.g. app.caijit")
-    info_p = bs.add_parser("info", help="verify a bundle and list its programs, kernels and parameters")
+    info_p = bs.add_parser(
+        "info",
+        help="verify a bundle and list its programs, kernels and parameters",
+        description="Verify every section of a bundle and list its programs, kernels and parameters.",
+        epilog="example:\n  python -m caijit bundle info app.caijit",
+        formatter_class=fmt,
+    )
     info_p.add_argument("bundle", metavar="FILE", help="the bundle, e.g. app.caijit")
 
 
@@ -165,6 +207,13 @@ def run(args: argparse.Namespace) -> int:
     manifests = [i for i in args.inputs if not i.endswith((".cu", ".cuh"))]
     files = [i for i in args.inputs if i.endswith((".cu", ".cuh"))]
     archs = [a.strip() for a in args.arch.split(",") if a.strip()]
+    from . import _read_text
+
+    # Templates are compiled only when instantiated: say which of the files' are left out,
+    # as `compile` does.
+    for f in files:
+        for line in uninstantiated_templates(_read_text(f), args.instantiate):
+            print(f"warning: {f}: {line}", file=sys.stderr)
     read, baked, size = build(
         manifests,
         files,
@@ -174,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
         jobs=args.jobs,
         progress=sys.stderr.isatty(),
         ops=args.ops,
-        instances=args.instance,
+        instances=args.instantiate,
         merge=args.merge,
     )
     print(f"wrote {args.output}: {read} programs as {baked} for {', '.join(archs)}, {size} bytes")

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import gpu_unavailable_reason
+from conftest import gpu_unavailable_reason, nvrtc_missing
 
 import caijit
 
@@ -88,7 +88,7 @@ def test_help_is_plain_text_with_an_example_per_command() -> None:
     r = run("--help")
     assert r.returncode == 0, r.stderr
     assert "``" not in r.stdout and ":func:" not in r.stdout
-    for cmd in ("demo", "info", "compile", "cache"):
+    for cmd in ("demo", "info", "compile", "cache", "bundle build", "bundle info"):
         assert f"python -m caijit {cmd}" in r.stdout, cmd
     r = run("compile", "--help")
     options = r.stdout.split("options:", 1)[1].split("examples:", 1)[0]
@@ -292,3 +292,82 @@ def test_errors_are_json_with_json(tmp_path: "os.PathLike[str]") -> None:
     r = run("compile", bad, "--name", "nosuch", "--json", "--arch", "compute_90")
     assert r.returncode == 2
     assert json.loads(r.stdout)["error"]["type"] in ("ArgumentError", "UsageError")
+
+
+# --- one vocabulary: the same option has the same name in every command ------------------
+
+
+def test_help_lists_every_command_with_an_example_and_the_docstring_names_them() -> None:
+    import caijit.__main__ as cli
+
+    p = cli.parser()
+    commands = cli._commands(p)
+    assert {"demo", "info", "compile", "cache", "bundle", "bundle build", "bundle info"} <= set(commands)
+    top = run("--help").stdout
+    examples = top.split("examples", 1)[1]
+    for cmd in ("demo", "info", "compile", "cache", "bundle"):
+        assert f"  python -m caijit {cmd} " in examples, cmd
+        assert cmd in (cli.__doc__ or ""), cmd
+    for cmd in ("bundle", "bundle build", "bundle info"):
+        r = run(*cmd.split(), "--help")
+        assert r.returncode == 0 and "example" in r.stdout and f"python -m caijit {cmd}" in r.stdout, (cmd, r.stdout)
+
+
+def test_instantiate_is_one_option_with_one_alias_in_compile_and_bundle_build() -> None:
+    for cmd in (["compile"], ["bundle", "build"]):
+        r = run(*cmd, "--help")
+        assert "--instantiate EXPR, --instance EXPR" in r.stdout, (cmd, r.stdout)
+    r = run("bundle", "--help")
+    assert "--instantiate 'axpy<float>'" in r.stdout and "--instance '" not in r.stdout, r.stdout
+
+
+@pytest.mark.skipif(nvrtc_missing() is not None, reason=str(nvrtc_missing()))
+def test_compile_and_bundle_build_take_instantiate_and_instance_alike(tmp_path: "os.PathLike[str]") -> None:
+    source = _source(tmp_path)
+    for flag in ("--instantiate", "--instance"):
+        r = run("compile", source, flag, "axpy<double>", "--name", "axpy<double>", "--arch", "sm_80", "--json")
+        assert r.returncode == 0, (flag, r.stderr)
+        assert json.loads(r.stdout)[0]["demangled"] == "void axpy<double>(double, double const*, double*, long long)"
+        out = os.path.join(tmp_path, f"b{flag}.caijit")
+        r = run("bundle", "build", source, flag, "axpy<double>", "--arch", "sm_80", "--no-ptx", "-o", out)
+        assert r.returncode == 0, (flag, r.stderr)
+        assert "warning" not in r.stderr, r.stderr
+        assert "axpy<double>" in run("bundle", "info", out).stdout
+
+
+@pytest.mark.skipif(nvrtc_missing() is not None, reason=str(nvrtc_missing()))
+def test_bundle_build_warns_about_templates_nobody_instantiated(tmp_path: "os.PathLike[str]") -> None:
+    """As `compile` lists them: a template is compiled only when instantiated, so a bundle
+    of a file whose template nobody instantiated says which one was left out and how to
+    instantiate it."""
+    source = _source(tmp_path)
+    out = os.path.join(tmp_path, "k.caijit")
+    r = run("bundle", "build", source, "--arch", "sm_80", "--no-ptx", "-o", out)
+    assert r.returncode == 0, r.stderr
+    assert f"warning: {source}: axpy<T>(T, const T*, T*, long long): a template, not compiled" in r.stderr, r.stderr
+    assert "--instantiate 'axpy<float>'" in r.stderr and "scale" not in r.stderr, r.stderr
+    assert run("compile", source).stdout.count("--instantiate 'axpy<float>'") == 1
+
+
+def test_an_option_of_another_command_is_named_with_its_command(tmp_path: "os.PathLike[str]") -> None:
+    source = _source(tmp_path)
+    cases = [
+        (["compile", source, "-o", "x.caijit"], "-o is an option of bundle build, not of compile"),
+        (["compile", source, "--ops"], "--ops is an option of bundle build, not of compile"),
+        (["bundle", "build", source, "--arch", "sm_90", "-o", "x.caijit", "--name", "axpy"], "--name is an option of compile, not of bundle build"),
+        (["info", "--arch", "sm_90"], "--arch is an option of compile and bundle build, not of info"),
+        (["bundle", "info", "x.caijit", "--json"], "--json is an option of info and compile, not of bundle info"),
+        (["compile", source, "--instanciate", "axpy<float>"], "did you mean --instantiate?"),
+    ]
+    for args, hint in cases:
+        r = run(*args)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, (args, r.stderr)
+        last = r.stderr.strip().splitlines()[-1]
+        command = " ".join(a for a in args[:2] if not a.startswith(("-", "/")) and "." not in a)
+        assert last.startswith(f"python -m caijit {command}: error:") and hint in last, (args, r.stderr)
+        assert f"usage: python -m caijit {command}" in r.stderr, (args, r.stderr)
+
+
+def test_a_missing_bundle_action_names_the_actions() -> None:
+    r = run("bundle")
+    assert r.returncode == 2 and "missing an action: build or info" in r.stderr, r.stderr
