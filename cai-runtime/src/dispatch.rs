@@ -584,6 +584,18 @@ impl Dispatcher {
         Ok(k)
     }
 
+    /// Check `args` as a launch checks them (their count, and each against its parameter:
+    /// dtype, constness, contiguity, alignment, scalar range) against the instance they
+    /// select, compiled for the inspection architecture: no GPU is needed. A launch on a
+    /// machine without one reports through this the argument error it would have raised.
+    pub fn check_args(&self, args: &[Arg<'_>]) -> Result<()> {
+        let chosen = self.select(inspection_arch()?, &self.types(args))?;
+        let info = chosen.info()?;
+        crate::params::check_count(|| info.base_name(), info.params.len(), args.len())?;
+        let vector: Vec<usize> = info.params.iter().map(crate::kernel::pointee_alignment).collect();
+        crate::params::marshal(&info.params, &vector, args, &mut crate::params::ParamBuffer::new(info.param_buffer_size()))
+    }
+
     /// Launch with `cfg` on `args`: the instance the arguments select (compiled on first
     /// use), on the device of the first non-empty array (else the stream's, else 0), on
     /// `stream` or the stream the protocol picks ([`Kernel::launch`]). Returns the stream

@@ -87,6 +87,20 @@ impl Kernel {
         e.at_argument(index, name, ctype.as_deref())
     }
 
+    /// `e`, the error of a launch that found no GPU, or the argument error the launch would
+    /// have raised (checked against the parameters compiled without a GPU), which says
+    /// what the caller must change first.
+    fn argument_error_without_a_gpu(&self, py: Python<'_>, converted: &[PyArg], e: PyCaiError) -> PyCaiError {
+        if !matches!(e, PyCaiError::Cai(Error::CudaNotAvailable(_))) {
+            return e;
+        }
+        let args: SmallVec<[Arg<'_>; 8]> = converted.iter().map(PyArg::as_arg).collect();
+        match py.detach(|| self.dispatcher.check_args(&args)) {
+            Err(wrong @ Error::Argument(_)) => wrong.into(),
+            _ => e,
+        }
+    }
+
     fn resolved_for_attributes(&self, py: Python<'_>) -> PyCaiResult<Arc<RtKernel>> {
         self.not_a_deduced_template(py)?;
         self.resolve(py, 0, &[])
@@ -148,7 +162,10 @@ fn launch_now(
     let mut converted: SmallVec<[PyArg; 8]> = SmallVec::new();
     args_from_py(args.iter().enumerate(), &mut ctx, |i, e| kernel.name_argument(i, e), &mut converted)?;
     let probe = timing::start();
-    let device = launch_device(&mut converted, stream)?;
+    let device = match launch_device(&mut converted, stream) {
+        Ok(d) => d,
+        Err(e) => return Err(kernel.argument_error_without_a_gpu(py, &converted, e)),
+    };
     probe.stop(Phase::Device);
     let launch_args: SmallVec<[Arg<'_>; 8]> = converted.iter().map(PyArg::as_arg).collect();
     let probe = timing::start();

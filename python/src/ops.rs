@@ -42,6 +42,17 @@ fn number(what: &str, index: usize, name: &str, obj: &Bound<'_, PyAny>) -> PyCai
     n.map_err(|e| e.at_argument(index, Some(name), None))
 }
 
+/// `e`, the error of a call that found no GPU, or the error the op's own rule raises for its
+/// inputs (its checks need no GPU), which says what the caller must change first.
+fn argument_error_without_a_gpu(planned: Option<Op<'_>>, inputs: &[PyArg], e: PyCaiError) -> PyCaiError {
+    let (PyCaiError::Cai(cai_runtime::Error::CudaNotAvailable(_)), Some(op)) = (&e, planned) else { return e };
+    let views: SmallVec<[&ArrayView; 2]> = inputs.iter().filter_map(PyArg::view).collect();
+    match ops::result(op, &views) {
+        Err(wrong) => wrong.into(),
+        Ok(_) => e,
+    }
+}
+
 /// A call whose first array is a CUDA tensor of PyTorch and that allocates its result:
 /// made by PyTorch's operator (`caijit.torch._eager`, which calls `torch.ops.caijit.<op>`),
 /// so that the result is a tensor from PyTorch's allocator and autograd and PyTorch's
@@ -202,7 +213,7 @@ impl<'py> OpCall<'py> {
         let (result, launched) = py.detach(|| {
             let ctx = match launch_device(&mut args, stream.as_deref()).and_then(|d| Ok(Context::new(d)?)) {
                 Ok(ctx) => ctx,
-                Err(e) => return (Err(e), None),
+                Err(e) => return (Err(argument_error_without_a_gpu(planned, &args[..inputs], e)), None),
             };
             let call = Call::new(&ctx, stream.as_ref());
             let operands: SmallVec<[Operand; 3]> = args[..inputs].iter().filter_map(operand).collect();

@@ -184,3 +184,28 @@ def test_a_typo_in_a_template_argument_is_named_in_caijits_words() -> None:
     with pytest.raises(caijit.CompileError, match=r'the kernel name "axpy<flaot>" is not valid in kernel.cu: identifier "flaot" is undefined') as e:
         k.compile(arch="sm_90")
     assert "__nv_name_map" not in str(e.value)
+
+
+class _Cai:
+    """An array of 4 elements of `typestr` at an address no one reads (checks only)."""
+
+    def __init__(self, typestr: str) -> None:
+        self.__cuda_array_interface__ = {"shape": (4,), "typestr": typestr, "data": (0x7F0000000000, False), "version": 3}
+
+
+def test_wrong_arguments_are_argument_errors_with_or_without_a_gpu() -> None:
+    """The parameters are known without a GPU: a wrong argument is the error, not the
+    missing driver."""
+    from conftest import nvrtc_missing
+
+    if nvrtc_missing():
+        pytest.skip(nvrtc_missing() or "")
+    k = caijit.kernel('extern "C" __global__ void scale(float* x, float a, int n) {}', "scale")
+    with pytest.raises(caijit.ArgumentError, match="kernel `scale` takes 3 arguments, got 1"):
+        k[1, 1](1.0)
+    with pytest.raises(caijit.ArgumentError, match=r"argument 0 `x` \(`float\*`\): expected an array of float32 \(float\), got float64"):
+        k[1, 1](_Cai("<f8"), 2.0, 4)
+    with pytest.raises(caijit.ArgumentError, match="argument 2 `n`.* is out of range for int"):
+        k[1, 1](_Cai("<f4"), 2.0, 2**40)
+    with pytest.raises(caijit.ArgumentError, match="add: operands are float32 and float64; cast one first"):
+        caijit.ops.add(_Cai("<f4"), _Cai("<f8"))
