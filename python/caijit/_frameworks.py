@@ -4,7 +4,7 @@ made by `caijit.torch`'s operators)."""
 
 from __future__ import annotations
 
-from typing import Any, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 
 def cupy_empty(shape: Sequence[int], dtype: str, device: int) -> Optional[Any]:
@@ -13,11 +13,19 @@ def cupy_empty(shape: Sequence[int], dtype: str, device: int) -> Optional[Any]:
     (bfloat16: the result is then a caijit.DeviceArray)."""
     import cupy
 
-    try:
-        dt = cupy.dtype(dtype)
-    except TypeError:
-        return None
-    if dt.name != dtype:
-        return None
+    dt = _cupy_dtypes.get(dtype)
+    if dt is None:
+        try:
+            dt = cupy.dtype(dtype)
+        except TypeError:
+            return None
+        if dt.name != dtype:  # (a name CuPy reads as another dtype)
+            return None
+        _cupy_dtypes[dtype] = dt
+    if cupy.cuda.runtime.getDevice() == device:
+        return cupy.empty(tuple(shape), dtype=dt)
     with cupy.cuda.Device(device):
         return cupy.empty(tuple(shape), dtype=dt)
+
+
+_cupy_dtypes: Dict[str, Any] = {}

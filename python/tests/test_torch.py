@@ -133,6 +133,18 @@ def test_compiled_functions_over_every_op_have_no_graph_breaks() -> None:
     assert [t.shape for t in got[:3]] == [(4, 8)] * 3
 
 
+def test_dynamic_shapes_specialize_and_stay_right() -> None:
+    def f(x: Any, y: Any) -> Any:
+        return caijit.ops.add(x, y) * 2, caijit.ops.sum(x, -1)
+
+    for dynamic in (True, None):  # declared, and automatic (a recompilation per new shape)
+        torch._dynamo.reset()
+        compiled = torch.compile(f, backend="eager", fullgraph=True, dynamic=dynamic)
+        for n in (4, 8, 16):
+            got = compiled(torch.ones(n, 3, device="meta"), torch.ones(3, device="meta"))
+            assert [t.shape for t in got] == [(n, 3), (n,)]
+
+
 def test_registration_comes_with_torch_and_import_caijit_does_not_import_torch() -> None:
     code = (
         "import sys, caijit; assert 'torch' not in sys.modules; "
