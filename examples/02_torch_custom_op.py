@@ -1,11 +1,11 @@
-"""02: a PyTorch custom op written with caijit (torch.library.custom_op), usable from
-ordinary PyTorch code — eager, autograd, and inside torch.compile'd graphs:
+"""02: caijit in ordinary PyTorch code: the kernel library's ops on tensors (tensors back,
+autograd, torch.compile with no graph break), and a custom kernel made a PyTorch operator
+in one call (caijit.torch.op), checked by PyTorch's own torch.library.opcheck:
 python examples/02_torch_custom_op.py"""
 
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 try:
     import torch
@@ -13,35 +13,16 @@ except ImportError:
     print("this example needs PyTorch with CUDA (pip install torch) and an NVIDIA GPU: PyTorch is not installed")
     sys.exit(0)
 
+import caijit
 import caijit.ops
+import caijit.torch as ct
 
-
-@torch.library.custom_op("caijit_examples::scaled_add", mutates_args=())
-def scaled_add(x: torch.Tensor, y: torch.Tensor, alpha: float) -> torch.Tensor:
-    """alpha * x + y on the GPU through caijit's kernel library. The op's gradient is
-    registered below; its body sees the tensors' data (detach: a tensor that requires grad
-    exports no CUDA Array Interface)."""
-    out = torch.empty_like(x)
-    caijit.ops.axpy(alpha, x.detach().contiguous(), y.detach().contiguous(), out=out)
-    return out
-
-
-@scaled_add.register_fake
-def _(x: torch.Tensor, y: torch.Tensor, alpha: float) -> torch.Tensor:
-    # What torch.compile traces with: the result's shape, dtype and device, no data.
-    torch._check(x.shape == y.shape)
-    return torch.empty_like(x)
-
-
-def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
-    ctx.alpha = inputs[2]
-
-
-def _backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, None]:
-    return grad * ctx.alpha, grad, None
-
-
-scaled_add.register_autograd(_backward, setup_context=_setup_context)
+SCALED_ADD = r"""
+extern "C" __global__ void scaled_add(const float* x, const float* y, float* out, float alpha, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = alpha * x[i] + y[i];
+}
+"""
 
 
 def main() -> int:
@@ -50,25 +31,33 @@ def main() -> int:
         return 0
     x = torch.randn(1000, device="cuda")
     y = torch.randn(1000, device="cuda")
-    torch.testing.assert_close(scaled_add(x, y, 0.5), 0.5 * x + y)
 
-    # Autograd through the op.
+    # The library's ops on tensors give tensors (from PyTorch's allocator): PyTorch applies.
+    z = caijit.ops.axpy(0.5, x, y)
+    torch.testing.assert_close(z * 2, (0.5 * x + y) * 2)
+
+    # Autograd through caijit.ops (each op is the operator torch.ops.caijit.<op>).
     xg, yg = x.clone().requires_grad_(), y.clone().requires_grad_()
-    scaled_add(xg, yg, 0.5).square().sum().backward()
+    caijit.ops.axpy(0.5, xg, yg).square().sum().backward()
+    assert xg.grad is not None and yg.grad is not None
     torch.testing.assert_close(xg.grad, 0.5 * 2 * (0.5 * x + y))
     torch.testing.assert_close(yg.grad, 2 * (0.5 * x + y))
 
-    # PyTorch's own checks of the registration (schema, fake kernel, autograd, dispatch).
-    torch.library.opcheck(scaled_add, (x, y, 0.5))
-    torch.library.opcheck(scaled_add, (xg, yg, 0.5))
+    # A custom kernel as an operator: arguments from the kernel's parameters, `out`
+    # allocated like `x`, the fake implementation generated.
+    scaled_add = ct.op(caijit.kernel(SCALED_ADD, "scaled_add"), name="caijit_examples::scaled_add", outputs={"out": ct.like("x")})
+    torch.testing.assert_close(scaled_add(x, y, 0.5, x.numel()), 0.5 * x + y)
+    torch.library.opcheck(scaled_add.operator, (x, y, 0.5, x.numel()))
+    torch.library.opcheck(torch.ops.caijit.axpy.default, (0.5, x, y))
 
-    # Inside a compiled graph: traced through the fake kernel, run by caijit.
-    @torch.compile(fullgraph=True)
+    # Inside a compiled graph: traced as operators, no graph break.
     def layer(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        return torch.relu(scaled_add(a, b, 0.5)) * 2
+        return torch.relu(caijit.ops.softmax(scaled_add(a, b, 0.5, a.numel()).view(10, 100))) * 2
 
-    torch.testing.assert_close(layer(x, y), torch.relu(0.5 * x + y) * 2)
-    print("custom op (eager, autograd, opcheck, torch.compile): ok")
+    explained = torch._dynamo.explain(layer)(x, y)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    torch.testing.assert_close(torch.compile(layer, fullgraph=True)(x, y), layer(x, y))
+    print("caijit ops and a caijit kernel as PyTorch operators (eager, autograd, opcheck, torch.compile): ok")
     return 0
 
 
