@@ -82,7 +82,8 @@ def main() -> int:
     if world < 2:
         print(f"this example needs 2 or more NVIDIA GPUs that PyTorch can use; {world} visible")
         return 0
-    mp.spawn(worker, args=(world, free_port()), nprocs=world)
+    spawn = getattr(mp, "spawn")  # (untyped in PyTorch's stubs)
+    spawn(worker, args=(world, free_port()), nprocs=world)
     print(f"{world} ranks agree with the single-process reference")
     return 0
 

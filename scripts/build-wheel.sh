@@ -3,7 +3,7 @@
 # kernels/ops for sm_80, sm_90, sm_100 and sm_120 (+ PTX of sm_120 for newer GPUs) baked
 # into python/caijit/_ops.caijit, which the wheel carries, so that caijit.ops needs no
 # NVRTC and its first call compiles nothing (docs/bundles.md). Needs NVRTC (scripts/setup.sh
-# installs it); baking takes a few minutes of CPU. Usage: scripts/build-wheel.sh [OUT_DIR]
+# installs it). Usage: scripts/build-wheel.sh [OUT_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=$(realpath -m "${1:-target/wheels}")

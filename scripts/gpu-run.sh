@@ -6,7 +6,7 @@
 # library's tests and the randomized ordering tester; prints each suite's summary line at
 # the end (and into $OUT if set).
 #
-# Targeted modes (a check that costs a minute, not the whole suite):
+# Targeted modes (one check, not the whole suite):
 #   --tests "PYTEST ARGS"   only pytest, with these arguments (run in python/tests)
 #   --ordering N            only the randomized ordering tester, N sequences (the soak:
 #                           N >= 2000, split over calls with CAIJIT_ORDERING_SEED)

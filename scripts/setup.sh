@@ -15,14 +15,21 @@ VENV=${VENV:-.venv}
 NVRTC=${NVRTC:-13}
 start=$SECONDS
 t0=$SECONDS
-# Each step says what it does and how long it took; the times in brackets are what the
-# steps typically take on a 2-core machine (first set-up / later runs).
+# Each step says what it does and, when it ends, how long it took.
 step() {
     [ -z "${step_name:-}" ] || printf '    (took %d s)\n' $((SECONDS - t0))
     step_name=$1 t0=$SECONDS
     printf '\n==> %s\n' "$*"
 }
 
+if ! "$PYTHON" -c 'import sys' >/dev/null 2>&1; then
+    if command -v "$PYTHON" >/dev/null 2>&1; then
+        echo "$PYTHON cannot be run ($(command -v "$PYTHON") fails to start). Set PYTHON to an interpreter that runs, e.g. PYTHON=python3.12." >&2
+    else
+        echo "$PYTHON cannot be run: no such command. Install it, or set PYTHON to one that runs, e.g. PYTHON=python3.12." >&2
+    fi
+    exit 1
+fi
 if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))' 2>/dev/null; then
     echo "caijit needs Python >= 3.10; $PYTHON is $("$PYTHON" --version 2>&1). Set PYTHON=python3.12 (say)." >&2
     exit 1
@@ -43,22 +50,24 @@ if [ -x "$VENV/bin/python" ]; then
         exit 1
     fi
 else
-    step "creating the virtualenv $VENV (Python $want) [5 s]"
+    step "creating the virtualenv $VENV (Python $want)"
     "$PYTHON" -m venv "$VENV"
 fi
 venv_dir=$(cd "$VENV" && pwd)
 PY=$venv_dir/bin/python
-step "installing maturin, NumPy, pytest, mypy, JAX (CPU, for Python >= 3.11) and NVRTC $NVRTC from pip into $VENV [60-90 s / 3 s]"
+step "installing maturin, NumPy, pytest, mypy, JAX (CPU, for Python >= 3.11) and NVRTC $NVRTC from pip into $VENV (quiet: errors only)"
 other=$([ "$NVRTC" = 12 ] && echo 13 || echo 12)
 # One NVRTC in the environment: caijit would take the newest it finds.
 "$PY" -m pip uninstall -y -q $(sed -n 's/^\(nvidia-[a-z0-9-]*\)==.*/\1/p' "python/requirements-nvrtc$other.txt") 2>/dev/null || true
-"$PY" -m pip install --disable-pip-version-check --progress-bar off \
-    -r python/requirements-dev.txt -r "python/requirements-nvrtc$NVRTC.txt" | { grep -v '^Requirement already satisfied' || true; }
-step "building caijit (Rust, release) into $VENV [90-150 s / 5 s]"
+# -q: no line per requirement (nor the "Ignoring ...: markers ... don't match your
+# environment" of the pins for other Pythons); errors and warnings still show.
+"$PY" -m pip install -q --disable-pip-version-check --progress-bar off \
+    -r python/requirements-dev.txt -r "python/requirements-nvrtc$NVRTC.txt"
+step "building caijit (Rust, release) into $VENV (a first build compiles for minutes)"
 # VIRTUAL_ENV: maturin installs into this virtualenv (without it, into a .venv it finds).
 (cd python && VIRTUAL_ENV=$venv_dir "$PY" -m maturin develop --release --locked)
 # The example extension of #[derive(CudaArrayInterface)] with #[cai(python)] (tested by pytest).
-step "building the example extension examples/rust-extension into $VENV [60-90 s / 3 s]"
+step "building the example extension examples/rust-extension into $VENV"
 (cd examples/rust-extension && VIRTUAL_ENV=$venv_dir "$PY" -m maturin develop --release --locked)
 step "done"
 echo "set up in $((SECONDS - start)) s; run caijit with $VENV/bin/python -m caijit (or: source $VENV/bin/activate)"

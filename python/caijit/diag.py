@@ -50,9 +50,8 @@ def nvtx(on: bool = True) -> bool:
 def launch_sites(on: bool = True) -> bool:
     """Keep the Python ``file:line`` of every kernel launch in the ring of recent launches,
     on or off (``CAIJIT_LAUNCH_SITES=1`` sets it at start-up): a sticky fault then names
-    where each recent launch was made. Costs a frame lookup per launch (a few hundred
-    instructions when the launching function was just called), hence off by default; the
-    line is worked out only when a fault is reported. Returns the previous state."""
+    where each recent launch was made. Costs a frame lookup per launch, hence off by
+    default; the line is worked out only when a fault is reported. Returns the previous state."""
     return bool(_native._set_switch("sites", bool(on)))
 
 

@@ -30,10 +30,21 @@ JAX is imported by this module only: ``import caijit`` does not need it.
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
-import jax
+try:
+    import jax
+except ImportError as e:  # (ModuleNotFoundError included)
+    if sys.version_info < (3, 11):
+        _need = (
+            f"caijit.jax needs JAX >= 0.10.2, which needs Python >= 3.11 (this is Python "
+            f"{sys.version_info[0]}.{sys.version_info[1]}; its last JAX has an XLA FFI API older than caijit's handler needs)"
+        )
+    else:
+        _need = "caijit.jax needs JAX >= 0.10.2: pip install 'jax[cuda13]' (GPUs), or pip install jax (the CPU only)"
+    raise ImportError(f"{_need}; JAX could not be imported: {e}", name=e.name) from e
 import numpy
 
 from . import _native

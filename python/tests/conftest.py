@@ -66,6 +66,23 @@ def has(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
+def jax_missing() -> str | None:
+    """Why JAX cannot be imported here (the caijit.jax tests skip with it), saying how to
+    get it, or None."""
+    import sys
+
+    if has("jax"):
+        return None
+    if sys.version_info < (3, 11):
+        return "caijit.jax needs JAX >= 0.10.2, which needs Python >= 3.11 (set-up installs none on Python 3.10)"
+    return "JAX is not installed: pip install -r python/requirements-jax.txt (scripts/setup.sh installs a CPU jaxlib)"
+
+
+def flatbuffers_missing(message: str) -> str:
+    """The skip of a jax.export serialization that failed with ImportError ``message``."""
+    return f"jax.export cannot serialize without flatbuffers: pip install -r python/requirements-jax.txt (scripts/setup.sh installs it); {message}"
+
+
 def gpu_unavailable_reason() -> str | None:
     """One short line (the SKIPPED lines repeat it): why GPU tests cannot run, or None."""
     import caijit
@@ -153,3 +170,20 @@ def in_threads() -> Callable[[Callable[[int], None], int], None]:
         assert not errors, errors
 
     return run
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Skipped tests counted by reason, one line a reason (not one line a test), before
+    pytest's verdict line; left out where -rs (or -ra) lists each skip anyway."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    if not skipped or "s" in getattr(terminalreporter, "reportchars", ""):
+        return
+    reasons: dict[str, int] = {}
+    for report in skipped:
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        reason = reason.removeprefix("Skipped: ")
+        reasons[reason] = reasons.get(reason, 0) + 1
+    terminalreporter.write_line(f"skipped {len(skipped)}, by reason:")
+    for reason, n in sorted(reasons.items(), key=lambda r: (-r[1], r[0])):
+        terminalreporter.write_line(f"  {n:>4}  {reason}")

@@ -371,3 +371,15 @@ def test_an_option_of_another_command_is_named_with_its_command(tmp_path: "os.Pa
 def test_a_missing_bundle_action_names_the_actions() -> None:
     r = run("bundle")
     assert r.returncode == 2 and "missing an action: build or info" in r.stderr, r.stderr
+
+
+def test_import_caijit_jax_without_jax_says_what_to_install(tmp_path: "os.PathLike[str]") -> None:
+    fake = os.path.join(tmp_path, "jax")
+    os.mkdir(fake)
+    with open(os.path.join(fake, "__init__.py"), "w") as f:
+        f.write("raise ModuleNotFoundError(\"No module named 'jax'\", name='jax')\n")
+    env = {**os.environ, "PYTHONPATH": os.fspath(tmp_path)}
+    r = subprocess.run([sys.executable, "-c", "import caijit.jax"], capture_output=True, text=True, env=env, timeout=120)
+    last = r.stderr.strip().splitlines()[-1]
+    assert r.returncode == 1 and last.startswith("ImportError: caijit.jax needs JAX >= 0.10.2"), r.stderr
+    assert ("pip install" in last) if sys.version_info >= (3, 11) else ("Python >= 3.11" in last), last

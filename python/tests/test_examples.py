@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import gpu_unavailable_reason
+from conftest import gpu_unavailable_reason, jax_missing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Type-checked for the lowest Python caijit supports (pyproject.toml's requires-python).
@@ -18,10 +18,16 @@ EXAMPLES = sorted(os.path.join(ROOT, "examples", f) for f in os.listdir(os.path.
 
 # The type checks read JAX's types (caijit.jax, example 05): no JAX, no check (there is no
 # JAX for Python 3.10 that caijit.jax works with; CI checks on 3.13, for --python-version 3.10).
-NO_TYPE_CHECK = importlib.util.find_spec("mypy") is None or importlib.util.find_spec("jax") is None
+def _why_no_type_check() -> str | None:
+    if importlib.util.find_spec("mypy") is None:
+        return "mypy is not installed: pip install './python[typecheck]' (scripts/setup.sh installs it)"
+    return jax_missing()
 
 
-@pytest.mark.skipif(NO_TYPE_CHECK, reason="mypy or JAX is not installed")
+NO_TYPE_CHECK = _why_no_type_check() is not None
+
+
+@pytest.mark.skipif(NO_TYPE_CHECK, reason=str(_why_no_type_check()))
 def test_examples_type_check_strictly() -> None:
     plain = [e for e in EXAMPLES if "torch" not in os.path.basename(e)]
     r = subprocess.run(
@@ -57,7 +63,7 @@ def test_example_without_a_gpu_says_what_it_needs(path: str) -> None:
     assert len(lines) == 1 and lines[0].startswith("this example needs "), r.stdout + r.stderr
 
 
-@pytest.mark.skipif(NO_TYPE_CHECK, reason="mypy or JAX is not installed")
+@pytest.mark.skipif(NO_TYPE_CHECK, reason=str(_why_no_type_check()))
 def test_package_type_checks_strictly() -> None:
     pkg = os.path.join(ROOT, "python", "caijit")
     r = subprocess.run(

@@ -12,13 +12,17 @@ from typing import Any
 
 import pytest
 
-jax = pytest.importorskip("jax", reason="jax is not installed (python/requirements-dev.txt installs a CPU jaxlib)")
+from conftest import jax_missing  # noqa: E402
+
+if jax_missing() is not None:
+    pytest.skip(str(jax_missing()), allow_module_level=True)
+jax = pytest.importorskip("jax")
 jnp = pytest.importorskip("jax.numpy")
 
 import caijit  # noqa: E402
 import caijit.jax as cjax  # noqa: E402
 from caijit import _native  # noqa: E402
-from conftest import AXPY, ROW_SUM, SCALE_IN_PLACE, load_example  # noqa: E402
+from conftest import AXPY, ROW_SUM, SCALE_IN_PLACE, flatbuffers_missing, load_example  # noqa: E402
 
 
 def lower_for_cuda(f, *args):  # type: ignore[no-untyped-def]
@@ -529,7 +533,7 @@ def test_a_serialized_program_resolves_its_launch_in_a_fresh_process(what: str) 
             r = subprocess.run([sys.executable, "-c", ROUND_TRIP, role, what, d], capture_output=True, text=True, timeout=300, env=env)
             assert r.returncode == 0, r.stdout + r.stderr
             if r.stdout.startswith("SKIP "):
-                pytest.skip(f"jax.export cannot serialize here: {r.stdout[5:].strip()}")
+                pytest.skip(flatbuffers_missing(r.stdout[5:].strip()))
             results[role] = json.loads(r.stdout.split("RESULT ", 1)[1])
     fresh, tampered = results["fresh"], results["tampered"]
     # Loaded (instantiated) without a caijit error; only the CUDA stream is missing at run.

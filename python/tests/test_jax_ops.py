@@ -19,7 +19,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import caijit  # noqa: E402
 
-from conftest import AXPY, REQUIRE_GPU, ROW_SUM, SCALE_IN_PLACE, has, load_example  # noqa: E402
+from conftest import AXPY, REQUIRE_GPU, ROW_SUM, SCALE_IN_PLACE, flatbuffers_missing, has, jax_missing, load_example  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -42,7 +42,7 @@ def jax() -> Iterator[Any]:
     if not HAS_JAX:
         if REQUIRE_GPU:
             pytest.fail("CAIJIT_REQUIRE_GPU=1 but JAX is not installed")
-        pytest.skip("JAX is not installed")
+        pytest.skip(str(jax_missing()))
     if _jax_gpus() == 0:
         if REQUIRE_GPU:
             pytest.fail("CAIJIT_REQUIRE_GPU=1 but JAX sees no GPU (is jax-cuda13-plugin installed?)")
@@ -360,7 +360,7 @@ def _cross_process(what: str, fresh: bool) -> dict[str, Any]:
             r = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env)
             assert r.returncode == 0, r.stdout + r.stderr
             if r.stdout.startswith("SKIP "):
-                pytest.skip(f"jax.export cannot serialize here: {r.stdout[5:].strip()}")
+                pytest.skip(flatbuffers_missing(r.stdout[5:].strip()))
             results.append(json.loads(r.stdout.split("RESULT ", 1)[1]))
     return results[1]
 
