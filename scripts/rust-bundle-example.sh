@@ -17,7 +17,7 @@ archs=${CAIJIT_EXAMPLE_ARCHS:-sm_80,sm_90,sm_100,sm_120}
 dir=target/rust-bundle-example
 mkdir -p "$dir"
 .venv/bin/python -m caijit bundle build examples/rust-bundle/kernels/axpy.cu \
-    --instance 'axpy<float>' --instance 'axpy<double>' --arch "$archs" -o "$dir/axpy.caijit"
+    --instantiate 'axpy<float>' --instantiate 'axpy<double>' --arch "$archs" -o "$dir/axpy.caijit"
 # The workspace's target directory: the dependencies built for caijit are reused.
 CAIJIT_EXAMPLE_BUNDLE="$PWD/$dir/axpy.caijit" CARGO_TARGET_DIR="$PWD/target" \
     cargo build --release --locked --manifest-path examples/rust-bundle/Cargo.toml

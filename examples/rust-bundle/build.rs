@@ -9,8 +9,8 @@ fn main() {
     let Some(path) = std::env::var_os("CAIJIT_EXAMPLE_BUNDLE").filter(|p| !p.is_empty()) else {
         eprintln!(
             "error: set CAIJIT_EXAMPLE_BUNDLE to the bundle to embed, e.g. one made by \
-             `python -m caijit bundle build examples/rust-bundle/kernels/axpy.cu --instance 'axpy<float>' \
-             --instance 'axpy<double>' --arch sm_90 -o axpy.caijit` (scripts/rust-bundle-example.sh does it all)"
+             `python -m caijit bundle build examples/rust-bundle/kernels/axpy.cu --instantiate 'axpy<float>' \
+             --instantiate 'axpy<double>' --arch sm_90 -o axpy.caijit` (scripts/rust-bundle-example.sh does it all)"
         );
         std::process::exit(1);
     };

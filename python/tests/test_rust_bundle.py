@@ -1,5 +1,5 @@
 """The Rust example that ships its kernels in a bundle (examples/rust-bundle), on the CPU:
-its bundle baked with the CLI (`--instance`), the example built against cai-runtime without
+its bundle baked with the CLI (`--instantiate`), the example built against cai-runtime without
 the `nvrtc` feature (so CI proves that build compiles and links no NVRTC code), and run
 with `--inspect`: the template's instances deduced and laid out from the embedded bundle,
 with NVRTC nowhere to be found. scripts/gpu-run.sh runs it on a GPU (values checked)."""
@@ -30,8 +30,8 @@ def example(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The example's binary, built (debug, in the workspace's target directory, whose
     dependencies it reuses) around a bundle of its kernel's float and double instances."""
     tmp = tmp_path_factory.mktemp("rust-bundle")
-    bake = [sys.executable, "-m", "caijit", "bundle", "build", str(EXAMPLE / "kernels" / "axpy.cu"), "--instance", "axpy<float>"]
-    bake += ["--instance", "axpy<double>", "--arch", "sm_90", "--no-ptx", "-o", str(tmp / "axpy.caijit")]
+    bake = [sys.executable, "-m", "caijit", "bundle", "build", str(EXAMPLE / "kernels" / "axpy.cu"), "--instantiate", "axpy<float>"]
+    bake += ["--instantiate", "axpy<double>", "--arch", "sm_90", "--no-ptx", "-o", str(tmp / "axpy.caijit")]
     r = subprocess.run(bake, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     # The file's program and its two instances' (one source: compiled as one).
