@@ -49,3 +49,14 @@ def test_the_check_sees_rounds_and_commits() -> None:
         ]
     )
     assert [line.split(":")[0] for line in history(text)] == ["1", "2", "3", "4"]
+
+
+def test_the_readme_layout_lists_every_example_and_doc() -> None:
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        readme = f.read()
+    rows = {line.split("|")[1].strip(): line for line in readme[readme.index("## Layout") :].splitlines() if line.startswith("| `")}
+    examples = [e for e in os.listdir(os.path.join(ROOT, "examples")) if e.endswith(".py") or os.path.isdir(os.path.join(ROOT, "examples", e))]
+    docs = [os.path.basename(d) for d in glob.glob(os.path.join(ROOT, "docs", "*.md"))]
+    missing = [f"examples/{e}" for e in examples if f"`{e}" not in rows["`examples/`"]]
+    missing += [f"docs/{d}" for d in docs if f"`{d}`" not in rows["`docs/`"]]
+    assert not missing, f"README.md's layout table does not list: {', '.join(sorted(missing))}"
