@@ -246,7 +246,9 @@ class _Parser(argparse.ArgumentParser):
         if "required: COMMAND" in message:
             message = "missing a command: one of demo, info, compile, cache, bundle (python -m caijit --help says what each does)"
         elif "required: ACTION" in message:
-            message = "missing an action: build or info (python -m caijit bundle --help has an example of each)"
+            message = f"missing an action: info or clear ({self.prog} --help has an example of each)"
+            if self.prog.endswith("bundle"):
+                message = f"missing an action: build or info ({self.prog} --help has an example of each)"
         super().error(message)
 
 

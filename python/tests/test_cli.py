@@ -368,9 +368,11 @@ def test_an_option_of_another_command_is_named_with_its_command(tmp_path: "os.Pa
         assert f"usage: python -m caijit {command}" in r.stderr, (args, r.stderr)
 
 
-def test_a_missing_bundle_action_names_the_actions() -> None:
+def test_a_missing_action_names_the_actions() -> None:
     r = run("bundle")
     assert r.returncode == 2 and "missing an action: build or info" in r.stderr, r.stderr
+    r = run("cache")
+    assert r.returncode == 2 and "missing an action: info or clear" in r.stderr, r.stderr
 
 
 def test_import_caijit_jax_without_jax_says_what_to_install(tmp_path: "os.PathLike[str]") -> None:
