@@ -274,13 +274,6 @@ _DEFAULTS: Dict[str, Any] = {name: op.default for name, op in _OPERATORS.items()
 # ----- caijit.ops on tensors -----
 
 
-def _stream(stream: Any, device: torch.device) -> Any:
-    """A PyTorch stream for ``stream=`` (any stream caijit accepts)."""
-    if isinstance(stream, torch.cuda.Stream):
-        return stream
-    return torch.cuda.ExternalStream(_native.stream_handle(stream), device=device)
-
-
 def _with_torch_dtype(spec: _Spec, args: Tuple[Any, ...]) -> Tuple[Any, ...]:
     """``args`` with a dtype argument (cast's) as a PyTorch dtype, as the schema types it."""
     at = dict(spec.params).get("dtype")
@@ -312,11 +305,19 @@ def _eager(name: str, args: Tuple[Any, ...], params: Optional[Mapping[str, Any]]
     args = _with_torch_dtype(spec, args)
     if params:
         args = (*args, *params.values())  # (a reduction's axis, after its one array)
-    call = _RUNS[name] if _plain(args) else _DEFAULTS[name]
-    if stream is None:
-        return call(*args)
-    with torch.cuda.stream(_stream(stream, args[spec.arrays[0]].device)):
-        return call(*args)
+    if stream is None or isinstance(stream, torch.cuda.Stream):
+        call = _RUNS[name] if _plain(args) else _DEFAULTS[name]
+        if stream is None:
+            return call(*args)
+        with torch.cuda.stream(stream):
+            return call(*args)
+    # Another library's stream (or a handle: the legacy and per-thread default streams have
+    # no PyTorch stream object): the result is allocated by PyTorch on its current stream
+    # and written on `stream`, which the stream protocol orders after PyTorch's work and
+    # PyTorch's later work (the memory's reuse included) after. Autograd does not record it.
+    out = _result(name, spec, args)
+    getattr(_ops, name)(*_data(args), out=out, stream=stream)
+    return out
 
 
 # ----- torch.compile -----

@@ -204,7 +204,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(ops::unary, m)?,
         wrap_pyfunction!(ops::unary_ops, m)?,
         wrap_pyfunction!(ops::op_result, m)?,
-        wrap_pyfunction!(stream::stream_handle_py, m)?,
     ] {
         m.add_function(f)?;
     }

@@ -102,14 +102,3 @@ fn object_stream_handle(obj: &Bound<'_, PyAny>) -> PyCaiResult<u64> {
         "cannot use a {ty} as a stream: pass None, an int handle, or an object with __cuda_stream__, .ptr, .cuda_stream or .handle"
     )))
 }
-
-/// The handle of a stream argument, as a launch reads it (`caijit.torch` makes a PyTorch
-/// stream of it for `stream=` on tensors).
-#[pyfunction]
-#[pyo3(name = "stream_handle")]
-pub fn stream_handle_py(obj: &Bound<'_, PyAny>) -> PyCaiResult<u64> {
-    if let Ok(s) = obj.cast::<Stream>() {
-        return Ok(s.get().inner.handle());
-    }
-    stream_handle(obj)
-}

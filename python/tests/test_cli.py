@@ -380,7 +380,8 @@ def test_import_caijit_jax_without_jax_says_what_to_install(tmp_path: "os.PathLi
     os.mkdir(fake)
     with open(os.path.join(fake, "__init__.py"), "w") as f:
         f.write("raise ModuleNotFoundError(\"No module named 'jax'\", name='jax')\n")
-    env = {**os.environ, "PYTHONPATH": os.fspath(tmp_path)}
+    # (In front of the PYTHONPATH caijit may be installed on.)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (os.fspath(tmp_path), os.environ.get("PYTHONPATH")) if p)}
     r = subprocess.run([sys.executable, "-c", "import caijit.jax"], capture_output=True, text=True, env=env, timeout=120)
     last = r.stderr.strip().splitlines()[-1]
     assert r.returncode == 1 and last.startswith("ImportError: caijit.jax needs JAX >= 0.10.2"), r.stderr

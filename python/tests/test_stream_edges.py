@@ -566,17 +566,30 @@ def test_memory_freed_during_a_capture_is_kept_by_the_graph(k: Any, cupy: Any) -
     assert _wait_for_allocated_bytes(held - 4 * N) <= held - 4 * N, "the graph's block came back"
 
 
+class AsCai:
+    """An array read through its CUDA Array Interface alone: an op on it makes a caijit
+    array (on CuPy's own arrays, it makes CuPy arrays, from CuPy's pool)."""
+
+    def __init__(self, a: Any) -> None:
+        self.a = a
+
+    @property
+    def __cuda_array_interface__(self) -> Any:
+        return self.a.__cuda_array_interface__
+
+
 @pytest.mark.parametrize("keep", [False, True], ids=["dropped in the capture", "kept past it"])
 def test_an_op_result_written_by_a_foreign_capture_is_kept_by_its_graph(cupy: Any, keep: bool) -> None:
-    """An op on CuPy arrays inside a capture of CuPy's stream launches there (captured) and
-    puts its result on the legacy stream (a producer's stream handle is valid only for the
-    call). Every replay writes that result: its memory goes back to the allocator only once
-    both the array and the graph have let go, never to a new eager array while the graph
-    lives. Kept past the capture, the result holds the graph's output after each replay."""
+    """An op on CuPy memory (read through its interface: the result is caijit's) inside a
+    capture of CuPy's stream launches there (captured) and puts its result on the legacy
+    stream (a producer's stream handle is valid only for the call). Every replay writes
+    that result: its memory goes back to the allocator only once both the array and the
+    graph have let go, never to a new eager array while the graph lives. Kept past the
+    capture, the result holds the graph's output after each replay."""
     import caijit.ops as ops
 
     c = cupy.cuda.Stream(non_blocking=True)
-    x = cupy.ones(N, dtype=cupy.float32)
+    x = AsCai(cupy.ones(N, dtype=cupy.float32))
     with c:  # warm-up, eagerly and in a capture (modules loaded, the capture path taken)
         ops.scale(x, 2.0)
         c.begin_capture()
@@ -610,7 +623,7 @@ def test_an_op_result_written_by_a_foreign_capture_takes_no_memory_still_in_use(
     lives: so the result is memory no work may still use, never a block kept for the legacy
     stream whose last array a queued kernel still reads."""
     c = cupy.cuda.Stream(non_blocking=True)
-    x = cupy.ones(N, dtype=cupy.float32)
+    x = AsCai(cupy.ones(N, dtype=cupy.float32))  # (the result is caijit's)
     with c:  # warm-up
         ops.scale(x, 2.0)
         c.begin_capture()

@@ -252,9 +252,17 @@ def test_ops_on_tensors_return_tensors_from_torchs_allocator() -> None:
     s2 = torch.cuda.Stream()
     s2.wait_stream(torch.cuda.current_stream())
     w2 = caijit.ops.scale(x, 3.0, stream=s2)
+    # Streams PyTorch has no object for: a handle (the legacy default stream), caijit's own.
+    w3 = caijit.ops.scale(x, 4.0, stream=1)
+    own = caijit.Stream()
+    w4 = caijit.ops.scale(x, 5.0, stream=own)
+    own.synchronize()
     torch.cuda.synchronize()
     torch.testing.assert_close(w, 2 * x)
     torch.testing.assert_close(w2, 3 * x)
+    assert isinstance(w3, torch.Tensor) and isinstance(w4, torch.Tensor)
+    torch.testing.assert_close(w3, 4 * x)
+    torch.testing.assert_close(w4, 5 * x)
 
 
 @gpu

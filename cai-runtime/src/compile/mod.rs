@@ -208,6 +208,7 @@ fn name_expression_error(program: &Program, exprs: &[String], log: &str) -> Opti
         .filter(|m| !m.starts_with("Error in parsing name expression"))
         .collect();
     let what = match failed.as_slice() {
+        [] => return None,
         [one] => format!("the kernel name {one} is"),
         many => format!("the kernel names {} are", many.join(", ")),
     };
@@ -541,7 +542,15 @@ fn nvrtc_retrying(
                 let failed: Vec<String> = failed_expressions(&log, &exprs, program).cloned().collect();
                 exprs.retain(|e| !failed.contains(e));
             }
-            r => return r,
+            // (Named in caijit's words after the retries, which read NVRTC's log.)
+            Err(e) => {
+                let named = match &e {
+                    Error::Compile(c) => name_expression_error(program, &exprs, &c.log),
+                    _ => None,
+                };
+                return Err(named.unwrap_or(e));
+            }
+            ok => return ok,
         }
     }
 }
@@ -575,8 +584,7 @@ fn run_nvrtc(
     };
     let log = prog.log().map_err(internal)?;
     if !ok {
-        return Err(name_expression_error(program, exprs, &log)
-            .unwrap_or_else(|| Error::compile(format!("NVRTC could not compile {}:", program.name), log)));
+        return Err(Error::compile(format!("NVRTC could not compile {}:", program.name), log));
     }
     let ptx = prog.ptx().map_err(internal)?;
     let image = if want_cubin {
