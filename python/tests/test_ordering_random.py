@@ -326,6 +326,30 @@ class PlainCAI:
         }
 
 
+class AsInterface:
+    """A CuPy array or PyTorch tensor read through a CUDA Array Interface alone (as any CAI
+    producer: an op's result on it is caijit's), with the producer stream caijit's fast path
+    for it reads: the library's current stream (CuPy exports it; PyTorch's interface has
+    none, so it is added). Anything else as it is."""
+
+    def __init__(self, obj: Any, lib: str) -> None:
+        self.obj, self.lib = obj, lib
+
+    @property
+    def __cuda_array_interface__(self) -> Any:
+        d = dict(self.obj.__cuda_array_interface__)
+        if self.lib == "torch":
+            import torch
+
+            d["stream"], d["version"] = torch.cuda.current_stream(self.obj.device).cuda_stream or 1, 3
+        return d
+
+    @staticmethod
+    def of(obj: Any) -> Any:
+        lib = type(obj).__module__.split(".")[0]
+        return AsInterface(obj, lib) if lib in ("cupy", "torch") and hasattr(obj, "__cuda_array_interface__") else obj
+
+
 class DLPackOnly:
     """Speaks nothing but DLPack (no ``__cuda_array_interface__``): forwards to the tensor
     it wraps."""
@@ -1055,13 +1079,18 @@ class OrderingMachine(RuleBasedStateMachine):
     def _call_op(self, op: str, x: Rec, z: Rec, out: Any, a: float, stream: Any) -> Any:
         if op == "fill":
             return ops.fill(out, a, stream=stream)
+        # A result the op allocates is of its first array's library (a CuPy array, a PyTorch
+        # tensor): this machine models caijit results, so such a first array is passed
+        # through its interface alone (its own fast paths are taken with out= and as the
+        # second array).
+        first = x.obj if out is not None else AsInterface.of(x.obj)
         if op == "scale":
-            return ops.scale(x.obj, a, out=out, stream=stream)
+            return ops.scale(first, a, out=out, stream=stream)
         if op == "add":
-            return ops.add(x.obj, z.obj, out=out, stream=stream)
+            return ops.add(first, z.obj, out=out, stream=stream)
         if op == "axpy":
-            return ops.axpy(a, x.obj, z.obj, out=out, stream=stream)
-        return ops.sum(x.obj, stream=stream)
+            return ops.axpy(a, first, z.obj, out=out, stream=stream)
+        return ops.sum(first, stream=stream)
 
     @rule(
         target=arrays,
