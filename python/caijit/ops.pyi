@@ -2,8 +2,9 @@
 
 The module is made natively (``caijit._native.ops``, registered as ``caijit.ops``): these are
 its signatures for type checkers. Every op accepts any CUDA Array Interface array (CuPy,
-PyTorch, Numba, JAX, caijit), takes ``out=`` (otherwise returns a new
-:class:`caijit.DeviceArray`) and ``stream=``.
+PyTorch, Numba, JAX, caijit) and takes ``out=`` and ``stream=``. Without ``out=``, the result
+is of the first array's library: a PyTorch tensor (the op is then the PyTorch operator
+``torch.ops.caijit.<op>``), a CuPy array, else a new :class:`caijit.DeviceArray`.
 """
 
 from typing import Any, Callable, Dict, Optional

@@ -534,9 +534,11 @@ pub fn unary_ops() -> Vec<(&'static str, &'static str, Vec<&'static str>)> {
 
 const MODULE_DOC: &str = "Custom GPU ops built on caijit's kernel library (``kernels/ops/*.cu``).
 
-Every op accepts any CUDA Array Interface array (CuPy, PyTorch, Numba, JAX, caijit),
-takes ``out=`` (otherwise returns a new :class:`caijit.DeviceArray`; any view whose elements
-are distinct memory, strided ones written through a temporary) and ``stream=``.
+Every op accepts any CUDA Array Interface array (CuPy, PyTorch, Numba, JAX, caijit) and
+takes ``out=`` (any view whose elements are distinct memory, strided ones written through a
+temporary) and ``stream=``. Without ``out=``, the result is of the first array's library: a
+PyTorch tensor (the op is then the PyTorch operator ``torch.ops.caijit.<op>``), a CuPy
+array, else a new :class:`caijit.DeviceArray`.
 Launches follow caijit's stream protocol, so foreign producers are ordered correctly.
 
 >>> import caijit.ops as ops                       # doctest: +SKIP
