@@ -1065,7 +1065,8 @@ thread_local! {
 ///
 /// With one device every device allocation is on device 0, so an address inside an
 /// allocation already seen is answered from a small per-thread table without asking the
-/// driver (`cuPointerGetAttribute` costs ~0.1 µs per array). The check exists to refuse
+/// driver (`cuPointerGetAttribute` costs about 0.1 µs per array: `python/benchmarks/probe_launch.py`
+/// splits a launch by phase). The check exists to refuse
 /// host arrays; a stale entry answers "device 0" for device memory freed since, which is
 /// what the driver said of it while it was allocated (a pointer freed just after the query
 /// is no different). With several devices a freed range may come back on another device,

@@ -527,7 +527,8 @@ pub fn unary_ops() -> Vec<(&'static str, &'static str, Vec<&'static str>)> {
 // ----- The `caijit.ops` module -----
 //
 // Made here, with `caijit._native`, so that `caijit.ops` costs nothing to import (a Python
-// module of the same functions cost 0.2-0.3 ms, in a process's first op call). The entry
+// module of the same functions cost a few tenths of a ms in a process's first op call:
+// `python/benchmarks/bench_first_call.py`). The entry
 // points above with a Python signature (keyword-only `out` and `stream`) are its functions;
 // the binary ops and the reductions share one entry point each, and a macro below makes each
 // op's function. `python/caijit/ops.pyi` gives type checkers the same signatures.

@@ -193,7 +193,8 @@ pub fn bake(programs: &[Program], options: &BakeOptions) -> Result<Vec<u8>> {
 /// when it is first used, grow with its kernels: the kernel library's elementwise file
 /// merged whole (331 instances) cost some 75 ms at its first launch, 16 to a program
 /// 4.3-5.5 ms on the H200 (a 568 KB CUBIN to inflate and load), 4 to a program 2.6-3.9 ms
-/// (70 KB), for a bundle a quarter larger.
+/// (70 KB), for a bundle a quarter larger (`python/benchmarks/bench_first_call.py`
+/// measures a first op from the bundle).
 pub const MERGED_EXPRESSIONS: usize = 4;
 
 /// Programs of one family merged (every name expression of each, in the order first seen,

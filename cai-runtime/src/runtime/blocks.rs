@@ -8,8 +8,8 @@
 //! # Rationale
 //! The driver's stream-ordered allocator (`cuMemAllocFromPoolAsync`) costs 9-13 ms for the
 //! first allocation of a process on the H200 (the pool's set-up), where `cuMemAlloc` costs
-//! 0.16 ms: a first call that allocates its result paid that much more than one writing
-//! into a given `out=`. PyTorch and CuPy keep their own caches over `cudaMalloc` for the
+//! 0.16 ms (`python/benchmarks/probe_first_alloc.py` measures both): a first call that
+//! allocates its result paid that much more than one writing into a given `out=`. PyTorch and CuPy keep their own caches over `cudaMalloc` for the
 //! same reason, and this one follows PyTorch's (`CUDACachingAllocator`):
 //! - requests are rounded up to 512 bytes; those up to 1 MiB share 2 MiB segments, those
 //!   up to 10 MiB 20 MiB segments, larger ones get a segment rounded up to 2 MiB;

@@ -628,7 +628,8 @@ impl Driver {
     /// A stream-ordered memory pool on device `ordinal` that keeps what is freed into it
     /// (release threshold: unlimited) until [`Driver::mem_pool_trim`], as CuPy's and
     /// PyTorch's caching allocators do. The default pool returns freed memory to the system
-    /// at every synchronisation, so the next allocation maps pages again (~80 µs on the H200).
+    /// at every synchronisation, so the next allocation maps pages again (tens of µs on the H200:
+    /// `python/benchmarks/probe_first_alloc.py`).
     pub fn mem_pool_create(&self, ordinal: i32) -> Result<RawPool, DriverError> {
         // SAFETY: CUmemPoolProps is a plain C struct for which all-zero bytes are valid (no
         // handle types, no size limit, default usage).
