@@ -46,17 +46,24 @@ def _name(dtype: torch.dtype) -> str:
     return _NAMES[dtype]
 
 
+def _cast_dtype_name(dtype: Any) -> str:
+    return _native.cast_dtype_name(dtype)
+
+
+# (Dynamo calls it while tracing and keeps its result: `torch._dynamo.assume_constant_result`,
+# without importing Dynamo here.)
+_cast_dtype_name._dynamo_marked_constant = True  # type: ignore[attr-defined]
+
+
 def _torch_dtype(dtype: Any) -> torch.dtype:
-    """A PyTorch dtype from caijit's name, a NumPy dtype, or a PyTorch dtype."""
+    """A PyTorch dtype as is; any other spelling read as ``caijit.ops.cast`` reads it
+    (``_native.cast_dtype_name``: NumPy's reading, ``"float"`` is float64), then PyTorch's."""
     if isinstance(dtype, torch.dtype):
         return dtype
-    if not isinstance(dtype, str):
-        import numpy
-
-        dtype = "bfloat16" if numpy.dtype(dtype).str == "<V2" else numpy.dtype(dtype).name
-    found = getattr(torch, dtype, None)
-    if not isinstance(found, torch.dtype):
-        raise ArgumentError(f"{dtype!r} is not a dtype PyTorch has")
+    name = _cast_dtype_name(dtype)
+    found = _DTYPES.get(name)
+    if found is None:
+        raise ArgumentError(f"cast: {name} is not a dtype PyTorch has")
     return found
 
 
@@ -155,9 +162,14 @@ def _define_fill(lib: Any) -> None:
 
 
 def _save(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
-    tensors = [i for i in inputs if isinstance(i, torch.Tensor)]
-    ctx.save_for_backward(*tensors, output)
+    """The inputs a derivative reads (not the output: PyTorch's own ops let a caller change
+    their result in place before backward)."""
+    ctx.save_for_backward(*[i for i in inputs if isinstance(i, torch.Tensor)])
     ctx.scalars = [None if isinstance(i, torch.Tensor) else i for i in inputs]
+
+
+def _save_output(ctx: Any, inputs: Tuple[Any, ...], output: Any) -> None:
+    ctx.save_for_backward(output)
 
 
 def _unbroadcast(g: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -166,7 +178,7 @@ def _unbroadcast(g: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 def _grad_binary(name: str) -> Callable[..., Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]]:
     def backward(ctx: Any, g: torch.Tensor) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
-        a, b, _ = ctx.saved_tensors
+        a, b = ctx.saved_tensors
         ga, gb = {
             "add": lambda: (g, g),
             "subtract": lambda: (g, -g),
@@ -187,7 +199,7 @@ def _grad_scale(ctx: Any, g: torch.Tensor) -> Tuple[torch.Tensor, None]:
 
 
 def _grad_cast(ctx: Any, g: torch.Tensor) -> Tuple[torch.Tensor, None]:
-    x, _ = ctx.saved_tensors
+    (x,) = ctx.saved_tensors
     return g.to(x.dtype), None
 
 
@@ -200,18 +212,18 @@ def _grad_transpose(ctx: Any, g: torch.Tensor) -> torch.Tensor:
 
 
 def _grad_sum(ctx: Any, g: torch.Tensor) -> Tuple[torch.Tensor, None]:
-    x, _ = ctx.saved_tensors
+    (x,) = ctx.saved_tensors
     g = g.to(x.dtype)
     return (g.expand(x.shape) if ctx.scalars[1] is None else g.unsqueeze(-1).expand(x.shape)), None
 
 
 def _grad_softmax(ctx: Any, g: torch.Tensor) -> torch.Tensor:
-    _, y = ctx.saved_tensors
+    (y,) = ctx.saved_tensors
     return y * (g - (g * y).sum(-1, keepdim=True))
 
 
 def _grad_abs(ctx: Any, g: torch.Tensor) -> torch.Tensor:
-    x, _ = ctx.saved_tensors
+    (x,) = ctx.saved_tensors
     return g * x.sign()
 
 
@@ -233,34 +245,82 @@ _BELOW_AUTOGRAD = torch._C._after_autograd_keyset.remove(torch._C.DispatchKey.AD
 _CUDA = torch._C.DispatchKey.CUDA
 
 
-def _autograd(
-    lib: Any, name: str, overload: Any, run: Callable[..., Any], backward: Callable[..., Any], setup_context: Optional[Callable[..., Any]]
-) -> None:
-    """The Autograd kernel of the functional op ``name``: PyTorch's own (the one
-    ``torch.library.register_autograd`` makes, recording ``backward``) where a gradient is
-    wanted or another layer (a mode, a tensor subclass, functionalization) comes next; else
-    ``run``, its CUDA kernel, called at once: what the dispatcher would do next, without a
-    second pass through it (which costs as much as the rest of the call)."""
+_AFTER_AUTOGRAD = torch._C._after_autograd_keyset
+_AFTER_INPLACE = torch._C._after_ADInplaceOrView_keyset
+
+
+def _recorded(overload: Any, backward: Callable[..., Any], setup_context: Optional[Callable[..., Any]]) -> Callable[..., Any]:
+    """PyTorch's Autograd kernel recording ``backward`` (the one ``register_autograd`` makes)."""
     from torch._library.autograd import Info, make_autograd_impl
 
-    recorded = make_autograd_impl(overload, Info(backward, setup_context))
+    return make_autograd_impl(overload, Info(backward, setup_context))
 
-    def kernel(keyset: Any, *args: Any) -> Any:
-        if (keyset & _BELOW_AUTOGRAD).highestPriorityTypeId() == _CUDA and not (
-            torch.is_grad_enabled() and torch._C._any_requires_grad(*args)
-        ):
+
+def _autograd(lib: Any, name: str, overload: Any, run: Optional[Callable[..., Any]], derivative: Callable[[], Optional[Callable[..., Any]]]) -> None:
+    """The Autograd kernel of op ``name`` (an overload's name): where a gradient is wanted,
+    ``derivative()`` (PyTorch's recording kernel, see :func:`_recorded`), or an error when
+    the op has none (PyTorch would only warn, and the gradient would be silently missing).
+    Else, where nothing comes between autograd and CUDA (no mode, tensor subclass or
+    functionalization) and ``run`` is given (a functional op), its CUDA kernel at once: what
+    the dispatcher would do next, without a second pass through it; else the next layer."""
+
+    def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        if torch.is_grad_enabled() and torch._C._any_requires_grad(*args, *kwargs.values()):
+            recorded = derivative()
+            if recorded is None or kwargs:
+                what = "an out= argument" if kwargs else "no derivative"
+                raise ArgumentError(
+                    f"{overload}: an argument requires grad, but the operator has {what}: autograd cannot record it "
+                    "(detach the inputs, or use an operator that has a derivative)"
+                )
+            return recorded(keyset, *args)
+        if run is not None and (keyset & _BELOW_AUTOGRAD).highestPriorityTypeId() == _CUDA:
             return run(*args)
-        return recorded(keyset, *args)
+        with torch._C._AutoDispatchBelowAutograd():
+            return overload.redispatch(keyset & _AFTER_AUTOGRAD, *args, **kwargs)
 
     lib.impl(name, kernel, "Autograd", with_keyset=True)
+
+
+def _in_place(lib: Any, name: str, overload: Any, positions: Sequence[int], keys: Sequence[str]) -> None:
+    """The ADInplaceOrView kernel of a mutating op ``name``: each tensor it writes (argument
+    ``positions``, keyword ``keys``) has its version bumped, as PyTorch's in-place ops do,
+    so that autograd refuses a backward that would read a value saved before the write."""
+
+    def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+        for i in positions:
+            torch.autograd.graph.increment_version(args[i])
+        for k in keys:
+            torch.autograd.graph.increment_version(kwargs[k])
+        with torch._C._AutoDispatchBelowADInplaceOrView():
+            return overload.redispatch(keyset & _AFTER_INPLACE, *args, **kwargs)
+
+    lib.impl(name, kernel, "ADInplaceOrView", with_keyset=True)
+
+
+def _written(t: Any) -> None:
+    """A tensor the native op wrote (``out=``, ``fill``): its version bumped (see :func:`_in_place`)."""
+    torch.autograd.graph.increment_version(t)
+
+
+def _constant(value: Optional[Callable[..., Any]]) -> Callable[[], Optional[Callable[..., Any]]]:
+    return lambda: value
 
 
 def _register() -> Tuple[Any, Dict[str, Callable[..., torch.Tensor]]]:
     lib = torch.library.Library("caijit", "DEF")
     runs = {name: _define(lib, name, spec) for name, spec in _SPECS.items()}
     _define_fill(lib)
-    for name, backward in _DERIVATIVES.items():
-        _autograd(lib, name, getattr(torch.ops.caijit, name).default, runs[name], backward, _save)
+    for name in _SPECS:
+        packet = getattr(torch.ops.caijit, name)
+        backward = _DERIVATIVES.get(name)
+        setup = _save_output if name == "softmax" else _save
+        recorded = None if backward is None else _recorded(packet.default, backward, setup)
+        _autograd(lib, name, packet.default, runs[name], _constant(recorded))
+        _autograd(lib, f"{name}.out", packet.out, None, lambda: None)
+        _in_place(lib, f"{name}.out", packet.out, (), ("out",))
+    _autograd(lib, "fill", torch.ops.caijit.fill.default, None, lambda: None)
+    _in_place(lib, "fill", torch.ops.caijit.fill.default, (0,), ())
     return lib, runs
 
 
@@ -297,6 +357,30 @@ def _plain(args: Iterable[Any]) -> bool:
     return not any(isinstance(a, _Tensor) and (type(a) is not _Tensor or (grad and a.requires_grad)) for a in args)
 
 
+def _mixed(name: str, spec: _Spec, args: Tuple[Any, ...], stream: Any) -> Any:
+    """A call whose first array is a tensor and whose others are not (a CuPy array, any CAI
+    or DLPack producer): the result is a tensor from PyTorch's allocator, written by the
+    native op (autograd does not record it); a non-array is refused as the op refuses it."""
+    shapes: List[Sequence[int]] = []
+    dtypes: List[Any] = []
+    for i in spec.arrays:
+        a = args[i]
+        if isinstance(a, _Tensor):
+            shapes.append(a.shape)
+            dtypes.append(_name(a.dtype))
+        else:
+            try:
+                view = _native.launch_view(a)
+            except ArgumentError as e:
+                raise ArgumentError(f"{name}: argument {i} must be a CUDA array ({e})") from e
+            shapes.append(view.shape)
+            dtypes.append(view.dtype)
+    shape, dtype = _native.op_result(name, shapes, dtypes, **{p: _param(args[i]) for p, i in spec.params if i < len(args)})
+    out = torch.empty(shape, dtype=_DTYPES[dtype], device=args[spec.arrays[0]].device)
+    getattr(_ops, name)(*_data(args), out=out, stream=stream)
+    return out
+
+
 def _eager(name: str, args: Tuple[Any, ...], params: Optional[Mapping[str, Any]], stream: Any) -> Any:
     """``caijit.ops.<name>(*args, **params, stream=stream)`` whose first array is a CUDA
     tensor and that has no ``out``: called by the native op, made by the operator (its CUDA
@@ -305,6 +389,8 @@ def _eager(name: str, args: Tuple[Any, ...], params: Optional[Mapping[str, Any]]
     args = _with_torch_dtype(spec, args)
     if params:
         args = (*args, *params.values())  # (a reduction's axis, after its one array)
+    if not all(isinstance(args[i], _Tensor) for i in spec.arrays):
+        return _mixed(name, spec, args, stream)
     if stream is None or isinstance(stream, torch.cuda.Stream):
         call = _RUNS[name] if _plain(args) else _DEFAULTS[name]
         if stream is None:
@@ -348,6 +434,10 @@ def _stand_in(name: str) -> Callable[..., Any]:
 
 
 def _fill_stand_in(out: Any, value: Any, *, stream: Any = None) -> Any:
+    if stream is not None:
+        torch._dynamo.graph_break(
+            msg="caijit.ops.fill(..., stream=...) is not traced: in a compiled function, use torch.cuda.stream(s) around the call instead"
+        )
     _OPERATORS["fill"](out, value)
     return out
 
@@ -416,7 +506,12 @@ class like(NamedTuple):
 
 OutputSpec = Union[like, Callable[..., Tuple[Sequence[int], Any]]]
 
-_SCALAR_SCHEMA = {"bool": "bool", "float16": "float", "bfloat16": "float", "float32": "float", "float64": "float"}
+_SCALAR_SCHEMA = {
+    "bool": "bool",
+    **{f: "float" for f in ("float16", "bfloat16", "float32", "float64")},
+    **{c: "complex" for c in ("complex64", "complex128")},
+    **{i: "int" for i in ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")},
+}
 
 
 _LIBRARIES: Dict[str, Any] = {}
@@ -445,8 +540,10 @@ class Operator:
         forall: Optional[Callable[..., int]],
     ) -> None:
         namespace, sep, name = qualname.partition("::")
-        if not sep or not namespace or not name.isidentifier():
-            raise ArgumentError(f"op: name must be 'namespace::name', got {qualname!r}")
+        if not sep or not namespace.isidentifier() or not name.isidentifier() or namespace in ("aten", "prim", "prims"):
+            raise ArgumentError(f"op: name must be 'namespace::name' (identifiers; not PyTorch's own namespaces), got {qualname!r}")
+        if isinstance(mutates, str):
+            raise ArgumentError(f"op: mutates must be a list of parameter names, got the string {mutates!r}")
         params = kernel.params
         names = [p["name"] for p in params]
         if any(n is None for n in names):
@@ -473,9 +570,15 @@ class Operator:
         self.kernel, self.qualname, self.outputs = kernel, qualname, dict(outputs)
         self.params, self.inputs, self.mutated = params, [p["name"] for p in inputs], mutated
         self.grid, self.block, self.forall = grid, block, forall
+        array_inputs = [p["name"] for p in inputs if p["kind"] in ("pointer", "array")]
         for o, spec in self.outputs.items():
-            if isinstance(spec, like) and spec.name not in self.inputs:
-                raise ArgumentError(f"op: output {o!r} is like {spec.name!r}, which is not an input (inputs: {self.inputs})")
+            if isinstance(spec, like):
+                if spec.name not in array_inputs:
+                    raise ArgumentError(f"op: output {o!r} is like {spec.name!r}, which is not an array input (array inputs: {array_inputs})")
+            elif not callable(spec):
+                raise ArgumentError(f"op: output {o!r} must be like('input') or a function of the inputs giving (shape, dtype), got {spec!r}")
+        if len(mutated) > 26:
+            raise ArgumentError(f"op: kernel {kernel.name!r} writes {len(mutated)} inputs; an operator declares at most 26")
         # Each kernel parameter's argument: (True, j) the j-th new output, (False, i) the i-th input.
         out_names = list(self.outputs)
         self._fill = [(True, out_names.index(n)) if n in self.outputs else (False, self.inputs.index(n)) for n in names]
@@ -485,15 +588,24 @@ class Operator:
         returns = "()" if not outputs else (returns if len(outputs) == 1 else f"({returns})")
         self.schema = f"({args}) -> {returns}"
         self._name, self._lib = name, _library(namespace)
-        self._lib.define(name + self.schema)
+        try:
+            self._lib.define(name + self.schema)
+        except RuntimeError as e:
+            raise ArgumentError(f"op: {qualname} cannot be defined: {str(e).splitlines()[0]}") from e
         self._lib.impl(name, self._run, "CUDA")
         torch.library.register_fake(qualname, self._fake, lib=self._lib)
         self._operator = getattr(getattr(torch.ops, namespace), name).default
+        self._derivative: Optional[Callable[..., Any]] = None
+        _autograd(self._lib, name, self._operator, None if self.mutated else self._run, lambda: self._derivative)
+        if self.mutated:
+            _in_place(self._lib, name, self._operator, [i for i, n in enumerate(self.inputs) if n in self.mutated], ())
 
     def _schema_arg(self, p: Mapping[str, Any], alias: int) -> str:
         if p["kind"] in ("pointer", "array"):
             return f"Tensor({chr(ord('a') + alias % 26)}!) {p['name']}" if p["name"] in self.mutated else f"Tensor {p['name']}"
-        kind = _SCALAR_SCHEMA.get(p["dtype"], "int")
+        kind = _SCALAR_SCHEMA.get(p["dtype"])
+        if kind is None:
+            raise ArgumentError(f"op: parameter {p['name']!r} ({p['type']}) has no PyTorch schema type")
         return f"{kind} {p['name']}"
 
     def _maker(self, spec: OutputSpec) -> Callable[[Sequence[Any]], torch.Tensor]:
@@ -526,21 +638,34 @@ class Operator:
         if self.forall is not None:
             self.kernel.forall(int(self.forall(*inputs)))(*args)
         else:
-            grid = self.grid(*inputs) if self.grid is not None else math.ceil(max(1, (outs or [inputs[0]])[0].numel()) / self.block)
+            if self.grid is not None:
+                grid = self.grid(*inputs)
+            else:
+                first = outs[0] if outs else next(a for a in inputs if isinstance(a, _Tensor))
+                grid = math.ceil(max(1, first.numel()) / self.block)
             self.kernel[grid, self.block](*args)
         return self._returned(outs)
 
     def register_autograd(self, backward: Callable[..., Any], setup_context: Optional[Callable[..., Any]] = None) -> None:
-        """The operator's derivative (``torch.library.register_autograd``'s arguments)."""
+        """The operator's derivative (``torch.library.register_autograd``'s arguments). An
+        operator that writes its inputs has none (PyTorch records derivatives of functional
+        operators only): give the written arrays as outputs instead."""
         if self.mutated:
-            torch.library.register_autograd(self.qualname, backward, setup_context=setup_context, lib=self._lib)
-        else:
-            _autograd(self._lib, self._name, self._operator, self._run, backward, setup_context)
+            raise ArgumentError(
+                f"{self.qualname} writes its inputs {sorted(self.mutated)}: PyTorch records derivatives of functional "
+                "operators only; make the written arrays outputs (outputs={...}) to give it one"
+            )
+        self._derivative = _recorded(self._operator, backward, setup_context)
 
     def __call__(self, *inputs: Any) -> Any:
         """The operator's call (its CUDA kernel at once where the dispatcher would go
         straight there; a mutating operator always through the dispatcher)."""
-        if not self.mutated and not torch.compiler.is_compiling() and _plain(inputs):
+        if (
+            not self.mutated
+            and not torch.compiler.is_compiling()
+            and _plain(inputs)
+            and all(a.is_cuda for a in inputs if isinstance(a, _Tensor))
+        ):
             return self._run(*inputs)
         return self._operator(*inputs)
 

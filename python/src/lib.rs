@@ -204,6 +204,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(ops::unary, m)?,
         wrap_pyfunction!(ops::unary_ops, m)?,
         wrap_pyfunction!(ops::op_result, m)?,
+        wrap_pyfunction!(ops::cast_dtype_name, m)?,
     ] {
         m.add_function(f)?;
     }

@@ -53,6 +53,24 @@ fn argument_error_without_a_gpu(planned: Option<Op<'_>>, inputs: &[PyArg], e: Py
     }
 }
 
+/// A PyTorch tensor an op wrote (`out`, `fill`'s array) has its version bumped
+/// (`caijit.torch._written`), as PyTorch's in-place operations do: autograd then refuses a
+/// backward that would read a value it saved before the write. Other arrays: nothing.
+fn written(obj: &Bound<'_, PyAny>) -> PyCaiResult<()> {
+    if framework_of(obj) == Framework::Torch {
+        static WRITTEN: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+        WRITTEN.import(obj.py(), "caijit.torch", "_written")?.call1((obj,))?;
+    }
+    Ok(())
+}
+
+/// The name of the dtype `caijit.ops.cast` reads `dtype` as (`caijit.torch` reads a cast's
+/// dtype on tensors by it).
+#[pyfunction]
+pub fn cast_dtype_name(dtype: &Bound<'_, PyAny>) -> PyCaiResult<&'static str> {
+    Ok(cast_dtype(dtype)?.name())
+}
+
 /// A call whose first array is a CUDA tensor of PyTorch and that allocates its result:
 /// made by PyTorch's operator (`caijit.torch._eager`, which calls `torch.ops.caijit.<op>`),
 /// so that the result is a tensor from PyTorch's allocator and autograd and PyTorch's
@@ -231,7 +249,10 @@ impl<'py> OpCall<'py> {
         released?;
         match (result, out) {
             (Some(inner), _) => Ok(Py::new(py, DeviceArray { inner })?.into_any()),
-            (None, Some(o)) => Ok(o.clone().unbind()),
+            (None, Some(o)) => {
+                written(o)?;
+                Ok(o.clone().unbind())
+            }
             (None, None) => Ok(py.None()),
         }
     }
@@ -285,6 +306,7 @@ fn fill<'py>(py: Python<'py>, out: &Bound<'py, PyAny>, value: &Bound<'py, PyAny>
     c.input(0, "out", out)?;
     let value = number("fill", 1, "value", value)?;
     c.run(None, 0, move |call, v, _| call.fill(v[0].view(), value).map(|()| None))?;
+    written(out)?;
     Ok(out.clone().unbind())
 }
 

@@ -107,6 +107,37 @@ def test_a_tensor_in_host_memory_is_refused_as_by_a_launch() -> None:
             call(torch.ones(3))
 
 
+def test_written_tensors_have_their_version_bumped_and_gradients_are_never_silently_missing() -> None:
+    with FakeTensorMode():
+        t = torch.empty(3, device="cuda")
+        before = t._version
+        torch.ops.caijit.fill(t, 1.0)
+        torch.ops.caijit.add.out(t, t, out=t)
+        assert t._version == before + 2  # autograd sees the writes, as PyTorch's in-place ops
+        a = torch.empty(3, device="cuda", requires_grad=True)
+        for call in (lambda: torch.ops.caijit.maximum(a, a), lambda: torch.ops.caijit.max(a)):
+            with pytest.raises(caijit.ArgumentError, match="has no derivative"):
+                call()
+        with pytest.raises(caijit.ArgumentError, match="an out= argument"):
+            torch.ops.caijit.add.out(a, a, out=torch.empty(3, device="cuda"))
+        with torch.no_grad():
+            assert torch.ops.caijit.maximum(a, a).shape == (3,)
+        y = torch.ops.caijit.multiply(a, a)  # differentiable: recorded
+        assert y.requires_grad
+
+
+def test_cast_reads_a_dtype_as_the_op_does_on_every_path() -> None:
+    import numpy
+
+    with FakeTensorMode():
+        x = torch.empty(3, device="cuda")
+        for spelling, want in [("float", torch.float64), ("int", torch.int64), ("<f2", torch.float16), (numpy.int8, torch.int8),
+                               (numpy.dtype("V2"), torch.bfloat16), ("bfloat16", torch.bfloat16), (torch.int16, torch.int16)]:
+            assert ct._eager("cast", (x, spelling), None, None).dtype == want, spelling
+        with pytest.raises(caijit.ArgumentError, match="cast: dtype must be a dtype, not None"):
+            ct._eager("cast", (x, None), None, None)
+
+
 def every_op(x: Any, y: Any) -> Any:
     """One call of every caijit.ops function (float32 x and y of one shape, 2-D)."""
     ops = caijit.ops
@@ -214,6 +245,26 @@ def test_operator_declarations_are_checked_against_the_kernel() -> None:
         ct.op(k, name="scaled_add", outputs={"out": ct.like("x")})
     with pytest.raises(caijit.ArgumentError, match=r"mutates names \['a'\]"):
         ct.op(k, name="caijit_test::bad3", outputs={"out": ct.like("x")}, mutates=["a"])
+    with pytest.raises(caijit.ArgumentError, match="mutates must be a list of parameter names"):
+        ct.op(k, name="caijit_test::bad4", outputs={"out": ct.like("x")}, mutates="y")
+    with pytest.raises(caijit.ArgumentError, match="which is not an array input"):
+        ct.op(k, name="caijit_test::bad5", outputs={"out": ct.like("n")})
+    with pytest.raises(caijit.ArgumentError, match="must be like"):
+        ct.op(k, name="caijit_test::bad6", outputs={"out": ((4,), "float32")})
+    with pytest.raises(caijit.ArgumentError, match="not PyTorch's own namespaces"):
+        ct.op(k, name="aten::scaled_add2", outputs={"out": ct.like("x")})
+    scale = registered(
+        "scale", lambda: ct.op(caijit.kernel(SCALE_IN_PLACE, "scale"), name="caijit_test::scale_", forall=lambda x, a, n: n)
+    )
+    with pytest.raises(caijit.ArgumentError, match="writes its inputs"):
+        scale.register_autograd(lambda ctx, g: g)
+    with FakeTensorMode():
+        x = torch.empty(10, device="cuda")
+        v = x._version
+        scale(x, 2.0, 10)
+        assert x._version == v + 1
+        with pytest.raises(caijit.ArgumentError, match="has no derivative"):
+            scaled_add_op()(torch.empty(10, device="cuda", requires_grad=True), x, 1.0, 10)
 
 
 # ----- on the GPU -----
