@@ -99,14 +99,16 @@ def _param(value: Any) -> Any:
     return _name(value) if isinstance(value, torch.dtype) else value
 
 
-def _result(name: str, spec: _Spec, args: Sequence[Any]) -> torch.Tensor:
+def _result(name: str, spec: _Spec, args: Sequence[Any], out: Optional[torch.Tensor] = None) -> torch.Tensor:
     """A new tensor for the result of op ``name`` on ``args`` (fake tensors under tracing),
-    by the op's own rule; raises the op's own error for arguments it refuses."""
+    by the op's own rule; raises the op's own error for arguments it refuses, and for an
+    ``out`` it could not write."""
     arrays = [args[i] for i in spec.arrays]
     shape, dtype = _native.op_result(
         name,
         [a.shape for a in arrays],
         [_name(a.dtype) for a in arrays],
+        out=None if out is None else (out.shape, _name(out.dtype), out.stride()),
         **{p: _param(args[i]) for p, i in spec.params if i < len(args)},
     )
     return torch.empty(shape, dtype=_DTYPES[dtype], device=arrays[0].device)
@@ -137,7 +139,7 @@ def _define(lib: Any, name: str, spec: _Spec) -> Callable[..., torch.Tensor]:
         return _result(name, spec, args)
 
     def fake_out(*args: Any, out: torch.Tensor) -> None:
-        _result(name, spec, args)
+        _result(name, spec, args, out)
 
     lib.impl(name, run, "CUDA")
     lib.impl(f"{name}.out", run_out, "CUDA")

@@ -517,14 +517,18 @@ fn op_named(name: &str, dtype: Option<&Bound<'_, PyAny>>, axis: Option<i64>, ndi
 /// `dtypes` (`dtype`: cast's target; `axis`: a reduction's), or the error the op raises
 /// for them: the op's own rule, asked without a GPU (by the fake implementations of
 /// caijit's PyTorch operators, `caijit/torch.py`).
+///
+/// `out`, `(shape, dtype, strides in elements)` of an array given as `out=`, is checked as the
+/// op checks it.
 #[pyfunction]
-#[pyo3(signature = (name, shapes, dtypes, *, dtype = None, axis = None))]
+#[pyo3(signature = (name, shapes, dtypes, *, dtype = None, axis = None, out = None))]
 pub fn op_result(
     name: &str,
     shapes: Vec<Vec<usize>>,
     dtypes: Vec<Bound<'_, PyAny>>,
     dtype: Option<&Bound<'_, PyAny>>,
     axis: Option<i64>,
+    out: Option<(Vec<usize>, Bound<'_, PyAny>, Vec<i64>)>,
 ) -> PyCaiResult<(Vec<usize>, &'static str)> {
     if shapes.len() != dtypes.len() {
         return Err(PyCaiError::argument(format!("{name}: {} shapes but {} dtypes", shapes.len(), dtypes.len())));
@@ -536,7 +540,14 @@ pub fn op_result(
         .zip(&dtypes)
         .map(|(shape, d)| Ok(ArrayView::contiguous(1 << 20, shape, dtype_from_py(d)?, false)?))
         .collect::<PyCaiResult<SmallVec<[ArrayView; 2]>>>()?;
-    let (shape, dtype) = ops::result(op, &views.iter().collect::<SmallVec<[&ArrayView; 2]>>())?;
+    let inputs: SmallVec<[&ArrayView; 2]> = views.iter().collect();
+    if let Some((shape, d, strides)) = out {
+        let d = dtype_from_py(&d)?;
+        let item = d.itemsize() as i64;
+        let bytes: SmallVec<[i64; 4]> = strides.iter().map(|s| s.saturating_mul(item)).collect();
+        ops::check_out(op, &inputs, &ArrayView::new(1 << 20, &shape, Some(&bytes), d, false, None)?)?;
+    }
+    let (shape, dtype) = ops::result(op, &inputs)?;
     Ok((shape, dtype.name()))
 }
 

@@ -99,6 +99,13 @@ def test_fake_results_follow_the_ops_own_rules() -> None:
             torch.ops.caijit.softmax(i8)
         with pytest.raises(caijit.ArgumentError, match="axis must be None or the last axis"):
             torch.ops.caijit.max(i8, 0)
+        # An out= the op could not write is refused while tracing, as by the op.
+        torch.ops.caijit.add.out(a, b, out=torch.empty(3, 4, device="cuda"))
+        with pytest.raises(caijit.ArgumentError, match=r"add: out must be a float32 array of shape \[3, 4\]"):
+            torch.ops.caijit.add.out(a, b, out=torch.empty(3, device="cuda"))
+        with pytest.raises(caijit.ArgumentError, match="out has elements that share memory"):
+            torch.ops.caijit.add.out(a, b, out=torch.empty(4, device="cuda").expand(3, 4))
+        torch.ops.caijit.sum.out(i8, out=torch.empty((), dtype=torch.float32, device="cuda"))
 
 
 def test_a_tensor_in_host_memory_is_refused_as_by_a_launch() -> None:

@@ -111,6 +111,13 @@ pub fn result(op: Op<'_>, inputs: &[&ArrayView]) -> Result<(Vec<usize>, DType)> 
     op.plan(inputs).map(|p| (p.shape.to_vec(), p.dtype))
 }
 
+/// Whether `out` may receive the result of `op` on `inputs` (its shape, dtype, and no
+/// element sharing another's memory), as a call with `out` checks it: [`result`]'s
+/// counterpart for an op's `out=` form.
+pub fn check_out(op: Op<'_>, inputs: &[&ArrayView], out: &ArrayView) -> Result<()> {
+    op.plan(inputs)?.check_out(op.name(), out)
+}
+
 impl Call<'_> {
     /// `out = a * x + y` (`out` may be `y`). `a` is converted to the arrays' dtype as a
     /// launch converts a scalar: exactly or with an error, never by truncation.
@@ -289,5 +296,12 @@ mod tests {
         let e = result(Op::Axpy, &[&a]).unwrap_err().to_string();
         assert!(e.contains("axpy: takes 2 arrays, got 1"), "{e}");
         assert_eq!(Op::Reduce(Reduction::Max, Axis::All).name(), "max");
+        check_out(Op::Binary(BinaryOp::Add), &[&a, &b], &view(&[3, 4], DType::F32)).unwrap();
+        let e = check_out(Op::Binary(BinaryOp::Add), &[&a, &b], &view(&[3], DType::F32)).unwrap_err().to_string();
+        assert!(e.contains("add: out must be a float32 array of shape [3, 4]"), "{e}");
+        let broadcast = ArrayView::new(0x1000, &[3, 4], Some(&[0, 4]), DType::F32, false, None).unwrap();
+        let e = check_out(Op::Binary(BinaryOp::Add), &[&a, &b], &broadcast).unwrap_err().to_string();
+        assert!(e.contains("out has elements that share memory"), "{e}");
+        check_out(Op::Reduce(Reduction::Sum, Axis::All), &[&i8s], &view(&[1, 1], DType::F32)).unwrap();
     }
 }
