@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import caijit
-from conftest import has, nvrtc_missing
+from conftest import SCALE_IN_PLACE, has, nvrtc_missing
 
 pytestmark = pytest.mark.skipif(not has("torch"), reason="PyTorch is not installed (pip install torch)")
 gpu = pytest.mark.gpu
@@ -36,13 +36,6 @@ SCALED_ADD = r"""
 extern "C" __global__ void scaled_add(const float* x, const float* y, float* out, float a, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = a * x[i] + y[i];
-}
-"""
-
-SCALE_IN_PLACE = r"""
-extern "C" __global__ void scale(float* x, float a, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) x[i] *= a;
 }
 """
 
