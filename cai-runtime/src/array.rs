@@ -12,8 +12,8 @@
 use std::sync::{Arc, OnceLock};
 
 use crate::cai::{ArrayView, DType, Descriptor};
+use crate::error::{Error, Result};
 use crate::runtime::{Allocation, Context, Stream};
-use crate::{Error, Result};
 
 /// Device memory owned by caijit: a C-ordered array of any dtype and shape.
 #[derive(Debug)]

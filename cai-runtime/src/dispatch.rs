@@ -48,12 +48,12 @@ use smallvec::SmallVec;
 
 use crate::cai::DType;
 use crate::compile::{self, Arch, CacheSource, CompileOptions, Compiled, KernelInfo, Program};
+use crate::error::{Error, Result};
 use crate::kernel::{inspection_arch, Kernel};
 use crate::launch::{Arg, LaunchConfig};
 use crate::runtime::{Context, Stream};
 use crate::signature::{deduce, headers_for, ArgType, KernelDecl, SignatureError};
 use crate::sync::lock;
-use crate::{Error, Result};
 
 /// (device, what selects the instance), inline so that looking an instance up allocates
 /// nothing.
@@ -601,14 +601,16 @@ impl Dispatcher {
     /// `stream` or the stream the protocol picks ([`Kernel::launch`]). Returns the stream
     /// launched on (its CAI value).
     pub fn launch(&self, cfg: &LaunchConfig, args: &[Arg<'_>], stream: Option<&Stream>) -> Result<u64> {
-        let k = self.resolve(launch_device(args, stream)?, args)?;
-        k.launch(cfg, args, stream, true)
+        let mut args: SmallVec<[Arg<'_>; 8]> = SmallVec::from_slice(args);
+        let k = self.resolve(launch_device(&mut args, stream)?, &args)?;
+        k.launch(cfg, &args, stream, true)
     }
 
     /// Launch over `n` elements with the occupancy-maximising block size ([`Kernel::forall`]).
     pub fn forall(&self, n: usize, args: &[Arg<'_>], stream: Option<&Stream>) -> Result<u64> {
-        let k = self.resolve(launch_device(args, stream)?, args)?;
-        k.forall(n, args, stream, true)
+        let mut args: SmallVec<[Arg<'_>; 8]> = SmallVec::from_slice(args);
+        let k = self.resolve(launch_device(&mut args, stream)?, &args)?;
+        k.forall(n, &args, stream, true)
     }
 
     /// An error unless this name has one instance per device (what attributes and
@@ -709,15 +711,23 @@ pub fn instance_programs(program: &Program, instances: &[String]) -> Result<Vec<
 }
 
 /// Which device a launch on `args` runs on: the device of its first non-empty array, else
-/// the stream's, else 0 (without asking the driver when there is one device).
-pub fn launch_device(args: &[Arg<'_>], stream: Option<&Stream>) -> Result<usize> {
+/// the stream's, else 0 (without asking the driver when there is one device). The one rule
+/// every launch follows (Rust's and Python's launches, the ops). An array whose device had
+/// to be asked of the driver becomes [`Arg::ArrayOn`], so the launch does not ask again.
+pub fn launch_device(args: &mut [Arg<'_>], stream: Option<&Stream>) -> Result<usize> {
     if crate::runtime::device_count()? <= 1 {
         return Ok(0);
     }
-    for a in args {
-        let device = match a {
-            Arg::ArrayOn(v, d) if !v.is_empty() => Some(*d),
-            Arg::Array(v) if !v.is_empty() => crate::runtime::pointer_device(v.ptr())?,
+    for a in args.iter_mut() {
+        let device = match *a {
+            Arg::ArrayOn(v, d) if !v.is_empty() => Some(d),
+            Arg::Array(v) if !v.is_empty() => {
+                let asked = crate::runtime::pointer_device(v.ptr())?;
+                if let Some(d) = asked {
+                    *a = Arg::ArrayOn(v, d);
+                }
+                asked
+            }
             _ => None,
         };
         if let Some(d) = device {

@@ -44,10 +44,9 @@
 
 use std::ops::Deref;
 
-use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
-
 use crate::cai::{ArrayView, Element, StreamRef};
-use crate::Result;
+use crate::error::Result;
+use crate::sys::cudarc_types::{CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
 
 /// The CAI value of a cudarc stream (its null default stream is the legacy stream).
 pub fn cudarc_stream(stream: &CudaStream) -> StreamRef {

@@ -20,13 +20,13 @@ pub(crate) use loaded::pointee_alignment;
 pub use loaded::{instance_name, Kernel, Module};
 
 use crate::compile::{self, Arch, Compiled, Program};
+use crate::error::{Error, Result};
 use crate::runtime::Context;
 use crate::stats::timing::{self, LoadPhase};
 use crate::stats::{bump, COUNTERS};
 use crate::sync::OnceMap;
 pub use crate::sys::KernelAttributes;
 use crate::sys::RawModule;
-use crate::{Error, Result};
 
 /// sm_90: the architecture kernels are inspected for without a GPU unless `CAIJIT_ARCH`
 /// says otherwise.

@@ -25,13 +25,13 @@ use std::sync::OnceLock;
 use smallvec::SmallVec;
 
 use crate::cai::ArrayView;
+use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::params::{check_count, marshal, param_error, ParamBuffer};
 use crate::runtime::{Context, Events, Stream};
 use crate::stats::timing::{self, Phase};
 use crate::stats::{bump, COUNTERS};
 use crate::sys::{Driver, RawStream};
-use crate::{Error, Result};
 
 /// The launch arguments and their encodings, defined with the parameter checks they
 /// meet (`crate::params`).
@@ -444,10 +444,10 @@ pub mod fault {
         ARMED.fetch_or(p as u32, Relaxed);
     }
 
-    pub(crate) fn check(p: Point) -> crate::Result<()> {
+    pub(crate) fn check(p: Point) -> crate::error::Result<()> {
         let bit = p as u32;
         if ARMED.load(Relaxed) & bit != 0 && ARMED.fetch_and(!bit, Relaxed) & bit != 0 {
-            return Err(crate::Error::launch(format!("injected fault at {p:?}")));
+            return Err(crate::error::Error::launch(format!("injected fault at {p:?}")));
         }
         Ok(())
     }

@@ -30,10 +30,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use crate::cai::StreamRef;
+use crate::error::{Error, Result};
 use crate::stats::{bump, COUNTERS};
 use crate::sync::lock;
 use crate::sys::{self, Capture, Ctx, Driver, RawEvent, RawPool, RawStream};
-use crate::{Error, Result};
 pub use blocks::MemoryStats;
 use blocks::{Blocks, Owner};
 
@@ -60,6 +60,16 @@ pub fn device_count() -> Result<usize> {
     }
     let n = driver()?.device_count()? as usize;
     Ok(*COUNT.get_or_init(|| n))
+}
+
+/// The device of any device memory when that needs no question: `Some(0)` when the process
+/// sees one device, or none (no driver: launches then fail with their own error); `None`
+/// with several, where each pointer's device must be asked (or told by its producer).
+pub fn sole_device() -> Option<usize> {
+    match device_count() {
+        Ok(n) if n > 1 => None,
+        _ => Some(0),
+    }
 }
 
 /// Events taken from a context's pool for one launch (inline for up to four).
@@ -377,10 +387,9 @@ impl Context {
             return Ok(Allocation::new(ptr, false));
         }
         let size = blocks::segment_size(rounded);
-        let out_of_memory = cudarc::driver::sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY as u32;
         // (A global-mode capture on another thread forbids `cuMemAlloc` here otherwise.)
         let mut base = d.relaxed_capture(|| d.mem_alloc(size));
-        if matches!(&base, Err(e) if e.code == out_of_memory) {
+        if matches!(&base, Err(e) if sys::is_out_of_memory(e.code)) {
             // (Best effort: what it could give back may be enough; else out of memory it is.)
             let _ = self.release_kept(d, &mut m);
             base = d.relaxed_capture(|| d.mem_alloc(size));

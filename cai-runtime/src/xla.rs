@@ -70,6 +70,7 @@ use smallvec::SmallVec;
 
 use crate::cai::DType;
 use crate::compile::{KernelInfo, Program};
+use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::launch::{trace, LaunchConfig};
 use crate::params::{check_array, check_count, encode_scalar, mismatch, param_error, ArrayArg, Num, ParamBuffer};
@@ -77,7 +78,6 @@ use crate::runtime::{self, Context};
 use crate::signature::{ArrayLayout, ParamKind};
 use crate::stats::{bump, COUNTERS};
 use crate::sys::xla_ffi::{self, Attributes, BufferRef, Call, Serve};
-use crate::{Error, Result};
 
 /// The custom call target name caijit registers, and the attribute carrying the launch's
 /// description.

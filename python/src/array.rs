@@ -202,8 +202,9 @@ impl DeviceArray {
     }
 
     /// `(kDLCUDA, device ordinal)`.
-    fn __dlpack_device__(&self) -> (i32, usize) {
-        (2, self.inner.context().ordinal())
+    fn __dlpack_device__(&self) -> (i32, i32) {
+        let d = cai_runtime::python::dlpack::cuda_device(self.inner.context().ordinal());
+        (d.device_type, d.device_id)
     }
 
     fn __len__(&self) -> PyResult<usize> {

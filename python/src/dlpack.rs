@@ -1,13 +1,12 @@
-//! DLPack both ways, as far as it is not a launch's business: reading a producer's
-//! device and capsule, the view of a DLPack tensor (shared by the capsule import and the
-//! exchange API path of `args`), and exporting caijit arrays as capsules
-//! (`DeviceArray.__dlpack__`). The dtype map is the runtime's ([`DType::from_dlpack`]).
+//! DLPack's Python side: asking a producer for its device and capsule, and exporting
+//! caijit arrays as capsules (`DeviceArray.__dlpack__`). The rules (devices, the view of a
+//! tensor, the stream handshake both ways) are the runtime's (`cai_runtime::python::dlpack`).
 
 use cai_runtime::array::DeviceArray as RtArray;
-use cai_runtime::cai::{exported_ptr, ArrayView, DType, StreamRef, TypestrOptions};
+use cai_runtime::cai::{ArrayView, DType, TypestrOptions};
 use cai_runtime::python::descriptor_from_object;
-use cai_runtime::python::dlpack::{self as dl, DLDataType, DLDevice, ExportTensor, TensorInfo};
-use cai_runtime::runtime::{Context, Stream as RtStream};
+use cai_runtime::python::dlpack::{self as dl, ConsumerStream, DLDevice};
+use cai_runtime::runtime::StreamOwner;
 use pyo3::exceptions::PyTypeError;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -15,36 +14,6 @@ use pyo3::types::PyDict;
 
 use crate::errors::{PyCaiError, PyCaiResult};
 use crate::pyobj::type_name;
-
-/// Whether a DLPack device is CUDA device memory caijit can launch on (managed included).
-pub fn is_cuda(d: DLDevice) -> bool {
-    matches!(d.device_type, dl::KDL_CUDA | dl::KDL_CUDA_MANAGED)
-}
-
-/// The view of a DLPack tensor (strides in elements become bytes; an empty tensor's
-/// pointer is 0, as CAI writes it: [`exported_ptr`]), with its producer stream. `Err` says why not.
-pub fn view_of(t: &TensorInfo, stream: Option<StreamRef>) -> Result<ArrayView, String> {
-    let dtype = DType::from_dlpack(t.dtype.code, t.dtype.bits, t.dtype.lanes).ok_or_else(|| {
-        format!("DLPack dtype code {} with {} bits and {} lanes is not supported", t.dtype.code, t.dtype.bits, t.dtype.lanes)
-    })?;
-    // (plain loops: this runs per tensor per launch on the exchange API path)
-    let mut shape = smallvec::SmallVec::<[usize; 4]>::new();
-    for &n in &t.shape {
-        shape.push(usize::try_from(n).map_err(|_| format!("DLPack shape {:?} has a negative extent", t.shape))?);
-    }
-    let item = dtype.itemsize() as i64;
-    let strides = match &t.strides {
-        None => None,
-        Some(s) => {
-            let mut bytes = smallvec::SmallVec::<[i64; 4]>::new();
-            for &x in s {
-                bytes.push(x.checked_mul(item).ok_or_else(|| format!("DLPack stride {x} overflows in bytes"))?);
-            }
-            Some(bytes)
-        }
-    };
-    ArrayView::new(exported_ptr(t.data, &shape), &shape, strides.as_deref(), dtype, t.readonly, stream).map_err(|e| e.to_string())
-}
 
 /// `obj.__dlpack_device__()` as `(type, id)`; `None` without one.
 pub fn dlpack_device(obj: &Bound<'_, PyAny>) -> PyResult<Option<(i32, i32)>> {
@@ -98,28 +67,21 @@ pub fn export<'py>(
     versioned: bool,
 ) -> PyCaiResult<Bound<'py, PyAny>> {
     array.check_usable_here()?;
-    let consumer: i64 = match stream {
-        None => 1,
-        Some(s) if s.is_none() => 1,
-        Some(s) => s.extract().map_err(|_| PyCaiError::argument("__dlpack__(stream=...) must be an int or None"))?,
+    let consumer = match stream {
+        Some(s) if !s.is_none() => Some(s.extract().map_err(|_| PyCaiError::argument("__dlpack__(stream=...) must be an int or None"))?),
+        _ => None,
     };
-    if consumer == 0 {
-        return Err(PyCaiError::argument("__dlpack__(stream=0) is ambiguous; pass 1 (legacy) or 2 (per-thread)"));
-    }
-    if consumer < -1 {
-        return Err(PyCaiError::argument(format!(
-            "__dlpack__(stream={consumer}): a CUDA stream is a handle, 1 (legacy), 2 (per-thread) or -1 (no ordering)"
-        )));
-    }
-    let own = array.stream().handle();
-    let ordered = consumer != -1 && consumer as u64 != own;
-    if ordered {
-        let waiter = RtStream::borrowed(consumer as u64)?;
-        array.context().order_streams(&waiter, array.stream())?;
-    }
-    let device = DLDevice { device_type: dl::KDL_CUDA, device_id: array.context().ordinal() as i32 };
-    let t = export_tensor(array.as_view(), device, false);
-    let consumer = if ordered { Some(ConsumerStream::of(py, consumer as u64)?) } else { None };
+    let consumer = dl::consumer_stream_value(consumer)?;
+    let ordered = dl::order_export(array.context(), array.stream(), consumer)?;
+    let t = dl::tensor_of(array.as_view(), dl::cuda_device(array.context().ordinal()), false);
+    let consumer = match consumer.filter(|_| ordered) {
+        Some(handle) => {
+            // (The default streams have no owner to keep.)
+            let owner = if handle > 2 { consumer_stream_object(py, handle) } else { None };
+            Some(ConsumerStream::of(handle, owner.map(|o| Box::new(o) as StreamOwner))?)
+        }
+        None => None,
+    };
     let (ctx, own) = (array.context().clone(), array.stream().clone());
     let on_release = Box::new(move |used: bool| {
         if let Some(consumer) = consumer.filter(|_| used) {
@@ -129,58 +91,6 @@ pub fn export<'py>(
         drop(holder);
     });
     Ok(dl::export_capsule(py, t, versioned, on_release)?)
-}
-
-/// The DLPack tensor of a view on `device` (strides in elements; DLPack's dtype).
-fn export_tensor(view: &ArrayView, device: DLDevice, readonly: bool) -> ExportTensor {
-    let item = view.dtype().itemsize() as i64;
-    let (code, bits, lanes) = view.dtype().dlpack();
-    ExportTensor {
-        data: exported_ptr(view.ptr(), view.shape()),
-        device,
-        dtype: DLDataType { code, bits, lanes },
-        shape: view.shape().iter().map(|&n| n as i64).collect(),
-        strides: view.strides().iter().map(|&s| s / item).collect(),
-        readonly,
-    }
-}
-
-/// The consumer's stream of a DLPack export, as the release of the tensor names it: the
-/// release may come much later, on any thread, after the consumer let go of its stream.
-enum ConsumerStream {
-    /// The legacy default stream, or a handle with the consumer library's stream object
-    /// that owns it (CuPy's or PyTorch's current stream, which a consumer passes): held
-    /// from the export to the release, so the handle cannot be destroyed in between.
-    Named(RtStream),
-    /// The per-thread default stream of the exporting thread: on another thread "2" names
-    /// another stream, so a release there waits for the device instead (a counted host
-    /// synchronisation, as the free of a per-thread array on another thread does).
-    PerThread(std::thread::ThreadId),
-}
-
-impl ConsumerStream {
-    fn of(py: Python<'_>, handle: u64) -> PyCaiResult<ConsumerStream> {
-        Ok(match handle {
-            2 => ConsumerStream::PerThread(std::thread::current().id()),
-            1 => ConsumerStream::Named(RtStream::legacy()),
-            h => match consumer_stream_object(py, h) {
-                Some(owner) => ConsumerStream::Named(RtStream::borrowed_from(h, Box::new(owner))?),
-                // A handle caijit cannot tie to its owner: the consumer's promise that it
-                // outlives the tensor (CuPy's ExternalStream rule).
-                None => ConsumerStream::Named(RtStream::borrowed(h)?),
-            },
-        })
-    }
-
-    /// Make the array's stream `own` (in `ctx`) wait for the work enqueued so far on the
-    /// consumer's.
-    fn order_after(self, ctx: &Context, own: &RtStream) -> cai_runtime::Result<()> {
-        match self {
-            ConsumerStream::Named(s) => ctx.order_streams(own, &s),
-            ConsumerStream::PerThread(t) if t == std::thread::current().id() => ctx.order_streams(own, &RtStream::per_thread()),
-            ConsumerStream::PerThread(_) => ctx.synchronize(),
-        }
-    }
 }
 
 /// The stream object of a consumer library (CuPy's or PyTorch's current stream, the stream
@@ -255,7 +165,7 @@ pub fn _dlpack_export_host<'py>(
     // NumPy's __array_interface__ has the CAI's keys (and no stream).
     let desc = descriptor_from_object(&array.getattr("__array_interface__")?)?;
     let view = ArrayView::from_descriptor(&desc, TypestrOptions::default())?;
-    let t = export_tensor(&view, DLDevice { device_type: dl::KDL_CPU, device_id: 0 }, view.readonly());
+    let t = dl::tensor_of(&view, DLDevice { device_type: dl::KDL_CPU, device_id: 0 }, view.readonly());
     let (keep, log) = (array.clone().unbind(), released.clone().unbind());
     let on_release = Box::new(move |used: bool| {
         Python::attach(|py| {

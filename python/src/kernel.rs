@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use cai_runtime::compile::{compile_reporting, Arch, CacheSource, CompileOptions, KernelInfo, Program};
-use cai_runtime::dispatch::{with_name_expressions, Dispatcher};
+use cai_runtime::dispatch::{launch_device, with_name_expressions, Dispatcher};
 use cai_runtime::kernel::Kernel as RtKernel;
 use cai_runtime::launch::{Arg, LaunchConfig};
 use cai_runtime::runtime::{self as rt, Stream as RtStream};
@@ -14,7 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use smallvec::SmallVec;
 
-use crate::args::{args_from_py, launch_device, release_after, ArgContext, PyArg};
+use crate::args::{args_from_py, release_after, ArgContext, PyArg};
 use crate::errors::{PyCaiError, PyCaiResult};
 use crate::stream::stream_from_py;
 use crate::timing::{self, Phase};
@@ -90,14 +90,13 @@ impl Kernel {
     /// `e`, the error of a launch that found no GPU, or the argument error the launch would
     /// have raised (checked against the parameters compiled without a GPU), which says
     /// what the caller must change first.
-    fn argument_error_without_a_gpu(&self, py: Python<'_>, converted: &[PyArg], e: PyCaiError) -> PyCaiError {
-        if !matches!(e, PyCaiError::Cai(Error::CudaNotAvailable(_))) {
-            return e;
+    fn argument_error_without_a_gpu(&self, py: Python<'_>, args: &[Arg<'_>], e: Error) -> PyCaiError {
+        if !matches!(e, Error::CudaNotAvailable(_)) {
+            return e.into();
         }
-        let args: SmallVec<[Arg<'_>; 8]> = converted.iter().map(PyArg::as_arg).collect();
-        match py.detach(|| self.dispatcher.check_args(&args)) {
+        match py.detach(|| self.dispatcher.check_args(args)) {
             Err(wrong @ Error::Argument(_)) => wrong.into(),
-            _ => e,
+            _ => e.into(),
         }
     }
 
@@ -161,13 +160,13 @@ fn launch_now(
     let mut ctx = ArgContext::new(stream.map(RtStream::handle));
     let mut converted: SmallVec<[PyArg; 8]> = SmallVec::new();
     args_from_py(args.iter().enumerate(), &mut ctx, |i, e| kernel.name_argument(i, e), &mut converted)?;
+    let mut launch_args: SmallVec<[Arg<'_>; 8]> = converted.iter().map(PyArg::as_arg).collect();
     let probe = timing::start();
-    let device = match launch_device(&mut converted, stream) {
+    let device = match launch_device(&mut launch_args, stream) {
         Ok(d) => d,
-        Err(e) => return Err(kernel.argument_error_without_a_gpu(py, &converted, e)),
+        Err(e) => return Err(kernel.argument_error_without_a_gpu(py, &launch_args, e)),
     };
     probe.stop(Phase::Device);
-    let launch_args: SmallVec<[Arg<'_>; 8]> = converted.iter().map(PyArg::as_arg).collect();
     let probe = timing::start();
     let k = kernel.resolve(py, device, &launch_args)?;
     probe.stop(Phase::Resolve);

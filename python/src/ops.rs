@@ -17,7 +17,8 @@ use std::sync::Arc;
 
 use cai_runtime::array::DeviceArray as RtArray;
 use cai_runtime::cai::{ArrayView, DType};
-use cai_runtime::launch::Num;
+use cai_runtime::dispatch::launch_device;
+use cai_runtime::launch::{Arg, Num};
 use cai_runtime::ops::{self, Axis, BinaryOp, Call, Op, Operand, Out, Reduction};
 use cai_runtime::runtime::{Context, Stream as RtStream};
 use pyo3::prelude::*;
@@ -25,7 +26,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyString, PyTuple};
 use smallvec::SmallVec;
 
-use crate::args::{self, framework_of, launch_device, release_after, ArgContext, Framework, PyArg};
+use crate::args::{self, framework_of, release_after, ArgContext, Framework, PyArg};
 use crate::array::{dtype_from_py, DeviceArray};
 use crate::errors::{PyCaiError, PyCaiResult};
 use crate::stream::stream_from_py;
@@ -177,12 +178,13 @@ impl<'py> OpCall<'py> {
         Ok(())
     }
 
-    /// A new CuPy array for the result of `planned` (from CuPy's pool, on the first input's
-    /// device), or `None` where the call's checks fail (the call raises its own error) or
+    /// A new CuPy array for the result of `planned` (from CuPy's pool, on the device the
+    /// call runs on), or `None` where the call's checks fail (the call raises its own error) or
     /// CuPy has no such dtype (bfloat16: the result is a `caijit.DeviceArray`).
     fn cupy_result(&mut self, planned: Op<'static>) -> PyCaiResult<Option<Bound<'py, PyAny>>> {
         self.settle()?;
-        let Some(device) = self.args.first_mut().map(PyArg::device).transpose()?.flatten() else { return Ok(None) };
+        let mut probe: SmallVec<[Arg<'_>; 4]> = self.args.iter().map(PyArg::as_arg).collect();
+        let device = launch_device(&mut probe, self.stream.as_deref())?;
         let views: SmallVec<[&ArrayView; 2]> = self.args.iter().filter_map(PyArg::view).collect();
         let Ok((shape, dtype)) = ops::result(planned, &views) else { return Ok(None) };
         static EMPTY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
@@ -227,11 +229,12 @@ impl<'py> OpCall<'py> {
             self.input(out_index, "out", o)?;
         }
         self.settle()?;
-        let OpCall { py, stream, mut args, .. } = self;
+        let OpCall { py, stream, args, .. } = self;
         let (result, launched) = py.detach(|| {
-            let ctx = match launch_device(&mut args, stream.as_deref()).and_then(|d| Ok(Context::new(d)?)) {
+            let mut probe: SmallVec<[Arg<'_>; 4]> = args.iter().map(PyArg::as_arg).collect();
+            let ctx = match launch_device(&mut probe, stream.as_deref()).and_then(Context::new) {
                 Ok(ctx) => ctx,
-                Err(e) => return (Err(argument_error_without_a_gpu(planned, &args[..inputs], e)), None),
+                Err(e) => return (Err(argument_error_without_a_gpu(planned, &args[..inputs], e.into())), None),
             };
             let call = Call::new(&ctx, stream.as_ref());
             let operands: SmallVec<[Operand; 3]> = args[..inputs].iter().filter_map(operand).collect();

@@ -24,8 +24,8 @@ use super::key::sha256_hex;
 use super::program::{Arch, Program};
 use super::{bundled, compile_keyed, toolkit, CompileOptions, DiskCache};
 use crate::bundle::{self, ProgramBlobs};
+use crate::error::{Error, Result};
 use crate::sync::lock;
-use crate::{Error, Result};
 
 /// How to bake a bundle.
 #[derive(Clone, Debug)]

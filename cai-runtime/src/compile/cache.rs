@@ -19,7 +19,7 @@ use std::sync::Mutex;
 use sha2::{Digest, Sha256};
 
 use super::compiled::Image;
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 const MAGIC: &[u8; 8] = b"CAIJIT\x00\x01";
 

@@ -3,8 +3,8 @@
 //! name.
 
 use super::program::Arch;
+use crate::error::{Error, Result};
 use crate::signature::{self, ParamLayout};
-use crate::{Error, Result};
 
 /// What a compilation produced for the loader.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -465,7 +465,7 @@ struct Resolver<'a> {
 /// Find every header `program` can include (see the module's documentation). `options`
 /// are the program's options as [`options::sort`] sorted them. A header that is not a
 /// regular file (a FIFO, a device) is an error naming it.
-pub(crate) fn resolve(program: &Program, options: &options::Sorted, toolkit_dirs: &[PathBuf]) -> crate::Result<Includes> {
+pub(crate) fn resolve(program: &Program, options: &options::Sorted, toolkit_dirs: &[PathBuf]) -> crate::error::Result<Includes> {
     let mut dirs = program.include_dirs.clone();
     dirs.extend(options.include_dirs.iter().cloned());
     dirs.extend(toolkit_dirs.iter().cloned());
@@ -520,7 +520,7 @@ pub(crate) fn resolve(program: &Program, options: &options::Sorted, toolkit_dirs
         }
     }
     if let Some(why) = r.not_a_file.take() {
-        return Err(crate::Error::compile(format!("cannot compile {}: {why}", program.name), ""));
+        return Err(crate::error::Error::compile(format!("cannot compile {}: {why}", program.name), ""));
     }
     r.distrust_spellings_of_one_name();
     Ok(r.finish(&options.pre_includes))

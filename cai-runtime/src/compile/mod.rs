@@ -72,11 +72,11 @@ pub use program::{Arch, Program};
 pub use toolkit::{add_site_dirs, toolkit, Toolkit};
 
 use crate::error::CompileError;
+use crate::error::{Error, Result};
 use crate::signature::{self, KernelDecl};
 use crate::stats::{bump, COUNTERS};
 use crate::sync::OnceMap;
 use crate::sys::NvrtcError;
-use crate::{Error, Result};
 
 /// The NVRTC options for `program` at `arch` (caijit's defaults first), and whether the
 /// image is CUBIN. Trusted (`Some(includes)`): no include directory, no search next to the

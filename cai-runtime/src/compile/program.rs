@@ -4,8 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::error::{Error, Result};
 use crate::signature::{self, Declarations};
-use crate::{Error, Result};
 
 /// A CUDA C++ program: source plus everything that changes what NVRTC makes of it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]

@@ -10,9 +10,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
+use crate::error::Error;
 use crate::sync::lock;
 use crate::sys;
-use crate::Error;
 
 /// NVRTC as found and loaded in this process.
 #[derive(Clone, Debug)]
@@ -311,7 +311,7 @@ pub(crate) fn loaded() -> bool {
 
 /// Find and load NVRTC once per process. A build without the `nvrtc` feature looks for
 /// none: its error says that the build has no NVRTC.
-pub fn toolkit() -> crate::Result<&'static Toolkit> {
+pub fn toolkit() -> crate::error::Result<&'static Toolkit> {
     if let Some(why) = sys::NVRTC_LEFT_OUT {
         return Err(Error::CudaNotAvailable(why.to_string()));
     }

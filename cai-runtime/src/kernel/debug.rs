@@ -18,9 +18,9 @@ use std::sync::{Arc, LazyLock, Mutex};
 
 use super::loaded::{Kernel, Module};
 use crate::compile::Program;
+use crate::error::Result;
 use crate::runtime::Context;
 use crate::sync::OnceMap;
-use crate::Result;
 
 /// The define that makes a debug instance.
 pub const BOUNDS_CHECK: &str = "CAIJIT_BOUNDS_CHECK";

@@ -7,12 +7,12 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use crate::compile::{Compiled, KernelInfo};
+use crate::error::{Error, Result};
 use crate::runtime::Context;
 use crate::signature::{ParamKind, ParamLayout};
 use crate::stats::timing::{self, LoadPhase};
 use crate::sync::OnceMap;
 use crate::sys::{KernelAttributes, RawFunction, RawModule};
-use crate::{Error, Result};
 
 /// A program loaded into a context.
 #[derive(Debug)]

@@ -2,10 +2,10 @@
 //! ([`crate::kernel::BoundsRecord`]): the argument is found by its data pointer.
 
 use crate::diag::LaunchRecord;
+use crate::error::{Error, Result};
 use crate::kernel::{BoundsRecord, Kernel};
 use crate::launch::Arg;
 use crate::signature::ParamLayout;
-use crate::{Error, Result};
 
 /// After a debug instance's launch: an argument error for the first out-of-bounds access,
 /// if there was one.

@@ -9,10 +9,10 @@ use std::time::Instant;
 
 use super::{Arg, LaunchConfig, Num};
 use crate::diag::{self, ArgSlot, LaunchRecord, ARGS_KEPT};
+use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::runtime::Context;
 use crate::sys::{nvtx, Driver, DriverError, RawEvent, RawStream};
-use crate::{Error, Result};
 
 /// Write a launch of `k` enqueued on `stream` into its device's ring. With launch-blocking
 /// mode or bounds checks on (which need it after the launch), also returns its record

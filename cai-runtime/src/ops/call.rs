@@ -12,9 +12,9 @@ use super::registry::OpSpec;
 use super::rules::{copies, Planned};
 use crate::array::DeviceArray;
 use crate::cai::ArrayView;
+use crate::error::Result;
 use crate::launch::launch_stream;
 use crate::runtime::{Context, Stream};
-use crate::Result;
 
 /// An input array of an op: a view, and the stream that owns its memory's order when the
 /// caller has it (a [`DeviceArray`]'s), which a result may then live on.

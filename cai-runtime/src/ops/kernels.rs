@@ -14,10 +14,10 @@ use crate::array::DeviceArray;
 use crate::cai::{ArrayView, DType};
 use crate::compile::Program;
 use crate::dispatch::TemplateArg;
+use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::launch::{Arg, LaunchConfig, Num};
 use crate::runtime::{Context, Stream};
-use crate::{Error, Result};
 
 const BLOCK: u32 = 256;
 /// Cast's block: one chunk of 128 threads × 2 vectors of 4 elements (PyTorch's layout).

@@ -9,9 +9,9 @@ use std::sync::{Arc, OnceLock};
 use super::registry::UNARY_OPS;
 use crate::compile::{Program, OPS};
 use crate::dispatch::{Dispatcher, TemplateArg};
+use crate::error::{Error, Result};
 use crate::kernel::Kernel;
 use crate::runtime::Context;
-use crate::{Error, Result};
 
 /// The kernels of each library file but the unary ops' (each of which defines one kernel,
 /// `unary`; [`UNARY_OPS`]).

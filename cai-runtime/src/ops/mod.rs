@@ -45,9 +45,9 @@ pub use registry::{registry, unary_op, Axis, BinaryOp, OpSpec, Reduction, Stride
 pub use rules::{broadcast_shape, reduction_dtype};
 
 use crate::cai::{ArrayView, DType};
+use crate::error::Result;
 use crate::launch::{Arg, Num};
 use crate::runtime::{Context, Stream};
-use crate::Result;
 use registry::{ASCONTIGUOUS, AXPY, CAST, FILL, SCALE, SOFTMAX, TRANSPOSE};
 use rules::Planned;
 
@@ -74,7 +74,7 @@ impl Op<'_> {
             _ => 1,
         };
         if v.len() != arity {
-            return Err(crate::Error::argument(format!("{}: takes {arity} arrays, got {}", self.name(), v.len())));
+            return Err(crate::error::Error::argument(format!("{}: takes {arity} arrays, got {}", self.name(), v.len())));
         }
         match self {
             Op::Axpy => rules::axpy(v[0], v[1]),

@@ -2,7 +2,7 @@
 //! inputs), the elementwise unary ops' table, and the binary operations.
 
 use crate::cai::DType;
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// How an op takes input arrays that are not C-contiguous: a property of its kernel's
 /// parameters, written beside the op's name so that an op call applies it, not the caller.

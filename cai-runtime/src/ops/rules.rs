@@ -6,7 +6,7 @@ use smallvec::SmallVec;
 
 use super::registry::{Axis, BinaryOp, Reduction, Strided, UnaryOp};
 use crate::cai::{ArrayView, DType};
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// A shape on the stack (ranks up to 8 are the kernels' limit).
 pub(crate) type Shape = SmallVec<[usize; 8]>;

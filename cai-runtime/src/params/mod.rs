@@ -7,8 +7,8 @@
 //! ([`crate::xla::prepare`]) refuse the same arguments with the same words.
 
 use crate::cai::{ArrayView, DType};
+use crate::error::{Error, Result};
 use crate::signature::{array_param_size, ArgType, ArrayLayout, ParamKind, ParamLayout, SignatureError};
-use crate::{Error, Result};
 
 pub(crate) use buffer::ParamBuffer;
 pub use bytes::{KernelStruct, ParamBytes};

@@ -54,13 +54,16 @@ impl SignatureError {
 }
 
 /// An error about one parameter is an argument error carrying its index, name and C++ type.
-impl From<SignatureError> for crate::Error {
-    fn from(e: SignatureError) -> crate::Error {
+impl From<SignatureError> for crate::error::Error {
+    fn from(e: SignatureError) -> crate::error::Error {
         match e {
-            SignatureError::Param { kernel, index, name, ctype, reason } => {
-                crate::Error::argument_at(index, name.as_deref(), &ctype, format!("kernel `{kernel}` cannot take this parameter: {reason}"))
-            }
-            e => crate::Error::argument(e.to_string()),
+            SignatureError::Param { kernel, index, name, ctype, reason } => crate::error::Error::argument_at(
+                index,
+                name.as_deref(),
+                &ctype,
+                format!("kernel `{kernel}` cannot take this parameter: {reason}"),
+            ),
+            e => crate::error::Error::argument(e.to_string()),
         }
     }
 }

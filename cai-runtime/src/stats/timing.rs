@@ -62,7 +62,7 @@ macro_rules! phases {
     };
 }
 
-crate::phases! {
+phases! {
     /// The steps of [`crate::kernel::Kernel::launch`].
     pub enum Phase in TOTALS {
         /// The arity check, the launch configuration's check, and the parameter buffer's
@@ -81,7 +81,7 @@ crate::phases! {
     }
 }
 
-crate::phases! {
+phases! {
     /// What a kernel's first launch pays before it: its code and its loading.
     pub enum LoadPhase in LOAD_TOTALS {
         /// A program's compiled code found or made (`compile::compile`): a memory hit, a
@@ -165,7 +165,7 @@ pub fn totals(reset: bool) -> Vec<(&'static str, u64, u64)> {
 mod tests {
     use super::*;
 
-    crate::phases! {
+    phases! {
         /// Phases only this test times (the launch path's may be timed by other tests).
         enum Probed in PROBED {
             /// The first.

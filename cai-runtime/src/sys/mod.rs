@@ -45,6 +45,10 @@ pub(crate) mod xla_ffi;
 #[cfg_attr(feature = "nvrtc", path = "nvrtc.rs")]
 #[cfg_attr(not(feature = "nvrtc"), path = "no_nvrtc.rs")]
 mod nvrtc;
+/// cudarc's own types, as `interop` takes them from cudarc's users (slices and streams).
+pub(crate) mod cudarc_types {
+    pub use cudarc::driver::{CudaStream, DevicePtr, DevicePtrMut, SyncOnDrop};
+}
 pub(crate) use library::load_library;
 pub(crate) use nvrtc::{load_nvrtc, Nvrtc, LEFT_OUT as NVRTC_LEFT_OUT};
 pub use nvrtc_error::NvrtcError;
@@ -183,6 +187,11 @@ pub(crate) fn driver() -> Result<&'static Driver, String> {
         })
         .as_ref()
         .map_err(Clone::clone)
+}
+
+/// Whether `code` is the driver's `CUDA_ERROR_OUT_OF_MEMORY`.
+pub fn is_out_of_memory(code: u32) -> bool {
+    code == cu::CUresult::CUDA_ERROR_OUT_OF_MEMORY as u32
 }
 
 /// Whether `code` is one of the driver's stream-capture errors

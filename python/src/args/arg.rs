@@ -1,10 +1,10 @@
 //! A converted launch argument ([`PyArg`]), holding what must stay alive until its launch
-//! is done, and what a launch decides from its converted arguments: the device it runs on,
-//! and when the DLPack capsules among them may be released.
+//! is done, and the release of the DLPack capsules among them once the launch's work has
+//! finished. (The device a launch runs on is the runtime's rule: `dispatch::launch_device`.)
 
 use cai_runtime::cai::{ArrayView, DType};
 use cai_runtime::launch::{Arg, Num};
-use cai_runtime::runtime::{Context, Stream as RtStream};
+use cai_runtime::runtime::Context;
 use pyo3::prelude::*;
 
 use crate::array::DeviceArray;
@@ -42,26 +42,6 @@ impl PyArg {
         }
     }
 
-    /// The device of an array argument's memory: the one its conversion learnt, else the
-    /// pointer's (asked of the driver only with several devices; the answer is kept, so a
-    /// launch does not ask again); `None` for a scalar, struct bytes, or a pointer no device
-    /// owns.
-    pub fn device(&mut self) -> PyCaiResult<Option<usize>> {
-        let asked = match self {
-            PyArg::ArrayOn(_, d) | PyArg::Dlpack { device: Some(d), .. } => return Ok(Some(*d)),
-            PyArg::Own(a) | PyArg::OwnView(_, a) => return Ok(Some(a.get().inner.context().ordinal())),
-            PyArg::Scalar(..) | PyArg::Bytes(_) => return Ok(None),
-            _ if cai_runtime::runtime::device_count()? <= 1 => return Ok(Some(0)),
-            PyArg::Array(v) | PyArg::Dlpack { view: v, device: None, .. } => cai_runtime::runtime::pointer_device(v.ptr())?,
-        };
-        match (&mut *self, asked) {
-            (PyArg::Array(v), Some(d)) => *self = PyArg::ArrayOn(v.clone(), d),
-            (PyArg::Dlpack { device, .. }, Some(d)) => *device = Some(d),
-            _ => {}
-        }
-        Ok(asked)
-    }
-
     pub fn as_arg(&self) -> Arg<'_> {
         match self {
             PyArg::Array(v) | PyArg::Dlpack { view: v, device: None, .. } => Arg::Array(v),
@@ -74,25 +54,6 @@ impl PyArg {
             PyArg::Scalar(value, dtype) => Arg::Scalar { value: *value, dtype: *dtype },
             PyArg::Bytes(b) => Arg::Bytes(b),
         }
-    }
-}
-
-/// Which device a launch runs on: the device of its first non-empty array, else the
-/// stream's, else 0.
-pub fn launch_device(args: &mut [PyArg], stream: Option<&RtStream>) -> PyCaiResult<usize> {
-    if cai_runtime::runtime::device_count()? <= 1 {
-        return Ok(0);
-    }
-    for a in args {
-        if a.view().is_some_and(|v| !v.is_empty()) {
-            if let Some(d) = a.device()? {
-                return Ok(d);
-            }
-        }
-    }
-    match stream {
-        Some(s) => Ok(s.device_from_driver()?.unwrap_or(0)),
-        None => Ok(0),
     }
 }
 

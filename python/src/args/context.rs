@@ -6,7 +6,6 @@ use crate::timing::{self, Phase};
 use cai_runtime::cai::StreamRef;
 use cai_runtime::python::capi::IntptrFn;
 use cai_runtime::python::dlpack::ExchangeApi;
-use cai_runtime::runtime::Stream as RtStream;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -58,9 +57,9 @@ pub struct ArgContext {
     /// arrays carry, when they agree ([`ArgContext::imply_stream`]); DLPack producers are
     /// asked for it.
     implied_stream: Option<u64>,
-    /// Whether that stream is being captured into a CUDA graph (asked once per launch, at
-    /// the first DLPack import).
-    capturing: Option<bool>,
+    /// What DLPack producers are asked for, and the stream their views carry (decided
+    /// once per launch, at the first DLPack import).
+    dlpack_request: Option<(i64, Option<u64>)>,
     /// The conversion paths arguments may take.
     pub path: Path,
 }
@@ -71,33 +70,18 @@ impl ArgContext {
     }
 
     /// What DLPack producers are asked for (`__dlpack__(stream=...)`), and the producer
-    /// stream the imported view carries.
-    ///
-    /// Normally the launch's explicit stream, else the legacy default stream: the producer
-    /// orders its pending work before it, and the view carries it, so the stream protocol
-    /// needs no special case for DLPack. But when the launch stream is being captured into
-    /// a CUDA graph, the producer would make it wait on the producer's own stream, outside
-    /// the capture (`cudaErrorStreamCaptureIsolation`: the capture is invalidated). Then
-    /// the producer is asked for `-1` (no ordering) and the view carries no stream, as
-    /// caijit leaves out its own edges to streams outside a capture: ordering a replay
-    /// against other work is the capturer's business.
+    /// stream the imported view carries: the runtime's rule
+    /// ([`import_stream`](cai_runtime::python::dlpack::import_stream)) for the stream the
+    /// launch will run on (its explicit stream, else the one its other arrays imply, else
+    /// the legacy default stream), asked once per launch.
     pub fn dlpack_stream(&mut self) -> PyCaiResult<(i64, Option<u64>)> {
-        let stream = self.explicit_stream.or(self.implied_stream).unwrap_or(1);
-        let capturing = match self.capturing {
-            Some(c) => c,
-            None => {
-                // A stream the driver cannot answer for (the per-thread default stream of a
-                // thread without a current context) is no capture of caijit's to keep: the
-                // producer is asked as before.
-                let c = RtStream::borrowed(stream)?.is_capturing().unwrap_or(false);
-                self.capturing = Some(c);
-                c
-            }
-        };
-        if capturing {
-            return Ok((-1, None));
+        if let Some(asked) = self.dlpack_request {
+            return Ok(asked);
         }
-        Ok((stream as i64, Some(stream)))
+        let stream = self.explicit_stream.or(self.implied_stream).unwrap_or(1);
+        let asked = cai_runtime::python::dlpack::import_stream(stream)?;
+        self.dlpack_request = Some(asked);
+        Ok(asked)
     }
 
     /// Without an explicit stream, the launch runs on the one stream its arrays carry, if
@@ -121,7 +105,7 @@ impl ArgContext {
         // PyTorch accepts. The producer is then asked for the legacy stream, as when the
         // arrays disagree, and the launch orders the two.
         self.implied_stream = common.filter(|&s| s != 2);
-        self.capturing = None;
+        self.dlpack_request = None;
     }
 
     /// The stream CuPy's `__cuda_array_interface__` would export now: its current stream

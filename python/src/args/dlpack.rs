@@ -2,12 +2,12 @@
 //! with the stream handshake (the producer orders its work before the launch stream).
 
 use cai_runtime::cai::StreamRef;
-use cai_runtime::python::dlpack::{self as dl, DLDevice};
+use cai_runtime::python::dlpack::{self as dl, DLDevice, Memory};
 use pyo3::prelude::*;
 
 use super::arg::PyArg;
 use super::context::ArgContext;
-use crate::dlpack::{call_dlpack, dlpack_device, is_cuda, view_of};
+use crate::dlpack::{call_dlpack, dlpack_device};
 use crate::errors::{PyCaiError, PyCaiResult};
 use crate::pyobj::type_name;
 
@@ -19,7 +19,8 @@ use crate::pyobj::type_name;
 /// `__dlpack_device__` named.
 pub fn import(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option<PyArg>> {
     let Some((dev_type, dev_id)) = dlpack_device(obj)? else { return Ok(None) };
-    if !is_cuda(DLDevice { device_type: dev_type, device_id: dev_id }) {
+    let memory = Memory::of(DLDevice { device_type: dev_type, device_id: dev_id });
+    if !memory.is_cuda() {
         return Ok(None);
     }
     let (ask, carried) = ctx.dlpack_stream()?;
@@ -27,7 +28,7 @@ pub fn import(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyC
     let bad = |why: String| PyCaiError::argument(format!("argument {index}: a {} by DLPack: {why}", type_name(obj)));
     let info = dl::read_capsule(&capsule).map_err(bad)?;
     if info.device != (DLDevice { device_type: dev_type, device_id: dev_id }) {
-        let host = matches!(info.device.device_type, dl::KDL_CPU | dl::KDL_CUDA_HOST);
+        let host = Memory::of(info.device) == Memory::Host;
         return Err(bad(format!(
             "__dlpack_device__() says ({dev_type}, {dev_id}) but its capsule's tensor is on ({}, {}){}",
             info.device.device_type,
@@ -35,12 +36,11 @@ pub fn import(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyC
             if host { ", host memory (caijit never copies implicitly)" } else { "" }
         )));
     }
-    let view = view_of(&info, carried.map(StreamRef::from_cai).transpose()?).map_err(bad)?;
-    let device = (dev_type == dl::KDL_CUDA).then_some(dev_id as usize);
-    Ok(Some(PyArg::Dlpack { view, device, holder: capsule.unbind() }))
+    let view = dl::view_of(&info, carried.map(StreamRef::from_cai).transpose()?).map_err(bad)?;
+    Ok(Some(PyArg::Dlpack { view, device: memory.device(), holder: capsule.unbind() }))
 }
 
 /// Whether `obj` is a DLPack producer of host memory (a NumPy array, a CPU tensor).
 pub fn is_host(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
-    Ok(matches!(dlpack_device(obj)?, Some((kind, _)) if kind == dl::KDL_CPU || kind == dl::KDL_CUDA_HOST))
+    Ok(matches!(dlpack_device(obj)?, Some((device_type, device_id)) if Memory::of(DLDevice { device_type, device_id }) == Memory::Host))
 }

@@ -11,14 +11,13 @@
 //! so errors stay the generic paths' own.
 
 use cai_runtime::cai::DType;
-use cai_runtime::python::dlpack::ExchangeApi;
+use cai_runtime::python::dlpack::{view_of, ExchangeApi, Memory};
 use pyo3::intern;
 use pyo3::prelude::*;
 
 use super::arg::PyArg;
 use super::context::ArgContext;
 use super::torch::refuse_lazy_views;
-use crate::dlpack::{is_cuda, view_of};
 use crate::errors::PyCaiResult;
 
 /// The view and device of `obj` through `api`; `None` to take the next path. `torch`:
@@ -33,14 +32,11 @@ pub fn view(index: usize, obj: &Bound<'_, PyAny>, api: &ExchangeApi, torch: bool
         Ok(Ok(info)) => info,
         Ok(Err(_)) | Err(_) => return Ok(None),
     };
-    if !is_cuda(info.device) || info.device.device_id < 0 {
-        return Ok(None);
-    }
+    let Memory::Device(device) = Memory::of(info.device) else { return Ok(None) };
     if torch {
         let complex = matches!(DType::from_dlpack(info.dtype.code, info.dtype.bits, info.dtype.lanes), Some(DType::C64 | DType::C128));
         refuse_lazy_views(index, obj, Some(complex))?;
     }
-    let device = info.device.device_id as usize;
     let stream = ctx.exchange_stream(py, api, info.device.device_type, device)?;
     Ok(view_of(&info, Some(stream)).ok().map(|v| PyArg::ArrayOn(v, device)))
 }

@@ -28,7 +28,7 @@ mod read;
 mod scalar;
 mod torch;
 
-pub use arg::{launch_device, release_after, PyArg};
+pub use arg::{release_after, PyArg};
 pub use context::ArgContext;
 pub use scalar::number;
 

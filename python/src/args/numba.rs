@@ -66,6 +66,8 @@ pub fn view(obj: &Bound<'_, PyAny>) -> PyCaiResult<Option<PyArg>> {
     };
     let stream = stream.map(StreamRef::from_cai).transpose()?;
     let view = ArrayView::new(ptr, &shape, strides.as_deref(), dtype, false, stream)?;
-    let single_gpu = cai_runtime::runtime::device_count().is_ok_and(|n| n <= 1);
-    Ok(Some(if single_gpu { PyArg::ArrayOn(view, 0) } else { PyArg::Array(view) }))
+    Ok(Some(match cai_runtime::runtime::sole_device() {
+        Some(d) => PyArg::ArrayOn(view, d),
+        None => PyArg::Array(view),
+    }))
 }

@@ -97,12 +97,12 @@ where
     }
 }
 
-/// The device of a known type's array: 0 on a single-GPU machine (or one without a driver,
-/// where a launch fails later with its own error), else asked of the object itself by `ask`
-/// (still cheaper than the driver's pointer query).
+/// The device of a known type's array: the runtime's [`sole_device`](cai_runtime::runtime::sole_device)
+/// when there is one, else asked of the object itself by `ask` (still cheaper than the
+/// driver's pointer query).
 pub fn object_device(ask: impl FnOnce() -> PyCaiResult<usize>) -> PyCaiResult<usize> {
-    match cai_runtime::runtime::device_count() {
-        Ok(n) if n > 1 => ask(),
-        _ => Ok(0),
+    match cai_runtime::runtime::sole_device() {
+        Some(d) => Ok(d),
+        None => ask(),
     }
 }

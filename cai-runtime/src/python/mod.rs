@@ -9,11 +9,7 @@ use pyo3::types::{PyBool, PyDict, PyInt, PyList, PyString, PyTuple};
 
 use crate::cai::{shorten_plain, Data, Descriptor, InterfaceError};
 
-/// DLPack (dlpack.h 1.3): its C structs, reading and writing capsules, and the C exchange
-/// API of producer types (`__dlpack_c_exchange_api__`), as safe functions over owned values.
-pub mod dlpack {
-    pub use crate::sys::dlpack::*;
-}
+pub mod dlpack;
 
 /// C functions of other extensions, exported through Cython's `__pyx_capi__` capsules.
 pub mod capi {
