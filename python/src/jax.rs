@@ -4,8 +4,7 @@
 
 use cai_runtime::cai::DType;
 use cai_runtime::launch::{LaunchConfig, Num};
-use cai_runtime::signature::ArgType;
-use cai_runtime::xla::{self, Binding, BufferSpec};
+use cai_runtime::xla::{self, BufferSpec};
 use cai_runtime::Error;
 use pyo3::prelude::*;
 
@@ -44,66 +43,6 @@ fn scalar(kernel: &Kernel, name: &str, obj: &Bound<'_, PyAny>) -> PyCaiResult<(N
     })
 }
 
-/// Bind each kernel parameter to a buffer or a named scalar: parameters named by `scalars`
-/// take those values; the others take the inputs, then the outputs, in order, the outputs
-/// aliased to inputs left out when the kernel has one parameter fewer for each.
-fn bindings(
-    kernel: &str,
-    names: &[Option<String>],
-    inputs: &[BufferSpec],
-    outputs: &[BufferSpec],
-    aliases: &[(usize, usize)],
-    scalars: &[(String, (Num, Option<DType>))],
-) -> cai_runtime::Result<(Vec<Binding>, Vec<ArgType>)> {
-    for (s, _) in scalars {
-        if !names.iter().any(|n| n.as_deref() == Some(s.as_str())) {
-            let all: Vec<_> = names.iter().map(|n| n.as_deref().unwrap_or("<unnamed>")).collect();
-            let why = if names.iter().any(Option::is_none) {
-                "; a parameter is unnamed when a declaration leaves it unnamed or two declarations \
-                 (`#if` branches, a forward declaration) name it differently: give it one name in every declaration"
-            } else {
-                ""
-            };
-            return Err(cai_runtime::Error::argument(format!(
-                "kernel `{kernel}` has no parameter named `{s}` (its parameters: {}){why}",
-                all.join(", ")
-            )));
-        }
-    }
-    let scalar_of = |n: &Option<String>| n.as_deref().and_then(|n| scalars.iter().find(|(s, _)| s == n)).map(|(_, v)| *v);
-    let buffer_params = names.iter().filter(|n| scalar_of(n).is_none()).count();
-    let (n_in, n_out) = (inputs.len(), outputs.len());
-    let mut order: Vec<usize> = (0..n_in + n_out).collect();
-    if buffer_params != order.len() {
-        let aliased: Vec<usize> = aliases.iter().map(|&(_, o)| n_in + o).collect();
-        order.retain(|b| !aliased.contains(b));
-        if buffer_params != order.len() {
-            return Err(cai_runtime::Error::argument(format!(
-                "kernel `{kernel}` has {buffer_params} buffer parameters (those not given as scalars), but the call has {n_in} inputs and {n_out} outputs{}",
-                if aliases.is_empty() { String::new() } else { format!(" ({} aliased)", aliases.len()) }
-            )));
-        }
-    }
-    let specs: Vec<&BufferSpec> = inputs.iter().chain(outputs).collect();
-    let mut next = order.into_iter();
-    let mut out = Vec::with_capacity(names.len());
-    let mut types = Vec::with_capacity(names.len());
-    for n in names {
-        match scalar_of(n) {
-            Some((value, dtype)) => {
-                out.push(Binding::Scalar(value));
-                types.push(dtype.map_or(ArgType::UntypedScalar, ArgType::TypedScalar));
-            }
-            None => {
-                let b = next.next().expect("counted above");
-                out.push(Binding::Buffer(b));
-                types.push(ArgType::Array { dtype: specs[b].dtype, rank: specs[b].shape.len() });
-            }
-        }
-    }
-    Ok((out, types))
-}
-
 /// Prepare a launch of `kernel` for XLA: deduce the template instance from the buffers'
 /// dtypes, compile it (caches as usual), load it on `devices`, bind its parameters, and
 /// return `((fingerprint, description), kernel name)`; the custom call `caijit_launch` with
@@ -126,22 +65,11 @@ pub fn xla_prepare(
 ) -> PyCaiResult<((String, String), String)> {
     let inputs: Vec<BufferSpec> = inputs.iter().enumerate().map(|(i, s)| buffer_spec("input", i, s)).collect::<PyCaiResult<_>>()?;
     let outputs: Vec<BufferSpec> = outputs.iter().enumerate().map(|(i, s)| buffer_spec("output", i, s)).collect::<PyCaiResult<_>>()?;
-    for &(i, o) in &aliases {
-        match (inputs.get(i), outputs.get(o)) {
-            (Some(a), Some(b)) if a == b => {}
-            (Some(a), Some(b)) => {
-                return Err(PyCaiError::argument(format!(
-                    "input_output_aliases: input {i} ({}{:?}) and output {o} ({}{:?}) differ",
-                    a.dtype, a.shape, b.dtype, b.shape
-                )))
-            }
-            _ => return Err(PyCaiError::argument(format!("input_output_aliases: no input {i} or no output {o}"))),
-        }
-    }
+    xla::check_aliases(&inputs, &outputs, &aliases)?;
     let scalars: Vec<(String, (Num, Option<DType>))> =
         scalars.iter().map(|(n, v)| Ok((n.clone(), scalar(&kernel, n, v)?))).collect::<PyCaiResult<_>>()?;
     let k = kernel.name().to_string();
-    let bind = |names: &[Option<String>]| bindings(&k, names, &inputs, &outputs, &aliases, &scalars);
+    let bind = |names: &[Option<String>]| xla::bind(&k, names, &inputs, &outputs, &aliases, &scalars);
     let buffers = || {
         let b: Vec<String> = inputs.iter().chain(&outputs).map(|b| format!("{}{:?}", b.dtype.name(), b.shape)).collect();
         format!("buffers ({}) and scalars", b.join(", "))
