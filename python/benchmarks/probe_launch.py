@@ -58,7 +58,7 @@ def main() -> None:
 
         x = cupy.zeros(1024, cupy.float32)
         csync = cupy.cuda.Device().synchronize
-        notes.append(f"route of a CuPy array: {_native._route(x)}  (cupy: the attribute-reading path)")
+        notes.append(f"route of a CuPy array: {_native._testing._route(x)}  (cupy: the attribute-reading path)")
         per_call("launch, 3 CuPy arrays + 1 int", lambda: k3(x, x, x, 5), csync)
         per_call("launch_view(CuPy array)", lambda: _native.launch_view(x))
         per_call("CuPy a.data.ptr", lambda: x.data.ptr)
@@ -103,7 +103,7 @@ def main() -> None:
         per_call("torch _cuda_getCurrentRawStream(0)", lambda: torch._C._cuda_getCurrentRawStream(0))
         for name, f in _exchange_calls(t):
             per_call(name, f)
-        notes.append(f"route of a torch tensor: {_native._route(t)}")
+        notes.append(f"route of a torch tensor: {_native._testing._route(t)}")
         for path in ("exchange", "known", "generic", "dlpack"):
             per_call(f"launch_view(torch tensor, path={path})", lambda p=path: _try(lambda: _native.launch_view(t, path=p)))  # type: ignore[misc]
         t8 = [torch.zeros(1024, device="cuda") for _ in range(8)]

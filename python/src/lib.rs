@@ -181,68 +181,74 @@ fn _inject_fault(point: &str) -> PyCaiResult<()> {
     Ok(())
 }
 
+/// The extension module, by topic. Names with a leading underscore are the package's own
+/// (`caijit.diag` reads its switches through them); test support lives in `_testing`.
 #[pymodule]
-fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    timing::init();
-    m.add_class::<interface::Interface>()?;
-    m.add_class::<array::DeviceArray>()?;
-    m.add_class::<stream::Stream>()?;
-    m.add_class::<kernel::Kernel>()?;
-    m.add_class::<kernel::Launcher>()?;
-    m.add_function(wrap_pyfunction!(interface::parse_interface, m)?)?;
-    m.add_function(wrap_pyfunction!(kernel::make_kernel, m)?)?;
-    m.add_function(wrap_pyfunction!(args::launch_view, m)?)?;
-    m.add_function(wrap_pyfunction!(args::phase_times, m)?)?;
-    m.add_function(wrap_pyfunction!(args::_route, m)?)?;
-    m.add_function(wrap_pyfunction!(dlpack::_dlpack_read, m)?)?;
-    m.add_function(wrap_pyfunction!(dlpack::_dlpack_consume, m)?)?;
-    m.add_function(wrap_pyfunction!(dlpack::_dlpack_layouts, m)?)?;
-    m.add_function(wrap_pyfunction!(dlpack::_dlpack_export_host, m)?)?;
-    m.add_function(wrap_pyfunction!(kernel::compile_program, m)?)?;
-    for f in [
-        wrap_pyfunction!(ops::copy_contiguous, m)?,
-        wrap_pyfunction!(ops::unary, m)?,
-        wrap_pyfunction!(ops::unary_ops, m)?,
-        wrap_pyfunction!(ops::op_result, m)?,
-        wrap_pyfunction!(ops::cast_dtype_name, m)?,
-    ] {
-        m.add_function(f)?;
+mod _native {
+    use pyo3::prelude::*;
+
+    // Arrays, views and streams.
+    #[pymodule_export]
+    use super::order_streams;
+    #[pymodule_export]
+    use crate::array::DeviceArray;
+    #[pymodule_export]
+    use crate::interface::{parse_interface, Interface};
+    #[pymodule_export]
+    use crate::stream::Stream;
+
+    // Kernels: compilation, launches and their arguments.
+    #[pymodule_export]
+    use crate::args::{launch_view, phase_times};
+    #[pymodule_export]
+    use crate::kernel::{compile_program, declarations, make_kernel, Kernel, Launcher};
+
+    // The kernel library (`caijit.ops` is the `ops` submodule, added below).
+    #[pymodule_export]
+    use super::op_source;
+    #[pymodule_export]
+    use crate::ops::{cast_dtype_name, copy_contiguous, op_result, unary, unary_ops};
+
+    // JAX: launches prepared for XLA custom calls.
+    #[pymodule_export]
+    use crate::jax::{xla_ffi_layout, xla_handler_address, xla_prepare, xla_resolve};
+
+    // Devices, memory and the driver.
+    #[pymodule_export]
+    use super::{device_count, device_info, driver_checks_parameters, driver_version, empty_cache, memory_stats, pointer_device};
+
+    // NVRTC, the caches and bundles.
+    #[pymodule_export]
+    use super::{add_site_dirs, cache_clear, cache_info, nvrtc_build, nvrtc_info};
+    #[pymodule_export]
+    use crate::bundles::{add_default_bundle, bundle_build, bundle_info, load_bundle, loaded_bundles, record};
+
+    // Diagnostics: counters, profiles, recent launches and the package's switches.
+    #[pymodule_export]
+    use super::stats;
+    #[pymodule_export]
+    use crate::diag::{_lineinfo_by_env, _nvtx_tool, _set_switch, recent_launches, Profile};
+
+    /// Hooks for caijit's own tests: conversion routes, DLPack capsules by hand, diagnostic
+    /// switches read back, and injected faults. Not an interface.
+    #[pymodule]
+    mod _testing {
+        #[pymodule_export]
+        use super::super::_inject_fault;
+        #[pymodule_export]
+        use crate::args::_route;
+        #[pymodule_export]
+        use crate::diag::_switch;
+        #[pymodule_export]
+        use crate::dlpack::{_dlpack_consume, _dlpack_export_host, _dlpack_layouts, _dlpack_read};
     }
-    m.add("ops", ops::module(m.py())?)?;
-    m.add_function(wrap_pyfunction!(kernel::declarations, m)?)?;
-    m.add_function(wrap_pyfunction!(jax::xla_prepare, m)?)?;
-    m.add_function(wrap_pyfunction!(jax::xla_resolve, m)?)?;
-    m.add_function(wrap_pyfunction!(jax::xla_handler_address, m)?)?;
-    m.add_function(wrap_pyfunction!(jax::xla_ffi_layout, m)?)?;
-    m.add_function(wrap_pyfunction!(stats, m)?)?;
-    m.add_function(wrap_pyfunction!(op_source, m)?)?;
-    m.add_function(wrap_pyfunction!(order_streams, m)?)?;
-    m.add_function(wrap_pyfunction!(_inject_fault, m)?)?;
-    m.add_class::<diag::Profile>()?;
-    m.add_function(wrap_pyfunction!(diag::_set_switch, m)?)?;
-    m.add_function(wrap_pyfunction!(diag::_switch, m)?)?;
-    m.add_function(wrap_pyfunction!(diag::_lineinfo_by_env, m)?)?;
-    m.add_function(wrap_pyfunction!(diag::_nvtx_tool, m)?)?;
-    m.add_function(wrap_pyfunction!(diag::recent_launches, m)?)?;
-    diag::name_sites();
-    m.add_function(wrap_pyfunction!(device_count, m)?)?;
-    m.add_function(wrap_pyfunction!(empty_cache, m)?)?;
-    m.add_function(wrap_pyfunction!(memory_stats, m)?)?;
-    m.add_function(wrap_pyfunction!(pointer_device, m)?)?;
-    m.add_function(wrap_pyfunction!(device_info, m)?)?;
-    m.add_function(wrap_pyfunction!(driver_version, m)?)?;
-    m.add_function(wrap_pyfunction!(driver_checks_parameters, m)?)?;
-    m.add_function(wrap_pyfunction!(nvrtc_info, m)?)?;
-    m.add_function(wrap_pyfunction!(nvrtc_build, m)?)?;
-    m.add_function(wrap_pyfunction!(add_site_dirs, m)?)?;
-    m.add_function(wrap_pyfunction!(bundles::load_bundle, m)?)?;
-    m.add_function(wrap_pyfunction!(bundles::loaded_bundles, m)?)?;
-    m.add_function(wrap_pyfunction!(bundles::bundle_info, m)?)?;
-    m.add_function(wrap_pyfunction!(bundles::bundle_build, m)?)?;
-    m.add_function(wrap_pyfunction!(bundles::record, m)?)?;
-    m.add_function(wrap_pyfunction!(bundles::add_default_bundle, m)?)?;
-    m.add_function(wrap_pyfunction!(cache_info, m)?)?;
-    m.add_function(wrap_pyfunction!(cache_clear, m)?)?;
-    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    Ok(())
+
+    #[pymodule_init]
+    fn init(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        crate::timing::init();
+        crate::diag::name_sites();
+        m.add("ops", crate::ops::module(m.py())?)?;
+        m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+        Ok(())
+    }
 }

@@ -48,28 +48,28 @@ __global__ void bad(T* y, int n) { y[(1ll << 40) + threadIdx.x] = T(2); }
 
 def _turns_on_and_off(turn: Callable[[bool], bool], switch: str) -> None:
     """`turn(True)` turns `switch` on and says it was off; `turn(False)` turns it off."""
-    assert _native._switch(switch) is False
+    assert _native._testing._switch(switch) is False
     assert turn(True) is False
     try:
-        assert _native._switch(switch) is True
+        assert _native._testing._switch(switch) is True
         assert turn(True) is True
     finally:
         turn(False)
-    assert _native._switch(switch) is False
+    assert _native._testing._switch(switch) is False
 
 
 def test_switches_turn_on_and_off_and_say_what_they_were() -> None:
     _turns_on_and_off(caijit.debug, "blocking")
     assert caijit.nvtx(False) is False
     with pytest.raises(caijit.ArgumentError, match="unknown switch"):
-        _native._switch("everything")
+        _native._testing._switch("everything")
 
 
 def test_launch_blocking_is_read_from_the_environment() -> None:
-    r = run_subprocess("import caijit; from caijit import _native; print(_native._switch('blocking'))", CAIJIT_LAUNCH_BLOCKING="1")
+    r = run_subprocess("import caijit; from caijit import _native; print(_native._testing._switch('blocking'))", CAIJIT_LAUNCH_BLOCKING="1")
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "True"
-    r = run_subprocess("import caijit; from caijit import _native; print(_native._switch('blocking'))", CAIJIT_LAUNCH_BLOCKING="0")
+    r = run_subprocess("import caijit; from caijit import _native; print(_native._testing._switch('blocking'))", CAIJIT_LAUNCH_BLOCKING="0")
     assert r.stdout.strip() == "False", r.stderr
 
 
@@ -113,7 +113,7 @@ def test_an_empty_profile_has_a_header_and_no_rows(capsys: pytest.CaptureFixture
     text = p.table()
     assert "launches" in text and text in capsys.readouterr().out
     assert json.loads(p.to_json()) == []
-    assert _native._switch("profile") is False
+    assert _native._testing._switch("profile") is False
     with caijit.profile() as q:  # a new profile can start once the last one ended
         pass
     assert q.rows == []
@@ -191,11 +191,11 @@ def test_the_bounds_checked_header_compiles_for_every_accessor() -> None:
 def test_debug_turns_on_launch_blocking_and_bounds_checks() -> None:
     try:
         assert caijit.debug(True) is False
-        assert _native._switch("blocking") and _native._switch("bounds")
+        assert _native._testing._switch("blocking") and _native._testing._switch("bounds")
     finally:
         caijit.debug(False)
-    assert not _native._switch("blocking") and not _native._switch("bounds")
-    r = run_subprocess("import caijit; from caijit import _native; print(_native._switch('blocking'), _native._switch('bounds'))", CAIJIT_DEBUG="1")
+    assert not _native._testing._switch("blocking") and not _native._testing._switch("bounds")
+    r = run_subprocess("import caijit; from caijit import _native; print(_native._testing._switch('blocking'), _native._testing._switch('bounds'))", CAIJIT_DEBUG="1")
     assert r.stdout.strip() == "True True", r.stdout + r.stderr
 
 
@@ -208,7 +208,7 @@ def test_recent_launches_is_a_list_of_records() -> None:
 
 def test_launch_sites_turn_on_and_off_and_are_read_from_the_environment() -> None:
     _turns_on_and_off(caijit.launch_sites, "sites")
-    r = run_subprocess("import caijit; from caijit import _native; print(_native._switch('sites'))", CAIJIT_LAUNCH_SITES="1")
+    r = run_subprocess("import caijit; from caijit import _native; print(_native._testing._switch('sites'))", CAIJIT_LAUNCH_SITES="1")
     assert r.stdout.strip() == "True", r.stdout + r.stderr
 
 

@@ -40,7 +40,7 @@ def test_capsule_reading_matches_numpy(versioned: bool) -> None:
     base = np.arange(24, dtype=np.float32).reshape(4, 6)
     for a in (base, base[:, ::2], base.T, base[1], np.ones((), np.float32)):
         cap = _capsule(a, versioned)
-        t = _native._dlpack_read(cap)
+        t = _native._testing._dlpack_read(cap)
         assert tuple(t["shape"]) == a.shape
         if t["strides"] is not None:
             assert tuple(s * a.itemsize for s in t["strides"]) == a.strides
@@ -56,23 +56,23 @@ def test_capsule_reading_matches_numpy(versioned: bool) -> None:
 def test_versioned_capsules_carry_readonly() -> None:
     a = np.arange(4, dtype=np.int32)
     a.flags.writeable = False
-    assert _native._dlpack_read(a.__dlpack__(max_version=(1, 0)))["readonly"] is True
+    assert _native._testing._dlpack_read(a.__dlpack__(max_version=(1, 0)))["readonly"] is True
 
 
 def test_dtype_codes() -> None:
     for np_type, (code, typestr) in DTYPES.items():
-        t = _native._dlpack_read(np.zeros(3, np_type).__dlpack__())
+        t = _native._testing._dlpack_read(np.zeros(3, np_type).__dlpack__())
         assert t["dtype"] == code and t["caijit_dtype"] == typestr, np_type
 
 
 def test_not_a_capsule_and_consumed_capsules_are_refused() -> None:
     with pytest.raises(caijit.ArgumentError, match="not a capsule"):
-        _native._dlpack_read(3)
+        _native._testing._dlpack_read(3)
     cap = np.zeros(3, np.float32).__dlpack__()
-    assert _native._dlpack_consume(cap) is True
+    assert _native._testing._dlpack_consume(cap) is True
     with pytest.raises(caijit.ArgumentError, match="unconsumed"):
-        _native._dlpack_read(cap)
-    assert _native._dlpack_consume(cap) is False
+        _native._testing._dlpack_read(cap)
+    assert _native._testing._dlpack_consume(cap) is False
 
 
 class _Version(ctypes.Structure):
@@ -132,7 +132,7 @@ class _ExchangeAPI(ctypes.Structure):
 
 def test_struct_layouts_match_dlpack_h() -> None:
     """The Rust structs against ctypes' C layout of dlpack.h 1.3's declarations."""
-    ours = {name: (size, align, offsets) for name, size, align, offsets in _native._dlpack_layouts()}
+    ours = {name: (size, align, offsets) for name, size, align, offsets in _native._testing._dlpack_layouts()}
     for name, s in {
         "DLPackVersion": _Version,
         "DLDevice": _Device,
@@ -169,9 +169,9 @@ def test_export_is_consumed_and_released_once(versioned: bool) -> None:
 
     a = np.arange(24, dtype=np.float32).reshape(4, 6)[:, ::2]
     released: list[bool] = []
-    cap = _native._dlpack_export_host(a, versioned, released)
+    cap = _native._testing._dlpack_export_host(a, versioned, released)
     assert type(cap).__name__ == "PyCapsule"
-    t = _native._dlpack_read(cap)
+    t = _native._testing._dlpack_read(cap)
     assert (tuple(t["shape"]), t["data"], t["device"], t["dtype"]) == (a.shape, a.__array_interface__["data"][0], (1, 0), (2, 32, 1))
     assert tuple(s * 4 for s in t["strides"]) == a.strides
     b = np.from_dlpack(Exported(cap))
@@ -190,13 +190,13 @@ def test_an_unconsumed_export_is_freed_once() -> None:
 
     released: list[bool] = []
     for versioned in (False, True):
-        cap = _native._dlpack_export_host(np.ones(3, np.int16), versioned, released)
+        cap = _native._testing._dlpack_export_host(np.ones(3, np.int16), versioned, released)
         del cap
         gc.collect()
     assert released == [False, False]
     # Consumed by caijit's own consumer helper: released as used.
-    cap = _native._dlpack_export_host(np.ones(3, np.int16), True, released)
-    assert _native._dlpack_consume(cap) is True
+    cap = _native._testing._dlpack_export_host(np.ones(3, np.int16), True, released)
+    assert _native._testing._dlpack_consume(cap) is True
     del cap
     gc.collect()
     assert released == [False, False, True]
@@ -205,8 +205,8 @@ def test_an_unconsumed_export_is_freed_once() -> None:
 def test_a_readonly_export_says_so_when_versioned() -> None:
     a = np.arange(4, dtype=np.int32)
     a.flags.writeable = False
-    assert _native._dlpack_read(_native._dlpack_export_host(a, True, []))["readonly"] is True
-    assert _native._dlpack_read(_native._dlpack_export_host(a, False, []))["readonly"] is False  # legacy: no flag
+    assert _native._testing._dlpack_read(_native._testing._dlpack_export_host(a, True, []))["readonly"] is True
+    assert _native._testing._dlpack_read(_native._testing._dlpack_export_host(a, False, []))["readonly"] is False  # legacy: no flag
 
 
 def test_host_dlpack_is_refused() -> None:
@@ -322,15 +322,15 @@ def test_caijit_arrays_export_dlpack() -> None:
     before = caijit.stats()["waits"]
     cap = b.__dlpack__(stream=consumer.cuda_stream)
     assert type(cap).__name__ == "PyCapsule"
-    read = caijit._native._dlpack_read(cap)
+    read = caijit._native._testing._dlpack_read(cap)
     assert read["device"] == (2, 0) and read["data"] == b.ptr and tuple(read["shape"]) == (1000,)
     assert caijit.stats()["waits"] == before + 1, "the consumer's stream waits for the array's stream"
     # Consuming it releases it: the array's stream waits for the consumer's (the reverse edge).
     before = caijit.stats()["waits"]
-    assert caijit._native._dlpack_consume(cap) is True
+    assert caijit._native._testing._dlpack_consume(cap) is True
     assert caijit.stats()["waits"] == before + 1
     versioned = b.__dlpack__(stream=-1, max_version=(1, 3))
-    assert caijit._native._dlpack_read(versioned)["readonly"] is False
+    assert caijit._native._testing._dlpack_read(versioned)["readonly"] is False
     del versioned  # unconsumed: freed by its capsule without ordering
     with pytest.raises(caijit.ArgumentError, match="stream=0"):
         b.__dlpack__(stream=0)

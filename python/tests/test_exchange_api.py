@@ -112,7 +112,7 @@ class Producer:
 def test_exchange_views(borrowing: bool) -> None:
     p = Producer(borrowing=borrowing)
     t = p.Tensor((3, 4), (1, 3), offset=16)
-    assert _native._route(t) == "exchange 1.3" + ("" if borrowing else " (owning)")
+    assert _native._testing._route(t) == "exchange 1.3" + ("" if borrowing else " (owning)")
     v = _native.launch_view(t)
     assert (v.shape, v.strides, v.ptr, v.device, v.stream) == ((3, 4), (4, 12), 0x7F0000000000 + 16, 0, STREAM)
     assert v.dtype == "float32" and v.readonly is False
@@ -154,7 +154,7 @@ def test_host_tensors_and_failures_take_the_next_path() -> None:
 @pytest.mark.parametrize("version", [(1, 2), (2, 0), (0, 9)])
 def test_tables_of_other_versions_are_not_used(version: tuple[int, int]) -> None:
     p = Producer(version=version)
-    assert _native._route(p.Tensor((3,), None)) == "other"
+    assert _native._testing._route(p.Tensor((3,), None)) == "other"
     with pytest.raises(caijit.ArgumentError, match="cannot pass"):
         _native.launch_view(p.Tensor((3,), None))
     assert p.calls["dltensor"] == 0
@@ -164,7 +164,7 @@ def test_a_capsule_of_another_name_is_not_used() -> None:
     class Odd(Fake):
         __dlpack_c_exchange_api__ = _capsule_new(ctypes.addressof(_ExchangeAPI()), b"something_else", None)
 
-    assert _native._route(Odd((3,), None)) == "other"
+    assert _native._testing._route(Odd((3,), None)) == "other"
 
 
 def test_forced_paths() -> None:
@@ -200,17 +200,17 @@ def test_routes_by_type() -> None:
     `cupy.*` module defines CuPy's ndarray (no CuPy needed: only the route is asked)."""
     for module, name in [("cupy", "ndarray"), ("cupy._core.core", "ndarray"), ("cupy._core.core", "_ndarray_base"), ("cupy._future", "ndarray")]:
         t = _typed(module, name)
-        assert _native._route(t()) == "cupy", (module, name)
-        assert _native._route(_typed("user", "Sub", t)()) == "cupy"
+        assert _native._testing._route(t()) == "cupy", (module, name)
+        assert _native._testing._route(_typed("user", "Sub", t)()) == "cupy"
     for module, name in [("numpy", "ndarray"), ("cupyx", "ndarray"), ("cupy", "Stream")]:
-        assert _native._route(_typed(module, name)()) == "other", (module, name)
+        assert _native._testing._route(_typed(module, name)()) == "other", (module, name)
     for module in ("numba.cuda.cudadrv.devicearray", "numba_cuda.numba.cuda.cudadrv.devicearray"):
-        assert _native._route(_typed("user", "Sub", _typed(module, "DeviceNDArrayBase"))()) == "numba"
-    assert _native._route(_typed("mylib.cudadrv.devicearray", "DeviceNDArrayBase")()) == "other"
+        assert _native._testing._route(_typed("user", "Sub", _typed(module, "DeviceNDArrayBase"))()) == "numba"
+    assert _native._testing._route(_typed("mylib.cudadrv.devicearray", "DeviceNDArrayBase")()) == "other"
     torch_like = _typed("torch", "Tensor")
-    assert _native._route(torch_like()) == "torch"
-    assert _native._route(_typed("torch.nn.parameter", "Parameter", torch_like)()) == "torch"
-    assert _native._route(3) == "other" and _native._route(None) == "other"
+    assert _native._testing._route(torch_like()) == "torch"
+    assert _native._testing._route(_typed("torch.nn.parameter", "Parameter", torch_like)()) == "torch"
+    assert _native._testing._route(3) == "other" and _native._testing._route(None) == "other"
 
 
 class _NumbaMemoryPointer:

@@ -68,7 +68,7 @@ def torch_layouts(torch: Any) -> list[Any]:
 def test_torch_paths_agree() -> None:
     import torch
 
-    exchange = _native._route(torch.zeros(1, device="cuda")).startswith("exchange 1.")
+    exchange = _native._testing._route(torch.zeros(1, device="cuda")).startswith("exchange 1.")
     if hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
         assert exchange, "PyTorch offers the exchange API: caijit must route tensors through it"
     side = torch.cuda.Stream()
@@ -129,7 +129,7 @@ def test_numba_paths_agree() -> None:
     from numba import cuda
 
     a = cuda.to_device(np.arange(12, dtype=np.float32).reshape(3, 4))
-    assert _native._route(a) == "numba"
+    assert _native._testing._route(a) == "numba"
     for v in (a, a[:, ::2], a.T, a[1:2], cuda.device_array((0, 3), np.float64), cuda.device_array((), np.int16)):
         auto = facts(v, "auto")
         # One GPU: the device is known at once; several: from the pointer, at the launch.
@@ -200,7 +200,7 @@ def test_torch_stream_protocol_through_each_path(path: Optional[str]) -> None:
     through the DLPack handshake.)"""
     import torch
 
-    if path == "exchange" and not _native._route(torch.zeros(1, device="cuda")).startswith("exchange"):
+    if path == "exchange" and not _native._testing._route(torch.zeros(1, device="cuda")).startswith("exchange"):
         pytest.skip("this PyTorch has no DLPack exchange API")
     _ordered_through(path, lambda: torch.zeros(1 << 16, device="cuda"), torch)
 
@@ -210,7 +210,7 @@ def test_exchange_stream_is_torchs_current_stream() -> None:
     import torch
 
     t = torch.zeros(4, device="cuda")
-    if not _native._route(t).startswith("exchange"):
+    if not _native._testing._route(t).startswith("exchange"):
         pytest.skip("this PyTorch has no DLPack exchange API")
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):

@@ -950,7 +950,7 @@ def test_reverse_edge_failure_waits_for_the_kernel(k: Any, torch: Any) -> None:
     torch.cuda.synchronize()
     before = caijit.stats()
     spin_on(k, ts)
-    _native._inject_fault("reverse_edge")
+    _native._testing._inject_fault("reverse_edge")
     with pytest.raises(caijit.LaunchError, match="injected fault"):
         k["copy"][GRID, BLOCK, ts](ref.clone(), out, N)
     junk = [torch.full((N,), -1.0, device="cuda") for _ in range(4)]
