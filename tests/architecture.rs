@@ -842,3 +842,151 @@ fn the_dispatch_checker_sees_deduction_overloads_and_caches() {
     }
     assert!(dispatch_uses("use cai_runtime::dispatch::{admits, Dispatcher}; fn g(d: &Dispatcher) { d.resolve(0, &[]); }").is_empty());
 }
+
+/// cudarc is the runtime's FFI: only `sys` names it (its types reach `interop` through
+/// `sys::cudarc_types`), and the binding never does.
+#[test]
+fn no_file_but_sys_names_cudarc() {
+    let mut wrong = Vec::new();
+    for f in Source::read(&src_dir()).files {
+        if f.roots.contains("cudarc") && f.module.first().map(String::as_str) != Some("sys") {
+            wrong.push(f.path.display().to_string());
+        }
+    }
+    for f in Source::read(&binding_dir()).files {
+        if f.roots.contains("cudarc") {
+            wrong.push(f.path.display().to_string());
+        }
+    }
+    assert!(wrong.is_empty(), "cudarc named outside cai-runtime's sys:\n{}", wrong.join("\n"));
+}
+
+/// Rules the runtime keeps, each once: which device a launch runs on, the one-GPU shortcut,
+/// DLPack's devices, tensor ⇄ view conversion and stream handshake (capture included), and
+/// how XLA buffers bind to parameters. The binding calls them; it defines none and asks the
+/// driver none of their questions itself.
+const RUNTIME_RULES: &[&str] = &[
+    "launch_device",
+    "sole_device",
+    "is_cuda",
+    "view_of",
+    "tensor_of",
+    "export_tensor",
+    "import_stream",
+    "consumer_stream_value",
+    "order_export",
+    "bindings",
+    "check_aliases",
+];
+/// Driver questions behind those rules (the capture state of a stream, a pointer's device).
+const RUNTIME_QUESTIONS: &[&str] = &["is_capturing", "pointer_device"];
+
+#[derive(Default)]
+struct RuleUses(BTreeSet<String>);
+
+impl<'ast> Visit<'ast> for RuleUses {
+    fn visit_signature(&mut self, s: &'ast syn::Signature) {
+        if RUNTIME_RULES.contains(&s.ident.to_string().as_str()) {
+            self.0.insert(format!("defines `{}`", s.ident));
+        }
+        syn::visit::visit_signature(self, s);
+    }
+    fn visit_expr_method_call(&mut self, m: &'ast syn::ExprMethodCall) {
+        if RUNTIME_QUESTIONS.contains(&m.method.to_string().as_str()) {
+            self.0.insert(format!("asks `.{}()`", m.method));
+        }
+        syn::visit::visit_expr_method_call(self, m);
+    }
+    fn visit_expr_call(&mut self, c: &'ast syn::ExprCall) {
+        if let syn::Expr::Path(p) = &*c.func {
+            let last = p.path.segments.last().map(|s| s.ident.to_string()).unwrap_or_default();
+            // (The binding's `pointer_device` pyfunction wraps the runtime's of that name.)
+            if RUNTIME_QUESTIONS.contains(&last.as_str()) && p.path.segments.len() == 1 {
+                self.0.insert(format!("asks `{last}()` itself"));
+            }
+        }
+        syn::visit::visit_expr_call(self, c);
+    }
+}
+
+fn rule_uses(source: &str) -> BTreeSet<String> {
+    let mut uses = RuleUses::default();
+    uses.visit_file(&syn::parse_file(source).unwrap());
+    uses.0
+}
+
+#[test]
+fn the_python_binding_holds_no_rule_the_runtime_has() {
+    let mut all = Vec::new();
+    files(&binding_dir(), &[], &mut all);
+    let mut wrong = Vec::new();
+    for (path, _) in &all {
+        for what in rule_uses(&std::fs::read_to_string(path).unwrap()) {
+            wrong.push(format!("{}: {what}; the runtime has that rule", path.display()));
+        }
+    }
+    assert!(wrong.is_empty(), "rules kept in the Python binding:\n{}", wrong.join("\n"));
+    let found = rule_uses("fn launch_device() {} fn f(s: &S) { s.is_capturing(); }");
+    assert_eq!(found.len(), 2, "{found:?}");
+}
+
+/// The arms of `match`es over `ParamKind` that take every kind not named (`_` without a
+/// guard): a new kind would fall into them unseen.
+struct KindMatches<'a> {
+    file: &'a str,
+    found: Vec<String>,
+}
+
+fn names_a_param_kind(p: &syn::Pat) -> bool {
+    let path = |p: &syn::Path| p.segments.iter().any(|s| s.ident == "ParamKind");
+    match p {
+        syn::Pat::Or(o) => o.cases.iter().any(names_a_param_kind),
+        syn::Pat::Path(p) => path(&p.path),
+        syn::Pat::Struct(s) => path(&s.path),
+        syn::Pat::TupleStruct(t) => path(&t.path),
+        syn::Pat::Ident(i) => i.subpat.as_ref().is_some_and(|(_, p)| names_a_param_kind(p)),
+        _ => false,
+    }
+}
+
+impl<'ast> Visit<'ast> for KindMatches<'_> {
+    fn visit_expr_match(&mut self, m: &'ast syn::ExprMatch) {
+        if m.arms.iter().any(|a| names_a_param_kind(&a.pat)) {
+            for a in &m.arms {
+                if matches!(a.pat, syn::Pat::Wild(_)) && a.guard.is_none() {
+                    self.found.push(format!("{}: a `_` arm in a match over ParamKind", self.file));
+                }
+            }
+        }
+        syn::visit::visit_expr_match(self, m);
+    }
+}
+
+/// Every consumer of a parameter kind handles each kind by name: adding a `ParamKind` fails
+/// to compile at each `match` that must decide what to do with it (in the runtime, where
+/// the enum is defined and every match is exhaustive), and the binding reads kinds only
+/// through the runtime's accessors (`ParamKind::name`, `dtype`, `is_const`, `rank`),
+/// never by a match of its own (across crates, `#[non_exhaustive]` would force a `_`).
+#[test]
+fn every_consumer_handles_every_param_kind() {
+    let mut all = Vec::new();
+    files(&src_dir(), &[], &mut all);
+    let mut wrong = Vec::new();
+    for (path, _) in &all {
+        let file = path.display().to_string();
+        let mut v = KindMatches { file: &file, found: Vec::new() };
+        v.visit_file(&syn::parse_file(&std::fs::read_to_string(path).unwrap()).unwrap());
+        wrong.extend(v.found);
+    }
+    let mut binding = Vec::new();
+    files(&binding_dir(), &[], &mut binding);
+    for (path, _) in &binding {
+        if std::fs::read_to_string(path).unwrap().contains("ParamKind::") {
+            wrong.push(format!("{}: matches on ParamKind; use its accessors", path.display()));
+        }
+    }
+    assert!(wrong.is_empty(), "parameter kinds left to a catch-all:\n{}", wrong.join("\n"));
+    let mut v = KindMatches { file: "t", found: Vec::new() };
+    v.visit_file(&syn::parse_file("fn f(k: K) { match k { ParamKind::Scalar(_) => 1, _ => 2 }; }").unwrap());
+    assert_eq!(v.found.len(), 1);
+}

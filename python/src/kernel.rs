@@ -8,7 +8,7 @@ use cai_runtime::dispatch::{launch_device, with_name_expressions, Dispatcher};
 use cai_runtime::kernel::Kernel as RtKernel;
 use cai_runtime::launch::{Arg, LaunchConfig};
 use cai_runtime::runtime::{self as rt, Stream as RtStream};
-use cai_runtime::signature::{ArgType, ParamKind};
+use cai_runtime::signature::ArgType;
 use cai_runtime::Error;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
@@ -217,17 +217,10 @@ fn param_dicts<'py>(py: Python<'py>, k: &KernelInfo) -> PyResult<Bound<'py, PyLi
         // What a caller needs to know beside the layout: the element (or scalar) dtype, whether
         // the kernel may write through the parameter (`const`: a pointee or element declared
         // const), and an array's rank.
-        let (kind, dtype, is_const, rank) = match &p.kind {
-            ParamKind::Pointer { dtype, is_const } => ("pointer", *dtype, Some(*is_const), None),
-            ParamKind::Array { dtype, is_const, rank } => ("array", *dtype, Some(*is_const), Some(*rank)),
-            ParamKind::Scalar(d) => ("scalar", Some(*d), None, None),
-            ParamKind::Struct { .. } => ("struct", None, None, None),
-            _ => ("other", None, None, None),
-        };
-        d.set_item("kind", kind)?;
-        d.set_item("dtype", dtype.map(|d| d.name()))?;
-        d.set_item("const", is_const)?;
-        d.set_item("rank", rank)?;
+        d.set_item("kind", p.kind.name())?;
+        d.set_item("dtype", p.kind.dtype().map(|d| d.name()))?;
+        d.set_item("const", p.kind.is_const())?;
+        d.set_item("rank", p.kind.rank())?;
         d.set_item("size", p.size)?;
         d.set_item("align", p.align)?;
         d.set_item("offset", p.offset)?;

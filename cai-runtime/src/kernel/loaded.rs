@@ -186,7 +186,7 @@ pub fn instance_name(info: &KernelInfo) -> String {
 pub(crate) fn pointee_alignment(p: &ParamLayout) -> usize {
     match p.kind {
         ParamKind::Pointer { dtype: None, .. } => vector_alignment(&p.cpp_type).unwrap_or(1),
-        _ => 1,
+        ParamKind::Pointer { dtype: Some(_), .. } | ParamKind::Array { .. } | ParamKind::Scalar(_) | ParamKind::Struct { .. } => 1,
     }
 }
 

@@ -121,7 +121,9 @@ pub(crate) fn check_array(p: &ParamLayout, a: &ArrayArg<'_>) -> Result<()> {
     let (dtype, is_const, rank) = match p.kind {
         ParamKind::Pointer { dtype, is_const } => (dtype, is_const, None),
         ParamKind::Array { dtype, is_const, rank } => (dtype, is_const, Some(rank)),
-        _ => return Err(mismatch(p, format_args!("a {}-d {} of {}", a.shape.len(), a.noun, a.dtype))),
+        ParamKind::Scalar(_) | ParamKind::Struct { .. } => {
+            return Err(mismatch(p, format_args!("a {}-d {} of {}", a.shape.len(), a.noun, a.dtype)))
+        }
     };
     if let Some(d) = dtype.filter(|&d| d != a.dtype) {
         let an = if a.noun.starts_with(['a', 'e', 'i', 'o', 'u']) { "an" } else { "a" };
@@ -187,11 +189,9 @@ pub(crate) fn marshal(params: &[ParamLayout], vector: &[usize], args: &[Arg<'_>]
                     )));
                 }
                 check_aligned(p, v, vector)?;
-                match p.kind {
-                    ParamKind::Array { rank, .. } => {
-                        buf.write_array(p.offset, v.ptr(), rank, v.shape().iter().zip(v.strides()).map(|(&n, &s)| (n as i64, s)))
-                    }
-                    _ => buf.write(p.offset, &v.ptr().to_le_bytes()),
+                match p.kind.rank() {
+                    Some(rank) => buf.write_array(p.offset, v.ptr(), rank, v.shape().iter().zip(v.strides()).map(|(&n, &s)| (n as i64, s))),
+                    None => buf.write(p.offset, &v.ptr().to_le_bytes()),
                 }
             }
             (ParamKind::Pointer { .. }, Arg::Pointer(ptr)) => buf.write(p.offset, &ptr.to_le_bytes()),

@@ -64,6 +64,44 @@ pub const fn array_param_size(rank: usize) -> usize {
 }
 
 impl ParamKind {
+    /// The kind's name as caijit reports it (`Kernel.params` in Python): `"pointer"`,
+    /// `"array"`, `"scalar"` or `"struct"`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ParamKind::Pointer { .. } => "pointer",
+            ParamKind::Array { .. } => "array",
+            ParamKind::Scalar(_) => "scalar",
+            ParamKind::Struct { .. } => "struct",
+        }
+    }
+
+    /// The element dtype of an array parameter, or a scalar's dtype; `None` for an opaque
+    /// pointee or a struct.
+    pub fn dtype(&self) -> Option<DType> {
+        match self {
+            ParamKind::Pointer { dtype, .. } | ParamKind::Array { dtype, .. } => *dtype,
+            ParamKind::Scalar(d) => Some(*d),
+            ParamKind::Struct { .. } => None,
+        }
+    }
+
+    /// For an array parameter, whether the kernel may not write through it (its pointee or
+    /// element is declared `const`); `None` for a scalar or a struct.
+    pub fn is_const(&self) -> Option<bool> {
+        match self {
+            ParamKind::Pointer { is_const, .. } | ParamKind::Array { is_const, .. } => Some(*is_const),
+            ParamKind::Scalar(_) | ParamKind::Struct { .. } => None,
+        }
+    }
+
+    /// The rank of a `caijit::Array<T, N>` parameter; `None` for every other kind.
+    pub fn rank(&self) -> Option<usize> {
+        match self {
+            ParamKind::Array { rank, .. } => Some(*rank),
+            ParamKind::Pointer { .. } | ParamKind::Scalar(_) | ParamKind::Struct { .. } => None,
+        }
+    }
+
     /// The size this kind must have, when the kind alone determines it.
     pub fn expected_size(&self) -> Option<usize> {
         match self {

@@ -45,9 +45,9 @@ pub(super) fn plan(
                     )
                 });
                 check_array(p, &ArrayArg { noun: "buffer", dtype: spec.dtype, shape: &spec.shape, immutable: immutable.as_deref() })?;
-                match p.kind {
-                    ParamKind::Array { rank, .. } => Slot::Array { buffer: *i, rank, itemsize: spec.dtype.itemsize() },
-                    _ => Slot::Pointer(*i),
+                match p.kind.rank() {
+                    Some(rank) => Slot::Array { buffer: *i, rank, itemsize: spec.dtype.itemsize() },
+                    None => Slot::Pointer(*i),
                 }
             }
             (ParamKind::Scalar(d), Binding::Scalar(v)) => {
