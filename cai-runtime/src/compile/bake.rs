@@ -22,7 +22,7 @@ use serde_json::json;
 use super::compiled::{Compiled, Image};
 use super::key::sha256_hex;
 use super::program::{Arch, Program};
-use super::{bundled, compile_keyed, toolkit, CompileOptions, DiskCache};
+use super::{bundled, compile_keyed, record, toolkit, CompileOptions, DiskCache};
 use crate::bundle::{self, ProgramBlobs};
 use crate::error::{Error, Result};
 use crate::sync::lock;
@@ -174,7 +174,7 @@ pub fn bake(programs: &[Program], options: &BakeOptions) -> Result<Vec<u8>> {
             "name_expressions": program.name_expressions,
             "nvrtc_options": c.nvrtc_options,
             "lowered": entry.lowered,
-            "kernels": bundled::kernels_json(&c),
+            "kernels": record::kernels_json(&c),
             "layouts": bundled::layouts_json(&c),
         });
         blobs.push(ProgramBlobs {

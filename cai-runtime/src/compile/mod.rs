@@ -57,18 +57,20 @@ mod key;
 mod lineinfo;
 mod options;
 mod program;
+mod record;
 mod toolkit;
 pub use lineinfo::LINEINFO;
 
 use std::sync::{Arc, OnceLock};
 
-pub use bundled::{bundle_key, family_key, manifest_entry, read_manifest, record_to, recording, verify as verify_bundle};
+pub use bundled::{bundle_key, family_key, verify as verify_bundle};
 pub use cache::{CacheStatus, DiskCache};
 pub use compiled::{ambiguous, CacheSource, Compiled, Image, KernelInfo, UnusableKernel};
 use describe::{describe_kernels, Described};
 pub use headers::{HEADERS, OPS};
 use key::{cache_key, sha256_hex};
 pub use program::{Arch, Program};
+pub use record::{manifest_entry, read_manifest, record_to, recording};
 pub use toolkit::{add_site_dirs, toolkit, Toolkit};
 
 use crate::error::CompileError;
@@ -269,10 +271,10 @@ pub(crate) fn compile_recorded(
     options: &CompileOptions,
     want_keys: bool,
 ) -> Result<(Arc<Compiled>, CacheSource, Option<bundled::Keys>)> {
-    let recording = bundled::recording().is_some();
+    let recording = record::recording().is_some();
     let (compiled, source, keys) = compile_keyed(program, arch, options, want_keys || recording)?;
     if let Some(keys) = keys.as_ref().filter(|_| recording) {
-        bundled::record(program, arch, &compiled, keys);
+        record::record(program, arch, &compiled, keys);
     }
     Ok((compiled, source, keys))
 }
