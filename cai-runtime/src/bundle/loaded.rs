@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::{Arc, OnceLock, RwLock};
 
 use super::read::Bundle;
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 static LOADED: RwLock<Vec<Arc<Bundle>>> = RwLock::new(Vec::new());
 static FROM_ENV: OnceLock<std::result::Result<(), String>> = OnceLock::new();

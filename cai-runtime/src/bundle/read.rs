@@ -16,8 +16,8 @@ use super::format::{
 };
 use super::lookup::{digest, key_record, Lookup};
 use super::toc::Toc;
+use crate::error::{Error, Result};
 use crate::stats::timing::{self, LoadPhase};
-use crate::{Error, Result};
 
 /// A bundle whose header, table of contents, metadata and lookup table were read and
 /// verified; the other sections are verified when first used.

@@ -12,7 +12,7 @@ use super::format::{
     SECTION_DESCRIPTION, SECTION_ENTRIES, SECTION_LOOKUP, SECTION_METADATA, SECTION_PTX, SECTION_RECORD, TOC_CHECKSUM, TOC_ENTRY,
 };
 use super::lookup::{digest, expr_record, key_record};
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// One program to write into a bundle.
 #[derive(Clone, Debug, Default)]

@@ -31,10 +31,10 @@ use super::program::{Arch, Program};
 use super::{includes, options};
 use crate::bundle::{self, Bundle, BundledProgram, ImageKind};
 use crate::cai::DType;
+use crate::error::{Error, Result};
 use crate::signature::{ParamKind, ParamLayout};
 use crate::stats::timing::{self, LoadPhase};
 use crate::sync::{lock, OnceMap};
-use crate::{Error, Result};
 
 /// Bumped whenever what a bundle key covers changes.
 const BUNDLE_KEY_VERSION: u32 = 3;

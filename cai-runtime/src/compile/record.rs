@@ -17,8 +17,8 @@ use super::compiled::Compiled;
 use super::key::sha256_hex;
 use super::program::{Arch, Program};
 use crate::bundle;
+use crate::error::{Error, Result};
 use crate::sync::lock;
-use crate::{Error, Result};
 
 /// `None`: not read from the environment yet; `Some(None)`: not recording.
 static RECORDING: Mutex<Option<Option<PathBuf>>> = Mutex::new(None);
