@@ -20,10 +20,21 @@
 //! per-thread default streams), never destroyed by caijit. Events come from a per-context
 //! pool: the steady-state launch path creates none.
 //!
+//! # Files
+//! `device.rs`: the driver, the device count, the current-context guard, pointers' devices;
+//! `blocks.rs`: the caching allocator's accounting; `returns.rs`: what is kept alive for
+//! work caijit does not wait for. This file holds [`Context`], [`Stream`] and the protocol
+//! by which memory is kept for a stream and handed on: a stream parks the blocks kept for
+//! it in every context when it goes, and a context's memory is kept per stream, so each of
+//! the two names the other. Apart, they would be two files importing each other; together
+//! they are one file, longer than the others, that reads the protocol in one place.
+//!
 //! # Limitations
 //! Modules stay loaded for the life of the process (kernel handles may be held anywhere).
 
 mod blocks;
+mod device;
+mod returns;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -36,66 +47,9 @@ use crate::sync::lock;
 use crate::sys::{self, Capture, Ctx, Driver, RawEvent, RawPool, RawStream};
 pub use blocks::MemoryStats;
 use blocks::{Blocks, Owner};
-
-pub(crate) fn driver() -> Result<&'static Driver> {
-    sys::driver().map_err(Error::CudaNotAvailable)
-}
-
-/// The CUDA driver's version (`13000` for 13.0).
-pub fn driver_version() -> Result<i32> {
-    Ok(driver()?.version()?)
-}
-
-/// Whether the driver cross-checks every loaded kernel's parameters (count, offsets and
-/// sizes) against caijit's layout: drivers of CUDA 12.4 and newer can.
-pub fn driver_checks_parameters() -> Result<bool> {
-    Ok(driver()?.has_param_info())
-}
-
-/// Number of CUDA devices (read once: it cannot change within a process).
-pub fn device_count() -> Result<usize> {
-    static COUNT: OnceLock<usize> = OnceLock::new();
-    if let Some(&n) = COUNT.get() {
-        return Ok(n);
-    }
-    let n = driver()?.device_count()? as usize;
-    Ok(*COUNT.get_or_init(|| n))
-}
-
-/// The device of any device memory when that needs no question: `Some(0)` when the process
-/// sees one device, or none (no driver: launches then fail with their own error); `None`
-/// with several, where each pointer's device must be asked (or told by its producer).
-pub fn sole_device() -> Option<usize> {
-    match device_count() {
-        Ok(n) if n > 1 => None,
-        _ => Some(0),
-    }
-}
-
-/// Events taken from a context's pool for one launch (inline for up to four).
-pub(crate) type Events = smallvec::SmallVec<[RawEvent; 4]>;
-
-/// The driver, with a context made current by [`Context::bind`] (see there).
-pub(crate) struct Current {
-    driver: &'static Driver,
-    previous: Option<Ctx>,
-}
-
-impl std::ops::Deref for Current {
-    type Target = Driver;
-    fn deref(&self) -> &Driver {
-        self.driver
-    }
-}
-
-impl Drop for Current {
-    fn drop(&mut self) {
-        if let Some(previous) = self.previous {
-            // A failure here is the driver's sticky error, reported by the next call.
-            let _ = self.driver.restore_current(previous);
-        }
-    }
-}
+pub use device::{device_count, driver_checks_parameters, driver_version, sole_device};
+pub(crate) use device::{device_of, driver, Current, Events};
+use returns::{Deferred, GraphReturns};
 
 /// A device and its primary context.
 #[derive(Debug)]
@@ -116,32 +70,6 @@ pub struct Context {
     has_deferred: AtomicBool,
     /// Objects kept by graphs captured since, handed back when a graph is destroyed.
     from_graphs: Arc<GraphReturns>,
-}
-
-/// Objects handed back by destroyed graphs (on a driver thread), dropped by the next
-/// [`Context::collect_released`] on a thread of the caller's.
-#[derive(Default)]
-struct GraphReturns {
-    objects: Mutex<Vec<Box<dyn std::any::Any + Send>>>,
-    any: AtomicBool,
-}
-
-impl GraphReturns {
-    /// What a graph calls (on a driver thread, [`sys::Driver::keep_with_capture`]) to hand
-    /// back what it kept: held here until the next [`Context::collect_released`].
-    fn receiver<T: Send + 'static>(self: &Arc<Self>) -> impl FnOnce(T) + Send + 'static {
-        let returns = self.clone();
-        move |object| {
-            lock(&returns.objects).push(Box::new(object));
-            returns.any.store(true, Ordering::Release);
-        }
-    }
-}
-
-impl std::fmt::Debug for GraphReturns {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "GraphReturns({} handed back)", lock(&self.objects).len())
-    }
 }
 
 /// The caching allocator's blocks, and the blocks of streams that went away, each list
@@ -242,16 +170,6 @@ impl Drop for HeldByGraph {
             let after = if nameable { self.ctx.event_behind(&self.stream) } else { None };
             m.parked.push((after, vec![self.ptr]));
         }
-    }
-}
-
-/// `(event, object)` pairs: each object is dropped once its event has completed.
-#[derive(Default)]
-struct Deferred(Vec<(RawEvent, Box<dyn std::any::Any + Send>)>);
-
-impl std::fmt::Debug for Deferred {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Deferred({} pending)", self.0.len())
     }
 }
 
@@ -1060,43 +978,6 @@ pub fn pointer_device(ptr: u64) -> Result<Option<usize>> {
     // The query needs a current context; any device's primary context will do.
     let d = Context::new(0)?.bind()?;
     Ok(device_of(&d, ptr)?.map(|o| o as usize))
-}
-
-/// Allocations recently found to be device memory, per thread: `[start, end)`.
-const KNOWN_RANGES: usize = 16;
-thread_local! {
-    static KNOWN: std::cell::RefCell<([(u64, u64); KNOWN_RANGES], usize)> =
-        const { std::cell::RefCell::new(([(0, 0); KNOWN_RANGES], 0)) };
-}
-
-/// The device ordinal owning `ptr`, `None` when it is not device memory; a context must be
-/// current.
-///
-/// With one device every device allocation is on device 0, so an address inside an
-/// allocation already seen is answered from a small per-thread table without asking the
-/// driver (`cuPointerGetAttribute` costs about 0.1 µs per array: `python/benchmarks/probe_launch.py`
-/// splits a launch by phase). The check exists to refuse
-/// host arrays; a stale entry answers "device 0" for device memory freed since, which is
-/// what the driver said of it while it was allocated (a pointer freed just after the query
-/// is no different). With several devices a freed range may come back on another device,
-/// so every pointer is asked.
-pub(crate) fn device_of(d: &Driver, ptr: u64) -> Result<Option<i32>> {
-    if device_count()? != 1 {
-        return Ok(d.pointer_device(ptr)?);
-    }
-    if KNOWN.with_borrow(|(ranges, _)| ranges.iter().any(|&(lo, hi)| lo <= ptr && ptr < hi)) {
-        return Ok(Some(0));
-    }
-    let device = d.pointer_device(ptr)?;
-    if device == Some(0) {
-        if let Some(range) = d.pointer_range(ptr) {
-            KNOWN.with_borrow_mut(|(ranges, next)| {
-                ranges[*next] = range;
-                *next = (*next + 1) % KNOWN_RANGES;
-            });
-        }
-    }
-    Ok(device)
 }
 
 #[cfg(test)]
