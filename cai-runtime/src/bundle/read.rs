@@ -35,11 +35,11 @@ pub struct Bundle {
     pub(super) lookup: Lookup,
     /// Each program's record and details, read at their first use (a failure is kept: the
     /// bytes do not change); a pointer each until then.
-    pub(super) slots: Vec<OnceLock<Box<Slot>>>,
+    pub(super) slots: Vec<OnceLock<Box<LoadedProgram>>>,
 }
 
 #[derive(Debug)]
-pub(super) struct Slot {
+pub(super) struct LoadedProgram {
     program: std::result::Result<BundledProgram, String>,
     details: OnceLock<std::result::Result<ProgramDetails, String>>,
 }
@@ -287,8 +287,8 @@ impl Bundle {
     /// first call.
     pub fn program_at(&self, i: usize) -> Result<&BundledProgram> {
         let slot = self.slots.get(i).ok_or_else(|| bad(&self.origin, format!("has no program {i} (it has {})", self.slots.len())))?;
-        let slot =
-            slot.get_or_init(|| Box::new(Slot { program: self.read_program(i).map_err(|e| e.to_string()), details: OnceLock::new() }));
+        let slot = slot
+            .get_or_init(|| Box::new(LoadedProgram { program: self.read_program(i).map_err(|e| e.to_string()), details: OnceLock::new() }));
         slot.program.as_ref().map_err(|e| Error::Bundle(e.clone()))
     }
 
@@ -336,7 +336,7 @@ impl Bundle {
 
     /// `program` is one of this bundle's (its sections are this bundle's to read), else an
     /// error: a program of another bundle must not be served this one's bytes.
-    fn own(&self, program: &BundledProgram) -> Result<&Slot> {
+    fn own(&self, program: &BundledProgram) -> Result<&LoadedProgram> {
         match self.slots.get(program.position).and_then(OnceLock::get) {
             Some(slot) if slot.program.as_ref().is_ok_and(|p| std::ptr::eq(p, program)) => Ok(slot),
             _ => Err(Error::Bundle(format!("the program {} is not one of bundle {}'s", program.name, self.origin))),

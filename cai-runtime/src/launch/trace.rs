@@ -44,7 +44,7 @@ pub(crate) fn record_with(
 ) -> Option<Box<LaunchRecord>> {
     let flags = diag::flags();
     let site = if flags & diag::SITES != 0 { diag::take_site() } else { 0 };
-    let launch = Launch { k, cfg, stream, nargs, site };
+    let launch = LaunchFacts { k, cfg, stream, nargs, site };
     let device = k.context().ordinal();
     let seq = diag::write(device, |s| launch.fill(s, &args));
     if flags & (diag::BLOCKING | diag::BOUNDS) == 0 {
@@ -54,7 +54,7 @@ pub(crate) fn record_with(
 }
 
 /// What a record says of a launch besides its arguments.
-struct Launch<'a> {
+struct LaunchFacts<'a> {
     k: &'a Kernel,
     cfg: &'a LaunchConfig,
     stream: RawStream,
@@ -62,12 +62,12 @@ struct Launch<'a> {
     site: u64,
 }
 
-impl Launch<'_> {
+impl LaunchFacts<'_> {
     /// Write the launch into slot `s`. Always inlined: on the launch path it is a run of
     /// stores, not a call.
     #[inline(always)]
     fn fill(&self, s: &diag::Slot, args: &(impl Fn(&[ArgSlot; ARGS_KEPT]) + ?Sized)) {
-        let Launch { k, cfg, stream, nargs, site } = *self;
+        let LaunchFacts { k, cfg, stream, nargs, site } = *self;
         s.launch(k.instance(), cfg.grid, cfg.block, cfg.shared_mem, stream.as_u64(), nargs, site);
         args(s.args());
     }
@@ -78,7 +78,7 @@ impl Launch<'_> {
 /// `args` is taken as `dyn`: one static call of the argument writer is left, on the launch
 /// path, where it is inlined (callgrind: some 17 instructions fewer per launch).
 #[cold]
-fn kept(seq: u64, device: usize, launch: &Launch<'_>, args: &dyn Fn(&[ArgSlot; ARGS_KEPT])) -> Option<Box<LaunchRecord>> {
+fn kept(seq: u64, device: usize, launch: &LaunchFacts<'_>, args: &dyn Fn(&[ArgSlot; ARGS_KEPT])) -> Option<Box<LaunchRecord>> {
     Some(Box::new(diag::record_of(seq, device, |s| launch.fill(s, args))))
 }
 

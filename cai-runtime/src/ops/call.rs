@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 
 use smallvec::SmallVec;
 
-use super::kernels::{self, Launch};
+use super::kernels::{self, OpStream};
 use super::registry::OpSpec;
 use super::rules::{copies, Planned};
 use crate::array::DeviceArray;
@@ -152,7 +152,7 @@ impl<'c> Call<'c> {
         inputs: &[Operand<'_>],
         out: Out<'_>,
         plan: impl FnOnce(&[&ArrayView]) -> Result<Planned>,
-        launch: impl FnOnce(&Launch<'_>, &[&ArrayView], &ArrayView) -> Result<()>,
+        launch: impl FnOnce(&OpStream<'_>, &[&ArrayView], &ArrayView) -> Result<()>,
     ) -> Result<Option<DeviceArray>> {
         self.launched_on(None);
         let what = spec.name;
@@ -178,7 +178,7 @@ impl<'c> Call<'c> {
         if out.is_empty() {
             return Ok(result);
         }
-        let l = Launch { ctx: self.ctx, stream: &stream };
+        let l = OpStream { ctx: self.ctx, stream: &stream };
         // The C-ordered copies the policy asks for, freed on `stream` after the op when this
         // function returns.
         let mut temps: SmallVec<[Option<DeviceArray>; 3]> = SmallVec::new();

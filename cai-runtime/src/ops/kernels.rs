@@ -60,12 +60,12 @@ fn scalar(value: impl Into<Num>) -> Arg<'static> {
 
 /// What an op's kernels are launched with: the context and the launch stream, decided once
 /// per call (every kernel and copy of the call is enqueued on it).
-pub(crate) struct Launch<'s> {
+pub(crate) struct OpStream<'s> {
     pub ctx: &'s Arc<Context>,
     pub stream: &'s Arc<Stream>,
 }
 
-impl Launch<'_> {
+impl OpStream<'_> {
     /// Launch `k` on the call's stream (ordered against every producer, as any launch is).
     fn go(&self, k: &Kernel, cfg: &LaunchConfig, args: &[Arg<'_>]) -> Result<()> {
         k.launch(cfg, args, Some(self.stream), true).map(drop)
@@ -79,31 +79,31 @@ impl Launch<'_> {
 }
 
 /// `out = op(x)`: the op's `unary` kernel.
-pub(crate) fn unary(l: &Launch, op: &UnaryOp, x: &ArrayView, out: &ArrayView) -> Result<()> {
+pub(crate) fn unary(l: &OpStream, op: &UnaryOp, x: &ArrayView, out: &ArrayView) -> Result<()> {
     let k = l.kernel(op.name, "unary", &[ty(x.dtype())])?;
     l.go(&k, &elementwise_grid(x), &[Arg::Array(x), Arg::Array(out), int(x.size())])
 }
 
 /// `out = a * x + y`; `a` is converted to the arrays' dtype as a launch converts a scalar.
-pub(crate) fn axpy(l: &Launch, a: Num, x: &ArrayView, y: &ArrayView, out: &ArrayView) -> Result<()> {
+pub(crate) fn axpy(l: &OpStream, a: Num, x: &ArrayView, y: &ArrayView, out: &ArrayView) -> Result<()> {
     let k = l.kernel("elementwise", "axpy", &[ty(x.dtype())])?;
     l.go(&k, &elementwise_grid(x), &[scalar(a), Arg::Array(x), Arg::Array(y), Arg::Array(out), int(x.size())])
 }
 
 /// `out = a * x`.
-pub(crate) fn scale(l: &Launch, x: &ArrayView, a: Num, out: &ArrayView) -> Result<()> {
+pub(crate) fn scale(l: &OpStream, x: &ArrayView, a: Num, out: &ArrayView) -> Result<()> {
     let k = l.kernel("elementwise", "scale", &[ty(x.dtype())])?;
     l.go(&k, &elementwise_grid(x), &[scalar(a), Arg::Array(x), Arg::Array(out), int(x.size())])
 }
 
 /// Every element of `out` = `value`.
-pub(crate) fn fill(l: &Launch, out: &ArrayView, value: Num) -> Result<()> {
+pub(crate) fn fill(l: &OpStream, out: &ArrayView, value: Num) -> Result<()> {
     let k = l.kernel("elementwise", "fill", &[ty(out.dtype())])?;
     l.go(&k, &elementwise_grid(out), &[Arg::Array(out), scalar(value), int(out.size())])
 }
 
 /// `out = x` converted to `out`'s dtype, as C++ converts.
-pub(crate) fn cast(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result<()> {
+pub(crate) fn cast(l: &OpStream, x: &ArrayView, out: &ArrayView) -> Result<()> {
     let k = l.kernel("elementwise", "cast", &[ty(x.dtype()), ty(out.dtype())])?;
     let blocks = x.size().div_ceil(8 * CAST_BLOCK as usize).clamp(1, i32::MAX as usize);
     let cfg = LaunchConfig::new([blocks as u32, 1, 1], [CAST_BLOCK, 1, 1]);
@@ -121,7 +121,7 @@ fn broadcast_to(v: &ArrayView, shape: &[usize]) -> Result<ArrayView> {
 
 /// `out = a (op) b`; `out` has the broadcast shape of `a` and `b` (the call's result), any
 /// strides on the inputs.
-pub(crate) fn binary(l: &Launch, op: BinaryOp, a: &ArrayView, b: &ArrayView, out: &ArrayView) -> Result<()> {
+pub(crate) fn binary(l: &OpStream, op: BinaryOp, a: &ArrayView, b: &ArrayView, out: &ArrayView) -> Result<()> {
     let shape = out.shape();
     let t = ty(a.dtype());
     let code = scalar(op as i32);
@@ -142,7 +142,7 @@ pub(crate) fn binary(l: &Launch, op: BinaryOp, a: &ArrayView, b: &ArrayView, out
 
 /// A C-ordered copy of any strided view (rank 1 to 8) into `out`: the driver's copy when
 /// `x` is C-contiguous.
-pub(crate) fn ascontiguous(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result<()> {
+pub(crate) fn ascontiguous(l: &OpStream, x: &ArrayView, out: &ArrayView) -> Result<()> {
     if x.is_c_contiguous() {
         return crate::launch::copy_contiguous(l.ctx, &Arg::Array(x), &Arg::Array(out), Some(l.stream), true).map(drop);
     }
@@ -158,7 +158,7 @@ pub(crate) fn ascontiguous(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result
 
 /// `x` (C-ordered) scattered into the strided view `out` of the same shape and dtype, whose
 /// elements are distinct memory (rank 1 to 8).
-pub(crate) fn scatter(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result<()> {
+pub(crate) fn scatter(l: &OpStream, x: &ArrayView, out: &ArrayView) -> Result<()> {
     let Some(&cols) = out.shape().last().filter(|_| out.ndim() <= 8) else {
         return Err(Error::argument(format!("a strided out of rank {} (1 to 8 are written)", out.ndim())));
     };
@@ -169,7 +169,7 @@ pub(crate) fn scatter(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result<()> 
 }
 
 /// `out` (cols × rows) = the transpose of the 2-D `x` (rows × cols).
-pub(crate) fn transpose(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result<()> {
+pub(crate) fn transpose(l: &OpStream, x: &ArrayView, out: &ArrayView) -> Result<()> {
     let (rows, cols) = (out.shape()[1], out.shape()[0]);
     let tile = if x.dtype().itemsize() <= 8 { 64 } else { 32 }; // the kernel's tile width; its block is (tile, 2)
     let tiles = rows.div_ceil(tile) * cols.div_ceil(tile);
@@ -191,7 +191,7 @@ fn code(r: Reduction) -> Arg<'static> {
 /// (the last-axis kernel, one row). Others in two kernels: per-block partials into scratch
 /// memory allocated, stream-ordered, on the call's stream (caijit's pool keeps it for
 /// reuse), then one block over them.
-pub(crate) fn reduce_all(l: &Launch, r: Reduction, x: &ArrayView, out: &ArrayView) -> Result<()> {
+pub(crate) fn reduce_all(l: &OpStream, r: Reduction, x: &ArrayView, out: &ArrayView) -> Result<()> {
     if x.nbytes() <= ONE_BLOCK_BYTES {
         return reduce_rows(l, r, x, out, 1, x.size());
     }
@@ -210,7 +210,7 @@ pub(crate) fn reduce_all(l: &Launch, r: Reduction, x: &ArrayView, out: &ArrayVie
 
 /// Reduce each of `rows` rows of `cols` elements of `x` (its last axis) into its element
 /// of `out`, one block per row (the `reduce_rows` kernel).
-pub(crate) fn reduce_rows(l: &Launch, r: Reduction, x: &ArrayView, out: &ArrayView, rows: usize, cols: usize) -> Result<()> {
+pub(crate) fn reduce_rows(l: &OpStream, r: Reduction, x: &ArrayView, out: &ArrayView, rows: usize, cols: usize) -> Result<()> {
     let (t, a, o) = (ty(x.dtype()), ty(accumulator(r, x.dtype())), ty(out.dtype()));
     let k = l.kernel("reduce", "reduce_rows", &[t, a, o])?;
     let block = (cols.div_ceil(32) * 32).clamp(32, BLOCK as usize) as u32;
@@ -220,7 +220,7 @@ pub(crate) fn reduce_rows(l: &Launch, r: Reduction, x: &ArrayView, out: &ArrayVi
 
 /// Softmax over the last axis of the floating `x` into `out`. Rows whose 16-byte vectors fit
 /// in one block's registers are read once; longer or unaligned rows take two passes.
-pub(crate) fn softmax(l: &Launch, x: &ArrayView, out: &ArrayView) -> Result<()> {
+pub(crate) fn softmax(l: &OpStream, x: &ArrayView, out: &ArrayView) -> Result<()> {
     let cols = x.shape().last().copied().unwrap_or(1);
     let rows = x.size() / cols;
     let t = ty(x.dtype());

@@ -181,7 +181,7 @@ impl Call<'_> {
     /// a new array; a given `out` may have any real dtype (the result is converted into
     /// it), and one element of any shape for [`Axis::All`].
     pub fn reduce<'a, O: OutArg<'a>>(&self, r: Reduction, x: impl Into<Operand<'a>>, axis: Axis, out: O) -> Result<O::Output> {
-        let launch = |l: &kernels::Launch<'_>, v: &[&ArrayView], o: &ArrayView| match axis {
+        let launch = |l: &kernels::OpStream<'_>, v: &[&ArrayView], o: &ArrayView| match axis {
             Axis::All => kernels::reduce_all(l, r, v[0], o),
             Axis::Last => {
                 let cols = v[0].shape().last().copied().unwrap_or(1);

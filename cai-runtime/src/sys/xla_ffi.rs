@@ -3,7 +3,7 @@
 //!
 //! XLA calls a registered handler with a call frame: argument and result buffers, sorted
 //! attributes, and an API table to ask for the CUDA stream and device the call runs on.
-//! The handler here decodes the frame into safe values ([`Call`]) and hands them to a
+//! The handler here decodes the frame into safe values ([`FfiCall`]) and hands them to a
 //! [`Serve`] implementation above this layer (the launch layer's `xla` module); it never
 //! unwinds into XLA: every failure, a panic included, becomes an `XLA_FFI_Error` made with
 //! the API's own `XLA_FFI_Error_Create`.
@@ -321,7 +321,7 @@ pub(crate) type Attributes<'a> = [Option<&'a [u8]>; 2];
 
 /// A decoded call: what [`Serve::serve`] gets.
 #[derive(Debug)]
-pub(crate) struct Call<'a> {
+pub(crate) struct FfiCall<'a> {
     pub args: SmallVec<[BufferRef<'a>; 8]>,
     pub rets: SmallVec<[BufferRef<'a>; 8]>,
     pub attributes: Attributes<'a>,
@@ -341,7 +341,7 @@ pub(crate) trait Serve {
     /// deserialization), with its attributes and no buffers, stream or device.
     fn instantiate(attributes: &Attributes<'_>) -> Result<(), String>;
     /// Serve one call; `Err` is reported to XLA as an invalid-argument error.
-    fn serve(call: &Call<'_>) -> Result<(), String>;
+    fn serve(call: &FfiCall<'_>) -> Result<(), String>;
 }
 
 /// Why a call failed: a message to make an error of, or an error XLA's own API returned
@@ -437,7 +437,7 @@ fn metadata<S: Serve>(extension: *mut MetadataExtension) -> Result<(), String> {
 }
 
 /// Read the buffers, the attribute, the stream and the device of an execute-stage call.
-fn decode<'f, S: Serve>(f: &'f CallFrame) -> Result<Call<'f>, Failure> {
+fn decode<'f, S: Serve>(f: &'f CallFrame) -> Result<FfiCall<'f>, Failure> {
     if f.api.is_null() {
         return Err("XLA passed no API table".into());
     }
@@ -480,7 +480,7 @@ fn decode<'f, S: Serve>(f: &'f CallFrame) -> Result<Call<'f>, Failure> {
     } else {
         return Err("XLA's API table has no XLA_FFI_DeviceOrdinal_Get (the installed jaxlib is too old for caijit.jax)".into());
     };
-    Ok(Call { args, rets, attributes, stream: RawStream(sa.stream as _), device })
+    Ok(FfiCall { args, rets, attributes, stream: RawStream(sa.stream as _), device })
 }
 
 fn buffers<'f>(b: &'f Buffers, what: &str) -> Result<SmallVec<[BufferRef<'f>; 8]>, String> {

@@ -4,7 +4,7 @@
 
 use smallvec::SmallVec;
 
-use super::plan::{check_buffers, Slot};
+use super::plan::{check_buffers, ParamSource};
 use super::registry::{resolve, Prepared};
 use super::spec::{Binding, FINGERPRINT, TARGET};
 use crate::error::{Error, Result};
@@ -13,10 +13,10 @@ use crate::launch::trace;
 use crate::params::ParamBuffer;
 use crate::signature::ArrayLayout;
 use crate::stats::{bump, COUNTERS};
-use crate::sys::xla_ffi::{self, Attributes, Call, Serve};
+use crate::sys::xla_ffi::{self, Attributes, FfiCall, Serve};
 
 /// Serve one call of the custom call: the launch layer's half of the handler.
-fn execute(call: &Call<'_>) -> Result<()> {
+fn execute(call: &FfiCall<'_>) -> Result<()> {
     let [fingerprint, description] = call.attributes;
     let p = resolve(fingerprint, description, false)?;
     check_buffers("argument", &call.args, &p.inputs)?;
@@ -28,8 +28,8 @@ fn execute(call: &Call<'_>) -> Result<()> {
     let buffer = |i: usize| if i < call.args.len() { &call.args[i] } else { &call.rets[i - call.args.len()] };
     for &(offset, ref slot) in &p.plan {
         match slot {
-            Slot::Pointer(i) => buf.write(offset, &buffer(*i).ptr.to_le_bytes()),
-            Slot::Array { buffer: i, rank, itemsize } => {
+            ParamSource::Pointer(i) => buf.write(offset, &buffer(*i).ptr.to_le_bytes()),
+            ParamSource::Array { buffer: i, rank, itemsize } => {
                 // XLA's buffers are dense and row-major: strides from the last dimension.
                 let b = buffer(*i);
                 buf.write(offset + ArrayLayout::DATA, &b.ptr.to_le_bytes());
@@ -39,7 +39,7 @@ fn execute(call: &Call<'_>) -> Result<()> {
                     stride *= b.dims[d].max(1);
                 }
             }
-            Slot::Bytes(v) => buf.write(offset, v),
+            ParamSource::Bytes(v) => buf.write(offset, v),
         }
     }
     let d = k.context().bind()?;
@@ -65,7 +65,7 @@ impl Prepared {
     /// Write a call's launch into the ring of recent launches, as [`Kernel::launch`] does,
     /// so that a sticky fault reported by a later caijit call names it. Returns its record
     /// when launch-blocking mode or bounds checks need it.
-    fn record(&self, k: &Kernel, call: &Call<'_>) -> Option<Box<crate::diag::LaunchRecord>> {
+    fn record(&self, k: &Kernel, call: &FfiCall<'_>) -> Option<Box<crate::diag::LaunchRecord>> {
         let specs = || self.inputs.iter().chain(&self.outputs);
         let buffers = || call.args.iter().chain(&call.rets);
         trace::record_with(k, &self.config, call.stream, self.bindings.len(), |slots| {
@@ -99,7 +99,7 @@ impl<const CAPTURABLE: bool> Serve for XlaLaunch<CAPTURABLE> {
         let [fingerprint, description] = *attributes;
         resolve(fingerprint, description, true).map(drop).map_err(|e| format!("caijit: {e}"))
     }
-    fn serve(call: &Call<'_>) -> std::result::Result<(), String> {
+    fn serve(call: &FfiCall<'_>) -> std::result::Result<(), String> {
         execute(call).map_err(|e| format!("caijit: {e}"))
     }
 }

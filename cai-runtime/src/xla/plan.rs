@@ -13,7 +13,7 @@ use crate::sys::xla_ffi::{self, BufferRef};
 
 /// How one parameter's bytes are made at a call.
 #[derive(Clone, Debug)]
-pub(super) enum Slot {
+pub(super) enum ParamSource {
     /// A device pointer: buffer `i`'s address.
     Pointer(usize),
     /// `caijit::Array<T, N>` over buffer `i`: its address, shape and C-contiguous strides.
@@ -29,7 +29,7 @@ pub(super) fn plan(
     outputs: &[BufferSpec],
     aliases: &[(usize, usize)],
     bindings: &[Binding],
-) -> Result<Vec<(usize, Slot)>> {
+) -> Result<Vec<(usize, ParamSource)>> {
     check_count(|| info.base_name(), info.params.len(), bindings.len())?;
     let buffers: Vec<&BufferSpec> = inputs.iter().chain(outputs).collect();
     let mut plan = Vec::with_capacity(bindings.len());
@@ -46,12 +46,12 @@ pub(super) fn plan(
                 });
                 check_array(p, &ArrayArg { noun: "buffer", dtype: spec.dtype, shape: &spec.shape, immutable: immutable.as_deref() })?;
                 match p.kind.rank() {
-                    Some(rank) => Slot::Array { buffer: *i, rank, itemsize: spec.dtype.itemsize() },
-                    None => Slot::Pointer(*i),
+                    Some(rank) => ParamSource::Array { buffer: *i, rank, itemsize: spec.dtype.itemsize() },
+                    None => ParamSource::Pointer(*i),
                 }
             }
             (ParamKind::Scalar(d), Binding::Scalar(v)) => {
-                Slot::Bytes(SmallVec::from_slice(&encode_scalar(*v, *d).map_err(|e| param_error(p, e))?))
+                ParamSource::Bytes(SmallVec::from_slice(&encode_scalar(*v, *d).map_err(|e| param_error(p, e))?))
             }
             (_, Binding::Buffer(i)) => return Err(mismatch(p, format_args!("buffer {i}"))),
             (_, Binding::Scalar(_)) => return Err(mismatch(p, "a scalar")),

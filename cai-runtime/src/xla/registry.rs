@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, OnceLock, RwLock};
 
 use super::description::{fingerprint_of, parse_fingerprint, Description};
-use super::plan::{plan, Slot};
+use super::plan::{plan, ParamSource};
 use super::spec::{Binding, BufferSpec, Launch, FINGERPRINT, TARGET};
 use crate::compile::{KernelInfo, Program};
 use crate::error::{Error, Result};
@@ -23,7 +23,7 @@ pub struct Prepared {
     pub(super) name: String,
     pub(super) info: KernelInfo,
     /// `(offset, slot)` of every parameter.
-    pub(super) plan: Vec<(usize, Slot)>,
+    pub(super) plan: Vec<(usize, ParamSource)>,
     pub(super) buffer_size: usize,
     pub(super) inputs: Vec<BufferSpec>,
     pub(super) outputs: Vec<BufferSpec>,

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use super::description::{fingerprint_of, parse_fingerprint, Description};
-use super::plan::{check_buffers, plan, Slot};
+use super::plan::{check_buffers, plan, ParamSource};
 use super::registry::{register, resolve, Prepared};
 use super::spec::{bind, check_aliases, Binding, BufferSpec};
 use crate::cai::DType;
@@ -38,9 +38,9 @@ fn f32s(n: usize) -> BufferSpec {
 #[test]
 fn plans_buffers_and_scalars() {
     let plan = plan(&info(), &[f32s(4)], &[f32s(4)], &[], &[Binding::Buffer(0), Binding::Buffer(1), Binding::Scalar(Num::Int(4))]).unwrap();
-    assert!(matches!(plan[0], (0, Slot::Pointer(0))));
-    assert!(matches!(plan[1], (8, Slot::Pointer(1))));
-    assert!(matches!(&plan[2], (16, Slot::Bytes(b)) if b[..] == 4i32.to_le_bytes()));
+    assert!(matches!(plan[0], (0, ParamSource::Pointer(0))));
+    assert!(matches!(plan[1], (8, ParamSource::Pointer(1))));
+    assert!(matches!(&plan[2], (16, ParamSource::Bytes(b)) if b[..] == 4i32.to_le_bytes()));
 }
 
 #[test]

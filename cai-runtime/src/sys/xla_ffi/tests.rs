@@ -9,7 +9,7 @@ impl Serve for Echo {
     fn instantiate(_: &Attributes<'_>) -> Result<(), String> {
         Ok(())
     }
-    fn serve(_: &Call<'_>) -> Result<(), String> {
+    fn serve(_: &FfiCall<'_>) -> Result<(), String> {
         Ok(())
     }
 }
@@ -177,7 +177,7 @@ mod fake {
                 _ => Ok(()),
             }
         }
-        fn serve(call: &Call<'_>) -> Result<(), String> {
+        fn serve(call: &FfiCall<'_>) -> Result<(), String> {
             let list = |b: &[BufferRef<'_>]| b.iter().map(|b| (b.dtype, b.ptr, b.dims.to_vec())).collect::<Vec<_>>();
             let first = call.attributes[0].map(<[u8]>::to_vec);
             SEEN.with_borrow_mut(|s| *s = Some((list(&call.args), list(&call.rets), first, call.stream.0 as u64, call.device)));
