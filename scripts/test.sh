@@ -27,6 +27,8 @@ step "cai-runtime without NVRTC (--no-default-features): its build and unit test
 # Bundles only: no NVRTC code built in; a compilation no bundle answers must be refused.
 cargo build -p cai-runtime --no-default-features --locked
 cargo test -p cai-runtime --no-default-features --lib --locked
+step "cai-runtime's Python-facing unit tests (--features python: CAI dicts, DLPack's rules)"
+cargo test -p cai-runtime --features python --lib --locked python::
 step "rustdoc (warnings denied), clippy and rustfmt"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked
 cargo clippy --workspace --all-targets --locked -- -D warnings
