@@ -46,7 +46,6 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use smallvec::SmallVec;
 
-use crate::cai::DType;
 use crate::compile::{self, Arch, CacheSource, CompileOptions, Compiled, KernelInfo, Program};
 use crate::error::{Error, Result};
 

@@ -56,7 +56,7 @@ use crate::sync::lock;
 
 mod scan;
 use scan::scan_as;
-pub(crate) use scan::{scan, Include, Scan};
+pub(crate) use scan::{scan, Scan};
 
 /// What [`resolve`] found for a program.
 #[derive(Debug)]

@@ -8,7 +8,8 @@ use crate::launch::Arg;
 use crate::runtime::Stream;
 use crate::signature::ArgType;
 
-/// A template argument of an explicit instance ([`Dispatcher::instance`]): a type, as a
+/// A template argument of an explicit instance
+/// ([`Dispatcher::instance`](crate::dispatch::Dispatcher::instance)): a type, as a
 /// dtype's C++ type (`float`, `__half`, `caijit::complex<double>`), or an integer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum TemplateArg {
@@ -42,7 +43,8 @@ impl From<i64> for TemplateArg {
 }
 
 /// The name expression of the instance `name<args>` (`axpy<float>`, `k<__half, 4>`): how
-/// [`Dispatcher::instance`] names it, and what a bundle of such instances is baked with.
+/// [`Dispatcher::instance`](crate::dispatch::Dispatcher::instance) names it, and what a
+/// bundle of such instances is baked with.
 pub fn template_instance(name: &str, args: &[TemplateArg]) -> String {
     let list: Vec<String> = args.iter().map(TemplateArg::to_string).collect();
     crate::signature::instance_expression(name, &list)

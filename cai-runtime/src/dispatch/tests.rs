@@ -1,6 +1,7 @@
 //! Tests of `dispatch`.
 
 use super::*;
+use crate::cai::DType;
 
 /// A timing harness, not a test: the first call's lookup of `caijit.ops.add`'s float32
 /// instance in a bundle, as a first call takes it (open the registered bundle, make the

@@ -1,5 +1,6 @@
 //! Tests of `includes`.
 
+use super::scan::Include;
 use super::*;
 
 fn res(p: &Program) -> Includes {
