@@ -954,11 +954,25 @@ fn names_a_param_kind(p: &syn::Pat) -> bool {
     }
 }
 
+/// The patterns a match arm gives to each position of the matched value: one, or a
+/// tuple's elements.
+fn positions(p: &syn::Pat) -> Vec<&syn::Pat> {
+    match p {
+        syn::Pat::Tuple(t) => t.elems.iter().collect(),
+        p => vec![p],
+    }
+}
+
 impl<'ast> Visit<'ast> for KindMatches<'_> {
     fn visit_expr_match(&mut self, m: &'ast syn::ExprMatch) {
-        if m.arms.iter().any(|a| names_a_param_kind(&a.pat)) {
-            for a in &m.arms {
-                if matches!(a.pat, syn::Pat::Wild(_)) && a.guard.is_none() {
+        let width = m.arms.iter().map(|a| positions(&a.pat).len()).max().unwrap_or(0);
+        for k in 0..width {
+            if !m.arms.iter().any(|a| positions(&a.pat).get(k).is_some_and(|p| names_a_param_kind(p))) {
+                continue;
+            }
+            for a in m.arms.iter().filter(|a| a.guard.is_none()) {
+                let wild = matches!(a.pat, syn::Pat::Wild(_)) || matches!(positions(&a.pat).get(k), Some(syn::Pat::Wild(_)));
+                if wild {
                     self.found.push(format!("{}: a `_` arm in a match over ParamKind", self.file));
                 }
             }
@@ -993,7 +1007,9 @@ fn every_consumer_handles_every_param_kind() {
     assert!(wrong.is_empty(), "parameter kinds left to a catch-all:\n{}", wrong.join("\n"));
     let mut v = KindMatches { file: "t", found: Vec::new() };
     v.visit_file(&syn::parse_file("fn f(k: K) { match k { ParamKind::Scalar(_) => 1, _ => 2 }; }").unwrap());
-    assert_eq!(v.found.len(), 1);
+    v.visit_file(&syn::parse_file("fn f(k: K) { match (k, a) { (ParamKind::Scalar(_), A::X) => 1, (_, other) => 2 }; }").unwrap());
+    v.visit_file(&syn::parse_file("fn f(k: K) { match (k, a) { (ParamKind::Scalar(_), _) => 1, _ if g => 2, (_, A::X) => 3 }; }").unwrap());
+    assert_eq!(v.found.len(), 3, "{:?}", v.found);
 }
 
 /// A file of `cai-runtime/src` past this many lines needs a `# Size` section in its module

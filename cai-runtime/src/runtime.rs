@@ -26,8 +26,9 @@
 //! allocator's policy (which block a stream may take, parking, graph-held memory, giving
 //! memory back); `blocks.rs`: its accounting; `release.rs`: objects kept until the work
 //! using them has finished; `returns.rs`: the lists those are kept in; `device.rs`: the
-//! driver, the device count, the current-context guard and pointers' devices. The files
-//! below name this one, never the reverse: `Context`'s methods are split across them.
+//! driver, the device count, the current-context guard and the cache of pointers known to
+//! be device 0's. `memory.rs` and `release.rs` add methods to `Context` and name this file;
+//! this file names only the others (`device.rs`, `blocks.rs`, `returns.rs`).
 
 //! # Limitations
 //! Modules stay loaded for the life of the process (kernel handles may be held anywhere).

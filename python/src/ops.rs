@@ -184,7 +184,8 @@ impl<'py> OpCall<'py> {
     fn cupy_result(&mut self, planned: Op<'static>) -> PyCaiResult<Option<Bound<'py, PyAny>>> {
         self.settle()?;
         let mut probe: SmallVec<[Arg<'_>; 4]> = self.args.iter().map(PyArg::as_arg).collect();
-        let device = launch_device(&mut probe, self.stream.as_deref())?;
+        // (Without a device the call raises its own error, arguments checked first.)
+        let Ok(device) = launch_device(&mut probe, self.stream.as_deref()) else { return Ok(None) };
         let views: SmallVec<[&ArrayView; 2]> = self.args.iter().filter_map(PyArg::view).collect();
         let Ok((shape, dtype)) = ops::result(planned, &views) else { return Ok(None) };
         static EMPTY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();

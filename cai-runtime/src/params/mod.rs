@@ -210,7 +210,8 @@ pub(crate) fn marshal(params: &[ParamLayout], vector: &[usize], args: &[Arg<'_>]
                 }
                 buf.write(p.offset, b);
             }
-            (_, other) => {
+            // Every other pairing is a mismatch (each kind named: a new one is placed here too).
+            (ParamKind::Pointer { .. } | ParamKind::Array { .. } | ParamKind::Scalar(_) | ParamKind::Struct { .. }, other) => {
                 let got = match other {
                     Arg::Array(v) | Arg::ArrayOn(v, _) => format!("a {}-d array of {}", v.ndim(), v.dtype()),
                     Arg::Scalar { .. } => "a scalar".into(),

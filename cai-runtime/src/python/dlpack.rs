@@ -24,8 +24,9 @@ use crate::error::{Error, Result};
 use crate::runtime::{Context, Stream, StreamOwner};
 
 pub use crate::sys::dlpack::{
-    consume_capsule, export_capsule, layouts, read_capsule, DLDataType, DLDevice, ExchangeApi, ExportTensor, OnRelease, TensorInfo,
-    KDL_CPU, KDL_CUDA, KDL_CUDA_HOST, KDL_CUDA_MANAGED, VERSION,
+    consume_capsule, export_capsule, layouts, read_capsule, DLDataType, DLDevice, DLPackVersion, ExchangeApi, ExportTensor, OnRelease,
+    TensorInfo, DLTENSOR, DLTENSOR_VERSIONED, EXCHANGE_API, FLAG_IS_COPIED, FLAG_READ_ONLY, KDL_CPU, KDL_CUDA, KDL_CUDA_HOST,
+    KDL_CUDA_MANAGED, VERSION,
 };
 
 /// Where a DLPack tensor's memory is, as caijit sees it.
@@ -33,8 +34,9 @@ pub use crate::sys::dlpack::{
 pub enum Memory {
     /// Device memory of this CUDA device.
     Device(usize),
-    /// CUDA managed memory: launched on, its device read from its pointer when it matters.
-    Managed,
+    /// CUDA managed memory allocated for this device: launched on (the exchange API's
+    /// tensors on the device named; a capsule's on the device its pointer names).
+    Managed(usize),
     /// Host memory (CPU, or pinned host memory): never launched on, never copied.
     Host,
     /// Any other device (another vendor's, or a CUDA device with a negative id).
@@ -45,7 +47,7 @@ impl Memory {
     pub fn of(d: DLDevice) -> Memory {
         match d.device_type {
             KDL_CUDA => usize::try_from(d.device_id).map_or(Memory::Other, Memory::Device),
-            KDL_CUDA_MANAGED if d.device_id >= 0 => Memory::Managed,
+            KDL_CUDA_MANAGED => usize::try_from(d.device_id).map_or(Memory::Other, Memory::Managed),
             KDL_CPU | KDL_CUDA_HOST => Memory::Host,
             _ => Memory::Other,
         }
@@ -53,10 +55,11 @@ impl Memory {
 
     /// Whether caijit can launch on it.
     pub fn is_cuda(self) -> bool {
-        matches!(self, Memory::Device(_) | Memory::Managed)
+        matches!(self, Memory::Device(_) | Memory::Managed(_))
     }
 
-    /// The device a launch on it runs on, when the tensor says (device memory).
+    /// The device a launch on it runs on, when the tensor's device says (device memory; a
+    /// managed tensor's device is asked of its pointer).
     pub fn device(self) -> Option<usize> {
         match self {
             Memory::Device(d) => Some(d),
@@ -195,12 +198,13 @@ mod tests {
         let dev = |device_type, device_id| Memory::of(DLDevice { device_type, device_id });
         assert_eq!(dev(KDL_CUDA, 1), Memory::Device(1));
         assert_eq!(dev(KDL_CUDA, -1), Memory::Other);
-        assert_eq!(dev(KDL_CUDA_MANAGED, 0), Memory::Managed);
+        assert_eq!(dev(KDL_CUDA_MANAGED, 1), Memory::Managed(1));
+        assert_eq!(dev(KDL_CUDA_MANAGED, -1), Memory::Other);
         assert_eq!(dev(KDL_CPU, 0), Memory::Host);
         assert_eq!(dev(KDL_CUDA_HOST, 0), Memory::Host);
         assert_eq!(dev(4, 0), Memory::Other);
-        assert!(Memory::Managed.is_cuda() && Memory::Device(0).is_cuda() && !Memory::Host.is_cuda());
-        assert_eq!((Memory::Device(3).device(), Memory::Managed.device()), (Some(3), None));
+        assert!(Memory::Managed(0).is_cuda() && Memory::Device(0).is_cuda() && !Memory::Host.is_cuda() && !Memory::Other.is_cuda());
+        assert_eq!((Memory::Device(3).device(), Memory::Managed(3).device()), (Some(3), None));
         assert_eq!(Memory::of(cuda_device(2)), Memory::Device(2));
     }
 

@@ -139,7 +139,7 @@ impl ParamKind {
             (ParamKind::Scalar(d), ArgType::TypedScalar(t)) => d == t,
             (ParamKind::Scalar(_), ArgType::UntypedScalar) => true,
             (ParamKind::Struct { .. }, ArgType::Opaque) => true,
-            _ => false,
+            (ParamKind::Pointer { .. } | ParamKind::Array { .. } | ParamKind::Scalar(_) | ParamKind::Struct { .. }, _) => false,
         }
     }
 

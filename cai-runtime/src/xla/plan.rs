@@ -53,8 +53,10 @@ pub(super) fn plan(
             (ParamKind::Scalar(d), Binding::Scalar(v)) => {
                 ParamSource::Bytes(SmallVec::from_slice(&encode_scalar(*v, *d).map_err(|e| param_error(p, e))?))
             }
-            (_, Binding::Buffer(i)) => return Err(mismatch(p, format_args!("buffer {i}"))),
-            (_, Binding::Scalar(_)) => return Err(mismatch(p, "a scalar")),
+            (ParamKind::Scalar(_) | ParamKind::Struct { .. }, Binding::Buffer(i)) => return Err(mismatch(p, format_args!("buffer {i}"))),
+            (ParamKind::Pointer { .. } | ParamKind::Array { .. } | ParamKind::Struct { .. }, Binding::Scalar(_)) => {
+                return Err(mismatch(p, "a scalar"))
+            }
         };
         plan.push((p.offset, slot));
     }
