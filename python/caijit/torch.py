@@ -349,6 +349,31 @@ _dispatch_modes = torch._C._len_torch_dispatch_stack
 _Tensor = torch.Tensor
 
 
+def _hint(value: Any) -> Any:
+    """A symbolic size or scalar's value while PyTorch traces with dynamic shapes (its hint,
+    without a guard), else the value."""
+    if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        from torch.fx.experimental.symbolic_shapes import hint_int
+
+        return hint_int(value, fallback=1) if isinstance(value, torch.SymInt) else (0.0 if isinstance(value, torch.SymFloat) else False)
+    return value
+
+
+def _described(a: Any) -> Any:
+    """An argument as ``Kernel._check_described`` reads it: a tensor's facts without its
+    memory (a fake tensor has none), or the scalar."""
+    if isinstance(a, _Tensor):
+        return (
+            "torch.Tensor",
+            [_hint(n) for n in a.shape],
+            _NAMES.get(a.dtype, str(a.dtype)),
+            [_hint(n) for n in a.stride()],
+            _hint(a.storage_offset()) * a.element_size(),
+            a.device.type in ("cuda", "meta"),  # (meta tensors: traced for any device)
+        )
+    return _hint(a)
+
+
 def _plain(args: Iterable[Any]) -> bool:
     """Whether PyTorch's dispatcher would take a call on ``args`` straight to its CUDA
     kernel: plain tensors (no subclass: fake, functional, a user's), no gradient wanted, no
@@ -631,7 +656,11 @@ class Operator:
         return None if not outs else (outs[0] if len(outs) == 1 else tuple(outs))
 
     def _fake(self, *inputs: Any) -> Any:
-        return self._returned(self._new_outputs(inputs))
+        """New outputs, after checking the launch's arguments as the launch would (its
+        `ArgumentError`, raised while PyTorch traces)."""
+        outs = self._new_outputs(inputs)
+        self.kernel._check_described([_described(outs[i] if new else inputs[i]) for new, i in self._fill])
+        return self._returned(outs)
 
     def _run(self, *inputs: Any) -> Any:
         outs = [make(inputs) for make in self._makers]
@@ -659,9 +688,12 @@ class Operator:
             )
         self._derivative = _recorded(self._operator, backward, setup_context)
 
-    def __call__(self, *inputs: Any) -> Any:
-        """The operator's call (its CUDA kernel at once where the dispatcher would go
-        straight there; a mutating operator always through the dispatcher)."""
+    def __call__(self, *inputs: Any, **named: Any) -> Any:
+        """The operator's call, with its inputs by position or by parameter name (its CUDA
+        kernel at once where the dispatcher would go straight there; a mutating operator
+        always through the dispatcher)."""
+        if named:
+            inputs = self._by_position(inputs, named)
         if (
             not self.mutated
             and not torch.compiler.is_compiling()
@@ -670,6 +702,19 @@ class Operator:
         ):
             return self._run(*inputs)
         return self._operator(*inputs)
+
+    def _by_position(self, inputs: Tuple[Any, ...], named: Mapping[str, Any]) -> Tuple[Any, ...]:
+        """``inputs`` followed by the ``named`` ones, in the kernel's order."""
+        unknown = [n for n in named if n not in self.inputs]
+        if unknown:
+            raise ArgumentError(f"{self.qualname}: no input named {unknown[0]!r} (inputs: {self.inputs})")
+        twice = [n for n in self.inputs[: len(inputs)] if n in named]
+        if twice:
+            raise ArgumentError(f"{self.qualname}: input {twice[0]!r} given by position and by name")
+        missing = [n for n in self.inputs[len(inputs) :] if n not in named]
+        if missing:
+            raise ArgumentError(f"{self.qualname}: missing inputs {missing}")
+        return tuple(inputs) + tuple(named[n] for n in self.inputs[len(inputs) :])
 
     @property
     def operator(self) -> Any:

@@ -3,10 +3,11 @@
 
 use std::sync::Arc;
 
+use cai_runtime::cai::{ArrayView, DType};
 use cai_runtime::compile::{compile_reporting, Arch, CacheSource, CompileOptions, KernelInfo, Program};
 use cai_runtime::dispatch::{launch_device, with_name_expressions, Dispatcher};
 use cai_runtime::kernel::Kernel as RtKernel;
-use cai_runtime::launch::{Arg, LaunchConfig};
+use cai_runtime::launch::{Arg, LaunchConfig, Num};
 use cai_runtime::runtime::{self as rt, Stream as RtStream};
 use cai_runtime::signature::ArgType;
 use cai_runtime::Error;
@@ -14,8 +15,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use smallvec::SmallVec;
 
-use crate::args::{args_from_py, release_after, ArgContext, PyArg};
+use crate::args::{args_from_py, host_memory, number, release_after, ArgContext, PyArg};
+use crate::array::dtype_from_py;
 use crate::errors::{PyCaiError, PyCaiResult};
+use crate::pyobj::type_name;
 use crate::stream::stream_from_py;
 use crate::timing::{self, Phase};
 
@@ -231,6 +234,52 @@ fn param_dicts<'py>(py: Python<'py>, k: &KernelInfo) -> PyResult<Bound<'py, PyLi
 
 #[pymethods]
 impl Kernel {
+    /// Check a launch's arguments described without their memory, as the launch would
+    /// check them (the same `ArgumentError`), compiling for the inspection architecture: what
+    /// `caijit.torch` operators do while PyTorch traces them on fake tensors. Each item is a
+    /// scalar or an array `(type name, shape, dtype, strides in elements, byte offset from an
+    /// allocation, in device memory)`.
+    fn _check_described(&self, py: Python<'_>, args: Vec<Bound<'_, PyAny>>) -> PyCaiResult<()> {
+        /// Where the described arrays' allocations start (any address aligned past every
+        /// alignment a parameter needs, as a caching allocator's blocks are).
+        const BASE: u64 = 1 << 40;
+        /// One described argument.
+        enum Described {
+            Array(ArrayView),
+            Scalar(Num, Option<DType>),
+        }
+        let mut described: SmallVec<[Described; 8]> = SmallVec::new();
+        for (index, a) in args.iter().enumerate() {
+            if let Ok((what, shape, dtype, strides, offset, on_device)) =
+                a.extract::<(String, Vec<usize>, Bound<'_, PyAny>, Vec<i64>, u64, bool)>()
+            {
+                if !on_device {
+                    return Err(host_memory(index, &what));
+                }
+                let dtype = dtype_from_py(&dtype)?;
+                let item = dtype.itemsize() as i64;
+                let bytes: SmallVec<[i64; 4]> = strides.iter().map(|s| s.saturating_mul(item)).collect();
+                let view = ArrayView::new(BASE + offset, &shape, Some(&bytes), dtype, false, None)
+                    .map_err(|e| PyCaiError::from(e).at_argument(index, None, None))?;
+                described.push(Described::Array(view));
+            } else {
+                let (value, dtype) = number(index, a)?.ok_or_else(|| {
+                    PyCaiError::argument(format!("argument {index}: a {} is neither an array nor a number", type_name(a)))
+                })?;
+                described.push(Described::Scalar(value, dtype));
+            }
+        }
+        let launch_args: SmallVec<[Arg<'_>; 8]> = described
+            .iter()
+            .map(|d| match d {
+                Described::Array(v) => Arg::Array(v),
+                Described::Scalar(value, dtype) => Arg::Scalar { value: *value, dtype: *dtype },
+            })
+            .collect();
+        let args = &launch_args;
+        Ok(py.detach(|| self.dispatcher.check_args(args))?)
+    }
+
     #[getter]
     pub fn name(&self) -> &str {
         self.dispatcher.name()

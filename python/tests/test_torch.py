@@ -267,6 +267,37 @@ def test_operator_declarations_are_checked_against_the_kernel() -> None:
             scaled_add_op()(torch.empty(10, device="cuda", requires_grad=True), x, 1.0, 10)
 
 
+def test_a_traced_operator_refuses_what_its_launch_refuses_with_the_same_error() -> None:
+    needs_nvrtc()
+    op = scaled_add_op()
+    with FakeTensorMode():
+        x = torch.empty(10, device="cuda")
+        wrong = [
+            ((x.double(), x, 1.0, 10), r"argument 0 `x` \(`const float\*`\): expected an array of float32 \(float\), got float64"),
+            ((x, torch.empty(10, 2, device="cuda")[:, 0], 1.0, 10), r"argument 1 `y`.*C-contiguous"),
+            ((x, x, 1.0, 2**40), r"argument 4 `n`.*out of range"),
+            ((x, torch.empty(10), 1.0, 10), r"argument 1: a torch.Tensor is host memory"),
+        ]
+        for args, message in wrong:
+            with pytest.raises(caijit.ArgumentError, match=message):
+                op(*args)
+        assert op(x, x, 1.0, 10).shape == (10,)
+
+
+def test_operator_inputs_by_name() -> None:
+    needs_nvrtc()
+    op = scaled_add_op()
+    with FakeTensorMode():
+        x = torch.empty(10, device="cuda")
+        assert op(x, x, a=2.0, n=10).shape == op(x=x, y=x, a=2.0, n=10).shape == (10,)
+        with pytest.raises(caijit.ArgumentError, match="no input named 'b'"):
+            op(x, x, b=2.0, n=10)
+        with pytest.raises(caijit.ArgumentError, match=r"missing inputs \['n'\]"):
+            op(x, x, a=2.0)
+        with pytest.raises(caijit.ArgumentError, match="input 'x' given by position and by name"):
+            op(x, x, 2.0, 10, x=x)
+
+
 # ----- on the GPU -----
 
 

@@ -162,15 +162,19 @@ pub fn arg_by_dlpack(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext)
         return Ok(a);
     }
     if obj.hasattr("__array_interface__")? || obj.hasattr("__array__")? || dlpack::is_host(obj)? {
-        return Err(PyCaiError::argument(format!(
-            "argument {index}: a {} is host memory; caijit never copies implicitly (use caijit.to_device, or a GPU array)",
-            type_name(obj)
-        )));
+        return Err(host_memory(index, &type_name(obj)));
     }
     Err(PyCaiError::argument(format!(
         "argument {index}: cannot pass a {} to a kernel (expected a CUDA array, a scalar, or bytes for a struct)",
         type_name(obj)
     )))
+}
+
+/// The error for argument `index`, an array of type `what` in host memory.
+pub fn host_memory(index: usize, what: &str) -> PyCaiError {
+    PyCaiError::argument(format!(
+        "argument {index}: a {what} is host memory; caijit never copies implicitly (use caijit.to_device, or a GPU array)"
+    ))
 }
 
 /// Argument `index` by every path but DLPack; `None`: what is left is DLPack and errors
