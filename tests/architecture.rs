@@ -49,8 +49,8 @@ const LAYERS: &[&[&str]] = &[
     // Numba-style dispatch: (name, argument types) → a loaded instance, cached per signature.
     &["dispatch"],
     &["interop", "xla"],
-    // The kernel library.
-    &["ops"],
+    // The kernel library; autotuning.
+    &["ops", "tune"],
 ];
 
 /// The Python binding's (`python/src`) top-level modules by layer, lowest first.
@@ -71,8 +71,8 @@ const BINDING_LAYERS: &[&[&str]] = &[
     &["args"],
     // Launches and the kernel library.
     &["kernel", "ops"],
-    // `caijit.jax` (launches prepared for XLA, through `Kernel`'s dispatcher).
-    &["jax"],
+    // `caijit.jax` (launches prepared for XLA, through `Kernel`'s dispatcher); autotuning.
+    &["jax", "tune"],
 ];
 
 /// The repository's crates (package names) by layer, lowest first. A crate's library may

@@ -210,6 +210,7 @@ pub mod sync;
 #[allow(unsafe_code)]
 #[deny(unsafe_op_in_unsafe_fn)]
 mod sys;
+pub mod tune;
 pub mod xla;
 
 pub use cai::{CudaArrayInterface, FromCudaArrayInterface};

@@ -45,6 +45,8 @@ counters! {
     host_syncs: "Host synchronisations caijit made itself: never on a successful launch; only the fallbacks that keep memory safe when an edge cannot be enqueued, frees of per-thread-stream arrays on another thread, and giving kept memory back (empty_cache, an out-of-memory retry: one per stream or event waited for).",
     events_created: "CUDA events created (the pool reuses them).",
     modules_loaded: "Modules loaded into a context.",
+    tunings: "Autotunings measured on the GPU (a result read from memory or the disk is none).",
+    tune_launches: "Launches made to time autotuning candidates (warm-up included).",
 }
 
 /// The process's counters.

@@ -70,9 +70,12 @@ __all__ = [
     "BundleError",
     "load_bundle",
     "record",
+    "autotune",
+    "Config",
 ]
 
 from . import bundles
+from .autotune import Config, autotune
 from .bundles import load_bundle, record
 
 # The kernel library's functions, made natively with _native (importing them costs

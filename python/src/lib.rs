@@ -18,6 +18,7 @@ mod ops;
 mod pyobj;
 mod stream;
 mod timing;
+mod tune;
 
 use cai_runtime::compile::{toolkit, CacheStatus, DiskCache};
 use pyo3::prelude::*;
@@ -208,6 +209,10 @@ mod _native {
     use super::op_source;
     #[pymodule_export]
     use crate::ops::{cast_dtype_name, copy_contiguous, op_result, unary, unary_ops};
+
+    // Autotuning (`caijit.autotune`).
+    #[pymodule_export]
+    use crate::tune::Tuner;
 
     // JAX: launches prepared for XLA custom calls.
     #[pymodule_export]
