@@ -75,7 +75,7 @@ __all__ = [
 ]
 
 from . import bundles
-from .autotune import Config, autotune
+from ._autotune import Config, autotune
 from .bundles import load_bundle, record
 
 # The kernel library's functions, made natively with _native (importing them costs

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import caijit
-from caijit.autotune import _default_key
+from caijit._autotune import _default_key
 
 gpu = pytest.mark.gpu
 
@@ -60,7 +60,9 @@ def test_configs_are_labelled_and_checked() -> None:
     with pytest.raises(caijit.ArgumentError, match="configs repeat"):
         caijit.autotune(k, [caijit.Config(block=128), {"block": 128}])
     with pytest.raises(caijit.ArgumentError, match="block must be 1 to 3 positive integers"):
-        caijit.autotune(k, [caijit.Config(block=0)])._candidates([np.zeros(4)])
+        caijit.autotune(k, [caijit.Config(block=0)])
+    t = caijit.autotune(k, [caijit.Config(block=np.int64(128), grid=lambda x: np.int32(4))])
+    assert t._candidates([np.zeros(4)])[0][1:3] == ((4, 1, 1), (128, 1, 1))
 
 
 def test_grids_come_from_the_config_the_launcher_or_the_first_array() -> None:

@@ -28,17 +28,34 @@ const MAX_BATCH: usize = 1000;
 /// Sampling stops once the samples' spread ((max - min) / median) is below this.
 const SPREAD: f64 = 0.05;
 
-/// Timing events per device, created once and kept (two per device).
+/// Pairs of timing events per device, each pair taken by one measurement at a time (a
+/// thread tuning another kernel takes another pair) and given back after it.
 static EVENTS: Mutex<Vec<(usize, RawEvent, RawEvent)>> = Mutex::new(Vec::new());
 
-fn events(ctx: &Context) -> Result<(RawEvent, RawEvent)> {
-    if let Some(&(_, a, b)) = lock(&EVENTS).iter().find(|(d, ..)| *d == ctx.ordinal()) {
-        return Ok((a, b));
+/// A pair of timing events of one device, held by one measurement.
+struct Events<'c> {
+    ctx: &'c Context,
+    start: RawEvent,
+    end: RawEvent,
+}
+
+impl<'c> Events<'c> {
+    fn take(ctx: &'c Context) -> Result<Events<'c>> {
+        let mut pool = lock(&EVENTS);
+        if let Some(i) = pool.iter().position(|(d, ..)| *d == ctx.ordinal()) {
+            let (_, start, end) = pool.swap_remove(i);
+            return Ok(Events { ctx, start, end });
+        }
+        drop(pool);
+        let d = ctx.bind()?;
+        Ok(Events { ctx, start: d.event_create_timed()?, end: d.event_create_timed()? })
     }
-    let d = ctx.bind()?;
-    let (a, b) = (d.event_create_timed()?, d.event_create_timed()?);
-    lock(&EVENTS).push((ctx.ordinal(), a, b));
-    Ok((a, b))
+}
+
+impl Drop for Events<'_> {
+    fn drop(&mut self) {
+        lock(&EVENTS).push((self.ctx.ordinal(), self.start, self.end));
+    }
 }
 
 /// The arguments a tuning launches with: `args`, with each array a parameter of `k` may
@@ -47,7 +64,8 @@ fn events(ctx: &Context) -> Result<(RawEvent, RawEvent)> {
 /// a stream, once the tuner's stream has waited for its producer: the timed launches make
 /// no stream edges of their own. The copies live as long as the value.
 pub(super) struct Scratch {
-    views: Vec<Option<ArrayView>>,
+    /// Per argument: its view for the timed launches, and its device when it said one.
+    views: Vec<Option<(ArrayView, Option<usize>)>>,
     _memory: Vec<DeviceArray>,
 }
 
@@ -56,8 +74,9 @@ impl Scratch {
         let mut views = Vec::with_capacity(args.len());
         let mut memory = Vec::new();
         for (a, p) in args.iter().zip(k.info().params.iter().map(Some).chain(std::iter::repeat(None))) {
-            let v = match a {
-                Arg::Array(v) | Arg::ArrayOn(v, _) => *v,
+            let (v, device) = match a {
+                Arg::Array(v) => (*v, None),
+                Arg::ArrayOn(v, d) => (*v, Some(*d)),
                 _ => {
                     views.push(None);
                     continue;
@@ -68,7 +87,7 @@ impl Scratch {
                 if let Some(s) = v.stream() {
                     ctx.order_streams(stream, &Stream::borrowed(s.to_cai())?)?;
                 }
-                views.push(Some(ArrayView::new(v.ptr(), v.shape(), Some(v.strides()), v.dtype(), v.readonly(), None)?));
+                views.push(Some((ArrayView::new(v.ptr(), v.shape(), Some(v.strides()), v.dtype(), v.readonly(), None)?, device)));
                 continue;
             }
             let (lo, hi) = v.byte_extent();
@@ -77,11 +96,11 @@ impl Scratch {
             // (The copy keeps the original's alignment to 256 bytes, which vector loads need.)
             let pad = start % 256;
             let copy = DeviceArray::empty(ctx, &[len + pad as usize], DType::U8, stream)?;
-            let from = ArrayView::new(start, &[len], None, DType::U8, true, v.stream())?;
+            let from = ArrayView::new(start, &[len], None, DType::U8, true, v.stream())?.owned_by_caijit(v.is_owned_by_caijit());
             let to = ArrayView::new(copy.ptr() + pad, &[len], None, DType::U8, false, Some(stream.stream_ref()))?;
             copy_contiguous(ctx, &Arg::Array(&from), &Arg::Array(&to), Some(stream), true)?;
             let at = u64::try_from(i128::from(copy.ptr() + pad) - lo).map_err(|_| Error::argument("a scratch copy below address 0"))?;
-            views.push(Some(ArrayView::new(at, v.shape(), Some(v.strides()), v.dtype(), false, None)?));
+            views.push(Some((ArrayView::new(at, v.shape(), Some(v.strides()), v.dtype(), false, None)?, Some(ctx.ordinal()))));
             memory.push(copy);
         }
         Ok(Scratch { views, _memory: memory })
@@ -89,7 +108,14 @@ impl Scratch {
 
     /// `args` with the scratch copies in place of the arrays they copy.
     pub(super) fn args<'a>(&'a self, args: &[Arg<'a>]) -> Vec<Arg<'a>> {
-        args.iter().zip(&self.views).map(|(a, s)| s.as_ref().map_or(*a, Arg::Array)).collect()
+        args.iter()
+            .zip(&self.views)
+            .map(|(a, s)| match s {
+                Some((v, Some(d))) => Arg::ArrayOn(v, *d),
+                Some((v, None)) => Arg::Array(v),
+                None => *a,
+            })
+            .collect()
     }
 }
 
@@ -106,6 +132,15 @@ pub(super) fn kernel(d: &Dispatcher, c: &Candidate, ctx: &Arc<Context>, args: &[
     Ok(k)
 }
 
+/// Check `args` against `k`'s parameters as its launch would (count, dtypes, constness,
+/// contiguity, alignment, scalar ranges), launching nothing.
+pub(super) fn check_args(k: &Kernel, args: &[Arg<'_>]) -> Result<()> {
+    let info = k.info();
+    crate::params::check_count(|| info.base_name(), info.params.len(), args.len())?;
+    let vector: Vec<usize> = info.params.iter().map(crate::kernel::pointee_alignment).collect();
+    crate::params::marshal(&info.params, &vector, args, &mut crate::params::ParamBuffer::new(info.param_buffer_size()))
+}
+
 /// Time candidate `c` on `args` (the scratch copies in place), on `stream`: a failure to
 /// compile, load or launch it is its trial's reason, not an error.
 pub(super) fn trial(d: &Dispatcher, c: &Candidate, ctx: &Arc<Context>, args: &[Arg<'_>], stream: &Arc<Stream>) -> Trial {
@@ -118,11 +153,13 @@ pub(super) fn trial(d: &Dispatcher, c: &Candidate, ctx: &Arc<Context>, args: &[A
 fn time(d: &Dispatcher, c: &Candidate, ctx: &Arc<Context>, args: &[Arg<'_>], stream: &Arc<Stream>) -> Result<Timing> {
     let k = kernel(d, c, ctx, args)?;
     let launch = || -> Result<()> {
+        k.launch(&c.config, args, Some(stream), true)?;
         bump(&COUNTERS.tune_launches);
-        k.launch(&c.config, args, Some(stream), true).map(drop)
+        Ok(())
     };
     launch()?;
-    let (start, end) = events(ctx)?;
+    let events = Events::take(ctx)?;
+    let (start, end) = (events.start, events.end);
     let sample = |batch: usize| -> Result<f64> {
         let drv = ctx.bind()?;
         drv.event_record(start, stream.raw())?;

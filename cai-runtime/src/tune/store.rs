@@ -29,12 +29,13 @@ pub fn path(dir: &Path, key: &str) -> PathBuf {
     dir.join("autotune").join(format!("{}.json", hex::encode(Sha256::digest(key.as_bytes()))))
 }
 
-/// The record at `path` for `key`; `None` when there is none, or it cannot be read or is
-/// another key's (then it is tuned again and replaced).
+/// The record at `path` for `key`; `None` when there is none, or it cannot be read, is
+/// another key's, or names no timed winner (then it is tuned again and replaced).
 pub fn read(path: &Path, key: &str) -> Option<Record> {
     let text = std::fs::read(path).ok()?;
     let record: Record = serde_json::from_slice(&text).ok()?;
-    (record.key == key && record.trials.len() == record.candidates.len()).then_some(record)
+    let winner_timed = matches!(record.best.and_then(|b| record.trials.get(b)), Some(Trial::Timed(_)));
+    (record.key == key && record.trials.len() == record.candidates.len() && winner_timed).then_some(record)
 }
 
 /// Write `record` to `path` whole: readers see the old file or the new one, never a part.
@@ -82,6 +83,9 @@ mod tests {
         write(&p, &record("k1")).unwrap();
         assert_eq!(read(&p, "k1"), Some(record("k1")));
         assert_eq!(read(&p, "k2"), None, "another key's record");
+        let no_winner = Record { best: Some(1), ..record("k1") };
+        write(&p, &no_winner).unwrap();
+        assert_eq!(read(&p, "k1"), None, "a winner that was never timed");
         std::fs::write(&p, b"{ not json").unwrap();
         assert_eq!(read(&p, "k1"), None, "a damaged record is tuned again");
         assert_ne!(path(dir.path(), "k1"), path(dir.path(), "k2"));

@@ -11,6 +11,7 @@ use super::measure;
 use super::store::{self, Record};
 use crate::dispatch::{launch_device, Dispatcher};
 use crate::error::{Error, Result};
+use crate::kernel::Kernel;
 use crate::launch::Arg;
 use crate::runtime::{Context, Stream};
 use crate::stats::{bump, COUNTERS};
@@ -55,6 +56,8 @@ fn enabled() -> bool {
 #[derive(Debug, Default)]
 pub struct Tuner {
     tuned: Mutex<HashMap<String, Arc<Tuned>>>,
+    /// Held while a key is tuned.
+    tuning: Mutex<()>,
 }
 
 impl Tuner {
@@ -64,8 +67,9 @@ impl Tuner {
 
     /// The tuning of `key` over `candidates` for a launch on `args`: remembered, else read
     /// from the disk, else measured (and written there). With tuning off, the first
-    /// candidate, untimed. An error when no candidate could be launched (each one's reason
-    /// in the message), or when tuning would run while a stream it uses is being captured.
+    /// candidate, untimed. An error when the arguments do not fit the kernel (the launch's
+    /// own `ArgumentError`), when no candidate could be launched (each one's reason in the
+    /// message), or when tuning would run while a stream it uses is being captured.
     pub fn tuned(
         &self,
         d: &Dispatcher,
@@ -77,25 +81,24 @@ impl Tuner {
         if candidates.is_empty() {
             return Err(Error::argument("autotune: no candidates"));
         }
+        let mut probe: Vec<Arg<'_>> = args.to_vec();
+        let ctx = Context::new(launch_device(&mut probe, stream)?)?;
         let labels: Vec<String> = candidates.iter().map(|c| c.label.clone()).collect();
-        let memory_key = format!("{key}\n{}", labels.join("\n"));
+        // (One tuner may serve several kernels and devices: each has its own results.)
+        let memory_key = format!("{}\n{}\n{key}\n{}", ctx.ordinal(), d.name(), labels.join("\n"));
         if let Some(t) = lock(&self.tuned).get(&memory_key) {
             return Ok(t.clone());
         }
-        let mut probe: Vec<Arg<'_>> = args.to_vec();
-        let ctx = Context::new(launch_device(&mut probe, stream)?)?;
-        let full_key = self.full_key(d, &ctx, key, &labels)?;
-        let untimed = || Record { key: full_key.clone(), candidates: labels.clone(), trials: Vec::new(), best: Some(0) };
+        // Threads of one tuner tune one key at a time (the second finds the first's result).
+        let _tuning = lock(&self.tuning);
+        if let Some(t) = lock(&self.tuned).get(&memory_key) {
+            return Ok(t.clone());
+        }
         let tuned = if !enabled() {
-            Tuned {
-                record: Record {
-                    trials: labels.iter().map(|_| Trial::Failed("not timed (CAIJIT_AUTOTUNE=0)".into())).collect(),
-                    ..untimed()
-                },
-                from_disk: false,
-            }
+            let untimed = labels.iter().map(|_| Trial::Failed("not timed (CAIJIT_AUTOTUNE=0)".into())).collect();
+            Tuned { record: Record { key: key.to_string(), candidates: labels, trials: untimed, best: Some(0) }, from_disk: false }
         } else {
-            self.read_or_measure(d, &ctx, &full_key, candidates, &labels, &probe, stream)?
+            self.read_or_measure(d, &ctx, key, candidates, &labels, &probe, stream)?
         };
         if tuned.record.best.is_none() {
             return Err(Error::argument(format!(
@@ -122,14 +125,22 @@ impl Tuner {
         measure::kernel(d, c, &ctx, &args)?.launch(&c.config, &args, stream, true)
     }
 
-    /// What a result is stored under: the format, the kernel's program (its family key: its
-    /// source, options and headers' contents), its name, the device model, the tuning key
-    /// and the candidates.
-    fn full_key(&self, d: &Dispatcher, ctx: &Context, key: &str, labels: &[String]) -> Result<String> {
-        let program = crate::compile::family_key(d.program())?
-            .map_err(|why| Error::argument(format!("autotune: the results of kernel `{}` cannot be keyed: {why}", d.name())))?;
+    /// What a result is stored under on disk: the format, the kernel's program (its family
+    /// key: its source, options and headers' contents), its name, the NVRTC build and driver
+    /// that made and run it, the device model, the tuning key and the candidates. `None`
+    /// for a program whose headers caijit cannot all name (its results stay in memory).
+    fn disk_key(&self, d: &Dispatcher, ctx: &Context, key: &str, labels: &[String]) -> Option<String> {
+        let program = crate::compile::family_key(d.program()).ok()?.ok()?;
+        let nvrtc = crate::compile::toolkit().map(|t| t.build.clone()).unwrap_or_else(|_| "no NVRTC".into());
+        let driver = crate::runtime::driver_version().unwrap_or(0);
         let (major, minor) = ctx.compute_capability();
-        Ok(format!("{}\n{program}\n{}\n{} sm_{major}{minor}\n{key}\n{}", store::FORMAT, d.name(), ctx.name(), labels.join("\n")))
+        Some(format!(
+            "{}\n{program}\n{}\nnvrtc {nvrtc}, driver {driver}\n{} sm_{major}{minor}\n{key}\n{}",
+            store::FORMAT,
+            d.name(),
+            ctx.name(),
+            labels.join("\n")
+        ))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -137,22 +148,28 @@ impl Tuner {
         &self,
         d: &Dispatcher,
         ctx: &Arc<Context>,
-        full_key: &str,
+        key: &str,
         candidates: &[Candidate],
         labels: &[String],
         args: &[Arg<'_>],
         stream: Option<&Stream>,
     ) -> Result<Tuned> {
-        let cache = crate::compile::DiskCache::from_env()?;
-        let path = cache.as_ref().map(|c| store::path(c.dir(), full_key));
-        if let Some(record) = path.as_deref().and_then(|p| store::read(p, full_key)) {
+        // Results of a run with bounds checks (debug instances, waited for) are not kept on
+        // disk: they would serve ordinary runs.
+        let checked = crate::diag::flags() & crate::diag::BOUNDS != 0;
+        let cache = if checked { None } else { crate::compile::DiskCache::from_env_trusted()? };
+        let disk_key = cache.as_ref().and_then(|_| self.disk_key(d, ctx, key, labels));
+        let path = cache.as_ref().zip(disk_key.as_deref()).map(|(c, k)| store::path(c.dir(), k));
+        let stored = |p: &std::path::Path| store::read(p, disk_key.as_deref().unwrap_or_default());
+        if let Some(record) = path.as_deref().and_then(stored) {
             return Ok(Tuned { record, from_disk: true });
         }
         let measured = || -> Result<Tuned> {
-            if let Some(record) = path.as_deref().and_then(|p| store::read(p, full_key)) {
+            if let Some(record) = path.as_deref().and_then(stored) {
                 return Ok(Tuned { record, from_disk: true }); // another process tuned it meanwhile
             }
-            let streams = measure::array_streams(args).into_iter().chain(stream.map(Stream::handle));
+            let mut streams = measure::array_streams(args);
+            streams.extend(stream.map(Stream::handle));
             if let Some(s) = streams.into_iter().find(|&s| measure::capturing(s)) {
                 return Err(Error::launch(format!(
                     "autotune: stream {s:#x} is being captured into a graph, and kernel `{}` has no tuning for this key yet: \
@@ -160,9 +177,11 @@ impl Tuner {
                     d.name()
                 )));
             }
-            let record = self.measure(d, ctx, full_key, candidates, labels, args)?;
-            if let Some(p) = &path {
-                // (A cache that cannot be written costs a tuning per process, nothing else.)
+            let mut record = self.measure(d, ctx, candidates, labels, args, stream)?;
+            record.key = disk_key.clone().unwrap_or_else(|| key.to_string());
+            // Only a result with a winner is kept; a cache that cannot be written costs a
+            // tuning per process, nothing else.
+            if let (Some(p), Some(_)) = (&path, record.best) {
                 let _ = store::write(p, &record);
             }
             Ok(Tuned { record, from_disk: false })
@@ -173,28 +192,41 @@ impl Tuner {
         }
     }
 
+    /// Time every candidate (one tuning of the process at a time, so that tunings do not
+    /// share the GPU): on a stream of the tuner's own, ordered after the stream the plain
+    /// launch would use, with the arguments checked first against the first candidate that
+    /// resolves (an argument that does not fit is the launch's error, not every candidate's).
     fn measure(
         &self,
         d: &Dispatcher,
         ctx: &Arc<Context>,
-        full_key: &str,
         candidates: &[Candidate],
         labels: &[String],
         args: &[Arg<'_>],
+        stream: Option<&Stream>,
     ) -> Result<Record> {
-        bump(&COUNTERS.tunings);
-        let stream = Arc::new(Stream::new(ctx)?);
-        // The scratch copies follow the parameters of the first candidate that resolves.
-        let first = candidates.iter().find_map(|c| measure::kernel(d, c, ctx, args).ok());
-        let scratch = match &first {
-            Some(k) => Some(measure::Scratch::of(k, ctx, args, &stream)?),
-            None => None,
+        static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+        let _one = lock(&ONE_AT_A_TIME);
+        let record = |trials: Vec<Trial>| Record { key: String::new(), candidates: labels.to_vec(), best: choose(&trials), trials };
+        let resolved: Vec<Result<Arc<Kernel>>> = candidates.iter().map(|c| measure::kernel(d, c, ctx, args)).collect();
+        let Some(first) = resolved.iter().find_map(|k| k.as_ref().ok()).cloned() else {
+            // Nothing launches: every candidate's reason, and no launch at all.
+            return Ok(record(resolved.into_iter().map(|k| Trial::Failed(k.err().map_or_else(String::new, |e| e.to_string()))).collect()));
         };
-        let scratch_args = scratch.as_ref().map_or_else(|| args.to_vec(), |s| s.args(args));
-        let trials: Vec<Trial> = candidates.iter().map(|c| measure::trial(d, c, ctx, &scratch_args, &stream)).collect();
-        stream.synchronize()?;
+        measure::check_args(&first, args)?;
+        bump(&COUNTERS.tunings);
+        let own = Arc::new(Stream::new(ctx)?);
+        let views = args.iter().filter_map(|a| match a {
+            Arg::Array(v) | Arg::ArrayOn(v, _) => Some(*v),
+            _ => None,
+        });
+        let caller = crate::launch::launch_stream(views, stream);
+        ctx.order_streams(&own, &Stream::borrowed(caller)?)?;
+        let scratch = measure::Scratch::of(&first, ctx, args, &own)?;
+        let scratch_args = scratch.args(args);
+        let trials: Vec<Trial> = candidates.iter().map(|c| measure::trial(d, c, ctx, &scratch_args, &own)).collect();
+        own.synchronize()?;
         drop(scratch);
-        let best = choose(&trials);
-        Ok(Record { key: full_key.to_string(), candidates: labels.to_vec(), trials, best })
+        Ok(record(trials))
     }
 }

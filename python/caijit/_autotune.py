@@ -15,6 +15,7 @@ cache, and launched from then on.
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any, Callable, Dict, Hashable, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 from . import _native
@@ -41,9 +42,13 @@ class Config(NamedTuple):
         return f"block={_dims(self.block, 'block')} shared_mem={self.shared_mem}{template}{grid}"
 
 
-def _dims(d: Dims, what: str) -> Tuple[int, int, int]:
-    t = (d,) if isinstance(d, int) else tuple(d)
-    if not 1 <= len(t) <= 3 or not all(isinstance(n, int) and n >= 1 for n in t):
+def _dims(d: Any, what: str) -> Tuple[int, int, int]:
+    """1 to 3 positive integers (Python or NumPy) as three."""
+    try:
+        t = (operator.index(d),) if not isinstance(d, (tuple, list)) else tuple(operator.index(n) for n in d)
+    except TypeError:
+        t = ()
+    if not 1 <= len(t) <= 3 or not all(n >= 1 for n in t):
         raise ArgumentError(f"autotune: {what} must be 1 to 3 positive integers, got {d!r}")
     return (t + (1, 1))[:3]  # type: ignore[return-value]
 
@@ -104,11 +109,12 @@ class Autotuned:
         if twice:
             raise ArgumentError(f"autotune: configs repeat {twice}")
         self.key, self.grid = key, grid
+        self._labels = labels
         self._tuner = _native.Tuner()
 
     def _candidates(self, args: Sequence[Any]) -> List[Tuple[str, Tuple[int, int, int], Tuple[int, int, int], int, Tuple[Any, ...]]]:
         out = []
-        for c in self.configs:
+        for c, label in zip(self.configs, self._labels):
             block = _dims(c.block, "block")
             if callable(c.grid):
                 grid = _dims(c.grid(*args), "grid")
@@ -118,7 +124,7 @@ class Autotuned:
                 grid = _dims(self.grid(c, *args), "grid")
             else:
                 grid = _dims(-(-_size(args) // (block[0] * block[1] * block[2])), "grid")
-            out.append((c.label(), grid, block, c.shared_mem, tuple(c.template)))
+            out.append((label, grid, block, c.shared_mem, tuple(c.template)))
         return out
 
     def _key(self, args: Sequence[Any]) -> str:
