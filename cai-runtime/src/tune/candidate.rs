@@ -1,8 +1,6 @@
 //! A candidate of a tuning: a launch configuration, the template arguments of the
 //! instance it launches, and the label that names it across calls.
 
-use std::fmt::Write as _;
-
 use crate::dispatch::TemplateArg;
 use crate::launch::LaunchConfig;
 
@@ -26,7 +24,7 @@ impl Candidate {
     /// The explicit instance with these template arguments.
     pub fn template(mut self, args: Vec<TemplateArg>) -> Candidate {
         let list: Vec<String> = args.iter().map(TemplateArg::to_string).collect();
-        write!(self.label, " template=<{}>", list.join(", ")).expect("writing to a String");
+        self.label.push_str(&format!(" template=<{}>", list.join(", ")));
         self.template = args;
         self
     }
