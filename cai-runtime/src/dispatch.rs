@@ -556,9 +556,8 @@ impl Dispatcher {
     pub fn check_args(&self, args: &[Arg<'_>]) -> Result<()> {
         let chosen = self.select(inspection_arch()?, &self.types(args))?;
         let info = chosen.info()?;
-        crate::params::check_count(|| info.base_name(), info.params.len(), args.len())?;
-        let vector: Vec<usize> = info.params.iter().map(crate::kernel::pointee_alignment).collect();
-        crate::params::marshal(&info.params, &vector, args, &mut crate::params::ParamBuffer::new(info.param_buffer_size()))
+        let alignment: Vec<usize> = info.params.iter().map(crate::kernel::pointee_alignment).collect();
+        crate::kernel::check_args(info, &alignment, args)
     }
 
     /// Launch with `cfg` on `args`: the instance the arguments select (compiled on first

@@ -16,7 +16,7 @@ mod debug;
 mod loaded;
 
 pub use debug::{BoundsRecord, BOUNDS_CHECK};
-pub(crate) use loaded::pointee_alignment;
+pub(crate) use loaded::{check_args, pointee_alignment};
 pub use loaded::{instance_name, Kernel, Module};
 
 use crate::compile::{self, Arch, Compiled, Program};

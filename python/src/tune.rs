@@ -61,16 +61,16 @@ impl Tuner {
         let mut cx = ArgContext::new(stream.map(|s| s.handle()));
         let mut converted: SmallVec<[PyArg; 8]> = SmallVec::new();
         args_from_py(args.iter().enumerate(), &mut cx, |i, e| kernel.name_argument(i, e), &mut converted)?;
-        let launch_args: SmallVec<[Arg<'_>; 8]> = converted.iter().map(PyArg::as_arg).collect();
-        let (r, on) = py.detach(|| -> cai_runtime::Result<_> {
-            let mut probe = launch_args.clone();
-            let ctx = Context::new(launch_device(&mut probe, stream.map(|s| &**s))?)?;
-            let (r, on) = f(&launch_args)?;
-            Ok((r, on.map(|on| (ctx, on))))
-        })?;
-        drop(launch_args);
-        if let Some((ctx, on)) = on {
-            release_after(&ctx, on, converted.drain(..))?;
+        let mut launch_args: SmallVec<[Arg<'_>; 8]> = converted.iter().map(PyArg::as_arg).collect();
+        let (r, on) = py.detach(|| f(&launch_args))?;
+        // Only DLPack imports are held past the launch (their device's context releases them).
+        match on.filter(|_| converted.iter().any(|a| matches!(a, PyArg::Dlpack { .. }))) {
+            Some(on) => {
+                let ctx = Context::new(launch_device(&mut launch_args, stream.map(|s| &**s))?)?;
+                drop(launch_args);
+                release_after(&ctx, on, converted.drain(..))?;
+            }
+            None => drop(launch_args),
         }
         Ok(r)
     }

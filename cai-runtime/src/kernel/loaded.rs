@@ -8,6 +8,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::compile::{Compiled, KernelInfo};
 use crate::error::{Error, Result};
+use crate::params::Arg;
 use crate::runtime::Context;
 use crate::signature::{ParamKind, ParamLayout};
 use crate::stats::timing::{self, LoadPhase};
@@ -178,6 +179,14 @@ impl Kernel {
 /// (`axpy<float>`), else its demangled signature, else its lowered name.
 pub fn instance_name(info: &KernelInfo) -> String {
     info.name_expression.clone().unwrap_or_else(|| info.display_name().to_string())
+}
+
+/// Check `args` against the parameters of `info` as a launch does (their count, then each
+/// against its parameter: dtype, constness, contiguity, alignment, scalar range), packing
+/// nothing that is kept. `alignment`: each parameter's [`pointee_alignment`].
+pub(crate) fn check_args(info: &KernelInfo, alignment: &[usize], args: &[Arg<'_>]) -> Result<()> {
+    crate::params::check_count(|| info.base_name(), info.params.len(), args.len())?;
+    crate::params::marshal(&info.params, alignment, args, &mut crate::params::ParamBuffer::new(info.param_buffer_size()))
 }
 
 /// The alignment a pointer parameter's pointee needs beyond its elements' size: its CUDA

@@ -34,8 +34,7 @@ pub use crate::sys::dlpack::{
 pub enum Memory {
     /// Device memory of this CUDA device.
     Device(usize),
-    /// CUDA managed memory allocated for this device: launched on (the exchange API's
-    /// tensors on the device named; a capsule's on the device its pointer names).
+    /// CUDA managed memory allocated for this device: launched on, on that device.
     Managed(usize),
     /// Host memory (CPU, or pinned host memory): never launched on, never copied.
     Host,
@@ -53,17 +52,12 @@ impl Memory {
         }
     }
 
-    /// Whether caijit can launch on it.
-    pub fn is_cuda(self) -> bool {
-        matches!(self, Memory::Device(_) | Memory::Managed(_))
-    }
-
-    /// The device a launch on it runs on, when the tensor's device says (device memory; a
-    /// managed tensor's device is asked of its pointer).
+    /// The device a launch on it runs on, as the tensor names it; `None` for memory caijit
+    /// does not launch on. Every DLPack path (capsules and the exchange API) reads it here.
     pub fn device(self) -> Option<usize> {
         match self {
-            Memory::Device(d) => Some(d),
-            _ => None,
+            Memory::Device(d) | Memory::Managed(d) => Some(d),
+            Memory::Host | Memory::Other => None,
         }
     }
 }
@@ -203,8 +197,8 @@ mod tests {
         assert_eq!(dev(KDL_CPU, 0), Memory::Host);
         assert_eq!(dev(KDL_CUDA_HOST, 0), Memory::Host);
         assert_eq!(dev(4, 0), Memory::Other);
-        assert!(Memory::Managed(0).is_cuda() && Memory::Device(0).is_cuda() && !Memory::Host.is_cuda() && !Memory::Other.is_cuda());
-        assert_eq!((Memory::Device(3).device(), Memory::Managed(3).device()), (Some(3), None));
+        assert!(Memory::Managed(0).device().is_some() && Memory::Device(0).device().is_some() && Memory::Other.device().is_none());
+        assert_eq!((Memory::Device(3).device(), Memory::Managed(3).device(), Memory::Host.device()), (Some(3), Some(3), None));
         assert_eq!(Memory::of(cuda_device(2)), Memory::Device(2));
     }
 

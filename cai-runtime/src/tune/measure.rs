@@ -132,26 +132,21 @@ pub(super) fn kernel(d: &Dispatcher, c: &Candidate, ctx: &Arc<Context>, args: &[
     Ok(k)
 }
 
-/// Check `args` against `k`'s parameters as its launch would (count, dtypes, constness,
-/// contiguity, alignment, scalar ranges), launching nothing.
-pub(super) fn check_args(k: &Kernel, args: &[Arg<'_>]) -> Result<()> {
-    let info = k.info();
-    crate::params::check_count(|| info.base_name(), info.params.len(), args.len())?;
-    let vector: Vec<usize> = info.params.iter().map(crate::kernel::pointee_alignment).collect();
-    crate::params::marshal(&info.params, &vector, args, &mut crate::params::ParamBuffer::new(info.param_buffer_size()))
-}
-
-/// Time candidate `c` on `args` (the scratch copies in place), on `stream`: a failure to
-/// compile, load or launch it is its trial's reason, not an error.
-pub(super) fn trial(d: &Dispatcher, c: &Candidate, ctx: &Arc<Context>, args: &[Arg<'_>], stream: &Arc<Stream>) -> Trial {
-    match time(d, c, ctx, args, stream) {
+/// Time candidate `c`, whose kernel is `k` (or why it has none), on `args` (the scratch
+/// copies in place), on `stream`: a failure to compile, load or launch it is its trial's
+/// reason, not an error.
+pub(super) fn trial(c: &Candidate, k: &Result<Arc<Kernel>>, ctx: &Arc<Context>, args: &[Arg<'_>], stream: &Arc<Stream>) -> Trial {
+    let timed = match k {
+        Ok(k) => time(c, k, ctx, args, stream),
+        Err(e) => return Trial::Failed(e.to_string()),
+    };
+    match timed {
         Ok(t) => Trial::Timed(t),
         Err(e) => Trial::Failed(e.to_string()),
     }
 }
 
-fn time(d: &Dispatcher, c: &Candidate, ctx: &Arc<Context>, args: &[Arg<'_>], stream: &Arc<Stream>) -> Result<Timing> {
-    let k = kernel(d, c, ctx, args)?;
+fn time(c: &Candidate, k: &Kernel, ctx: &Arc<Context>, args: &[Arg<'_>], stream: &Arc<Stream>) -> Result<Timing> {
     let launch = || -> Result<()> {
         k.launch(&c.config, args, Some(stream), true)?;
         bump(&COUNTERS.tune_launches);

@@ -3,11 +3,13 @@
 //!
 //! # Examples
 //! ```no_run
+//! use cai_runtime::cai::{ArrayView, DType};
 //! use cai_runtime::compile::Program;
 //! use cai_runtime::dispatch::Dispatcher;
 //! use cai_runtime::launch::{Arg, LaunchConfig};
 //! use cai_runtime::tune::{Candidate, Tuner};
-//! # let (x, y): (cai_runtime::cai::ArrayView, cai_runtime::cai::ArrayView) = todo!();
+//! # let x = ArrayView::contiguous(0x7f00_0000_0000, &[1 << 20], DType::F32, true)?;
+//! # let y = ArrayView::contiguous(0x7f00_1000_0000, &[1 << 20], DType::F32, false)?;
 //! let d = Dispatcher::new(Program::new(r#"extern "C" __global__ void scale(const float* x, float* y, int n) {
 //!     int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) y[i] = 2.f * x[i]; }"#), Some("scale"))?;
 //! let n = 1 << 20;

@@ -3,7 +3,10 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
+
+use smallvec::SmallVec;
 
 use super::candidate::Candidate;
 use super::choice::{choose, Trial};
@@ -45,6 +48,15 @@ impl Tuned {
     }
 }
 
+/// A result a tuner remembers, and what it is the result of.
+#[derive(Debug)]
+struct Remembered {
+    device: usize,
+    kernel: String,
+    key: String,
+    tuned: Arc<Tuned>,
+}
+
 /// Whether tuning is on (`CAIJIT_AUTOTUNE=0` turns it off), read once.
 fn enabled() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -55,7 +67,9 @@ fn enabled() -> bool {
 /// first time).
 #[derive(Debug, Default)]
 pub struct Tuner {
-    tuned: Mutex<HashMap<String, Arc<Tuned>>>,
+    /// By a hash of (device, kernel, key, candidates' labels): each remembered result with
+    /// what it was tuned for.
+    tuned: Mutex<HashMap<u64, Vec<Remembered>>>,
     /// Held while a key is tuned.
     tuning: Mutex<()>,
 }
@@ -78,27 +92,69 @@ impl Tuner {
         args: &[Arg<'_>],
         stream: Option<&Stream>,
     ) -> Result<Arc<Tuned>> {
+        let mut args: SmallVec<[Arg<'_>; 8]> = SmallVec::from_slice(args);
+        let ctx = Context::new(launch_device(&mut args, stream)?)?;
+        self.tuned_on(d, &ctx, key, candidates, &args, stream)
+    }
+
+    /// Launch the winner of `key`'s tuning (tuned first when needed) on `args`, on `stream`
+    /// (or the stream the protocol picks). Returns the stream launched on (its CAI value).
+    /// Once the key is known, a call is one lookup (no allocation) before the launch.
+    pub fn launch(&self, d: &Dispatcher, key: &str, candidates: &[Candidate], args: &[Arg<'_>], stream: Option<&Stream>) -> Result<u64> {
+        let mut args: SmallVec<[Arg<'_>; 8]> = SmallVec::from_slice(args);
+        let ctx = Context::new(launch_device(&mut args, stream)?)?;
+        let tuned = self.tuned_on(d, &ctx, key, candidates, &args, stream)?;
+        let c = tuned
+            .best()
+            .and_then(|i| candidates.get(i))
+            .ok_or_else(|| Error::argument(format!("autotune: the result of key {key:?} names no candidate")))?;
+        measure::kernel(d, c, &ctx, &args)?.launch(&c.config, &args, stream, true)
+    }
+
+    /// The result remembered for `key` of kernel `d` on `ctx`'s device over these candidates.
+    fn remembered(&self, hash: u64, ctx: &Context, d: &Dispatcher, key: &str, candidates: &[Candidate]) -> Option<Arc<Tuned>> {
+        let labels = || candidates.iter().map(|c| &c.label);
+        lock(&self.tuned)
+            .get(&hash)?
+            .iter()
+            .find(|r| r.device == ctx.ordinal() && r.kernel == d.name() && r.key == key && r.tuned.record.candidates.iter().eq(labels()))
+            .map(|r| r.tuned.clone())
+    }
+
+    /// [`Tuner::tuned`] on `ctx`'s device, the arguments' devices known.
+    fn tuned_on(
+        &self,
+        d: &Dispatcher,
+        ctx: &Arc<Context>,
+        key: &str,
+        candidates: &[Candidate],
+        args: &[Arg<'_>],
+        stream: Option<&Stream>,
+    ) -> Result<Arc<Tuned>> {
         if candidates.is_empty() {
             return Err(Error::argument("autotune: no candidates"));
         }
-        let mut probe: Vec<Arg<'_>> = args.to_vec();
-        let ctx = Context::new(launch_device(&mut probe, stream)?)?;
-        let labels: Vec<String> = candidates.iter().map(|c| c.label.clone()).collect();
         // (One tuner may serve several kernels and devices: each has its own results.)
-        let memory_key = format!("{}\n{}\n{key}\n{}", ctx.ordinal(), d.name(), labels.join("\n"));
-        if let Some(t) = lock(&self.tuned).get(&memory_key) {
-            return Ok(t.clone());
+        let hash = {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            (ctx.ordinal(), d.name(), key).hash(&mut h);
+            candidates.iter().for_each(|c| c.label.hash(&mut h));
+            h.finish()
+        };
+        if let Some(t) = self.remembered(hash, ctx, d, key, candidates) {
+            return Ok(t);
         }
         // Threads of one tuner tune one key at a time (the second finds the first's result).
         let _tuning = lock(&self.tuning);
-        if let Some(t) = lock(&self.tuned).get(&memory_key) {
-            return Ok(t.clone());
+        if let Some(t) = self.remembered(hash, ctx, d, key, candidates) {
+            return Ok(t);
         }
+        let labels: Vec<String> = candidates.iter().map(|c| c.label.clone()).collect();
         let tuned = if !enabled() {
             let untimed = labels.iter().map(|_| Trial::Failed("not timed (CAIJIT_AUTOTUNE=0)".into())).collect();
             Tuned { record: Record { key: key.to_string(), candidates: labels, trials: untimed, best: Some(0) }, from_disk: false }
         } else {
-            self.read_or_measure(d, &ctx, key, candidates, &labels, &probe, stream)?
+            self.read_or_measure(d, ctx, key, candidates, &labels, args, stream)?
         };
         if tuned.record.best.is_none() {
             return Err(Error::argument(format!(
@@ -108,21 +164,9 @@ impl Tuner {
             )));
         }
         let tuned = Arc::new(tuned);
-        lock(&self.tuned).insert(memory_key, tuned.clone());
+        let entry = Remembered { device: ctx.ordinal(), kernel: d.name().to_string(), key: key.to_string(), tuned: tuned.clone() };
+        lock(&self.tuned).entry(hash).or_default().push(entry);
         Ok(tuned)
-    }
-
-    /// Launch the winner of `key`'s tuning (tuned first when needed) on `args`, on `stream`
-    /// (or the stream the protocol picks). Returns the stream launched on (its CAI value).
-    pub fn launch(&self, d: &Dispatcher, key: &str, candidates: &[Candidate], args: &[Arg<'_>], stream: Option<&Stream>) -> Result<u64> {
-        let tuned = self.tuned(d, key, candidates, args, stream)?;
-        let c = tuned
-            .best()
-            .and_then(|i| candidates.get(i))
-            .ok_or_else(|| Error::argument(format!("autotune: the result of key {key:?} names no candidate")))?;
-        let mut args: Vec<Arg<'_>> = args.to_vec();
-        let ctx = Context::new(launch_device(&mut args, stream)?)?;
-        measure::kernel(d, c, &ctx, &args)?.launch(&c.config, &args, stream, true)
     }
 
     /// What a result is stored under on disk: the format, the kernel's program (its family
@@ -213,7 +257,7 @@ impl Tuner {
             // Nothing launches: every candidate's reason, and no launch at all.
             return Ok(record(resolved.into_iter().map(|k| Trial::Failed(k.err().map_or_else(String::new, |e| e.to_string()))).collect()));
         };
-        measure::check_args(&first, args)?;
+        crate::kernel::check_args(first.info(), &first.pointee_alignment, args)?;
         bump(&COUNTERS.tunings);
         let own = Arc::new(Stream::new(ctx)?);
         let views = args.iter().filter_map(|a| match a {
@@ -224,7 +268,7 @@ impl Tuner {
         ctx.order_streams(&own, &Stream::borrowed(caller)?)?;
         let scratch = measure::Scratch::of(&first, ctx, args, &own)?;
         let scratch_args = scratch.args(args);
-        let trials: Vec<Trial> = candidates.iter().map(|c| measure::trial(d, c, ctx, &scratch_args, &own)).collect();
+        let trials: Vec<Trial> = candidates.iter().zip(&resolved).map(|(c, k)| measure::trial(c, k, ctx, &scratch_args, &own)).collect();
         own.synchronize()?;
         drop(scratch);
         Ok(record(trials))

@@ -19,10 +19,7 @@ use crate::pyobj::type_name;
 /// `__dlpack_device__` named.
 pub fn import(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option<PyArg>> {
     let Some((dev_type, dev_id)) = dlpack_device(obj)? else { return Ok(None) };
-    let memory = Memory::of(DLDevice { device_type: dev_type, device_id: dev_id });
-    if !memory.is_cuda() {
-        return Ok(None);
-    }
+    let Some(device) = Memory::of(DLDevice { device_type: dev_type, device_id: dev_id }).device() else { return Ok(None) };
     let (ask, carried) = ctx.dlpack_stream()?;
     let capsule = call_dlpack(obj, ask)?;
     let bad = |why: String| PyCaiError::argument(format!("argument {index}: a {} by DLPack: {why}", type_name(obj)));
@@ -37,7 +34,7 @@ pub fn import(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyC
         )));
     }
     let view = dl::view_of(&info, carried.map(StreamRef::from_cai).transpose()?).map_err(bad)?;
-    Ok(Some(PyArg::Dlpack { view, device: memory.device(), holder: capsule.unbind() }))
+    Ok(Some(PyArg::Dlpack { view, device: Some(device), holder: capsule.unbind() }))
 }
 
 /// Whether `obj` is a DLPack producer of host memory (a NumPy array, a CPU tensor).

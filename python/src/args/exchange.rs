@@ -32,8 +32,7 @@ pub fn view(index: usize, obj: &Bound<'_, PyAny>, api: &ExchangeApi, torch: bool
         Ok(Ok(info)) => info,
         Ok(Err(_)) | Err(_) => return Ok(None),
     };
-    // (The exchange API's tensors are launched on the device they name, managed ones too.)
-    let (Memory::Device(device) | Memory::Managed(device)) = Memory::of(info.device) else { return Ok(None) };
+    let Some(device) = Memory::of(info.device).device() else { return Ok(None) };
     if torch {
         let complex = matches!(DType::from_dlpack(info.dtype.code, info.dtype.bits, info.dtype.lanes), Some(DType::C64 | DType::C128));
         refuse_lazy_views(index, obj, Some(complex))?;
