@@ -46,8 +46,9 @@ const LAYERS: &[&[&str]] = &[
     &["kernel"],
     // Launches: the stream protocol around a marshalled kernel launch.
     &["launch"],
-    // Numba-style dispatch: (name, argument types) → a loaded instance, cached per signature.
-    &["dispatch"],
+    // Numba-style dispatch: (name, argument types) → a loaded instance, cached per
+    // signature; graphs of captured launches, replayed with new arguments.
+    &["dispatch", "graph"],
     &["interop", "xla"],
     // The kernel library; autotuning.
     &["ops", "tune"],
@@ -71,8 +72,9 @@ const BINDING_LAYERS: &[&[&str]] = &[
     &["args"],
     // Launches and the kernel library.
     &["kernel", "ops"],
-    // `caijit.jax` (launches prepared for XLA, through `Kernel`'s dispatcher); autotuning.
-    &["jax", "tune"],
+    // `caijit.jax` (launches prepared for XLA, through `Kernel`'s dispatcher); autotuning;
+    // graphs of captured launches.
+    &["jax", "tune", "graph"],
 ];
 
 /// The repository's crates (package names) by layer, lowest first. A crate's library may
@@ -508,6 +510,10 @@ const UNSAFE_FNS: &[&str] = &[
     "free_owned_async",
     "free_segment",
     "destroy_owned_stream",
+    "graph_exec_set_kernel_params",
+    "graph_set_kernel_params",
+    "graph_exec_destroy",
+    "graph_destroy",
 ];
 
 /// A function of `sys` as the rule sees it.

@@ -23,7 +23,8 @@ caijit_integration::gpu_main!(
     cudarc_slices_as_arguments,
     cudarc_records_each_access_after_the_kernel_is_enqueued,
     every_spelling_of_a_kernel_is_one_kernel,
-    freed_memory_goes_to_its_stream_first
+    freed_memory_goes_to_its_stream_first,
+    graphs_capture_once_and_replay_with_new_arguments
 );
 
 fn smoke_driver_nvrtc_device(ctx: Arc<Context>) {
@@ -358,4 +359,56 @@ fn freed_memory_goes_to_its_stream_first(ctx: Arc<Context>) {
         let got = f32s(&x.to_bytes().unwrap());
         assert!(got.iter().all(|&v| v == 0.0), "{name} shares memory with a slow kernel: {:?}", &got[..4]);
     }
+}
+
+/// A graph of two launches captured through the public API, replayed with new arrays and a
+/// new scalar (values checked against the same launches made eagerly), a bad rebinding
+/// refused with the graph left as it was.
+fn graphs_capture_once_and_replay_with_new_arguments(ctx: Arc<Context>) {
+    use cai_runtime::graph::Capture;
+    let s = Arc::new(Stream::new(&ctx).unwrap());
+    let n = 4096;
+    let m = ctx.compile(&Program::new(AXPY).name_expression("axpy<float>")).unwrap();
+    let (axpy, copy) = (m.kernel("axpy<float>").unwrap(), m.kernel("copy").unwrap());
+    // One seed: the eager twins of the rebound arrays start from the same values.
+    let base = seed();
+    let array = |k: u64| DeviceArray::from_bytes(&ctx, &[n], DType::F32, &bytes(&randoms(n, base + k)), &s).unwrap();
+    let (x, y, t) = (array(0), array(1), array(2));
+    let (xv, yv, tv) = (x.view(), y.view(), t.view());
+    let cfg = LaunchConfig::for_elements(n, 256);
+    let count = Arg::Scalar { value: Num::Int(n as i128), dtype: None };
+    s.synchronize().unwrap();
+    // y = a * x + y; t = y
+    let capture = Capture::begin(&ctx).unwrap();
+    capture.input("x", &xv).unwrap();
+    capture.input("y", &yv).unwrap();
+    let a = capture.scalar("a", Arg::scalar(2.0f32)).unwrap();
+    axpy.launch(&cfg, &[a, Arg::Array(&xv), Arg::Array(&yv), count], None, true).unwrap();
+    copy.launch(&cfg, &[Arg::Array(&yv), Arg::Array(&tv), count], None, true).unwrap();
+    let mut g = capture.end().unwrap();
+    assert_eq!(g.kernels().len(), 2, "{:?}", g.kernels());
+    assert!(g.kernels()[0].starts_with("axpy") && g.kernels()[1] == "copy", "{:?}", g.kernels());
+    assert_eq!(g.inputs().collect::<Vec<_>>(), ["x", "y", "a"]);
+
+    let (x2, y2) = (array(3), array(4));
+    let (ex, ey, et) = (array(3), array(4), array(5));
+    let (x2v, y2v) = (x2.view(), y2.view());
+    let (exv, eyv, etv) = (ex.view(), ey.view(), et.view());
+    for (i, alpha) in [0.5f32, -3.0, 7.25].into_iter().enumerate() {
+        g.replay(&[("x", Arg::Array(&x2v)), ("y", Arg::Array(&y2v)), ("a", Arg::scalar(alpha))], Some(&s), true).unwrap();
+        axpy.launch(&cfg, &[Arg::scalar(alpha), Arg::Array(&exv), Arg::Array(&eyv), count], Some(&s), true).unwrap();
+        copy.launch(&cfg, &[Arg::Array(&eyv), Arg::Array(&etv), count], Some(&s), true).unwrap();
+        assert_eq!(y2.to_bytes().unwrap(), ey.to_bytes().unwrap(), "replay {i}");
+        assert_eq!(t.to_bytes().unwrap(), et.to_bytes().unwrap(), "replay {i}: the copy wrote the captured `t`");
+    }
+    // A wrong dtype is refused, naming the input and the parameter; nothing changed.
+    let wrong = ArrayView::contiguous(x2.ptr(), &[n / 2], DType::F64, false).unwrap();
+    let e = g.replay(&[("x", Arg::Array(&wrong))], Some(&s), true).unwrap_err().to_string();
+    assert!(e.contains("graph input `x`") && e.contains("float64"), "{e}");
+    let e = g.replay(&[("z", Arg::Array(&x2v))], Some(&s), true).unwrap_err().to_string();
+    assert!(e.contains("no input `z`"), "{e}");
+    g.replay(&[], Some(&s), true).unwrap();
+    axpy.launch(&cfg, &[Arg::scalar(7.25f32), Arg::Array(&exv), Arg::Array(&eyv), count], Some(&s), true).unwrap();
+    assert_eq!(y2.to_bytes().unwrap(), ey.to_bytes().unwrap());
+    assert!(stats().graph_replays >= 4);
 }

@@ -40,6 +40,7 @@ pub use crate::sys::LaunchConfig;
 pub use trace::{nvtx_tool, ProfileRow, Profiler};
 
 mod bounds;
+pub(crate) mod record;
 pub(crate) mod trace;
 
 impl LaunchConfig {
@@ -187,6 +188,7 @@ impl Kernel {
             launched?;
             bump(&COUNTERS.launches);
             recorded = trace::record(self, cfg, args, launch_stream);
+            record::note_launch(d, launch_stream, self, cfg, &buf, args)?;
             trace::end(span, self, d, launch_stream)
         })?;
         if let Some(r) = &recorded {
@@ -251,10 +253,11 @@ pub(crate) fn enqueue_ordered<'v>(
         return Err(Error::argument(format!("the stream is on device {o} but the arrays are on device {}", ctx.ordinal())));
     }
     let launch_stream = chosen(stream, common);
+    record::check_launch_stream(&d, launch_stream)?;
     let foreign = sync && sync_enabled_by_env();
     producers.retain(|p| p.stream != launch_stream && (foreign || p.own));
     if !producers.is_empty() {
-        keep_capture_legal(&d, launch_stream, &mut producers, &named)?;
+        keep_capture_legal(ctx, &d, launch_stream, &mut producers, &named)?;
     }
     probe.stop(Phase::LaunchScan);
     // Forward edges: one event per producer stream, all waited on by the launch stream.
@@ -319,13 +322,16 @@ struct Producer {
 /// the same capture (forked from it with an event) may be joined: such edges become graph
 /// dependencies. Edges to streams outside it would invalidate the capture (or order
 /// nothing, since the graph runs later), so they are left out: ordering a replay against
-/// other work is the capturer's business, as in CUDA itself. Outside a capture, waiting on
+/// other work is the capturer's business, as in CUDA itself (a caijit graph's first replay
+/// waits for what such producers had enqueued: [`record::producer_outside`]; a replay's
+/// new arguments are ordered as a launch's). Outside a capture, waiting on
 /// a stream that is being captured would silently pull the launch into that capture: an
 /// error naming the argument.
 ///
 /// The legacy default stream is never captured, and asking it while another stream is
 /// captured is itself an illegal implicit synchronisation: it is never asked.
 fn keep_capture_legal(
+    ctx: &Context,
     d: &Driver,
     launch: RawStream,
     producers: &mut SmallVec<[Producer; 4]>,
@@ -344,7 +350,7 @@ fn keep_capture_legal(
                     "the array's stream is being captured into a CUDA graph: launch on the capturing stream (or one forked from it), or finish the capture first".into(),
                 ))
             }
-            _ => {} // a producer outside this capture
+            (l, _) => record::producer_outside(ctx, d, l, p.stream)?,
         }
     }
     *producers = kept;
@@ -361,12 +367,16 @@ fn shared(common: Option<Option<RawStream>>, s: RawStream) -> Option<Option<RawS
     }
 }
 
-/// The stream work runs on: the one given, else the producer stream all its arrays share,
-/// else the legacy default stream.
+/// The stream work runs on: the one given, else the stream of the caijit graph this thread
+/// is capturing, else the producer stream all its arrays share, else the legacy default
+/// stream.
 fn chosen(stream: Option<&Stream>, common: Option<Option<RawStream>>) -> RawStream {
     match stream {
         Some(s) => s.raw(),
-        None => common.flatten().unwrap_or(RawStream::from_cai(1)),
+        None => match record::thread_capture() {
+            Some((capturing, _)) => capturing,
+            None => common.flatten().unwrap_or(RawStream::from_cai(1)),
+        },
     }
 }
 

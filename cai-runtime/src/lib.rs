@@ -193,6 +193,7 @@ pub mod bundle;
 pub mod compile;
 pub mod diag;
 pub mod dispatch;
+pub mod graph;
 pub mod interop;
 pub mod kernel;
 pub mod launch;

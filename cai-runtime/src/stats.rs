@@ -47,6 +47,8 @@ counters! {
     modules_loaded: "Modules loaded into a context.",
     tunings: "Autotunings measured on the GPU (a result read from memory or the disk is none).",
     tune_launches: "Launches made to time autotuning candidates (warm-up included).",
+    graph_replays: "Replays of caijit graphs (`caijit.graph`, `cai_runtime::graph`), each one graph launch or child-graph node.",
+    graph_node_updates: "Kernel nodes of caijit graphs given new parameters by a replay's rebinding (one driver call each).",
 }
 
 /// The process's counters.

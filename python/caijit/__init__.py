@@ -19,7 +19,7 @@ import sys
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 from . import _native
-from ._native import DeviceArray, Interface, Kernel, Launcher, Stream, __version__, parse_interface
+from ._native import DeviceArray, Graph, GraphScalar, Interface, Kernel, Launcher, Stream, __version__, graph, parse_interface
 from .diag import debug, launch_sites, nvtx, profile, recent_launches
 from .diag import _options as _with_lineinfo
 from .errors import (
@@ -72,6 +72,9 @@ __all__ = [
     "record",
     "autotune",
     "Config",
+    "graph",
+    "Graph",
+    "GraphScalar",
 ]
 
 from . import bundles

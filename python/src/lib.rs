@@ -11,6 +11,7 @@ mod diag;
 mod dlpack;
 mod errors;
 mod fault;
+mod graph;
 mod interface;
 mod jax;
 mod kernel;
@@ -213,6 +214,12 @@ mod _native {
     // Autotuning (`caijit.autotune`).
     #[pymodule_export]
     use crate::tune::Tuner;
+
+    // Graphs: captured launches replayed with new arguments (`caijit.graph`).
+    #[pymodule_export]
+    use crate::args::GraphScalar;
+    #[pymodule_export]
+    use crate::graph::{graph, Graph};
 
     // JAX: launches prepared for XLA custom calls.
     #[pymodule_export]

@@ -10,6 +10,7 @@ use crate::signature::{ArrayLayout, ParamLayout};
 /// A parameter buffer, 16-byte aligned and zeroed; on the stack for the usual sizes
 /// (≤ 512 bytes), where only the words the kernel's parameters span are written (not the
 /// whole inline capacity).
+#[derive(Clone, PartialEq, Eq)]
 pub(crate) struct ParamBuffer(SmallVec<[u128; 32]>);
 
 impl ParamBuffer {

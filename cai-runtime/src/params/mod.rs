@@ -54,6 +54,10 @@ pub enum Arg<'a> {
     Bytes(&'a [u8]),
     /// A raw device pointer (only for pointer parameters).
     Pointer(u64),
+    /// A scalar named as an input of the graph being captured with id `capture`
+    /// ([`crate::graph`]): rebound by that name at each replay. Anywhere else, the scalar it
+    /// holds.
+    ScalarInput { name: &'a str, capture: u64, value: Num, dtype: Option<DType> },
 }
 
 impl Arg<'_> {
@@ -72,11 +76,22 @@ impl Arg<'_> {
 
     /// What template deduction sees of this argument.
     pub fn arg_type(&self) -> ArgType {
-        match self {
+        match self.unnamed() {
             Arg::Array(v) | Arg::ArrayOn(v, _) => ArgType::Array { dtype: v.dtype(), rank: v.ndim() },
-            Arg::Scalar { dtype: Some(d), .. } => ArgType::TypedScalar(*d),
+            Arg::Scalar { dtype: Some(d), .. } => ArgType::TypedScalar(d),
             Arg::Scalar { dtype: None, .. } => ArgType::UntypedScalar,
-            Arg::Bytes(_) | Arg::Pointer(_) => ArgType::Opaque,
+            Arg::Bytes(_) | Arg::Pointer(_) | Arg::ScalarInput { .. } => ArgType::Opaque,
+        }
+    }
+
+    /// The argument as a launch sees it: a named graph input's scalar, an array of known
+    /// device as the array (its device is the dispatcher's business, not a parameter's).
+    #[inline]
+    pub(crate) fn unnamed(&self) -> Arg<'_> {
+        match *self {
+            Arg::ArrayOn(v, _) => Arg::Array(v),
+            Arg::ScalarInput { value, dtype, .. } => Arg::Scalar { value, dtype },
+            other => other,
         }
     }
 }
@@ -174,10 +189,16 @@ const READONLY: &str = "the array is readonly but the parameter is not const; de
 /// (`pointee_alignment`, kept by [`crate::kernel::Kernel`]).
 pub(crate) fn marshal(params: &[ParamLayout], vector: &[usize], args: &[Arg<'_>], buf: &mut ParamBuffer) -> Result<()> {
     for ((p, a), &vector) in params.iter().zip(args).zip(vector) {
-        let a = match a {
-            Arg::ArrayOn(v, _) => &Arg::Array(v),
-            other => other,
-        };
+        marshal_one(p, vector, a, buf)?;
+    }
+    Ok(())
+}
+
+/// Check `a` against parameter `p` (whose pointee needs `vector`-byte alignment) and write
+/// it at `p`'s offset: one argument of [`marshal`], also what a graph's rebinding writes.
+pub(crate) fn marshal_one(p: &ParamLayout, vector: usize, a: &Arg<'_>, buf: &mut ParamBuffer) -> Result<()> {
+    {
+        let a = &a.unnamed();
         match (&p.kind, a) {
             (ParamKind::Pointer { .. } | ParamKind::Array { .. }, Arg::Array(v)) => {
                 let immutable = v.readonly().then_some(READONLY);
@@ -217,6 +238,7 @@ pub(crate) fn marshal(params: &[ParamLayout], vector: &[usize], args: &[Arg<'_>]
                     Arg::Scalar { .. } => "a scalar".into(),
                     Arg::Bytes(b) => format!("{} bytes", b.len()),
                     Arg::Pointer(_) => "a raw pointer (int)".into(),
+                    Arg::ScalarInput { .. } => unreachable!("unnamed above"),
                 };
                 return Err(mismatch(p, got));
             }

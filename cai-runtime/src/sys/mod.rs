@@ -29,6 +29,8 @@ pub(crate) mod dlpack;
 /// The running Python frame's code and instruction (launch call sites; feature `python`).
 #[cfg(feature = "python")]
 pub(crate) mod frame;
+/// CUDA graphs: capture, kernel nodes, instantiation, parameter updates, launches.
+mod graph;
 /// Loading shared libraries for the life of the process.
 mod library;
 /// Device memory: the stream-ordered pool, allocations, copies and pointer queries.
@@ -228,6 +230,12 @@ driver_handles! {
     RawFunction(cu::CUfunction);
     /// A device memory pool (created once per device, kept for the process's life).
     RawPool(cu::CUmemoryPool);
+    /// A graph (owned by whoever ended its capture; destroyed with `Driver::graph_destroy`).
+    RawGraph(cu::CUgraph);
+    /// An executable graph (destroyed with `Driver::graph_exec_destroy`).
+    RawGraphExec(cu::CUgraphExec);
+    /// A node of a graph (lives as long as its graph).
+    RawNode(cu::CUgraphNode);
 }
 
 impl Ctx {

@@ -29,6 +29,9 @@ pub enum PyArg {
     /// A view of a caijit array (an `Interface`), holding the array.
     OwnView(ArrayView, Py<DeviceArray>),
     Scalar(Num, Option<DType>),
+    /// A scalar named as an input of the graph being captured (`caijit.GraphScalar`): its
+    /// name, capture id, value and dtype.
+    ScalarInput(String, u64, Num, Option<DType>),
     Bytes(Vec<u8>),
 }
 
@@ -38,7 +41,7 @@ impl PyArg {
         match self {
             PyArg::Array(v) | PyArg::Dlpack { view: v, .. } | PyArg::ArrayOn(v, _) | PyArg::OwnView(v, _) => Some(v),
             PyArg::Own(a) => Some(a.get().inner.as_view()),
-            PyArg::Scalar(..) | PyArg::Bytes(_) => None,
+            PyArg::Scalar(..) | PyArg::ScalarInput(..) | PyArg::Bytes(_) => None,
         }
     }
 
@@ -52,6 +55,7 @@ impl PyArg {
             }
             PyArg::OwnView(v, a) => Arg::ArrayOn(v, a.get().inner.context().ordinal()),
             PyArg::Scalar(value, dtype) => Arg::Scalar { value: *value, dtype: *dtype },
+            PyArg::ScalarInput(name, capture, value, dtype) => Arg::ScalarInput { name, capture: *capture, value: *value, dtype: *dtype },
             PyArg::Bytes(b) => Arg::Bytes(b),
         }
     }

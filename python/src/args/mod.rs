@@ -30,7 +30,7 @@ mod torch;
 
 pub use arg::{release_after, PyArg};
 pub use context::ArgContext;
-pub use scalar::number;
+pub use scalar::{number, GraphScalar};
 
 use cai_runtime::cai::{ArrayView, TypestrOptions};
 use cai_runtime::launch::Num;
@@ -114,6 +114,21 @@ fn qualified_name(ty: &Bound<'_, PyAny>) -> PyResult<String> {
     Ok(format!("{module}.{name}"))
 }
 
+thread_local! {
+    /// The arguments converted on this thread while it captures a caijit graph: the graph
+    /// keeps them ([`take_kept_for_capture`]), so that memory its replays read lives as long.
+    static KEPT: std::cell::RefCell<Vec<Py<PyAny>>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+fn keep_for_capture(obj: &Bound<'_, PyAny>) {
+    KEPT.with_borrow_mut(|k| k.push(obj.clone().unbind()));
+}
+
+/// What [`arg_before_dlpack`] kept while this thread captured a caijit graph.
+pub fn take_kept_for_capture() -> Vec<Py<PyAny>> {
+    KEPT.take()
+}
+
 /// Convert argument `index` of a launch.
 pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<PyArg> {
     match arg_before_dlpack(index, obj, ctx)? {
@@ -191,6 +206,13 @@ pub fn arg_before_dlpack(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgCont
         let a = PyArg::Scalar(Num::Float(obj.extract()?), None);
         probe.stop(Phase::ArgScalar);
         return Ok(Some(a));
+    }
+    if cai_runtime::graph::capturing_here() {
+        keep_for_capture(obj);
+    }
+    if let Ok(g) = obj.cast_exact::<GraphScalar>() {
+        let g = g.get();
+        return Ok(Some(PyArg::ScalarInput(g.name.clone(), g.capture, g.value, g.dtype)));
     }
     let path = ctx.path;
     if let Some(a) = obj.cast_exact::<DeviceArray>().ok().filter(|_| matches!(path, Path::Auto | Path::Known)) {

@@ -71,3 +71,35 @@ fn is_numpy_scalar(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
     }
     Ok(obj.hasattr("dtype")? && obj.hasattr("item")?)
 }
+
+/// A scalar named as an input of a caijit graph (`g.input("alpha", 0.5)` inside
+/// `caijit.graph()`): passed to launches in the capture where the scalar goes, rebound by
+/// name at each replay. Outside a capture it is its value.
+#[pyclass(frozen, module = "caijit", name = "GraphScalar")]
+pub struct GraphScalar {
+    pub name: String,
+    /// The id of the capture it was named in.
+    pub capture: u64,
+    pub value: Num,
+    pub dtype: Option<DType>,
+    /// The Python object it was made from (what `value` gives back).
+    pub source: Py<PyAny>,
+}
+
+#[pymethods]
+impl GraphScalar {
+    /// The graph input's name.
+    #[getter]
+    fn name(&self) -> &str {
+        &self.name
+    }
+    /// The value it was captured with.
+    #[getter]
+    fn value(&self, py: Python<'_>) -> Py<PyAny> {
+        self.source.clone_ref(py)
+    }
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let value = self.source.bind(py).repr().map(|r| r.to_string()).unwrap_or_default();
+        format!("caijit.GraphScalar({:?}, {value})", self.name)
+    }
+}

@@ -1,0 +1,490 @@
+//! CUDA graphs of caijit launches, replayed with new arguments.
+//!
+//! A [`Capture`] records every launch made on its stream (and on streams forked from it)
+//! into a CUDA graph, as stream capture does; the launches on this thread that name no
+//! stream go there. Arrays and scalars named at capture ([`Capture::input`],
+//! [`Capture::scalar`]) are the graph's inputs. For each caijit launch the capture keeps
+//! the kernel node it became, its parameter layout and its parameter bytes, and which bytes
+//! each input fills: an array input fills every parameter it was passed to (or a view
+//! inside it was), a scalar input the parameters its [`Arg::ScalarInput`] was passed to.
+//!
+//! [`Graph::replay`] checks each new argument against every parameter it fills with the
+//! launch's own checks (dtype, rank, const, contiguity, alignment) before anything changes,
+//! writes the new bytes at those parameters' offsets, gives each changed kernel node its new
+//! parameters (`cuGraphExecKernelNodeSetParams`), and launches the graph by the stream
+//! protocol: after the new arrays' producer streams, which then wait for it.
+//!
+//! # Rules
+//! - A replay's array has the captured array's dtype and shape: the captured grids were
+//!   made for that shape. Its strides may differ only where every parameter it fills is a
+//!   `caijit::Array` given the whole input (they are written with it); otherwise they match.
+//! - Inputs left out of a replay keep their last value; the caller keeps every bound array
+//!   alive while replays that use it may run (the Python face holds them).
+//! - Other arrays the captured launches read are part of the graph as they are: the first
+//!   replay waits for the work their producers had enqueued when they were captured; later
+//!   replays are ordered against them by the caller, as with any CUDA graph.
+//! - In another capture (PyTorch's, CuPy's), a replay is added to it as one child-graph node.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use crate::cai::ArrayView;
+use crate::error::{Error, Result};
+use crate::launch::record::{self, lock, InputKind, Launch, Recording, SlotView};
+use crate::launch::{enqueue_ordered, Arg};
+use crate::params::{marshal_one, ParamBuffer};
+use crate::runtime::{Context, Events, Stream};
+use crate::stats::{bump, COUNTERS};
+use crate::sys::{Driver, RawGraph, RawGraphExec, RawStream};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+
+/// Whether this thread is capturing a caijit graph now (launches that name no stream go
+/// to it).
+pub fn capturing_here() -> bool {
+    record::thread_capture().is_some()
+}
+
+/// A capture in progress: launches on [`Capture::stream`] (and, on this thread, launches
+/// that name no stream) are recorded until [`Capture::end`]. Dropped without `end`, the
+/// capture is ended and its graph discarded.
+pub struct Capture {
+    ctx: Arc<Context>,
+    stream: Arc<Stream>,
+    recording: Arc<Mutex<Recording>>,
+    id: u64,
+    thread: std::thread::ThreadId,
+    ended: bool,
+}
+
+impl Capture {
+    /// Begin capturing on a new stream of `ctx`'s device.
+    pub fn begin(ctx: &Arc<Context>) -> Result<Capture> {
+        if record::thread_capture().is_some() {
+            return Err(Error::argument("this thread is capturing a caijit graph already: end it before beginning another"));
+        }
+        let stream = Arc::new(Stream::new(ctx)?);
+        let d = ctx.bind()?;
+        d.begin_capture(stream.raw())?;
+        let id = match d.capture_id(stream.raw()) {
+            Ok(id) => id,
+            Err(e) => {
+                let _ = d.end_capture(stream.raw()).map(|g| destroy_graph(ctx, g));
+                return Err(e.into());
+            }
+        };
+        let recording = Arc::new(Mutex::new(Recording {
+            id,
+            seen: Vec::new(),
+            inputs: Vec::new(),
+            slots: Vec::new(),
+            launches: Vec::new(),
+            before_first: Events::new(),
+            failed: None,
+        }));
+        record::register(recording.clone(), stream.raw(), Arc::new(AtomicBool::new(true)));
+        Ok(Capture { ctx: ctx.clone(), stream, recording, id, thread: std::thread::current().id(), ended: false })
+    }
+
+    /// The stream being captured (fork other streams from it with events to capture their
+    /// work too; give it to other libraries to capture theirs).
+    pub fn stream(&self) -> &Arc<Stream> {
+        &self.stream
+    }
+
+    /// The capture's id (CUDA's): what a scalar input made by [`Capture::scalar`] names.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Whether this is the thread that began the capture, the only one that may end it.
+    pub fn is_on_this_thread(&self) -> bool {
+        std::thread::current().id() == self.thread
+    }
+
+    /// Name `view` input `name`: every captured launch given this array, or a view inside
+    /// it, has that parameter rebound when a replay names `name`. Name an input before the
+    /// launches that use it.
+    pub fn input(&self, name: &str, view: &ArrayView) -> Result<()> {
+        lock(&self.recording).add_array(name, view)
+    }
+
+    /// Name a scalar input: pass the returned argument where the scalar goes; a replay that
+    /// names `name` rebinds every parameter it was passed to.
+    pub fn scalar<'a>(&self, name: &'a str, value: Arg<'_>) -> Result<Arg<'a>> {
+        let Arg::Scalar { value, dtype } = value.unnamed() else {
+            return Err(Error::argument(format!("graph input `{name}`: a scalar input takes a scalar")));
+        };
+        lock(&self.recording).add_scalar(name)?;
+        Ok(Arg::ScalarInput { name, capture: self.id, value, dtype })
+    }
+
+    /// End the capture and instantiate its graph. Fails, discarding the graph, when a
+    /// captured launch failed, an input was never passed to a caijit launch, or the capture
+    /// was invalidated (a call illegal during capture; CUDA's error says which). Only the
+    /// thread that began the capture can end it: elsewhere this is an error, and the
+    /// capture, dropped, is abandoned (its thread's launches no longer go to it).
+    pub fn end(mut self) -> Result<Graph> {
+        self.ended = true;
+        self.finish()
+    }
+
+    fn finish(&mut self) -> Result<Graph> {
+        record::unregister(self.id);
+        if !self.is_on_this_thread() {
+            // The capture cannot be ended here (CUDA's thread-local mode): its stream is
+            // left to it, never destroyed under it.
+            std::mem::forget(self.stream.clone());
+            return Err(Error::argument("a caijit graph capture must end on the thread that began it"));
+        }
+        let d = self.ctx.bind()?;
+        let mut r = lock(&self.recording);
+        let graph = match d.end_capture(self.stream.raw()) {
+            Ok(g) => g,
+            Err(e) => {
+                self.ctx.return_events(&mut r.before_first);
+                return Err(e.into());
+            }
+        };
+        let mut used = vec![false; r.inputs.len()];
+        r.slots.iter().for_each(|(i, _)| used[*i] = true);
+        let unused = used.iter().position(|u| !u);
+        let made = match (&r.failed, unused) {
+            (Some(e), _) => Err(Error::launch(format!("a launch inside the capture failed, so the graph is discarded: {e}"))),
+            (None, Some(i)) => Err(Error::argument(format!(
+                "graph input `{}` was never passed to a caijit kernel launch inside the capture, so a replay could not rebind it",
+                r.inputs[i].name
+            ))),
+            (None, None) => (|| Ok((d.graph_node_count(graph)?, d.graph_has_memory_nodes(graph)?, d.graph_instantiate(graph)?)))(),
+        };
+        let (nodes, allocates, exec) = match made {
+            Ok(made) => made,
+            Err(e) => {
+                self.ctx.return_events(&mut r.before_first);
+                destroy_graph(&self.ctx, graph);
+                return Err(e);
+            }
+        };
+        let names: Vec<&'static str> = r.launches.iter().map(|l| l.name).collect();
+        let mut fills = vec![Vec::new(); r.inputs.len()];
+        for (i, s) in std::mem::take(&mut r.slots) {
+            fills[i].push((s.launch, s.param, s.view));
+        }
+        let inputs = std::mem::take(&mut r.inputs);
+        let launches = std::mem::take(&mut r.launches);
+        Ok(Graph {
+            ctx: self.ctx.clone(),
+            graph,
+            exec,
+            nodes,
+            allocates,
+            names,
+            index: inputs.iter().enumerate().map(|(i, input)| (input.name.clone(), i)).collect(),
+            inputs,
+            fills,
+            exec_current: vec![true; launches.len()],
+            template_current: vec![true; launches.len()],
+            launches,
+            before_first: std::mem::take(&mut r.before_first),
+            _stream: Some(self.stream.clone()),
+        })
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        if !self.ended {
+            let _ = self.finish();
+        }
+    }
+}
+
+/// An instantiated graph of captured launches: [`Graph::replay`] it with new arguments.
+pub struct Graph {
+    ctx: Arc<Context>,
+    graph: RawGraph,
+    exec: RawGraphExec,
+    nodes: usize,
+    /// Whether the graph has memory nodes (then it cannot be a child of another graph).
+    allocates: bool,
+    names: Vec<&'static str>,
+    inputs: Vec<record::Input>,
+    /// Each input's index by name.
+    index: HashMap<String, usize>,
+    /// For each input, the parameters it fills: (launch, parameter, how).
+    fills: Vec<Vec<(usize, usize, SlotView)>>,
+    /// Each launch: its bytes now (`buf`), and whether its node in `exec` (the executable
+    /// graph replays launch) and in `graph` (what another capture clones) have them.
+    launches: Vec<Launch>,
+    exec_current: Vec<bool>,
+    template_current: Vec<bool>,
+    before_first: Events,
+    /// The captured stream (its handle must not be reused while work captured on it may
+    /// still refer to it by identity: kept for the graph's life).
+    _stream: Option<Arc<Stream>>,
+}
+
+/// A launch's new bytes, checked and laid out, before anything is changed.
+struct Staged {
+    launch: usize,
+    buf: ParamBuffer,
+}
+
+/// Which nodes of which graph a replay brings up to date.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Target {
+    Exec,
+    Template,
+}
+
+impl Graph {
+    /// The names of the inputs, in the order they were named.
+    pub fn inputs(&self) -> impl Iterator<Item = &str> {
+        self.inputs.iter().map(|i| i.name.as_str())
+    }
+    /// The kernels captured, in launch order.
+    pub fn kernels(&self) -> &[&'static str] {
+        &self.names
+    }
+    /// The graph's node count (kernels, and whatever else was captured: copies, memory
+    /// nodes, other libraries' work).
+    pub fn node_count(&self) -> usize {
+        self.nodes
+    }
+    pub fn context(&self) -> &Arc<Context> {
+        &self.ctx
+    }
+
+    /// Rebind the inputs named in `args` and launch the graph on `stream` (else the one
+    /// stream the new arrays share, else the legacy default stream), ordered by the stream
+    /// protocol against the producer streams of the new arrays (`sync = false` leaves other
+    /// libraries' out, as for a launch). Every argument is checked before anything changes;
+    /// a bad one is an [`Error::Argument`] naming the input, kernel and parameter. On any
+    /// error the graph is left bound as it was. Returns the stream the graph was launched
+    /// on (its CAI value).
+    pub fn replay(&mut self, args: &[(&str, Arg<'_>)], stream: Option<&Stream>, sync: bool) -> Result<u64> {
+        if let Some(o) = stream.and_then(Stream::device).filter(|&o| o != self.ctx.ordinal()) {
+            return Err(Error::argument(format!("the stream is on device {o} but the graph is on device {}", self.ctx.ordinal())));
+        }
+        let staged = self.stage(args)?;
+        let arrays = args.iter().enumerate().filter_map(|(i, (_, a))| match a {
+            Arg::Array(v) => Some((i, *v, None)),
+            Arg::ArrayOn(v, device) => Some((i, *v, Some(*device))),
+            _ => None,
+        });
+        let named = |i: usize, what: String| Error::argument(format!("graph input `{}`: {what}", args[i].0));
+        let ctx = self.ctx.clone();
+        enqueue_ordered(&ctx, arrays, stream, sync, named, |d, s| {
+            let capturing = s != RawStream::from_cai(1) && d.capture_id(s)? != 0;
+            if capturing {
+                if self.allocates {
+                    return Err(Error::argument(
+                        "this graph allocates memory (an op's result or scratch space), and CUDA forbids memory nodes in a child graph: it cannot be replayed inside another capture",
+                    ));
+                }
+                if !self.before_first.is_empty() {
+                    return Err(Error::argument(
+                        "the graph's first replay waits for work enqueued before its capture, which cannot be done inside another capture: replay it once outside first",
+                    ));
+                }
+                self.bring_up(d, Target::Template, &staged)?;
+                d.capture_child_graph(s, self.graph)?;
+            } else {
+                self.bring_up(d, Target::Exec, &staged)?;
+                let launched = (|| -> Result<()> {
+                    for &e in &self.before_first {
+                        d.stream_wait_event(s, e)?;
+                    }
+                    Ok(d.graph_launch(self.exec, s)?)
+                })();
+                if let Err(e) = launched {
+                    self.roll_back(d, &staged);
+                    return Err(e);
+                }
+                self.ctx.return_events(&mut self.before_first);
+            }
+            COUNTERS.graph_node_updates.fetch_add(staged.len() as u64, Relaxed);
+            for Staged { launch, buf } in staged {
+                self.launches[launch].buf = buf;
+                let (now, stale) = match capturing {
+                    false => (&mut self.exec_current, &mut self.template_current),
+                    true => (&mut self.template_current, &mut self.exec_current),
+                };
+                now[launch] = true;
+                stale[launch] = false;
+            }
+            bump(&COUNTERS.graph_replays);
+            Ok(())
+        })
+    }
+
+    /// Give `target`'s nodes the bytes of this replay: the staged ones, and the current
+    /// bytes where its node is stale. On an error, the nodes already given new bytes get
+    /// their old ones back (or are marked stale).
+    fn bring_up(&mut self, d: &Driver, target: Target, staged: &[Staged]) -> Result<()> {
+        let current = match target {
+            Target::Exec => &self.exec_current,
+            Target::Template => &self.template_current,
+        };
+        let mut is_staged = vec![false; self.launches.len()];
+        staged.iter().for_each(|s| is_staged[s.launch] = true);
+        let stale = (0..self.launches.len()).filter(|&i| !current[i] && !is_staged[i]).map(|i| (i, &self.launches[i].buf));
+        let work: Vec<(usize, &ParamBuffer)> = staged.iter().map(|s| (s.launch, &s.buf)).chain(stale).collect();
+        for (done, &(i, buf)) in work.iter().enumerate() {
+            if let Err(e) = self.set(d, target, i, buf) {
+                let mut failed = vec![i];
+                for &(j, _) in &work[..done] {
+                    if self.set(d, target, j, &self.launches[j].buf.clone()).is_err() {
+                        failed.push(j);
+                    }
+                }
+                let current = match target {
+                    Target::Exec => &mut self.exec_current,
+                    Target::Template => &mut self.template_current,
+                };
+                failed.into_iter().for_each(|j| current[j] = false);
+                return Err(e);
+            }
+        }
+        // The stale nodes now have their launch's bytes.
+        let current = match target {
+            Target::Exec => &mut self.exec_current,
+            Target::Template => &mut self.template_current,
+        };
+        current.iter_mut().for_each(|c| *c = true);
+        Ok(())
+    }
+
+    /// After a failed launch: the executable graph's staged nodes get their old bytes back.
+    fn roll_back(&mut self, d: &Driver, staged: &[Staged]) {
+        for s in staged {
+            let old = self.launches[s.launch].buf.clone();
+            if self.set(d, Target::Exec, s.launch, &old).is_err() {
+                self.exec_current[s.launch] = false;
+            }
+        }
+    }
+
+    /// Give launch `i`'s node in `target` the bytes `buf`.
+    fn set(&self, d: &Driver, target: Target, i: usize, buf: &ParamBuffer) -> Result<()> {
+        let l = &self.launches[i];
+        let mut buf = buf.clone();
+        // SAFETY: `buf` holds `l`'s parameter bytes, each argument written by `marshal_one`
+        // after the launch's checks against `l.params` (the kernel's compiled list);
+        // `with_pointers` points at each parameter; the arrays they name are kept alive by
+        // the caller while the graph may run.
+        #[allow(unsafe_code)]
+        let set = buf.with_pointers(&l.params, |p| match target {
+            // SAFETY: as above, for the executable graph's node of this launch.
+            Target::Exec => unsafe { d.graph_exec_set_kernel_params(self.exec, l.node, l.func, &l.cfg, p) },
+            // SAFETY: as above, for the graph's own node of this launch.
+            Target::Template => unsafe { d.graph_set_kernel_params(l.node, l.func, &l.cfg, p) },
+        });
+        Ok(set?)
+    }
+
+    /// Check and lay out every argument of a replay, changing nothing.
+    fn stage(&self, args: &[(&str, Arg<'_>)]) -> Result<Vec<Staged>> {
+        let mut staged: Vec<Staged> = Vec::new();
+        // Where each launch's staged bytes are (`usize::MAX`: not staged), and which inputs
+        // were given: one pass over the arguments, whatever their number.
+        let mut at = vec![usize::MAX; if args.is_empty() { 0 } else { self.launches.len() }];
+        let mut given = vec![false; if args.is_empty() { 0 } else { self.inputs.len() }];
+        for &(name, ref a) in args {
+            let Some(&input) = self.index.get(name) else {
+                let known: Vec<&str> = self.inputs().collect();
+                return Err(Error::argument(format!("the graph has no input `{name}` (its inputs: {})", known.join(", "))));
+            };
+            if std::mem::replace(&mut given[input], true) {
+                return Err(Error::argument(format!("graph input `{name}` is given twice")));
+            }
+            let refused = |what: String| Error::argument(format!("graph input `{name}`: {what}"));
+            let mut stage = |launch: usize, param: usize, a: &Arg<'_>| -> Result<()> {
+                let l = &self.launches[launch];
+                if at[launch] == usize::MAX {
+                    at[launch] = staged.len();
+                    staged.push(Staged { launch, buf: l.buf.clone() });
+                }
+                marshal_one(&l.params[param], l.alignment[param], a, &mut staged[at[launch]].buf).map_err(|e| match e {
+                    Error::Argument(e) => Error::argument(format!("graph input `{name}`, kernel `{}`: {}", l.name, e.message)),
+                    other => other,
+                })
+            };
+            match (&self.inputs[input].kind, a.unnamed()) {
+                (InputKind::Array(was), Arg::Array(v)) => {
+                    if v.dtype() != was.dtype() || v.shape() != was.shape() {
+                        return Err(refused(format!(
+                            "the graph was captured for an array of {} with shape {:?}, got {} with shape {:?}: its grids were made for that shape, so capture another graph for this one",
+                            was.dtype(), was.shape(), v.dtype(), v.shape()
+                        )));
+                    }
+                    for (launch, param, how) in &self.fills[input] {
+                        match how {
+                            SlotView::Whole => stage(*launch, *param, &Arg::Array(v))?,
+                            SlotView::Inside { offset, shape, strides } => {
+                                if v.strides() != was.strides() {
+                                    return Err(refused(format!(
+                                        "a view inside it was captured, so it needs the captured byte strides {:?}; got {:?}",
+                                        was.strides(),
+                                        v.strides()
+                                    )));
+                                }
+                                let ptr = u64::try_from(i128::from(v.ptr()) + offset)
+                                    .map_err(|_| refused("its pointer is out of range".into()))?;
+                                let inside = ArrayView::new(ptr, shape, Some(strides), v.dtype(), v.readonly(), None)
+                                    .map_err(|e| refused(e.to_string()))?;
+                                stage(*launch, *param, &Arg::Array(&inside))?;
+                            }
+                        }
+                    }
+                }
+                (InputKind::Scalar, Arg::Scalar { value, dtype }) => {
+                    for (launch, param, _) in &self.fills[input] {
+                        stage(*launch, *param, &Arg::Scalar { value, dtype })?;
+                    }
+                }
+                (InputKind::Array(_), _) => return Err(refused("expected an array".into())),
+                (InputKind::Scalar, _) => return Err(refused("expected a scalar".into())),
+            }
+        }
+        // A launch whose bytes did not change needs no update.
+        staged.retain(|s| s.buf != self.launches[s.launch].buf);
+        Ok(staged)
+    }
+}
+
+impl Drop for Graph {
+    fn drop(&mut self) {
+        self.ctx.return_events(&mut self.before_first);
+        let Ok(d) = self.ctx.bind() else { return };
+        // A graph may be dropped while this thread captures another (a Python name rebound
+        // by the next `with caijit.graph() as g:`, a garbage collection inside
+        // `torch.cuda.graph`): destroying a graph or a stream is an unsafe call there, which
+        // would invalidate that capture. In relaxed mode it is allowed.
+        let stream = self._stream.take();
+        d.relaxed_capture(|| {
+            // SAFETY: the executable graph is dropped with its owner and not used again;
+            // launches of it in flight finish first (the driver's guarantee).
+            #[allow(unsafe_code)]
+            let _ = unsafe { d.graph_exec_destroy(self.exec) };
+            destroy_graph(&self.ctx, self.graph);
+            drop(stream);
+        });
+    }
+}
+
+/// Destroy `g`, which nothing uses any more.
+fn destroy_graph(ctx: &Context, g: RawGraph) {
+    if let Ok(d) = ctx.bind() {
+        // SAFETY: the graph and its nodes are used by no one after this (executable graphs
+        // made from it are independent of it).
+        #[allow(unsafe_code)]
+        let _ = unsafe { d.graph_destroy(g) };
+    }
+}
+
+// A graph may move between threads (its handles are plain driver identifiers); `replay`
+// takes `&mut`, so one thread replays it at a time.
+const _: () = {
+    const fn send<T: Send>() {}
+    send::<Graph>();
+};

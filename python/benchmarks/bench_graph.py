@@ -1,0 +1,137 @@
+"""What a launch-bound sequence costs replayed from a graph, side by side in one process.
+
+A chain of K small kernels (K = 10, 100, 1000), kernel i reading buffer i and writing
+buffer i+1 (1,024 float32 each: one block, far shorter than a launch). Every array argument
+is rebound at every replay: two sets of K+1 buffers are used in turn. Rows:
+
+- caijit launches: the K launches made one by one from Python;
+- torch.cuda.graph + copies: the same kernels captured by PyTorch (each a caijit launch on
+  PyTorch's capture stream), replayed after copying the new set into its static buffers,
+  which is what PyTorch asks of a graph whose inputs change;
+- caijit graph, no rebinding: `g()`;
+- caijit graph, all rebound: `g(b0=..., ..., bK=...)`, 2K parameter slots in K nodes.
+
+Per replay: host µs (the Python call, the GPU left running), and GPU µs per kernel to
+completion (R replays, synchronised at the end, divided by R*K). Also: capture +
+instantiate for K = 100 (what a user pays once), and the host cost of rebinding per
+changed slot (all rebound minus no rebinding, divided by 2K). Needs a GPU and PyTorch:
+    python python/benchmarks/bench_graph.py [--rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any, Callable
+
+import torch
+
+import caijit
+
+SRC = r"""
+extern "C" __global__ void add1(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] + 1.0f;
+}
+"""
+N = 1024
+
+
+def timed(f: Callable[[], Any], reps: int, rounds: int) -> tuple[float, float]:
+    """(host µs per call, wall µs per call to completion): medians over rounds."""
+    for _ in range(3):
+        f()
+    torch.cuda.synchronize()
+    host, wall = [], []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            f()
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        host.append((t1 - t0) / reps * 1e6)
+        wall.append((t2 - t0) / reps * 1e6)
+    return statistics.median(host), statistics.median(wall)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    add1 = caijit.kernel(SRC, "add1")
+    rows = []
+    for k in (10, 100, 1000):
+        reps = max(20, 20_000 // k)
+        sets = [[torch.zeros(N, device="cuda") for _ in range(k + 1)] for _ in range(2)]
+        turn = [0]
+
+        def chain(bufs: list[Any], stream: Any = None) -> None:
+            for i in range(k):
+                add1[1, N, stream](bufs[i], bufs[i + 1], N)
+
+        def eager() -> None:
+            turn[0] ^= 1
+            chain(sets[turn[0]])
+
+        chain(sets[0])
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with caijit.graph() as g:
+            chain([g.input(f"b{i}", b) for i, b in enumerate(sets[0])])
+        torch.cuda.synchronize()
+        capture_ms = (time.perf_counter() - t0) * 1e3
+        names = [f"b{i}" for i in range(k + 1)]
+        bound = [dict(zip(names, s)) for s in sets]
+
+        def replay_rebound() -> None:
+            turn[0] ^= 1
+            g(**bound[turn[0]])
+
+        static = [torch.zeros(N, device="cuda") for _ in range(k + 1)]
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            chain(static, s)
+        torch.cuda.current_stream().wait_stream(s)
+        tg = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(tg, stream=s):
+            chain(static, s)
+
+        def torch_graph() -> None:
+            turn[0] ^= 1
+            for dst, src in zip(static, sets[turn[0]]):
+                dst.copy_(src)
+            tg.replay()
+
+        measured = {
+            "caijit launches": timed(eager, reps, args.rounds),
+            "torch.cuda.graph + copies": timed(torch_graph, reps, args.rounds),
+            "caijit graph, no rebinding": timed(g, reps, args.rounds),
+            "caijit graph, all rebound": timed(replay_rebound, reps, args.rounds),
+        }
+        # Each path computed the chain: buffer K holds buffer 0 (zeros) + K.
+        for bufs in (sets[0], sets[1], static):
+            bufs[-1].zero_()
+        g(**bound[0])
+        chain(sets[1])
+        tg.replay()
+        torch.cuda.synchronize()
+        for bufs in (sets[0], sets[1], static):
+            assert torch.all(bufs[-1] == k), "a path computed something else"
+        rebind = (measured["caijit graph, all rebound"][0] - measured["caijit graph, no rebinding"][0]) / (2 * k)
+        rows.append((k, measured, capture_ms, rebind))
+
+    print("| K kernels | path | host µs / replay | GPU µs / kernel to completion |")
+    print("|---:|---|---:|---:|")
+    for k, measured, _, _ in rows:
+        for path, (host, wall) in measured.items():
+            print(f"| {k} | {path} | {host:.1f} | {wall / k:.3f} |")
+    print()
+    for k, _, capture_ms, rebind in rows:
+        print(f"K={k}: capture + instantiate {capture_ms:.2f} ms; rebinding {rebind:.3f} µs per changed slot (host)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,250 @@
+//! `caijit.graph()`: a capture of launches (`cai_runtime::graph`) as a context manager, and
+//! its replay with new arguments by keyword. The graph holds the Python objects bound to
+//! its array inputs, so that what a replay reads stays alive while the graph may run.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use cai_runtime::graph::{Capture, Graph as RtGraph};
+use cai_runtime::launch::Arg;
+use cai_runtime::runtime::{Context, Stream as RtStream};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use smallvec::SmallVec;
+
+use crate::args::{arg_from_py, args_from_py, number, release_after, take_kept_for_capture, ArgContext, GraphScalar, PyArg};
+use crate::errors::{PyCaiError, PyCaiResult};
+use crate::stream::{stream_from_py, Stream};
+
+enum State {
+    /// Made, not entered yet.
+    New,
+    Capturing(Capture),
+    Ready(Box<RtGraph>),
+    /// The capture raised or failed: nothing to replay.
+    Discarded(String),
+}
+
+/// A CUDA graph of caijit launches: `with caijit.graph() as g:` captures the launches made
+/// in the block (on this thread, those that name no stream, and any on `g.stream`); after
+/// it, `g(x=new_x, alpha=0.5)` replays them with the inputs named by `g.input` rebound.
+#[pyclass(frozen, module = "caijit", name = "Graph")]
+pub struct Graph {
+    device: usize,
+    state: Mutex<State>,
+    stream: Mutex<Option<Arc<RtStream>>>,
+    /// The objects bound to array inputs now (captured, then each replay's).
+    held: Mutex<HashMap<String, Py<PyAny>>>,
+    /// Every argument of the launches captured: what the graph reads as it was captured.
+    captured: Mutex<Vec<Py<PyAny>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Graph {
+    /// Run `f` on the capture in progress.
+    fn capturing<R>(&self, f: impl FnOnce(&Capture) -> cai_runtime::Result<R>) -> PyCaiResult<R> {
+        match &*lock(&self.state) {
+            State::Capturing(c) => Ok(f(c)?),
+            _ => Err(PyCaiError::argument("graph inputs are named inside `with caijit.graph() as g:`, while it captures")),
+        }
+    }
+}
+
+#[pymethods]
+impl Graph {
+    #[new]
+    #[pyo3(signature = (device = 0))]
+    fn new(device: usize) -> Self {
+        Graph { device, state: Mutex::new(State::New), stream: Mutex::new(None), held: Mutex::default(), captured: Mutex::default() }
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> PyCaiResult<Bound<'_, Self>> {
+        let g = slf.get();
+        let py = slf.py();
+        let begun = py.detach(|| -> cai_runtime::Result<()> {
+            let mut state = lock(&g.state);
+            if !matches!(*state, State::New) {
+                return Err(cai_runtime::Error::argument("a caijit.Graph captures once: make a new one with caijit.graph()"));
+            }
+            let capture = Capture::begin(&Context::new(g.device)?)?;
+            *lock(&g.stream) = Some(capture.stream().clone());
+            *state = State::Capturing(capture);
+            Ok(())
+        });
+        begun?;
+        Ok(slf)
+    }
+
+    #[pyo3(signature = (exc_type, _exc = None, _tb = None))]
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: Option<&Bound<'_, PyAny>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyCaiResult<bool> {
+        let raised = exc_type.is_some_and(|t| !t.is_none());
+        let ended = py.detach(|| -> PyCaiResult<()> {
+            let mut state = lock(&self.state);
+            match &*state {
+                State::Capturing(c) if !c.is_on_this_thread() => {
+                    return Err(PyCaiError::argument(
+                        "a caijit graph capture must end on the thread that began it (leave the `with` block there)",
+                    ))
+                }
+                State::Capturing(_) => {}
+                _ => return Ok(()),
+            }
+            let State::Capturing(capture) = std::mem::replace(&mut *state, State::Discarded("the capture raised".into())) else {
+                return Ok(());
+            };
+            if raised {
+                drop(capture);
+                return Ok(());
+            }
+            match capture.end() {
+                Ok(g) => {
+                    *state = State::Ready(Box::new(g));
+                    Ok(())
+                }
+                Err(e) => {
+                    *state = State::Discarded(e.to_string());
+                    Err(e.into())
+                }
+            }
+        });
+        // What the captured launches were given lives as long as the graph.
+        let kept = take_kept_for_capture();
+        if ended.is_ok() && !raised {
+            lock(&self.captured).extend(kept);
+        }
+        ended?;
+        Ok(false)
+    }
+
+    /// Name an input of the graph: an array (returned as it is: pass it to launches in the
+    /// capture) or a scalar (returned as a `caijit.GraphScalar`: pass that where the scalar
+    /// goes). A replay names it by keyword.
+    fn input<'py>(&self, py: Python<'py>, name: &str, value: Bound<'py, PyAny>) -> PyCaiResult<Bound<'py, PyAny>> {
+        if name == "stream" {
+            return Err(PyCaiError::argument("`stream` names a replay's stream: give the input another name"));
+        }
+        if let Some((n, dtype)) = number(0, &value)? {
+            let capture = self.capturing(|c| c.scalar(name, Arg::Scalar { value: n, dtype }).map(|_| c.id()))?;
+            let scalar = GraphScalar { name: name.into(), capture, value: n, dtype, source: value.unbind() };
+            return Ok(Bound::new(py, scalar)?.into_any());
+        }
+        let stream = lock(&self.stream).clone();
+        let mut cx = ArgContext::new(stream.as_ref().map(|s| s.handle()));
+        let converted = arg_from_py(0, &value, &mut cx).map_err(|e| e.at_argument(0, Some(name), None))?;
+        let Some(view) = converted.view() else {
+            return Err(PyCaiError::argument(format!("graph input `{name}`: expected an array or a scalar")));
+        };
+        let view = view.clone();
+        py.detach(|| self.capturing(|c| c.input(name, &view)))?;
+        lock(&self.held).insert(name.into(), value.clone().unbind());
+        Ok(value)
+    }
+
+    /// The stream being captured (a `caijit.Stream`): give it to other libraries to capture
+    /// their work into the graph too.
+    #[getter]
+    fn stream(&self) -> PyCaiResult<Stream> {
+        match &*lock(&self.stream) {
+            Some(s) => Ok(Stream { inner: s.clone() }),
+            None => Err(PyCaiError::argument("the graph has no stream before its capture begins")),
+        }
+    }
+
+    /// Replay the graph with the inputs given by keyword rebound (the others keep their
+    /// last values), on `stream` (else the one stream the new arrays share, else the legacy
+    /// default stream).
+    #[pyo3(signature = (*, stream = None, **inputs))]
+    fn __call__(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>, inputs: Option<&Bound<'_, PyDict>>) -> PyCaiResult<()> {
+        self.replay(py, stream, inputs)
+    }
+
+    /// [`Graph::__call__`].
+    #[pyo3(signature = (*, stream = None, **inputs))]
+    fn replay(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>, inputs: Option<&Bound<'_, PyDict>>) -> PyCaiResult<()> {
+        let stream = stream.map(stream_from_py).transpose()?.flatten();
+        let mut names: SmallVec<[String; 8]> = SmallVec::new();
+        let mut objs: SmallVec<[Bound<'_, PyAny>; 8]> = SmallVec::new();
+        for (k, v) in inputs.into_iter().flat_map(|d| d.iter()) {
+            names.push(k.extract()?);
+            objs.push(v);
+        }
+        let mut cx = ArgContext::new(stream.as_ref().map(|s| s.handle()));
+        let mut converted: SmallVec<[PyArg; 8]> = SmallVec::new();
+        args_from_py(objs.iter().cloned().enumerate(), &mut cx, |i, e| e.at_argument(i, Some(&names[i]), None), &mut converted)?;
+        let args: SmallVec<[(&str, Arg<'_>); 8]> = names.iter().map(String::as_str).zip(converted.iter().map(PyArg::as_arg)).collect();
+        // The objects the graph reads from now on, bound under the graph's lock with the
+        // replay that binds them (two threads replaying cannot leave them crossed).
+        let bound: SmallVec<[(String, Py<PyAny>); 8]> = names
+            .iter()
+            .zip(&objs)
+            .zip(&converted)
+            .filter(|(_, a)| a.view().is_some())
+            .map(|((n, o), _)| (n.clone(), o.clone().unbind()))
+            .collect();
+        let (on, ctx) = py.detach(|| -> PyCaiResult<(u64, Arc<Context>)> {
+            match &mut *lock(&self.state) {
+                State::Ready(g) => {
+                    let on = g.replay(&args, stream.as_deref(), true)?;
+                    lock(&self.held).extend(bound);
+                    Ok((on, g.context().clone()))
+                }
+                State::Discarded(why) => Err(PyCaiError::argument(format!("the graph cannot be replayed: {why}"))),
+                State::New | State::Capturing(_) => Err(PyCaiError::argument("a graph is replayed after its `with caijit.graph()` block")),
+            }
+        })?;
+        drop(args);
+        release_after(&ctx, on, converted.drain(..))
+    }
+
+    /// The input names, in the order they were named.
+    #[getter]
+    fn inputs(&self) -> Vec<String> {
+        match &*lock(&self.state) {
+            State::Ready(g) => g.inputs().map(String::from).collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The kernels captured, in launch order.
+    #[getter]
+    fn kernels(&self) -> Vec<&'static str> {
+        match &*lock(&self.state) {
+            State::Ready(g) => g.kernels().to_vec(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The graph's node count: kernels, and whatever else was captured.
+    #[getter]
+    fn node_count(&self) -> usize {
+        match &*lock(&self.state) {
+            State::Ready(g) => g.node_count(),
+            _ => 0,
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        match &*lock(&self.state) {
+            State::New => "caijit.Graph(not captured yet)".into(),
+            State::Capturing(_) => "caijit.Graph(capturing)".into(),
+            State::Ready(g) => format!("caijit.Graph(kernels={:?}, inputs={:?})", g.kernels(), g.inputs().collect::<Vec<_>>()),
+            State::Discarded(why) => format!("caijit.Graph(discarded: {why})"),
+        }
+    }
+}
+
+/// `caijit.graph(device=0)`: a new graph to capture with `with`.
+#[pyfunction]
+#[pyo3(signature = (device = 0))]
+pub fn graph(device: usize) -> Graph {
+    Graph::new(device)
+}
