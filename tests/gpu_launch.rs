@@ -383,7 +383,7 @@ fn graphs_capture_once_and_replay_with_new_arguments(ctx: Arc<Context>) {
     capture.input("x", &xv).unwrap();
     capture.input("y", &yv).unwrap();
     let a = capture.scalar("a", Arg::scalar(2.0f32)).unwrap();
-    axpy.launch(&cfg, &[a, Arg::Array(&xv), Arg::Array(&yv), count], None, true).unwrap();
+    axpy.launch(&cfg, &[a.arg(), Arg::Array(&xv), Arg::Array(&yv), count], None, true).unwrap();
     copy.launch(&cfg, &[Arg::Array(&yv), Arg::Array(&tv), count], None, true).unwrap();
     let mut g = capture.end().unwrap();
     assert_eq!(g.kernels().len(), 2, "{:?}", g.kernels());

@@ -35,7 +35,7 @@ use crate::sys::{Driver, RawStream};
 
 /// The launch arguments and their encodings, defined with the parameter checks they
 /// meet (`crate::params`).
-pub use crate::params::{encode_scalar, Arg, Num, ScalarBytes};
+pub use crate::params::{encode_scalar, Arg, NamedScalar, Num, ScalarBytes};
 pub use crate::sys::LaunchConfig;
 pub use trace::{nvtx_tool, ProfileRow, Profiler};
 
@@ -253,7 +253,9 @@ pub(crate) fn enqueue_ordered<'v>(
         return Err(Error::argument(format!("the stream is on device {o} but the arrays are on device {}", ctx.ordinal())));
     }
     let launch_stream = chosen(stream, common);
-    record::check_launch_stream(&d, launch_stream)?;
+    if stream.is_some() {
+        record::check_launch_stream(&d, launch_stream)?;
+    }
     let foreign = sync && sync_enabled_by_env();
     producers.retain(|p| p.stream != launch_stream && (foreign || p.own));
     if !producers.is_empty() {

@@ -133,8 +133,8 @@ impl Graph {
             return Err(PyCaiError::argument("`stream` names a replay's stream: give the input another name"));
         }
         if let Some((n, dtype)) = number(0, &value)? {
-            let capture = self.capturing(|c| c.scalar(name, Arg::Scalar { value: n, dtype }).map(|_| c.id()))?;
-            let scalar = GraphScalar { name: name.into(), capture, value: n, dtype, source: value.unbind() };
+            let scalar = self.capturing(|c| c.scalar(name, Arg::Scalar { value: n, dtype }))?;
+            let scalar = GraphScalar { scalar, source: value.unbind() };
             return Ok(Bound::new(py, scalar)?.into_any());
         }
         let stream = lock(&self.stream).clone();

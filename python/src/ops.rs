@@ -139,6 +139,7 @@ impl<'py> OpCall<'py> {
         if self.args.is_empty() {
             self.framework = framework_of(obj);
         }
+        args::keep_for_capture(obj);
         let a = match args::arg_before_dlpack(index, obj, &mut self.cx).map_err(|e| e.at_argument(index, Some(name), None))? {
             Some(a) => a,
             None => {

@@ -6,7 +6,7 @@
 //! [`Capture::scalar`]) are the graph's inputs. For each caijit launch the capture keeps
 //! the kernel node it became, its parameter layout and its parameter bytes, and which bytes
 //! each input fills: an array input fills every parameter it was passed to (or a view
-//! inside it was), a scalar input the parameters its [`Arg::ScalarInput`] was passed to.
+//! inside it was), a scalar input the parameters its [`NamedScalar::arg`] was passed to.
 //!
 //! [`Graph::replay`] checks each new argument against every parameter it fills with the
 //! launch's own checks (dtype, rank, const, contiguity, alignment) before anything changes,
@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex};
 use crate::cai::ArrayView;
 use crate::error::{Error, Result};
 use crate::launch::record::{self, lock, InputKind, Launch, Recording, SlotView};
-use crate::launch::{enqueue_ordered, Arg};
+use crate::launch::{enqueue_ordered, Arg, NamedScalar};
 use crate::params::{marshal_one, ParamBuffer};
 use crate::runtime::{Context, Events, Stream};
 use crate::stats::{bump, COUNTERS};
@@ -40,6 +40,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
 /// Whether this thread is capturing a caijit graph now (launches that name no stream go
 /// to it).
+#[inline]
 pub fn capturing_here() -> bool {
     record::thread_capture().is_some()
 }
@@ -108,14 +109,14 @@ impl Capture {
         lock(&self.recording).add_array(name, view)
     }
 
-    /// Name a scalar input: pass the returned argument where the scalar goes; a replay that
-    /// names `name` rebinds every parameter it was passed to.
-    pub fn scalar<'a>(&self, name: &'a str, value: Arg<'_>) -> Result<Arg<'a>> {
+    /// Name a scalar input: pass its [`NamedScalar::arg`] where the scalar goes; a replay
+    /// that names `name` rebinds every parameter it was passed to.
+    pub fn scalar(&self, name: &str, value: Arg<'_>) -> Result<NamedScalar> {
         let Arg::Scalar { value, dtype } = value.unnamed() else {
             return Err(Error::argument(format!("graph input `{name}`: a scalar input takes a scalar")));
         };
         lock(&self.recording).add_scalar(name)?;
-        Ok(Arg::ScalarInput { name, capture: self.id, value, dtype })
+        Ok(NamedScalar { name: name.into(), capture: self.id, value, dtype })
     }
 
     /// End the capture and instantiate its graph. Fails, discarding the graph, when a

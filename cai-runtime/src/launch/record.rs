@@ -136,10 +136,10 @@ impl Recording {
         for (param, a) in args.iter().enumerate() {
             let at = |what: String| crate::params::param_error(&params[param], what);
             match *a {
-                Arg::ScalarInput { name, capture, .. } => {
-                    let found = self.input(name).filter(|&i| capture == self.id && matches!(self.inputs[i].kind, InputKind::Scalar));
+                Arg::ScalarInput(s) => {
+                    let found = self.input(&s.name).filter(|&i| s.capture == self.id && matches!(self.inputs[i].kind, InputKind::Scalar));
                     let Some(i) = found else {
-                        return Err(at(format!("`{name}` is not a scalar input of the graph being captured")));
+                        return Err(at(format!("`{}` is not a scalar input of the graph being captured", s.name)));
                     };
                     self.slots.push((i, Slot { launch, param, view: SlotView::Whole }));
                 }
@@ -235,6 +235,7 @@ pub(crate) fn thread_capture() -> Option<(RawStream, u64)> {
 
 /// Refuse a launch stream outside the caijit capture this thread runs (its work would run
 /// now, not at replay).
+#[inline]
 pub(crate) fn check_launch_stream(d: &Driver, launch: RawStream) -> Result<()> {
     let Some((stream, id)) = thread_capture() else { return Ok(()) };
     if launch == stream || (launch != RawStream::from_cai(1) && d.capture_id(launch)? == id) {
@@ -329,6 +330,10 @@ mod tests {
         }
     }
 
+    fn named(name: &str, capture: u64, value: crate::launch::Num) -> crate::launch::NamedScalar {
+        crate::launch::NamedScalar { name: name.into(), capture, value, dtype: None }
+    }
+
     fn params(n: usize) -> Vec<ParamLayout> {
         (0..n)
             .map(|index| ParamLayout {
@@ -368,7 +373,7 @@ mod tests {
         let row = ArrayView::new(0x1000 + 32, &[8], Some(&[4]), DType::F32, false, None).unwrap();
         let column = ArrayView::new(0x1000 + 4, &[8], Some(&[32]), DType::F32, false, None).unwrap();
         let other = ArrayView::contiguous(0x9000, &[8], DType::F32, false).unwrap();
-        let a = Arg::ScalarInput { name: "a", capture: 1, value: crate::launch::Num::Float(1.0), dtype: None };
+        let a = Arg::ScalarInput(&named("a", 1, crate::launch::Num::Float(1.0)));
         let args = [Arg::Array(&x), Arg::ArrayOn(&row, 0), Arg::Array(&column), Arg::Array(&other), a];
         r.bind(3, &params(5), &args).unwrap();
         let slots: Vec<(usize, usize, usize, bool)> =
@@ -390,13 +395,13 @@ mod tests {
         assert!(e.contains("argument 0 `p0`") && e.contains("overlaps graph input `x` without lying inside it"), "{e}");
         let as_ints = ArrayView::contiguous(0x1000, &[8], DType::I32, false).unwrap();
         assert!(r.bind(0, &params(1), &[Arg::Array(&as_ints)]).is_err());
-        let unknown = Arg::ScalarInput { name: "b", capture: 1, value: crate::launch::Num::Int(1), dtype: None };
+        let unknown = Arg::ScalarInput(&named("b", 1, crate::launch::Num::Int(1)));
         let e = r.bind(0, &params(1), &[unknown]).unwrap_err().to_string();
         assert!(e.contains("`b` is not a scalar input"), "{e}");
-        let e = r.bind(0, &params(1), &[Arg::ScalarInput { name: "x", capture: 1, value: crate::launch::Num::Int(1), dtype: None }]);
+        let e = r.bind(0, &params(1), &[Arg::ScalarInput(&named("x", 1, crate::launch::Num::Int(1)))]);
         assert!(e.is_err(), "an array input's name given to a scalar");
         r.add_scalar("s").unwrap();
-        let elsewhere = Arg::ScalarInput { name: "s", capture: 2, value: crate::launch::Num::Int(1), dtype: None };
+        let elsewhere = Arg::ScalarInput(&named("s", 2, crate::launch::Num::Int(1)));
         assert!(r.bind(0, &params(1), &[elsewhere]).is_err(), "a scalar input of another capture");
         // An array a launch was given before it is named cannot become an input.
         let early = ArrayView::contiguous(0x8000, &[8], DType::F32, false).unwrap();

@@ -23,7 +23,8 @@ pub(super) fn record(k: &Kernel, cfg: &LaunchConfig, args: &[Arg<'_>], stream: R
         for (a, w) in args.iter().zip(slots) {
             match *a {
                 Arg::Array(v) | Arg::ArrayOn(v, _) => w.array(v.dtype(), v.shape(), v.ptr()),
-                Arg::Scalar { value, .. } | Arg::ScalarInput { value, .. } => scalar(w, value),
+                Arg::Scalar { value, .. } => scalar(w, value),
+                Arg::ScalarInput(s) => scalar(w, s.value),
                 Arg::Bytes(b) => w.bytes(b.len()),
                 Arg::Pointer(p) => w.pointer(p),
             }

@@ -54,10 +54,27 @@ pub enum Arg<'a> {
     Bytes(&'a [u8]),
     /// A raw device pointer (only for pointer parameters).
     Pointer(u64),
-    /// A scalar named as an input of the graph being captured with id `capture`
-    /// ([`crate::graph`]): rebound by that name at each replay. Anywhere else, the scalar it
-    /// holds.
-    ScalarInput { name: &'a str, capture: u64, value: Num, dtype: Option<DType> },
+    /// A scalar named as an input of a graph being captured ([`crate::graph`]): rebound by
+    /// its name at each replay. Anywhere else, the scalar it holds. (By reference: a launch's
+    /// arguments stay as small as a scalar's.)
+    ScalarInput(&'a NamedScalar),
+}
+
+/// A scalar named as an input of the graph captured with id `capture`
+/// ([`crate::graph::Capture::scalar`]); pass [`NamedScalar::arg`] where the scalar goes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NamedScalar {
+    pub name: String,
+    pub capture: u64,
+    pub value: Num,
+    pub dtype: Option<DType>,
+}
+
+impl NamedScalar {
+    /// The launch argument.
+    pub fn arg(&self) -> Arg<'_> {
+        Arg::ScalarInput(self)
+    }
 }
 
 impl Arg<'_> {
@@ -80,7 +97,7 @@ impl Arg<'_> {
             Arg::Array(v) | Arg::ArrayOn(v, _) => ArgType::Array { dtype: v.dtype(), rank: v.ndim() },
             Arg::Scalar { dtype: Some(d), .. } => ArgType::TypedScalar(d),
             Arg::Scalar { dtype: None, .. } => ArgType::UntypedScalar,
-            Arg::Bytes(_) | Arg::Pointer(_) | Arg::ScalarInput { .. } => ArgType::Opaque,
+            Arg::Bytes(_) | Arg::Pointer(_) | Arg::ScalarInput(_) => ArgType::Opaque,
         }
     }
 
@@ -90,7 +107,7 @@ impl Arg<'_> {
     pub(crate) fn unnamed(&self) -> Arg<'_> {
         match *self {
             Arg::ArrayOn(v, _) => Arg::Array(v),
-            Arg::ScalarInput { value, dtype, .. } => Arg::Scalar { value, dtype },
+            Arg::ScalarInput(s) => Arg::Scalar { value: s.value, dtype: s.dtype },
             other => other,
         }
     }
@@ -160,29 +177,44 @@ pub(crate) fn check_array(p: &ParamLayout, a: &ArrayArg<'_>) -> Result<()> {
 /// vector type (`float4*`, say) needs that type's alignment too.
 /// `vector` is the alignment `p`'s pointee needs (`pointee_alignment`, computed once at the
 /// kernel's load: [`crate::kernel::Kernel`] keeps it).
+#[inline]
 fn check_aligned(p: &ParamLayout, v: &ArrayView, vector: usize) -> Result<()> {
-    if !v.is_itemsize_aligned() || !crate::cai::is_multiple_of(v.ptr().into(), vector as u64) {
-        if vector > 1 {
-            return Err(param_error(
-                p,
-                format!("the pointer {:#x} is not aligned to the {vector} bytes of the parameter's vector type", v.ptr()),
-            ));
-        }
+    if v.is_itemsize_aligned() && crate::cai::is_multiple_of(v.ptr().into(), vector as u64) {
+        return Ok(());
+    }
+    misaligned(p, v, vector)
+}
+
+/// The error of a misaligned array (the rare path, kept out of the launch's code).
+#[cold]
+fn misaligned(p: &ParamLayout, v: &ArrayView, vector: usize) -> Result<()> {
+    if vector > 1 {
         return Err(param_error(
             p,
-            format!(
-                "the array is not aligned to its {}-byte elements (pointer {:#x}, byte strides {:?})",
-                v.dtype().itemsize(),
-                v.ptr(),
-                v.strides()
-            ),
+            format!("the pointer {:#x} is not aligned to the {vector} bytes of the parameter's vector type", v.ptr()),
         ));
     }
-    Ok(())
+    Err(param_error(
+        p,
+        format!(
+            "the array is not aligned to its {}-byte elements (pointer {:#x}, byte strides {:?})",
+            v.dtype().itemsize(),
+            v.ptr(),
+            v.strides()
+        ),
+    ))
 }
 
 /// What a readonly CAI array meets at a non-const parameter.
 const READONLY: &str = "the array is readonly but the parameter is not const; declare it `const T*` / `caijit::Array<const T, N>`";
+
+/// `value` converted exactly to scalar parameter `p` of type `d`, written at its offset.
+#[inline]
+fn write_scalar(p: &ParamLayout, d: DType, value: Num, buf: &mut ParamBuffer) -> Result<()> {
+    let bytes = encode_scalar(value, d).map_err(|e| param_error(p, e))?;
+    buf.write(p.offset, &bytes);
+    Ok(())
+}
 
 /// Lay out `args` for `params` (as many of each: [`check_count`] first): every check that
 /// names a parameter happens here. `vector[i]` is the alignment `params[i]`'s pointee needs
@@ -196,9 +228,13 @@ pub(crate) fn marshal(params: &[ParamLayout], vector: &[usize], args: &[Arg<'_>]
 
 /// Check `a` against parameter `p` (whose pointee needs `vector`-byte alignment) and write
 /// it at `p`'s offset: one argument of [`marshal`], also what a graph's rebinding writes.
+#[inline(always)]
 pub(crate) fn marshal_one(p: &ParamLayout, vector: usize, a: &Arg<'_>, buf: &mut ParamBuffer) -> Result<()> {
     {
-        let a = &a.unnamed();
+        let a = match a {
+            Arg::ArrayOn(v, _) => &Arg::Array(v),
+            other => other,
+        };
         match (&p.kind, a) {
             (ParamKind::Pointer { .. } | ParamKind::Array { .. }, Arg::Array(v)) => {
                 let immutable = v.readonly().then_some(READONLY);
@@ -221,10 +257,8 @@ pub(crate) fn marshal_one(p: &ParamLayout, vector: usize, a: &Arg<'_>, buf: &mut
                 let ptr = u64::try_from(*i).map_err(|_| param_error(p, format!("{i} is not a device address")))?;
                 buf.write(p.offset, &ptr.to_le_bytes());
             }
-            (ParamKind::Scalar(d), Arg::Scalar { value, .. }) => {
-                let bytes = encode_scalar(*value, *d).map_err(|e| param_error(p, e))?;
-                buf.write(p.offset, &bytes);
-            }
+            (ParamKind::Scalar(d), Arg::Scalar { value, .. }) => write_scalar(p, *d, *value, buf)?,
+            (ParamKind::Scalar(d), Arg::ScalarInput(s)) => write_scalar(p, *d, s.value, buf)?,
             (ParamKind::Struct { .. }, Arg::Bytes(b)) => {
                 if b.len() != p.size {
                     return Err(param_error(p, format!("expected {} bytes for the struct, got {}", p.size, b.len())));
@@ -235,10 +269,9 @@ pub(crate) fn marshal_one(p: &ParamLayout, vector: usize, a: &Arg<'_>, buf: &mut
             (ParamKind::Pointer { .. } | ParamKind::Array { .. } | ParamKind::Scalar(_) | ParamKind::Struct { .. }, other) => {
                 let got = match other {
                     Arg::Array(v) | Arg::ArrayOn(v, _) => format!("a {}-d array of {}", v.ndim(), v.dtype()),
-                    Arg::Scalar { .. } => "a scalar".into(),
+                    Arg::Scalar { .. } | Arg::ScalarInput(_) => "a scalar".into(),
                     Arg::Bytes(b) => format!("{} bytes", b.len()),
                     Arg::Pointer(_) => "a raw pointer (int)".into(),
-                    Arg::ScalarInput { .. } => unreachable!("unnamed above"),
                 };
                 return Err(mismatch(p, got));
             }

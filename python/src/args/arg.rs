@@ -3,7 +3,7 @@
 //! finished. (The device a launch runs on is the runtime's rule: `dispatch::launch_device`.)
 
 use cai_runtime::cai::{ArrayView, DType};
-use cai_runtime::launch::{Arg, Num};
+use cai_runtime::launch::{Arg, NamedScalar, Num};
 use cai_runtime::runtime::Context;
 use pyo3::prelude::*;
 
@@ -29,9 +29,8 @@ pub enum PyArg {
     /// A view of a caijit array (an `Interface`), holding the array.
     OwnView(ArrayView, Py<DeviceArray>),
     Scalar(Num, Option<DType>),
-    /// A scalar named as an input of the graph being captured (`caijit.GraphScalar`): its
-    /// name, capture id, value and dtype.
-    ScalarInput(String, u64, Num, Option<DType>),
+    /// A scalar named as an input of the graph being captured (`caijit.GraphScalar`).
+    ScalarInput(NamedScalar),
     Bytes(Vec<u8>),
 }
 
@@ -55,7 +54,7 @@ impl PyArg {
             }
             PyArg::OwnView(v, a) => Arg::ArrayOn(v, a.get().inner.context().ordinal()),
             PyArg::Scalar(value, dtype) => Arg::Scalar { value: *value, dtype: *dtype },
-            PyArg::ScalarInput(name, capture, value, dtype) => Arg::ScalarInput { name, capture: *capture, value: *value, dtype: *dtype },
+            PyArg::ScalarInput(s) => s.arg(),
             PyArg::Bytes(b) => Arg::Bytes(b),
         }
     }

@@ -9,7 +9,8 @@
 //!    Numba ([`numba`]);
 //! 4. caijit's `Interface` views, with what they hold: the caijit array they view (whose
 //!    rules they follow) or a DLPack import's capsule;
-//! 5. Python numbers and `bytes` (struct parameters);
+//! 5. scalars named for a graph (`caijit.GraphScalar`), Python numbers and `bytes` (struct
+//!    parameters);
 //! 6. any `__cuda_array_interface__` producer (the generic path);
 //! 7. any `__dlpack__` producer on a CUDA device ([`dlpack`]);
 //! 8. NumPy scalars; then the errors (host memory, or not an argument).
@@ -115,16 +116,22 @@ fn qualified_name(ty: &Bound<'_, PyAny>) -> PyResult<String> {
 }
 
 thread_local! {
-    /// The arguments converted on this thread while it captures a caijit graph: the graph
-    /// keeps them ([`take_kept_for_capture`]), so that memory its replays read lives as long.
+    /// The arguments of launches and ops made on this thread while it captures a caijit
+    /// graph: the graph keeps them ([`take_kept_for_capture`]), so that memory its replays
+    /// read lives as long.
     static KEPT: std::cell::RefCell<Vec<Py<PyAny>>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-fn keep_for_capture(obj: &Bound<'_, PyAny>) {
-    KEPT.with_borrow_mut(|k| k.push(obj.clone().unbind()));
+/// Keep `obj`, an argument of a launch or op, with the caijit graph this thread captures
+/// now (nothing when it captures none).
+#[inline]
+pub fn keep_for_capture(obj: &Bound<'_, PyAny>) {
+    if cai_runtime::graph::capturing_here() {
+        KEPT.with_borrow_mut(|k| k.push(obj.clone().unbind()));
+    }
 }
 
-/// What [`arg_before_dlpack`] kept while this thread captured a caijit graph.
+/// What [`keep_for_capture`] kept while this thread captured a caijit graph.
 pub fn take_kept_for_capture() -> Vec<Py<PyAny>> {
     KEPT.take()
 }
@@ -148,7 +155,11 @@ pub fn args_from_py<'py>(
     converted: &mut SmallVec<[PyArg; 8]>,
 ) -> PyCaiResult<()> {
     let mut later: SmallVec<[(usize, Bound<'py, PyAny>); 2]> = SmallVec::new();
+    let capturing = cai_runtime::graph::capturing_here();
     for (i, obj) in objs {
+        if capturing {
+            keep_for_capture(&obj);
+        }
         match arg_before_dlpack(i, &obj, ctx).map_err(|e| named(i, e))? {
             Some(a) => converted.push(a),
             None => {
@@ -207,13 +218,6 @@ pub fn arg_before_dlpack(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgCont
         probe.stop(Phase::ArgScalar);
         return Ok(Some(a));
     }
-    if cai_runtime::graph::capturing_here() {
-        keep_for_capture(obj);
-    }
-    if let Ok(g) = obj.cast_exact::<GraphScalar>() {
-        let g = g.get();
-        return Ok(Some(PyArg::ScalarInput(g.name.clone(), g.capture, g.value, g.dtype)));
-    }
     let path = ctx.path;
     if let Some(a) = obj.cast_exact::<DeviceArray>().ok().filter(|_| matches!(path, Path::Auto | Path::Known)) {
         let a = caijit_arg(a.clone().unbind(), None)?;
@@ -260,6 +264,10 @@ pub fn arg_before_dlpack(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgCont
             };
             probe.stop(Phase::ArgInterface);
             return Ok(Some(a));
+        }
+        // A scalar named for a graph (its type looked up only here, past the arrays).
+        if let Ok(g) = obj.cast_exact::<GraphScalar>() {
+            return Ok(Some(PyArg::ScalarInput(g.get().scalar.clone())));
         }
         if let Some(n) = python_number(index, obj)? {
             probe.stop(Phase::ArgScalar);

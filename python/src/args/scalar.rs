@@ -2,7 +2,7 @@
 //! (read alike by launches, `caijit.ops` and `caijit.jax`).
 
 use cai_runtime::cai::DType;
-use cai_runtime::launch::Num;
+use cai_runtime::launch::{NamedScalar, Num};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyComplex, PyFloat, PyInt};
 
@@ -77,11 +77,7 @@ fn is_numpy_scalar(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
 /// name at each replay. Outside a capture it is its value.
 #[pyclass(frozen, module = "caijit", name = "GraphScalar")]
 pub struct GraphScalar {
-    pub name: String,
-    /// The id of the capture it was named in.
-    pub capture: u64,
-    pub value: Num,
-    pub dtype: Option<DType>,
+    pub scalar: NamedScalar,
     /// The Python object it was made from (what `value` gives back).
     pub source: Py<PyAny>,
 }
@@ -91,7 +87,7 @@ impl GraphScalar {
     /// The graph input's name.
     #[getter]
     fn name(&self) -> &str {
-        &self.name
+        &self.scalar.name
     }
     /// The value it was captured with.
     #[getter]
@@ -100,6 +96,6 @@ impl GraphScalar {
     }
     fn __repr__(&self, py: Python<'_>) -> String {
         let value = self.source.bind(py).repr().map(|r| r.to_string()).unwrap_or_default();
-        format!("caijit.GraphScalar({:?}, {value})", self.name)
+        format!("caijit.GraphScalar({:?}, {value})", self.scalar.name)
     }
 }
