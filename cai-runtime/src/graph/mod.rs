@@ -73,15 +73,7 @@ impl Capture {
                 return Err(e.into());
             }
         };
-        let recording = Arc::new(Mutex::new(Recording {
-            id,
-            seen: Vec::new(),
-            inputs: Vec::new(),
-            slots: Vec::new(),
-            launches: Vec::new(),
-            before_first: Events::new(),
-            failed: None,
-        }));
+        let recording = Arc::new(Mutex::new(Recording::new(id)));
         record::register(recording.clone(), stream.raw(), Arc::new(AtomicBool::new(true)));
         Ok(Capture { ctx: ctx.clone(), stream, recording, id, thread: std::thread::current().id(), ended: false })
     }

@@ -80,6 +80,19 @@ pub(crate) struct Recording {
 }
 
 impl Recording {
+    /// The recording of capture `id`, empty.
+    pub fn new(id: u64) -> Recording {
+        Recording {
+            id,
+            seen: Vec::new(),
+            inputs: Vec::new(),
+            slots: Vec::new(),
+            launches: Vec::new(),
+            before_first: Events::new(),
+            failed: None,
+        }
+    }
+
     /// The input named `name`.
     pub fn input(&self, name: &str) -> Option<usize> {
         self.inputs.iter().position(|i| i.name == name)
@@ -181,7 +194,7 @@ pub(crate) fn same_view(a: &ArrayView, b: &ArrayView) -> bool {
 
 /// Recordings of the captures running now, by capture id (few: a linear scan), each with
 /// the flag its thread reads.
-type Registered = (Arc<Mutex<Recording>>, Arc<AtomicBool>);
+type Registered = (u64, Arc<Mutex<Recording>>, Arc<AtomicBool>);
 static RECORDINGS: Mutex<Vec<Registered>> = Mutex::new(Vec::new());
 /// How many there are: a launch looks for its capture's recording only when there is one.
 static ACTIVE: AtomicUsize = AtomicUsize::new(0);
@@ -196,7 +209,7 @@ thread_local! {
 /// Register `r`, captured on `stream` by this thread; `alive` is cleared by [`unregister`].
 pub(crate) fn register(r: Arc<Mutex<Recording>>, stream: RawStream, alive: Arc<AtomicBool>) {
     let id = lock(&r).id;
-    lock(&RECORDINGS).push((r, alive.clone()));
+    lock(&RECORDINGS).push((id, r, alive.clone()));
     ACTIVE.fetch_add(1, Relaxed);
     CAPTURING.set(Some((stream, id, alive)));
 }
@@ -204,8 +217,8 @@ pub(crate) fn register(r: Arc<Mutex<Recording>>, stream: RawStream, alive: Arc<A
 /// Forget capture `id` (from any thread); its thread's launches no longer go to it.
 pub(crate) fn unregister(id: u64) {
     let mut all = lock(&RECORDINGS);
-    if let Some(at) = all.iter().position(|(r, _)| lock(r).id == id) {
-        let (_, alive) = all.swap_remove(at);
+    if let Some(at) = all.iter().position(|(c, ..)| *c == id) {
+        let (_, _, alive) = all.swap_remove(at);
         alive.store(false, Relaxed);
         ACTIVE.fetch_sub(1, Relaxed);
     }
@@ -217,7 +230,7 @@ pub(crate) fn unregister(id: u64) {
 }
 
 fn recording(id: u64) -> Option<Arc<Mutex<Recording>>> {
-    lock(&RECORDINGS).iter().find(|(r, _)| lock(r).id == id).map(|(r, _)| r.clone())
+    lock(&RECORDINGS).iter().find(|(c, ..)| *c == id).map(|(_, r, _)| r.clone())
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -286,13 +299,16 @@ fn note_captured(d: &Driver, stream: RawStream, k: &Kernel, cfg: &LaunchConfig, 
     if stream == RawStream::from_cai(1) {
         return Ok(());
     }
-    // (Another library's capture is left alone, whatever its state.)
-    let Some(r) = d.capture_id(stream).ok().filter(|&id| id != 0).and_then(recording) else { return Ok(()) };
+    let info = match d.capture_info(stream) {
+        Ok(info) => info,
+        // A capture the driver cannot describe (another library's, with programmatic
+        // edges, say) is left alone; this thread's own caijit capture is not.
+        Err(e) => return if thread_capture().is_some_and(|(s, _)| s == stream) { Err(e.into()) } else { Ok(()) },
+    };
+    let Some(r) = info.active.then(|| recording(info.id)).flatten() else { return Ok(()) };
     let mut r = lock(&r);
     let result = (|| -> Result<()> {
-        let node = d
-            .capture_last_node(stream)?
-            .ok_or_else(|| Error::launch("the captured launch did not end its stream's capture in one node"))?;
+        let node = info.last_node().ok_or_else(|| Error::launch("the captured launch did not end its stream's capture in one node"))?;
         let launch = r.launches.len();
         r.bind(launch, &k.info.params, args)?;
         r.launches.push(Launch {
@@ -319,15 +335,7 @@ mod tests {
     use crate::signature::ParamKind;
 
     fn recording() -> Recording {
-        Recording {
-            id: 1,
-            seen: Vec::new(),
-            inputs: Vec::new(),
-            slots: Vec::new(),
-            launches: Vec::new(),
-            before_first: Events::new(),
-            failed: None,
-        }
+        Recording::new(1)
     }
 
     fn named(name: &str, capture: u64, value: crate::launch::Num) -> crate::launch::NamedScalar {

@@ -230,51 +230,49 @@ pub(crate) fn marshal(params: &[ParamLayout], vector: &[usize], args: &[Arg<'_>]
 /// it at `p`'s offset: one argument of [`marshal`], also what a graph's rebinding writes.
 #[inline(always)]
 pub(crate) fn marshal_one(p: &ParamLayout, vector: usize, a: &Arg<'_>, buf: &mut ParamBuffer) -> Result<()> {
-    {
-        let a = match a {
-            Arg::ArrayOn(v, _) => &Arg::Array(v),
-            other => other,
-        };
-        match (&p.kind, a) {
-            (ParamKind::Pointer { .. } | ParamKind::Array { .. }, Arg::Array(v)) => {
-                let immutable = v.readonly().then_some(READONLY);
-                check_array(p, &ArrayArg { noun: "array", dtype: v.dtype(), shape: v.shape(), immutable })?;
-                if matches!(p.kind, ParamKind::Pointer { .. }) && !v.is_c_contiguous() {
-                    return Err(param_error(p, format!(
-                        "a pointer parameter needs a C-contiguous array; this one has shape {:?} and byte strides {:?} (declare the parameter caijit::Array<T, {}> to accept strided views)",
-                        v.shape(), v.strides(), v.ndim()
-                    )));
-                }
-                check_aligned(p, v, vector)?;
-                match p.kind.rank() {
-                    Some(rank) => buf.write_array(p.offset, v.ptr(), rank, v.shape().iter().zip(v.strides()).map(|(&n, &s)| (n as i64, s))),
-                    None => buf.write(p.offset, &v.ptr().to_le_bytes()),
-                }
+    let a = match a {
+        Arg::ArrayOn(v, _) => &Arg::Array(v),
+        other => other,
+    };
+    match (&p.kind, a) {
+        (ParamKind::Pointer { .. } | ParamKind::Array { .. }, Arg::Array(v)) => {
+            let immutable = v.readonly().then_some(READONLY);
+            check_array(p, &ArrayArg { noun: "array", dtype: v.dtype(), shape: v.shape(), immutable })?;
+            if matches!(p.kind, ParamKind::Pointer { .. }) && !v.is_c_contiguous() {
+                return Err(param_error(p, format!(
+                    "a pointer parameter needs a C-contiguous array; this one has shape {:?} and byte strides {:?} (declare the parameter caijit::Array<T, {}> to accept strided views)",
+                    v.shape(), v.strides(), v.ndim()
+                )));
             }
-            (ParamKind::Pointer { .. }, Arg::Pointer(ptr)) => buf.write(p.offset, &ptr.to_le_bytes()),
-            // A plain integer for a pointer parameter is a raw device address.
-            (ParamKind::Pointer { .. }, Arg::Scalar { value: Num::Int(i), dtype: None }) => {
-                let ptr = u64::try_from(*i).map_err(|_| param_error(p, format!("{i} is not a device address")))?;
-                buf.write(p.offset, &ptr.to_le_bytes());
+            check_aligned(p, v, vector)?;
+            match p.kind.rank() {
+                Some(rank) => buf.write_array(p.offset, v.ptr(), rank, v.shape().iter().zip(v.strides()).map(|(&n, &s)| (n as i64, s))),
+                None => buf.write(p.offset, &v.ptr().to_le_bytes()),
             }
-            (ParamKind::Scalar(d), Arg::Scalar { value, .. }) => write_scalar(p, *d, *value, buf)?,
-            (ParamKind::Scalar(d), Arg::ScalarInput(s)) => write_scalar(p, *d, s.value, buf)?,
-            (ParamKind::Struct { .. }, Arg::Bytes(b)) => {
-                if b.len() != p.size {
-                    return Err(param_error(p, format!("expected {} bytes for the struct, got {}", p.size, b.len())));
-                }
-                buf.write(p.offset, b);
+        }
+        (ParamKind::Pointer { .. }, Arg::Pointer(ptr)) => buf.write(p.offset, &ptr.to_le_bytes()),
+        // A plain integer for a pointer parameter is a raw device address.
+        (ParamKind::Pointer { .. }, Arg::Scalar { value: Num::Int(i), dtype: None }) => {
+            let ptr = u64::try_from(*i).map_err(|_| param_error(p, format!("{i} is not a device address")))?;
+            buf.write(p.offset, &ptr.to_le_bytes());
+        }
+        (ParamKind::Scalar(d), Arg::Scalar { value, .. }) => write_scalar(p, *d, *value, buf)?,
+        (ParamKind::Scalar(d), Arg::ScalarInput(s)) => write_scalar(p, *d, s.value, buf)?,
+        (ParamKind::Struct { .. }, Arg::Bytes(b)) => {
+            if b.len() != p.size {
+                return Err(param_error(p, format!("expected {} bytes for the struct, got {}", p.size, b.len())));
             }
-            // Every other pairing is a mismatch (each kind named: a new one is placed here too).
-            (ParamKind::Pointer { .. } | ParamKind::Array { .. } | ParamKind::Scalar(_) | ParamKind::Struct { .. }, other) => {
-                let got = match other {
-                    Arg::Array(v) | Arg::ArrayOn(v, _) => format!("a {}-d array of {}", v.ndim(), v.dtype()),
-                    Arg::Scalar { .. } | Arg::ScalarInput(_) => "a scalar".into(),
-                    Arg::Bytes(b) => format!("{} bytes", b.len()),
-                    Arg::Pointer(_) => "a raw pointer (int)".into(),
-                };
-                return Err(mismatch(p, got));
-            }
+            buf.write(p.offset, b);
+        }
+        // Every other pairing is a mismatch (each kind named: a new one is placed here too).
+        (ParamKind::Pointer { .. } | ParamKind::Array { .. } | ParamKind::Scalar(_) | ParamKind::Struct { .. }, other) => {
+            let got = match other {
+                Arg::Array(v) | Arg::ArrayOn(v, _) => format!("a {}-d array of {}", v.ndim(), v.dtype()),
+                Arg::Scalar { .. } | Arg::ScalarInput(_) => "a scalar".into(),
+                Arg::Bytes(b) => format!("{} bytes", b.len()),
+                Arg::Pointer(_) => "a raw pointer (int)".into(),
+            };
+            return Err(mismatch(p, got));
         }
     }
     Ok(())

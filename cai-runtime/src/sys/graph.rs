@@ -33,45 +33,6 @@ impl Driver {
         Ok(RawGraph(g))
     }
 
-    /// The node the last operation captured on `s` made: the stream's one dependency.
-    /// `Ok(None)` when `s` is not being captured, or depends on no node or several.
-    pub(crate) fn capture_last_node(&self, s: RawStream) -> Result<Option<RawNode>, DriverError> {
-        let mut status = cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        let mut id = 0u64;
-        let mut deps: *const cu::CUgraphNode = ptr::null();
-        let mut count = 0usize;
-        static HAS_V3: OnceLock<bool> = OnceLock::new();
-        let r = if *HAS_V3.get_or_init(|| self.has("cuStreamGetCaptureInfo_v3")) {
-            // SAFETY: valid out-pointers; the graph and edge-data outputs are null, which
-            // the API allows. `deps` points into the driver's own storage, valid until the
-            // next operation on `s` (read right below).
-            unsafe { cu::cuStreamGetCaptureInfo_v3(s.0, &mut status, &mut id, ptr::null_mut(), &mut deps, ptr::null_mut(), &mut count) }
-        } else {
-            type V2 = unsafe extern "C" fn(
-                cu::CUstream,
-                *mut cu::CUstreamCaptureStatus,
-                *mut u64,
-                *mut cu::CUgraph,
-                *mut *const cu::CUgraphNode,
-                *mut usize,
-            ) -> cu::CUresult;
-            // SAFETY: the driver is loaded; the symbol has exactly the V2 signature (cuda.h
-            // of CUDA 11.3-12.x); the out-pointers are valid or null where allowed.
-            unsafe {
-                match cu::culib().get::<V2>(b"cuStreamGetCaptureInfo_v2") {
-                    Ok(v2) => v2(s.0, &mut status, &mut id, ptr::null_mut(), &mut deps, &mut count),
-                    Err(_) => cu::CUresult::CUDA_ERROR_NOT_SUPPORTED,
-                }
-            }
-        };
-        check("cuStreamGetCaptureInfo", r)?;
-        if status != cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE {
-            return Ok(None);
-        }
-        // SAFETY: the driver says `deps` holds `count` nodes, valid until the next call on `s`.
-        Ok((count == 1 && !deps.is_null()).then(|| RawNode(unsafe { *deps })))
-    }
-
     /// Instantiate `g`. Memory its allocation nodes made and no node freed is freed at the
     /// start of the next launch (`AUTO_FREE_ON_LAUNCH`), so that it can be replayed.
     pub fn graph_instantiate(&self, g: RawGraph) -> Result<RawGraphExec, DriverError> {
@@ -139,24 +100,20 @@ impl Driver {
     /// cannot: `CUDA_ERROR_NOT_SUPPORTED`.
     pub fn capture_child_graph(&self, s: RawStream, child: RawGraph) -> Result<(), DriverError> {
         static CAN: OnceLock<bool> = OnceLock::new();
-        if !*CAN.get_or_init(|| self.has("cuStreamGetCaptureInfo_v3") && self.has("cuStreamUpdateCaptureDependencies_v2")) {
+        if !*CAN.get_or_init(|| self.has("cuStreamUpdateCaptureDependencies_v2")) {
             return check("cuStreamUpdateCaptureDependencies", cu::CUresult::CUDA_ERROR_NOT_SUPPORTED);
         }
-        let mut status = cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_NONE;
-        let mut graph: cu::CUgraph = ptr::null_mut();
-        let mut deps: *const cu::CUgraphNode = ptr::null();
-        let mut count = 0usize;
-        // SAFETY: valid out-pointers; `deps` is read before the next operation on `s`.
-        check("cuStreamGetCaptureInfo", unsafe {
-            cu::cuStreamGetCaptureInfo_v3(s.0, &mut status, ptr::null_mut(), &mut graph, &mut deps, ptr::null_mut(), &mut count)
-        })?;
-        if status != cu::CUstreamCaptureStatus::CU_STREAM_CAPTURE_STATUS_ACTIVE || graph.is_null() {
+        let info = self.capture_info(s)?;
+        if !info.active || info.graph.is_null() {
             return check("cuStreamGetCaptureInfo", cu::CUresult::CUDA_ERROR_STREAM_CAPTURE_UNMATCHED);
         }
+        let deps = info.deps();
         let mut node: cu::CUgraphNode = ptr::null_mut();
-        // SAFETY: `graph` is the live graph of the capture; `deps` holds `count` of its nodes;
-        // `child` a live graph, which the driver clones.
-        check("cuGraphAddChildGraphNode", unsafe { cu::cuGraphAddChildGraphNode(&mut node, graph, deps, count, child.0) })?;
+        // SAFETY: `info.graph` is the live graph of the capture, `deps` its current
+        // dependencies; `child` a live graph, which the driver clones.
+        check("cuGraphAddChildGraphNode", unsafe {
+            cu::cuGraphAddChildGraphNode(&mut node, info.graph, deps.as_ptr(), deps.len(), child.0)
+        })?;
         let set = cu::CUstreamUpdateCaptureDependencies_flags::CU_STREAM_SET_CAPTURE_DEPENDENCIES as u32;
         // SAFETY: one node of the capture's graph and no edge data; the call copies the array.
         check("cuStreamUpdateCaptureDependencies", unsafe { cu::cuStreamUpdateCaptureDependencies_v2(s.0, &mut node, ptr::null(), 1, set) })

@@ -21,7 +21,8 @@ use cudarc::driver::sys as cu;
 /// C functions other extensions export through Cython's capsules (feature `python`).
 #[cfg(feature = "python")]
 pub(crate) mod capi;
-/// Objects kept alive by a graph being captured (graph user objects).
+/// What a stream's capture is; objects kept alive by a graph being captured (graph user
+/// objects).
 mod capture;
 /// DLPack's structs, capsules and C exchange API (Python objects, so feature `python`).
 #[cfg(feature = "python")]
