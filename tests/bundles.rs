@@ -125,7 +125,7 @@ fn recording_writes_what_baking_reads() {
     let ours: Vec<&str> = text.lines().filter(|l| l.contains("// recording")).collect();
     assert_eq!(ours.len(), 1, "{text}");
     assert!(ours[0].contains("\"caijit_manifest\":1") && ours[0].contains("axpy_b<float>"), "{}", ours[0]);
-    let programs = read_manifest(&manifest).unwrap();
+    let programs = read_manifest(&manifest).unwrap().programs;
     let read = programs.iter().find(|p| p.source == program.source).expect("the recorded program");
     assert_eq!((&read.name_expressions, &read.defines, &read.name), (&program.name_expressions, &program.defines, &program.name));
     assert_eq!(bundle_key(read).unwrap(), bundle_key(&program).unwrap());
@@ -133,6 +133,49 @@ fn recording_writes_what_baking_reads() {
     std::fs::write(&manifest, "{\"not\": 1}\n").unwrap();
     let e = read_manifest(&manifest).unwrap_err().to_string();
     assert!(e.contains("line 1") && e.contains("not a caijit manifest entry"), "{e}");
+}
+
+/// A tuning result recorded with its program is shipped in the bundle baked from the
+/// manifest, found by its key and listed; one whose program was not recorded is not.
+#[test]
+fn recorded_tunings_are_shipped_with_their_programs() {
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("manifest.json");
+    let program = Program::new(format!("// tuned\n{AXPY}")).name_expression("axpy_b<float>");
+    let family = family_key(&program).unwrap().unwrap();
+    let tuning = |family: &str, kernel: &str| bundle::ShippedTuning {
+        key: format!("caijit-autotune/1\n{family}\n{kernel}\nNVIDIA H200 sm_90\nn=2^20\nblock=128\nblock=256"),
+        family: family.to_string(),
+        kernel: kernel.to_string(),
+        device: "NVIDIA H200 sm_90".into(),
+        tuning_key: "n=2^20".into(),
+        winner: "block=256".into(),
+        median_us: 3.5,
+        record: serde_json::json!({"candidates": ["block=128", "block=256"], "best": 1}),
+    };
+    let before = record_to(Some(manifest.clone()));
+    let compiled = compile_with(&program, Arch(90), &fresh());
+    cai_runtime::compile::record_tuning(&tuning(&family, "axpy_b"));
+    cai_runtime::compile::record_tuning(&tuning(&"0".repeat(64), "elsewhere"));
+    record_to(before);
+    compiled.unwrap();
+    let read = read_manifest(&manifest).unwrap();
+    assert_eq!(read.tunings.len(), 2);
+    let options = BakeOptions::new(vec![Arch(90)]).jobs(2).tunings(read.tunings.clone());
+    let b = Bundle::from_vec(bake(&read.programs, &options).unwrap(), "tuned.caijit").unwrap();
+    cai_runtime::compile::verify_bundle(&b).unwrap();
+    assert_eq!(b.tunings().unwrap(), &[tuning(&family, "axpy_b")]);
+    assert_eq!(b.tuning(&read.tunings[0].key).unwrap(), Some(&read.tunings[0]));
+    assert_eq!(b.tuning(&read.tunings[1].key).unwrap(), None);
+    let listing = b.describe().unwrap();
+    assert!(
+        listing.contains("1 tunings") && listing.contains("kernel axpy_b on NVIDIA H200 sm_90, key \"n=2^20\": block=256 (3.500 µs)"),
+        "{listing}"
+    );
+
+    std::fs::write(&manifest, "{\"caijit_manifest\": 1, \"tuning\": {\"key\": 3}}\n").unwrap();
+    let e = read_manifest(&manifest).unwrap_err().to_string();
+    assert!(e.contains("line 1") && e.contains("not a tuning result"), "{e}");
 }
 
 /// What `bundle build --ops` bakes for `axpy` (its instances' programs of

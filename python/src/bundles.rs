@@ -20,6 +20,7 @@ fn summary<'py>(py: Python<'py>, b: &Bundle) -> PyCaiResult<Bound<'py, PyDict>> 
     d.set_item("nvrtc", b.nvrtc_version())?;
     d.set_item("programs", programs.iter().map(|p| p.name.clone()).collect::<Vec<_>>())?;
     d.set_item("kernels", programs.iter().flat_map(|p| p.kernel_names.iter().cloned()).collect::<Vec<_>>())?;
+    d.set_item("tunings", b.tunings()?.len())?;
     Ok(d)
 }
 
@@ -49,7 +50,8 @@ pub fn bundle_info(py: Python<'_>, path: PathBuf) -> PyCaiResult<String> {
     })?)
 }
 
-/// Bake the programs of `manifests` (and with `ops`, every instance of the kernel library) and of `files` (every kernel of each,
+/// Bake the programs of `manifests` (and the tuning results they recorded; with `ops`, every
+/// instance of the kernel library) and of `files` (every kernel of each,
 /// and the template instances `instances` names) for `archs` into `output`; returns the
 /// number of programs read, the number in the bundle (programs of one source are merged)
 /// and the file's size.
@@ -71,9 +73,11 @@ pub fn bundle_build(
 ) -> PyCaiResult<(usize, usize, usize)> {
     Ok(py.detach(|| -> cai_runtime::Result<(usize, usize, usize)> {
         let archs = archs.iter().map(|a| Arch::parse(a)).collect::<cai_runtime::Result<Vec<_>>>()?;
-        let mut programs = Vec::new();
+        let (mut programs, mut tunings) = (Vec::new(), Vec::new());
         for m in &manifests {
-            programs.extend(read_manifest(m)?);
+            let read = read_manifest(m)?;
+            programs.extend(read.programs);
+            tunings.extend(read.tunings);
         }
         for f in &files {
             let file = Program::from_file(f)?;
@@ -83,7 +87,7 @@ pub fn bundle_build(
         if ops {
             programs.extend(cai_runtime::ops::library_programs()?);
         }
-        let mut options = BakeOptions::new(archs).ptx(ptx).progress(progress);
+        let mut options = BakeOptions::new(archs).ptx(ptx).progress(progress).tunings(tunings);
         let at_least_one = |n: i64, what: &str| {
             usize::try_from(n)
                 .ok()

@@ -9,7 +9,7 @@ use cai_runtime::graph::{Capture, Graph as RtGraph};
 use cai_runtime::launch::Arg;
 use cai_runtime::runtime::{Context, Stream as RtStream};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyString};
 use smallvec::SmallVec;
 
 use crate::args::{arg_from_py, args_from_py, number, release_after, take_kept_for_capture, ArgContext, GraphScalar, PyArg};
@@ -38,6 +38,9 @@ pub struct Graph {
     /// Every argument of the launches captured: what the graph reads as it was captured.
     captured: Mutex<Vec<Py<PyAny>>>,
 }
+
+/// Objects a replay no longer binds, dropped once the GIL is back.
+type Objects = SmallVec<[Py<PyAny>; 8]>;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -171,36 +174,47 @@ impl Graph {
     #[pyo3(signature = (*, stream = None, **inputs))]
     fn replay(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>, inputs: Option<&Bound<'_, PyDict>>) -> PyCaiResult<()> {
         let stream = stream.map(stream_from_py).transpose()?.flatten();
-        let mut names: SmallVec<[String; 8]> = SmallVec::new();
+        // The names borrowed from the keywords' strings, the objects as given.
+        let mut keys: SmallVec<[Bound<'_, PyString>; 8]> = SmallVec::new();
         let mut objs: SmallVec<[Bound<'_, PyAny>; 8]> = SmallVec::new();
         for (k, v) in inputs.into_iter().flat_map(|d| d.iter()) {
-            names.push(k.extract()?);
+            keys.push(k.cast_into::<PyString>().map_err(PyErr::from)?);
             objs.push(v);
         }
+        let names: SmallVec<[&str; 8]> = keys.iter().map(|k| k.to_str()).collect::<PyResult<_>>()?;
         let mut cx = ArgContext::new(stream.as_ref().map(|s| s.handle()));
         let mut converted: SmallVec<[PyArg; 8]> = SmallVec::new();
-        args_from_py(objs.iter().cloned().enumerate(), &mut cx, |i, e| e.at_argument(i, Some(&names[i]), None), &mut converted)?;
-        let args: SmallVec<[(&str, Arg<'_>); 8]> = names.iter().map(String::as_str).zip(converted.iter().map(PyArg::as_arg)).collect();
+        args_from_py(objs.iter().cloned().enumerate(), &mut cx, |i, e| e.at_argument(i, Some(names[i]), None), &mut converted)?;
+        let args: SmallVec<[(&str, Arg<'_>); 8]> = names.iter().copied().zip(converted.iter().map(PyArg::as_arg)).collect();
         // The objects the graph reads from now on, bound under the graph's lock with the
-        // replay that binds them (two threads replaying cannot leave them crossed).
-        let bound: SmallVec<[(String, Py<PyAny>); 8]> = names
+        // replay that binds them (two threads replaying cannot leave them crossed); the
+        // objects they replace are dropped after, with the GIL.
+        let bound: SmallVec<[(&str, Py<PyAny>); 8]> = names
             .iter()
             .zip(&objs)
             .zip(&converted)
             .filter(|(_, a)| a.view().is_some())
-            .map(|((n, o), _)| (n.clone(), o.clone().unbind()))
+            .map(|((&n, o), _)| (n, o.clone().unbind()))
             .collect();
-        let (on, ctx) = py.detach(|| -> PyCaiResult<(u64, Arc<Context>)> {
+        let (on, ctx, replaced) = py.detach(|| -> PyCaiResult<(u64, Arc<Context>, Objects)> {
             match &mut *lock(&self.state) {
                 State::Ready(g) => {
                     let on = g.replay(&args, stream.as_deref(), true)?;
-                    lock(&self.held).extend(bound);
-                    Ok((on, g.context().clone()))
+                    let mut held = lock(&self.held);
+                    let mut replaced = SmallVec::new();
+                    for (name, obj) in bound {
+                        match held.get_mut(name) {
+                            Some(h) => replaced.push(std::mem::replace(h, obj)),
+                            None => drop(held.insert(name.to_string(), obj)),
+                        }
+                    }
+                    Ok((on, g.context().clone(), replaced))
                 }
                 State::Discarded(why) => Err(PyCaiError::argument(format!("the graph cannot be replayed: {why}"))),
                 State::New | State::Capturing(_) => Err(PyCaiError::argument("a graph is replayed after its `with caijit.graph()` block")),
             }
         })?;
+        drop(replaced);
         drop(args);
         release_after(&ctx, on, converted.drain(..))
     }

@@ -106,7 +106,8 @@ impl Tuner {
 
     /// The tuning of `key` (tuned first when unknown), as a dict: `candidates` (labels),
     /// `trials` (`{"median_us", "min_us", "max_us", "spread", "samples", "batch"}` or
-    /// `{"failed": why}`), `best`, `from_disk`, `table`.
+    /// `{"failed": why}`), `best`, `source` (`"measured"`, `"disk"`, `"bundle"` or `"off"`),
+    /// `table`.
     #[pyo3(signature = (kernel, key, candidates, args, stream = None))]
     fn result<'py>(
         &self,
@@ -147,7 +148,7 @@ fn tuned_dict<'py>(py: Python<'py>, t: &Tuned) -> PyCaiResult<Bound<'py, PyDict>
     }
     d.set_item("trials", trials)?;
     d.set_item("best", t.best())?;
-    d.set_item("from_disk", t.from_disk)?;
+    d.set_item("source", t.source.name())?;
     d.set_item("table", t.table())?;
     Ok(d)
 }

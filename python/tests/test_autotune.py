@@ -146,14 +146,18 @@ _PROCESS = textwrap.dedent(
     out = caijit.zeros(1 << 14, "float32")
     tuned = caijit.autotune(k, [caijit.Config(block=b) for b in (128, 256, 512)])
     r = tuned.result(out, 1 << 14, 256, 100_000)
+    tuned(out, 1 << 14, 256, 100_000)
+    ok = bool((out.copy_to_host() == 1.0).all())
     s = caijit.stats()
-    print(json.dumps({"best": r.best, "tunings": s["tunings"], "tune_launches": s["tune_launches"], "from_disk": r.from_disk}))
+    print(json.dumps({"best": r.best, "tunings": s["tunings"], "tune_launches": s["tune_launches"], "from_disk": r.from_disk,
+                      "source": r.source, "ok": ok, "compiles": s["compiles"]}))
     """
 )
 
 
-def _processes(n: int, cache: str) -> list[dict[str, Any]]:
-    env = dict(os.environ, CAIJIT_CACHE_DIR=cache)
+def _processes(n: int, cache: str, **env_extra: str) -> list[dict[str, Any]]:
+    drop = ("CAIJIT_RECORD", "CAIJIT_BUNDLES", "CAIJIT_NVRTC_PATH")
+    env = {**{k: v for k, v in os.environ.items() if k not in drop}, "CAIJIT_CACHE_DIR": cache, **env_extra}
     procs = [subprocess.Popen([sys.executable, "-c", _PROCESS, SPIN], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(n)]
     out = []
     for p in procs:
@@ -169,6 +173,26 @@ def test_a_second_process_reads_the_result_and_makes_no_timing_launch(tmp_path: 
     assert first["tunings"] == 1 and first["tune_launches"] > 0 and not first["from_disk"]
     second = _processes(1, str(tmp_path))[0]
     assert (second["tunings"], second["tune_launches"], second["from_disk"], second["best"]) == (0, 0, True, first["best"])
+
+
+@gpu
+def test_a_bundle_ships_the_result_to_a_process_without_nvrtc_or_cache(tmp_path: Any) -> None:
+    manifest = tmp_path / "manifest.json"
+    first = _processes(1, str(tmp_path / "cache"), CAIJIT_RECORD=str(manifest))[0]
+    assert (first["source"], first["ok"]) == ("measured", True) and first["tune_launches"] > 0, first
+    assert '"tuning"' in manifest.read_text()
+    major, minor = caijit._native.device_info(0)[1]
+    bundle = tmp_path / "app.caijit"
+    cli = [sys.executable, "-m", "caijit", "bundle"]
+    b = subprocess.run([*cli, "build", str(manifest), "--arch", f"sm_{major}{minor}", "-o", str(bundle)], capture_output=True, text=True, timeout=600)
+    assert b.returncode == 0, b.stderr
+    info = subprocess.run([*cli, "info", str(bundle)], capture_output=True, text=True, timeout=300)
+    assert info.returncode == 0 and "1 tunings" in info.stdout and "kernel spin on" in info.stdout, info.stdout + info.stderr
+    # A fresh cache and no NVRTC: the bundle's result and code, nothing timed or compiled.
+    no_nvrtc = {"CAIJIT_BUNDLES": str(bundle), "CAIJIT_NVRTC_PATH": "/nonexistent/libnvrtc.so.13"}
+    shipped = _processes(1, str(tmp_path / "fresh"), **no_nvrtc)[0]
+    assert (shipped["source"], shipped["best"], shipped["ok"]) == ("bundle", first["best"], True), shipped
+    assert (shipped["tunings"], shipped["tune_launches"], shipped["compiles"]) == (0, 0, 0), shipped
 
 
 @gpu

@@ -1,7 +1,7 @@
 //! The format's constants, its JSON sections as stored, and the public types a reader gets
 //! of a bundled program (`docs/bundles.md` documents the format).
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// The first eight bytes of every bundle.
@@ -24,6 +24,9 @@ pub const SECTION_DESCRIPTION: u32 = 5;
 pub const SECTION_LOOKUP: u32 = 6;
 /// A program's record (JSON): what a lookup needs, and where its other sections are.
 pub const SECTION_RECORD: u32 = 7;
+/// The tuning results the bundle ships (JSON: a list of [`ShippedTuning`]); the metadata
+/// names its section, if any.
+pub const SECTION_TUNINGS: u32 = 8;
 
 pub(super) const FLAG_DEFLATE: u32 = 1;
 /// Bytes of the header before the table of contents, and of one entry of it.
@@ -120,6 +123,27 @@ pub struct ProgramDetails {
     pub layouts: Option<Value>,
 }
 
+/// An autotuning result a bundle ships beside the programs it was tuned on: a process that
+/// loads the bundle launches the winner without timing anything (`cai_runtime::tune`
+/// reads it; this module only carries it).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ShippedTuning {
+    /// What the tuner looks it up by: the kernel's program (its family key), the kernel, the
+    /// device model and compute capability, the tuning key and the candidates.
+    pub key: String,
+    /// The family key of the kernel's program: a bundle ships a tuning only with its program.
+    pub family: String,
+    /// For listings: the kernel, the device it was tuned on, and the tuning key.
+    pub kernel: String,
+    pub device: String,
+    pub tuning_key: String,
+    /// The winner's label and its median time (µs).
+    pub winner: String,
+    pub median_us: f64,
+    /// The tuner's own record (candidates, their trials, the winner).
+    pub record: Value,
+}
+
 /// The metadata (section 0) as stored.
 #[derive(Deserialize)]
 pub(super) struct StoredMetadata {
@@ -130,6 +154,9 @@ pub(super) struct StoredMetadata {
     pub(super) nvrtc_build: String,
     pub(super) archs: Vec<u32>,
     pub(super) programs: usize,
+    /// The section of the shipped tunings, if any.
+    #[serde(default)]
+    pub(super) tunings: Option<usize>,
 }
 
 /// A program's record as stored: what

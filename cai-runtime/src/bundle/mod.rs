@@ -18,7 +18,8 @@
 //! section 1 the lookup table: fixed-size records, sorted, that map the SHA-256 of a bundle
 //! key, of a family key, and of a family key with a name expression, to a program number,
 //! and each program number to the section of the program's record (JSON: its key, name,
-//! name expressions, kernels and the positions of its other sections).
+//! name expressions, kernels and the positions of its other sections). A bundle may also
+//! ship autotuning results ([`ShippedTuning`]), in one section the metadata names.
 //!
 //! Opening a bundle reads the header, the table of contents, the metadata and the lookup
 //! table, and checks those (and that every section lies within the file, and that the
@@ -68,8 +69,8 @@ mod toc;
 mod write;
 
 pub use format::{
-    BundledProgram, ImageKind, ImageRef, KernelSummary, ParamSummary, ProgramDetails, CAIJIT_VERSION, FORMAT_VERSION, MAGIC, SECTION_CUBIN,
-    SECTION_DESCRIPTION, SECTION_ENTRIES, SECTION_LOOKUP, SECTION_METADATA, SECTION_PTX, SECTION_RECORD,
+    BundledProgram, ImageKind, ImageRef, KernelSummary, ParamSummary, ProgramDetails, ShippedTuning, CAIJIT_VERSION, FORMAT_VERSION, MAGIC,
+    SECTION_CUBIN, SECTION_DESCRIPTION, SECTION_ENTRIES, SECTION_LOOKUP, SECTION_METADATA, SECTION_PTX, SECTION_RECORD, SECTION_TUNINGS,
 };
 pub use loaded::{add_default, install, load, loaded};
 pub use read::Bundle;

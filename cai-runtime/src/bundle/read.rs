@@ -10,9 +10,9 @@ use std::sync::OnceLock;
 use serde_json::Value;
 
 use super::format::{
-    BundledProgram, ImageKind, ImageRef, KernelSummary, ParamSummary, ProgramDetails, StoredDetails, StoredMetadata, StoredProgram,
-    CAIJIT_VERSION, DIGEST, FLAG_DEFLATE, FORMAT_VERSION, HEADER, MAGIC, MAX_SECTION, MAX_SECTIONS, SECTION_CUBIN, SECTION_DESCRIPTION,
-    SECTION_ENTRIES, SECTION_LOOKUP, SECTION_METADATA, SECTION_PTX, TOC_CHECKSUM, TOC_ENTRY,
+    BundledProgram, ImageKind, ImageRef, KernelSummary, ParamSummary, ProgramDetails, ShippedTuning, StoredDetails, StoredMetadata,
+    StoredProgram, CAIJIT_VERSION, DIGEST, FLAG_DEFLATE, FORMAT_VERSION, HEADER, MAGIC, MAX_SECTION, MAX_SECTIONS, SECTION_CUBIN,
+    SECTION_DESCRIPTION, SECTION_ENTRIES, SECTION_LOOKUP, SECTION_METADATA, SECTION_PTX, SECTION_TUNINGS, TOC_CHECKSUM, TOC_ENTRY,
 };
 use super::lookup::{digest, key_record, Lookup};
 use super::toc::Toc;
@@ -36,6 +36,9 @@ pub struct Bundle {
     /// Each program's record and details, read at their first use (a failure is kept: the
     /// bytes do not change); a pointer each until then.
     pub(super) slots: Vec<OnceLock<Box<LoadedProgram>>>,
+    /// The section of the tunings it ships, if any, and the tunings, read at their first use.
+    tunings_section: Option<usize>,
+    tunings: OnceLock<std::result::Result<Vec<ShippedTuning>, String>>,
 }
 
 #[derive(Debug)]
@@ -224,6 +227,8 @@ impl Bundle {
             archs: vec![],
             lookup: Lookup::default(),
             slots: vec![],
+            tunings_section: None,
+            tunings: OnceLock::new(),
         };
         bundle.read_metadata()?;
         Ok(bundle)
@@ -258,6 +263,12 @@ impl Bundle {
         self.nvrtc = meta.nvrtc;
         self.nvrtc_build = meta.nvrtc_build;
         self.archs = meta.archs;
+        if let Some(t) = meta.tunings {
+            if self.sections.get(t).map(|s| s.kind) != Some(SECTION_TUNINGS) {
+                return Err(bad(&self.origin, format!("is corrupt (its metadata names section {t} as its tunings, which it is not)")));
+            }
+        }
+        self.tunings_section = meta.tunings;
         Ok(())
     }
 
@@ -394,14 +405,34 @@ impl Bundle {
         String::from_utf8(self.section(i)?).map_err(|_| bad(&self.origin, format!("is corrupt (section {i} is not UTF-8 text)")))
     }
 
+    /// The autotuning results the bundle ships (read and verified at the first call).
+    pub fn tunings(&self) -> Result<&[ShippedTuning]> {
+        let read = || -> std::result::Result<Vec<ShippedTuning>, String> {
+            let Some(section) = self.tunings_section else { return Ok(Vec::new()) };
+            let raw = self.section(section).map_err(|e| e.to_string())?;
+            serde_json::from_slice(&raw)
+                .map_err(|e| bad(&self.origin, format!("is corrupt (its tunings, section {section}, are not valid: {e})")).to_string())
+        };
+        match self.tunings.get_or_init(read) {
+            Ok(t) => Ok(t),
+            Err(e) => Err(Error::Bundle(e.clone())),
+        }
+    }
+
+    /// The shipped tuning of key `key` (the tuner's), if the bundle has one.
+    pub fn tuning(&self, key: &str) -> Result<Option<&ShippedTuning>> {
+        Ok(self.tunings()?.iter().find(|t| t.key == key))
+    }
+
     /// Verify every section's checksum (and that it inflates), every program's record and
-    /// description, and that the lookup table lists each program as its record says, and
-    /// nothing else: what `python -m caijit bundle info` and baking do; loading verifies
-    /// sections lazily.
+    /// description, the tunings, and that the lookup table lists each program as its record
+    /// says, and nothing else: what `python -m caijit bundle info` and baking do; loading
+    /// verifies sections lazily.
     pub fn verify(&self) -> Result<()> {
         for i in 0..self.sections.len() {
             self.section(i)?;
         }
+        self.tunings()?;
         let mut exprs = 0;
         for p in self.programs()? {
             self.details(p)?;
@@ -580,6 +611,16 @@ impl Bundle {
                     .map(|q| format!("{} {} @{}+{}", q.cpp_type, q.name.as_deref().unwrap_or("_"), q.offset, q.size))
                     .collect();
                 s.push_str(&format!("  kernel {}({})\n", k.name, params.join(", ")));
+            }
+        }
+        let tunings = self.tunings()?;
+        if !tunings.is_empty() {
+            s.push_str(&format!("\n{} tunings (autotune results, launched without timing)\n", tunings.len()));
+            for t in tunings {
+                s.push_str(&format!(
+                    "  kernel {} on {}, key {:?}: {} ({:.3} µs)\n",
+                    t.kernel, t.device, t.tuning_key, t.winner, t.median_us
+                ));
             }
         }
         Ok(s)

@@ -28,7 +28,7 @@ fn blobs(key: &str, family: &str, exprs: &[&str]) -> ProgramBlobs {
 }
 
 fn sample() -> Vec<u8> {
-    write("13.0", "build-id", &[80, 90], vec![blobs(&"ab".repeat(32), &"ef".repeat(32), &["k<float>"])])
+    write("13.0", "build-id", &[80, 90], vec![blobs(&"ab".repeat(32), &"ef".repeat(32), &["k<float>"])], &[])
 }
 
 /// Programs of one family with overlapping name expressions, and one of another family
@@ -41,7 +41,7 @@ fn several() -> Vec<u8> {
         blobs("key c", &g, &[]),
         blobs("key d", &f, &["k<c>", "k<d>", "k<a>"]),
     ];
-    write("13.0", "build-id", &[80, 90], programs)
+    write("13.0", "build-id", &[80, 90], programs, &[])
 }
 
 /// Every section of `bundle`, inflated, to change and [`seal`] again.
@@ -259,7 +259,7 @@ fn foreign_programs_odd_numbers_and_odd_text_are_errors_not_reinterpreted() {
     let huge = write_metadata(json!({"format": FORMAT_VERSION, "caijit": CAIJIT_VERSION, "archs": [(1u64 << 32) + 90], "programs": 0}));
     let e = Bundle::from_vec(huge, "h").unwrap_err().to_string();
     assert!(e.contains("metadata is not valid") && e.contains("4294967386"), "{e}");
-    let odd = write("13.0", "b", &[90], vec![blobs(&"ü".repeat(20), "f", &[])]);
+    let odd = write("13.0", "b", &[90], vec![blobs(&"ü".repeat(20), "f", &[])], &[]);
     let odd = Bundle::from_vec(odd, "o").unwrap();
     assert!(odd.describe().unwrap().contains(&"ü".repeat(16)));
     assert!(odd.program(&"ü".repeat(20)).unwrap().is_some());
@@ -384,4 +384,38 @@ fn inflate_gives_exactly_the_length_or_an_error() {
     assert!(inflate(&packed, raw.len() + 1).unwrap_err().contains("inflates to 10000 bytes, not 10001"));
     assert!(inflate(&[0xff; 64], 100).unwrap_err().contains("does not inflate"));
     assert!(deflate(b"x").is_none(), "stored as it is when deflating makes it no smaller");
+}
+
+#[test]
+fn shipped_tunings_are_read_back_by_key_and_a_wrong_section_is_refused() {
+    let t = ShippedTuning {
+        key: "k\nfamily".into(),
+        family: "ef".repeat(32),
+        kernel: "k".into(),
+        device: "GPU sm_90".into(),
+        tuning_key: "n".into(),
+        winner: "block=256".into(),
+        median_us: 2.0,
+        record: json!({"best": 0}),
+    };
+    let bytes = write("13.0", "build-id", &[90], vec![blobs(&"ab".repeat(32), &"ef".repeat(32), &[])], std::slice::from_ref(&t));
+    let b = Bundle::from_vec(bytes.clone(), "t").unwrap();
+    b.verify().unwrap();
+    assert_eq!(b.tuning("k\nfamily").unwrap(), Some(&t));
+    assert_eq!(b.tuning("other").unwrap(), None);
+    assert!(b.describe().unwrap().contains("kernel k on GPU sm_90, key \"n\": block=256 (2.000 µs)"));
+    assert!(Bundle::from_vec(sample(), "t").unwrap().tunings().unwrap().is_empty());
+
+    // The metadata naming another section as the tunings; tunings that are not a list of them.
+    let mut sections = sections_of(&bytes);
+    let mut meta: Value = serde_json::from_slice(&sections[0].1).unwrap();
+    meta["tunings"] = json!(2);
+    sections[0].1 = serde_json::to_vec(&meta).unwrap();
+    let e = Bundle::from_vec(seal(sections), "t").unwrap_err().to_string();
+    assert!(e.contains("names section 2 as its tunings"), "{e}");
+    let mut sections = sections_of(&bytes);
+    let last = sections.len() - 1;
+    sections[last].1 = b"[{\"key\": 1}]".to_vec();
+    let e = Bundle::from_vec(seal(sections), "t").unwrap().tunings().unwrap_err().to_string();
+    assert!(e.contains("its tunings, section") && e.contains("are not valid"), "{e}");
 }

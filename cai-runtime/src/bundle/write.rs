@@ -8,8 +8,9 @@ use std::path::Path;
 use serde_json::{json, Value};
 
 use super::format::{
-    CAIJIT_VERSION, EXPR_RECORD, FLAG_DEFLATE, FORMAT_VERSION, HEADER, KEY_RECORD, LOOKUP_HEADER, MAGIC, SECTION_CUBIN,
-    SECTION_DESCRIPTION, SECTION_ENTRIES, SECTION_LOOKUP, SECTION_METADATA, SECTION_PTX, SECTION_RECORD, TOC_CHECKSUM, TOC_ENTRY,
+    ShippedTuning, CAIJIT_VERSION, EXPR_RECORD, FLAG_DEFLATE, FORMAT_VERSION, HEADER, KEY_RECORD, LOOKUP_HEADER, MAGIC, SECTION_CUBIN,
+    SECTION_DESCRIPTION, SECTION_ENTRIES, SECTION_LOOKUP, SECTION_METADATA, SECTION_PTX, SECTION_RECORD, SECTION_TUNINGS, TOC_CHECKSUM,
+    TOC_ENTRY,
 };
 use super::lookup::{digest, expr_record, key_record};
 use crate::error::{Error, Result};
@@ -49,9 +50,9 @@ pub fn save(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 /// Write a bundle: `nvrtc` / `nvrtc_build` name the compiler, `archs` the architectures
-/// baked. Sections but the metadata and the lookup table are compressed (raw DEFLATE)
-/// where that makes them smaller.
-pub fn write(nvrtc: &str, nvrtc_build: &str, archs: &[u32], programs: Vec<ProgramBlobs>) -> Vec<u8> {
+/// baked; `tunings` are shipped beside the programs (none: no section). Sections but the
+/// metadata and the lookup table are compressed (raw DEFLATE) where that makes them smaller.
+pub fn write(nvrtc: &str, nvrtc_build: &str, archs: &[u32], programs: Vec<ProgramBlobs>, tunings: &[ShippedTuning]) -> Vec<u8> {
     let count = programs.len();
     let mut sections: Vec<(u32, Vec<u8>)> = vec![(SECTION_METADATA, Vec::new()), (SECTION_LOOKUP, Vec::new())];
     let (mut records, mut keys, mut families, mut exprs) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
@@ -99,6 +100,10 @@ pub fn write(nvrtc: &str, nvrtc_build: &str, archs: &[u32], programs: Vec<Progra
     lookup.extend(keys.iter().chain(&families).flatten());
     lookup.extend(exprs.iter().flatten());
     sections[1].1 = lookup;
+    let tunings_section = (!tunings.is_empty()).then(|| {
+        sections.push((SECTION_TUNINGS, serde_json::to_vec(tunings).unwrap_or_default()));
+        sections.len() - 1
+    });
     let metadata = json!({
         "format": FORMAT_VERSION,
         "caijit": CAIJIT_VERSION,
@@ -106,6 +111,7 @@ pub fn write(nvrtc: &str, nvrtc_build: &str, archs: &[u32], programs: Vec<Progra
         "nvrtc_build": nvrtc_build,
         "archs": archs,
         "programs": count,
+        "tunings": tunings_section,
     });
     sections[0].1 = serde_json::to_vec(&metadata).unwrap_or_default();
     seal(sections)

@@ -23,7 +23,7 @@ use super::compiled::{Compiled, Image};
 use super::key::sha256_hex;
 use super::program::{Arch, Program};
 use super::{bundled, compile_keyed, record, toolkit, CompileOptions, DiskCache};
-use crate::bundle::{self, ProgramBlobs};
+use crate::bundle::{self, ProgramBlobs, ShippedTuning};
 use crate::error::{Error, Result};
 use crate::sync::lock;
 
@@ -42,12 +42,15 @@ pub struct BakeOptions {
     /// At most this many name expressions in a merged program (default
     /// [`MERGED_EXPRESSIONS`]; 1: each program as given; 0 is taken as 1).
     pub merge: usize,
+    /// Autotuning results to ship beside the programs they were tuned on (a manifest
+    /// records them); one whose program is not baked is left out, with a warning.
+    pub tunings: Vec<ShippedTuning>,
 }
 
 impl BakeOptions {
     pub fn new(archs: Vec<Arch>) -> BakeOptions {
         let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
-        BakeOptions { archs, ptx: true, jobs, progress: false, merge: MERGED_EXPRESSIONS }
+        BakeOptions { archs, ptx: true, jobs, progress: false, merge: MERGED_EXPRESSIONS, tunings: Vec::new() }
     }
     pub fn ptx(mut self, ptx: bool) -> Self {
         self.ptx = ptx;
@@ -66,6 +69,11 @@ impl BakeOptions {
     /// first launch loads whole.
     pub fn merge(mut self, merge: usize) -> Self {
         self.merge = merge;
+        self
+    }
+    /// Ship these tuning results (see [`BakeOptions::tunings`]).
+    pub fn tunings(mut self, tunings: Vec<ShippedTuning>) -> Self {
+        self.tunings = tunings;
         self
     }
 }
@@ -185,7 +193,27 @@ pub fn bake(programs: &[Program], options: &BakeOptions) -> Result<Vec<u8>> {
         });
     }
     let archs: Vec<u32> = archs.iter().map(|a| a.0).collect();
-    Ok(bundle::write(&format!("{}.{}", tk.version.0, tk.version.1), &tk.build, &archs, blobs))
+    let tunings = shipped_tunings(&options.tunings, &blobs);
+    Ok(bundle::write(&format!("{}.{}", tk.version.0, tk.version.1), &tk.build, &archs, blobs, &tunings))
+}
+
+/// The tunings of `tunings` whose program is among `blobs` (each key once, the first given);
+/// the others are left out with a warning: their winners' code is not in the bundle.
+fn shipped_tunings(tunings: &[ShippedTuning], blobs: &[ProgramBlobs]) -> Vec<ShippedTuning> {
+    let families: std::collections::HashSet<&str> = blobs.iter().filter_map(|b| b.description["family"].as_str()).collect();
+    let mut seen = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for t in tunings {
+        if !families.contains(t.family.as_str()) {
+            eprintln!(
+                "caijit: warning: not shipping the tuning of kernel {} for key {:?}: its program is not in the bundle (record the run that launches it)",
+                t.kernel, t.tuning_key
+            );
+        } else if seen.insert(t.key.as_str()) {
+            out.push(t.clone());
+        }
+    }
+    out
 }
 
 /// By default, at most this many name expressions in a merged program (a program given

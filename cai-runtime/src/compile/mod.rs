@@ -70,7 +70,7 @@ use describe::{describe_kernels, Described};
 pub use headers::{HEADERS, OPS};
 use key::{cache_key, sha256_hex};
 pub use program::{Arch, Program};
-pub use record::{manifest_entry, read_manifest, record_to, recording};
+pub use record::{manifest_entry, read_manifest, record_to, record_tuning, recording, Manifest};
 pub use toolkit::{add_site_dirs, toolkit, Toolkit};
 
 use crate::error::CompileError;

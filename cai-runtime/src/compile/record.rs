@@ -2,8 +2,9 @@
 //! bakes into a bundle (`docs/bundles.md`).
 //!
 //! Recording (`CAIJIT_RECORD=manifest.json`, or [`record_to`]) appends one JSON line per
-//! program and architecture compiled or loaded, each written whole under an exclusive lock
-//! on the file, so processes can record into one manifest at the same time.
+//! program and architecture compiled or loaded, and one per autotuning result the run used
+//! ([`record_tuning`]), each written whole under an exclusive lock on the file, so
+//! processes can record into one manifest at the same time.
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -16,7 +17,7 @@ use super::bundled::{bundle_key, warn_once, Keys};
 use super::compiled::Compiled;
 use super::key::sha256_hex;
 use super::program::{Arch, Program};
-use crate::bundle;
+use crate::bundle::{self, ShippedTuning};
 use crate::error::{Error, Result};
 use crate::sync::lock;
 
@@ -60,6 +61,26 @@ pub(super) fn record(program: &Program, arch: Arch, compiled: &Compiled, keys: &
         Ok(line) => line,
         Err(e) => return warn_once(&format!("caijit: warning: not recording {}: {e}", program.name)),
     };
+    line.push('\n');
+    match append_line(&path, line.as_bytes()) {
+        Ok(()) => {
+            lock(&WRITTEN).get_or_insert_with(HashSet::new).insert(id);
+        }
+        Err(e) => warn_once(&format!("caijit: warning: cannot record into the manifest {}: {e}", path.display())),
+    }
+}
+
+/// Append the tuning result `t` to the manifest, if recording, once per process per
+/// manifest and key: `bundle build` ships it beside its program. Never fails the tuning
+/// (a manifest that cannot be written is reported once on stderr).
+pub fn record_tuning(t: &ShippedTuning) {
+    let Some(path) = recording() else { return };
+    static WRITTEN: Mutex<Option<HashSet<(PathBuf, String)>>> = Mutex::new(None);
+    let id = (path.clone(), t.key.clone());
+    if lock(&WRITTEN).get_or_insert_with(HashSet::new).contains(&id) {
+        return;
+    }
+    let mut line = json!({"caijit_manifest": 1, "caijit": bundle::CAIJIT_VERSION, "tuning": t}).to_string();
     line.push('\n');
     match append_line(&path, line.as_bytes()) {
         Ok(()) => {
@@ -126,17 +147,29 @@ pub(super) fn kernels_json(compiled: &Compiled) -> Value {
     Value::Array(kernels)
 }
 
-/// The programs of a manifest, each once (by bundle key, in the order first recorded).
-/// A line that is not a manifest entry is an error naming its line number.
-pub fn read_manifest(path: &Path) -> Result<Vec<Program>> {
+/// What a manifest recorded: its programs, each once (by bundle key, in the order first
+/// recorded), and the tuning results the run used.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct Manifest {
+    pub programs: Vec<Program>,
+    pub tunings: Vec<ShippedTuning>,
+}
+
+/// Read a manifest. A line that is not a manifest entry is an error naming its line number.
+pub fn read_manifest(path: &Path) -> Result<Manifest> {
     let text = std::fs::read_to_string(path).map_err(|e| Error::argument(format!("cannot read the manifest {}: {e}", path.display())))?;
     let mut seen = HashSet::new();
-    let mut out = Vec::new();
+    let mut out = Manifest::default();
     for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
         let bad = |what: &str| Error::argument(format!("manifest {} line {}: {what}", path.display(), n + 1));
         let v: Value = serde_json::from_str(line).map_err(|e| bad(&format!("not JSON ({e})")))?;
         if v["caijit_manifest"] != json!(1) {
             return Err(bad("not a caijit manifest entry (no \"caijit_manifest\": 1)"));
+        }
+        if let Some(t) = v.get("tuning") {
+            out.tunings.push(serde_json::from_value(t.clone()).map_err(|e| bad(&format!("not a tuning result ({e})")))?);
+            continue;
         }
         let strings = |k: &str| -> Result<Vec<String>> {
             match &v[k] {
@@ -166,7 +199,7 @@ pub fn read_manifest(path: &Path) -> Result<Vec<Program>> {
             Err(why) => return Err(bad(&format!("{} cannot be bundled: {why}", p.name))),
         };
         if seen.insert(key) {
-            out.push(p);
+            out.programs.push(p);
         }
     }
     Ok(out)

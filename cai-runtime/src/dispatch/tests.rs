@@ -234,7 +234,7 @@ fn a_template_is_deduced_and_laid_out_from_a_bundle_without_nvrtc() {
         cubins: vec![(90, b"\x7fELF, not really".to_vec())],
         ptx: None,
     };
-    bundle::install(Bundle::from_vec(bundle::write("13.0", "none", &[90], vec![blobs]), "by-hand.caijit").unwrap()).unwrap();
+    bundle::install(Bundle::from_vec(bundle::write("13.0", "none", &[90], vec![blobs], &[]), "by-hand.caijit").unwrap()).unwrap();
 
     let axpy = Dispatcher::new(program, Some("axpy")).unwrap();
     let f64s = ArgType::Array { dtype: DType::F64, rank: 1 };

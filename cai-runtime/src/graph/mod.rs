@@ -326,7 +326,7 @@ impl Graph {
             if let Err(e) = self.set(d, target, i, buf) {
                 let mut failed = vec![i];
                 for &(j, _) in &work[..done] {
-                    if self.set(d, target, j, &self.launches[j].buf.clone()).is_err() {
+                    if self.set(d, target, j, &self.launches[j].buf).is_err() {
                         failed.push(j);
                     }
                 }
@@ -350,8 +350,7 @@ impl Graph {
     /// After a failed launch: the executable graph's staged nodes get their old bytes back.
     fn roll_back(&mut self, d: &Driver, staged: &[Staged]) {
         for s in staged {
-            let old = self.launches[s.launch].buf.clone();
-            if self.set(d, Target::Exec, s.launch, &old).is_err() {
+            if self.set(d, Target::Exec, s.launch, &self.launches[s.launch].buf).is_err() {
                 self.exec_current[s.launch] = false;
             }
         }
@@ -360,7 +359,6 @@ impl Graph {
     /// Give launch `i`'s node in `target` the bytes `buf`.
     fn set(&self, d: &Driver, target: Target, i: usize, buf: &ParamBuffer) -> Result<()> {
         let l = &self.launches[i];
-        let mut buf = buf.clone();
         // SAFETY: `buf` holds `l`'s parameter bytes, each argument written by `marshal_one`
         // after the launch's checks against `l.params` (the kernel's compiled list);
         // `with_pointers` points at each parameter; the arrays they name are kept alive by
@@ -377,7 +375,7 @@ impl Graph {
 
     /// Check and lay out every argument of a replay, changing nothing.
     fn stage(&self, args: &[(&str, Arg<'_>)]) -> Result<Vec<Staged>> {
-        let mut staged: Vec<Staged> = Vec::new();
+        let mut staged: Vec<Staged> = Vec::with_capacity(args.len().min(self.launches.len()));
         // Where each launch's staged bytes are (`usize::MAX`: not staged), and which inputs
         // were given: one pass over the arguments, whatever their number.
         let mut at = vec![usize::MAX; if args.is_empty() { 0 } else { self.launches.len() }];

@@ -44,9 +44,9 @@ impl ParamBuffer {
         bytemuck::cast_slice(&self.0[..])
     }
     /// Call `f` with one pointer per parameter into this buffer (on the stack for up to 32
-    /// parameters).
-    pub(crate) fn with_pointers<R>(&mut self, params: &[ParamLayout], f: impl FnOnce(&mut [*mut c_void]) -> R) -> R {
-        let start = self.0.as_mut_ptr() as *mut u8;
+    /// parameters). The driver's calls take them as `void**` but only read through them.
+    pub(crate) fn with_pointers<R>(&self, params: &[ParamLayout], f: impl FnOnce(&mut [*mut c_void]) -> R) -> R {
+        let start = self.0.as_ptr() as *mut u8;
         let mut pointers: SmallVec<[*mut c_void; 32]> = params.iter().map(|p| start.wrapping_add(p.offset) as *mut c_void).collect();
         f(&mut pointers)
     }

@@ -52,4 +52,4 @@ mod tuner;
 pub use candidate::Candidate;
 pub use choice::{choose, Timing, Trial};
 pub use store::Record;
-pub use tuner::{Tuned, Tuner};
+pub use tuner::{Source, Tuned, Tuner};

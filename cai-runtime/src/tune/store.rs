@@ -33,9 +33,23 @@ pub fn path(dir: &Path, key: &str) -> PathBuf {
 /// another key's, or names no timed winner (then it is tuned again and replaced).
 pub fn read(path: &Path, key: &str) -> Option<Record> {
     let text = std::fs::read(path).ok()?;
-    let record: Record = serde_json::from_slice(&text).ok()?;
-    let winner_timed = matches!(record.best.and_then(|b| record.trials.get(b)), Some(Trial::Timed(_)));
-    (record.key == key && record.trials.len() == record.candidates.len() && winner_timed).then_some(record)
+    usable(serde_json::from_slice(&text).ok()?, key)
+}
+
+/// `record` if it is `key`'s, has a trial per candidate and names a timed winner.
+pub fn usable(record: Record, key: &str) -> Option<Record> {
+    (record.key == key && record.trials.len() == record.candidates.len() && record.winner().is_some()).then_some(record)
+}
+
+impl Record {
+    /// The winner's label and timing, when it was timed.
+    pub fn winner(&self) -> Option<(&str, &super::Timing)> {
+        let b = self.best?;
+        match self.trials.get(b)? {
+            Trial::Timed(t) => Some((self.candidates.get(b)?.as_str(), t)),
+            Trial::Failed(_) => None,
+        }
+    }
 }
 
 /// Write `record` to `path` whole: readers see the old file or the new one, never a part.

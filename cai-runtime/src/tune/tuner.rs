@@ -24,8 +24,42 @@ use crate::sync::lock;
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tuned {
     pub record: Record,
-    /// Read from the disk, not measured by this process.
-    pub from_disk: bool,
+    /// Where it came from.
+    pub source: Source,
+}
+
+/// Where a tuning's result came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// Timed by this process.
+    Measured,
+    /// Read from the disk cache (another process, or an earlier run, timed it).
+    Disk,
+    /// Shipped in a loaded bundle.
+    Bundle,
+    /// Tuning is off (`CAIJIT_AUTOTUNE=0`): the first candidate, untimed.
+    Off,
+}
+
+impl Source {
+    pub fn name(self) -> &'static str {
+        match self {
+            Source::Measured => "measured",
+            Source::Disk => "disk",
+            Source::Bundle => "bundle",
+            Source::Off => "off",
+        }
+    }
+}
+
+/// The keys a result is stored under: on disk (`disk`: the NVRTC build and driver
+/// included) and in bundles (`shipped`: without them, so that a process without NVRTC finds
+/// it), and the kernel's program's family key.
+struct Keys {
+    disk: String,
+    shipped: String,
+    family: String,
+    device: String,
 }
 
 impl Tuned {
@@ -152,7 +186,7 @@ impl Tuner {
         let labels: Vec<String> = candidates.iter().map(|c| c.label.clone()).collect();
         let tuned = if !enabled() {
             let untimed = labels.iter().map(|_| Trial::Failed("not timed (CAIJIT_AUTOTUNE=0)".into())).collect();
-            Tuned { record: Record { key: key.to_string(), candidates: labels, trials: untimed, best: Some(0) }, from_disk: false }
+            Tuned { record: Record { key: key.to_string(), candidates: labels, trials: untimed, best: Some(0) }, source: Source::Off }
         } else {
             self.read_or_measure(d, ctx, key, candidates, &labels, args, stream)?
         };
@@ -169,24 +203,56 @@ impl Tuner {
         Ok(tuned)
     }
 
-    /// What a result is stored under on disk: the format, the kernel's program (its family
-    /// key: its source, options and headers' contents), its name, the NVRTC build and driver
-    /// that made and run it, the device model, the tuning key and the candidates. `None`
+    /// What a result is stored under: the format, the kernel's program (its family key: its
+    /// source, options and headers' contents), its name, the device model, the tuning key and
+    /// the candidates; on disk also the NVRTC build and driver that made and ran it. `None`
     /// for a program whose headers caijit cannot all name (its results stay in memory).
-    fn disk_key(&self, d: &Dispatcher, ctx: &Context, key: &str, labels: &[String]) -> Option<String> {
-        let program = crate::compile::family_key(d.program()).ok()?.ok()?;
+    fn keys(&self, d: &Dispatcher, ctx: &Context, key: &str, labels: &[String]) -> Option<Keys> {
+        let family = crate::compile::family_key(d.program()).ok()?.ok()?;
         let nvrtc = crate::compile::toolkit().map(|t| t.build.clone()).unwrap_or_else(|_| "no NVRTC".into());
         let driver = crate::runtime::driver_version().unwrap_or(0);
         let (major, minor) = ctx.compute_capability();
-        Some(format!(
-            "{}\n{program}\n{}\nnvrtc {nvrtc}, driver {driver}\n{} sm_{major}{minor}\n{key}\n{}",
-            store::FORMAT,
-            d.name(),
-            ctx.name(),
-            labels.join("\n")
-        ))
+        let device = format!("{} sm_{major}{minor}", ctx.name());
+        let (head, tail) = (format!("{}\n{family}\n{}", store::FORMAT, d.name()), format!("{device}\n{key}\n{}", labels.join("\n")));
+        Some(Keys { disk: format!("{head}\nnvrtc {nvrtc}, driver {driver}\n{tail}"), shipped: format!("{head}\n{tail}"), family, device })
     }
 
+    /// The result a loaded bundle ships for `keys`, if one does (a bundle whose tunings cannot
+    /// be read is passed over with a warning: the key is tuned instead).
+    fn shipped(keys: &Keys) -> Option<Record> {
+        for b in crate::bundle::loaded().unwrap_or_default() {
+            match b.tuning(&keys.shipped) {
+                Ok(Some(t)) => return serde_json::from_value(t.record.clone()).ok().and_then(|r| store::usable(r, &keys.shipped)),
+                Ok(None) => {}
+                Err(e) => eprintln!("caijit: warning: {e}; tuning instead of using its results"),
+            }
+        }
+        None
+    }
+
+    /// Record `record` (of `key`, for kernel `d`) into the manifest when recording, so that
+    /// `bundle build` ships it with the program.
+    fn record_for_bundles(d: &Dispatcher, key: &str, keys: &Keys, record: &Record) {
+        if crate::compile::recording().is_none() {
+            return;
+        }
+        let Some((winner, timing)) = record.winner() else { return };
+        let shipped = Record { key: keys.shipped.clone(), ..record.clone() };
+        let Ok(record) = serde_json::to_value(&shipped) else { return };
+        crate::compile::record_tuning(&crate::bundle::ShippedTuning {
+            key: keys.shipped.clone(),
+            family: keys.family.clone(),
+            kernel: d.name().to_string(),
+            device: keys.device.clone(),
+            tuning_key: key.to_string(),
+            winner: winner.to_string(),
+            median_us: timing.median_us,
+            record,
+        });
+    }
+
+    /// A loaded bundle's result, else the disk cache's, else one measured now (and written
+    /// there); recorded into the manifest when recording.
     #[allow(clippy::too_many_arguments)]
     fn read_or_measure(
         &self,
@@ -198,19 +264,43 @@ impl Tuner {
         args: &[Arg<'_>],
         stream: Option<&Stream>,
     ) -> Result<Tuned> {
+        let keys = self.keys(d, ctx, key, labels);
+        let tuned = self.find_or_measure(d, ctx, key, keys.as_ref(), candidates, labels, args, stream)?;
+        if let Some(k) = &keys {
+            Tuner::record_for_bundles(d, key, k, &tuned.record);
+        }
+        Ok(tuned)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn find_or_measure(
+        &self,
+        d: &Dispatcher,
+        ctx: &Arc<Context>,
+        key: &str,
+        keys: Option<&Keys>,
+        candidates: &[Candidate],
+        labels: &[String],
+        args: &[Arg<'_>],
+        stream: Option<&Stream>,
+    ) -> Result<Tuned> {
+        // A bundle's result first: every process that loads the bundle launches the same.
+        if let Some(record) = keys.and_then(Tuner::shipped) {
+            return Ok(Tuned { record, source: Source::Bundle });
+        }
         // Results of a run with bounds checks (debug instances, waited for) are not kept on
         // disk: they would serve ordinary runs.
         let checked = crate::diag::flags() & crate::diag::BOUNDS != 0;
         let cache = if checked { None } else { crate::compile::DiskCache::from_env_trusted()? };
-        let disk_key = cache.as_ref().and_then(|_| self.disk_key(d, ctx, key, labels));
-        let path = cache.as_ref().zip(disk_key.as_deref()).map(|(c, k)| store::path(c.dir(), k));
-        let stored = |p: &std::path::Path| store::read(p, disk_key.as_deref().unwrap_or_default());
+        let disk_key = cache.as_ref().and(keys).map(|k| k.disk.as_str());
+        let path = cache.as_ref().zip(disk_key).map(|(c, k)| store::path(c.dir(), k));
+        let stored = |p: &std::path::Path| store::read(p, disk_key.unwrap_or_default());
         if let Some(record) = path.as_deref().and_then(stored) {
-            return Ok(Tuned { record, from_disk: true });
+            return Ok(Tuned { record, source: Source::Disk });
         }
         let measured = || -> Result<Tuned> {
             if let Some(record) = path.as_deref().and_then(stored) {
-                return Ok(Tuned { record, from_disk: true }); // another process tuned it meanwhile
+                return Ok(Tuned { record, source: Source::Disk }); // another process tuned it meanwhile
             }
             let mut streams = measure::array_streams(args);
             streams.extend(stream.map(Stream::handle));
@@ -222,13 +312,13 @@ impl Tuner {
                 )));
             }
             let mut record = self.measure(d, ctx, candidates, labels, args, stream)?;
-            record.key = disk_key.clone().unwrap_or_else(|| key.to_string());
+            record.key = disk_key.map_or_else(|| key.to_string(), str::to_owned);
             // Only a result with a winner is kept; a cache that cannot be written costs a
             // tuning per process, nothing else.
             if let (Some(p), Some(_)) = (&path, record.best) {
                 let _ = store::write(p, &record);
             }
-            Ok(Tuned { record, from_disk: false })
+            Ok(Tuned { record, source: Source::Measured })
         };
         match &path {
             Some(p) => store::locked(p, measured).unwrap_or_else(|_| measured()),
