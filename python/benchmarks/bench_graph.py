@@ -1,21 +1,25 @@
 """What a launch-bound sequence costs replayed from a graph, side by side in one process.
 
 A chain of K small kernels (K = 10, 100, 1000), kernel i reading buffer i and writing
-buffer i+1 (1,024 float32 each: one block, far shorter than a launch). Every array argument
-is rebound at every replay: two sets of K+1 buffers are used in turn. Rows:
+buffer i+1 (N float32 each, one block of N threads: 1,024 by default, `--n 32` for one
+warp; far shorter than a launch). Every array argument is rebound at every replay: two sets
+of K+1 buffers are used in turn. Rows:
 
 - caijit launches: the K launches made one by one from Python;
 - torch.cuda.graph + copies: the same kernels captured by PyTorch (each a caijit launch on
   PyTorch's capture stream), replayed after copying the new set into its static buffers,
   which is what PyTorch asks of a graph whose inputs change;
 - caijit graph, no rebinding: `g()`;
+- caijit graph, same arguments: `g(b0=..., ..., bK=...)` with the arrays it is bound to
+  already (every argument converted and checked, no node changed);
 - caijit graph, all rebound: `g(b0=..., ..., bK=...)`, 2K parameter slots in K nodes.
 
 Per replay: host µs (the Python call, the GPU left running), and GPU µs per kernel to
 completion (R replays, synchronised at the end, divided by R*K). Also: capture +
-instantiate for K = 100 (what a user pays once), and the host cost of rebinding per
-changed slot (all rebound minus no rebinding, divided by 2K). Needs a GPU and PyTorch:
-    python python/benchmarks/bench_graph.py [--rounds 5]
+instantiate (what a user pays once), and the host cost of rebinding per changed slot (all
+rebound minus no rebinding, divided by 2K), of which the nodes' updates (all rebound minus
+same arguments). Needs a GPU and PyTorch:
+    python python/benchmarks/bench_graph.py [--rounds 5] [--n 1024]
 """
 
 from __future__ import annotations
@@ -35,7 +39,6 @@ extern "C" __global__ void add1(const float* x, float* y, int n) {
     if (i < n) y[i] = x[i] + 1.0f;
 }
 """
-N = 1024
 
 
 def timed(f: Callable[[], Any], reps: int, rounds: int) -> tuple[float, float]:
@@ -59,7 +62,9 @@ def timed(f: Callable[[], Any], reps: int, rounds: int) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--n", type=int, default=1024, help="float32 elements per buffer: one block of this many threads")
     args = ap.parse_args()
+    N = args.n
     add1 = caijit.kernel(SRC, "add1")
     rows = []
     for k in (10, 100, 1000):
@@ -105,10 +110,12 @@ def main() -> None:
                 dst.copy_(src)
             tg.replay()
 
+        g(**bound[0])
         measured = {
             "caijit launches": timed(eager, reps, args.rounds),
             "torch.cuda.graph + copies": timed(torch_graph, reps, args.rounds),
             "caijit graph, no rebinding": timed(g, reps, args.rounds),
+            "caijit graph, same arguments": timed(lambda: g(**bound[0]), reps, args.rounds),
             "caijit graph, all rebound": timed(replay_rebound, reps, args.rounds),
         }
         # Each path computed the chain: buffer K holds buffer 0 (zeros) + K.
@@ -120,17 +127,24 @@ def main() -> None:
         torch.cuda.synchronize()
         for bufs in (sets[0], sets[1], static):
             assert torch.all(bufs[-1] == k), "a path computed something else"
-        rebind = (measured["caijit graph, all rebound"][0] - measured["caijit graph, no rebinding"][0]) / (2 * k)
-        rows.append((k, measured, capture_ms, rebind))
+        rebound = measured["caijit graph, all rebound"][0]
+        rebind = (rebound - measured["caijit graph, no rebinding"][0]) / (2 * k)
+        nodes = (rebound - measured["caijit graph, same arguments"][0]) / (2 * k)
+        rows.append((k, measured, capture_ms, (rebind, nodes)))
 
+    print(f"{torch.cuda.get_device_name()}, kernels of one block of {N} threads")
+    print()
     print("| K kernels | path | host µs / replay | GPU µs / kernel to completion |")
     print("|---:|---|---:|---:|")
     for k, measured, _, _ in rows:
         for path, (host, wall) in measured.items():
             print(f"| {k} | {path} | {host:.1f} | {wall / k:.3f} |")
     print()
-    for k, _, capture_ms, rebind in rows:
-        print(f"K={k}: capture + instantiate {capture_ms:.2f} ms; rebinding {rebind:.3f} µs per changed slot (host)")
+    for k, _, capture_ms, (rebind, nodes) in rows:
+        print(
+            f"K={k}: capture + instantiate {capture_ms:.2f} ms; rebinding {rebind:.3f} µs per changed slot (host), "
+            f"of which {nodes:.3f} µs the nodes' updates"
+        )
 
 
 if __name__ == "__main__":

@@ -8,21 +8,26 @@ use smallvec::{smallvec, SmallVec};
 
 use super::arg::PyArg;
 use super::context::ArgContext;
+use super::producer::{Framework, Producer};
 use super::read::{ints, numpy_dtype_of, object_device};
 use crate::errors::PyCaiResult;
+use crate::timing::Phase;
+
+pub static PRODUCER: Producer =
+    Producer { name: "cupy", is_type, view, phase: Phase::ArgCupy, framework: Framework::Cupy, refuse: None, declines: None };
 
 /// Whether a type (from its MRO) is CuPy's ndarray: `cupy.ndarray` or its Cython base,
 /// under whichever `cupy.*` module a CuPy version defines it (`cupy._core.core` up to
 /// 14.x). A CuPy array that missed this rule would take the generic path, which builds
 /// and parses a CAI dict per array (several times the cost of these reads).
-pub fn is_type(qualified_name: &str) -> bool {
+fn is_type(qualified_name: &str) -> bool {
     let Some((module, name)) = qualified_name.rsplit_once('.') else { return false };
     (module == "cupy" || module.starts_with("cupy.")) && matches!(name, "ndarray" | "_ndarray_base")
 }
 
 /// `exact`: `obj`'s type is CuPy's own, whose `ndim`, `size` and `shape` are its C fields
 /// (a Python subclass may override them, so its shape is read as CuPy's interface reads it).
-pub fn view(obj: &Bound<'_, PyAny>, exact: bool, ctx: &mut ArgContext) -> PyCaiResult<Option<PyArg>> {
+fn view(_index: usize, obj: &Bound<'_, PyAny>, exact: bool, ctx: &mut ArgContext) -> PyCaiResult<Option<PyArg>> {
     let py = obj.py();
     let Some(dtype) = numpy_dtype_of(obj)? else { return Ok(None) };
     // Attributes that cannot be read as CuPy's own are left to the generic path, which reads

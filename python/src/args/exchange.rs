@@ -12,30 +12,37 @@
 
 use cai_runtime::cai::DType;
 use cai_runtime::python::dlpack::{view_of, ExchangeApi, Memory};
-use pyo3::intern;
 use pyo3::prelude::*;
 
 use super::arg::PyArg;
 use super::context::ArgContext;
-use super::torch::refuse_lazy_views;
+use super::producer::Producer;
 use crate::errors::PyCaiResult;
 
-/// The view and device of `obj` through `api`; `None` to take the next path. `torch`:
-/// the type is a PyTorch tensor type, whose rules the table does not apply itself (its
+/// The view and device of `obj` through `api`; `None` to take the next path. `producer`:
+/// the producer the type also is, whose rules the table does not apply itself (PyTorch's
 /// `__dlpack__` and CAI refuse tensors that require grad, and conjugated views).
-pub fn view(index: usize, obj: &Bound<'_, PyAny>, api: &ExchangeApi, torch: bool, ctx: &mut ArgContext) -> PyCaiResult<Option<PyArg>> {
+pub fn view(
+    index: usize,
+    obj: &Bound<'_, PyAny>,
+    api: &ExchangeApi,
+    producer: Option<&Producer>,
+    ctx: &mut ArgContext,
+) -> PyCaiResult<Option<PyArg>> {
     let py = obj.py();
-    if torch && obj.getattr(intern!(py, "requires_grad"))?.is_truthy()? {
-        return Ok(None);
+    if let Some(declines) = producer.and_then(|p| p.declines) {
+        if declines(obj)? {
+            return Ok(None);
+        }
     }
     let info = match api.tensor(obj) {
         Ok(Ok(info)) => info,
         Ok(Err(_)) | Err(_) => return Ok(None),
     };
     let Some(device) = Memory::of(info.device).device() else { return Ok(None) };
-    if torch {
+    if let Some(refuse) = producer.and_then(|p| p.refuse) {
         let complex = matches!(DType::from_dlpack(info.dtype.code, info.dtype.bits, info.dtype.lanes), Some(DType::C64 | DType::C128));
-        refuse_lazy_views(index, obj, Some(complex))?;
+        refuse(index, obj, Some(complex))?;
     }
     let stream = ctx.exchange_stream(py, api, info.device.device_type, device)?;
     Ok(view_of(&info, Some(stream)).ok().map(|v| PyArg::ArrayOn(v, device)))

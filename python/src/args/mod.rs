@@ -5,8 +5,8 @@
 //!
 //! 1. `int`, `float` (exact types) and `caijit.DeviceArray` (its own view and device);
 //! 2. the DLPack C exchange API, for types with `__dlpack_c_exchange_api__` ([`exchange`]);
-//! 3. known types read through their attributes: CuPy ([`cupy`]), PyTorch ([`torch`]),
-//!    Numba ([`numba`]);
+//! 3. known types read through their attributes, one row each of [`PRODUCERS`]:
+//!    CuPy ([`cupy`]), PyTorch ([`torch`]), Numba ([`numba`]);
 //! 4. caijit's `Interface` views, with what they hold: the caijit array they view (whose
 //!    rules they follow) or a DLPack import's capsule;
 //! 5. scalars named for a graph (`caijit.GraphScalar`), Python numbers and `bytes` (struct
@@ -15,8 +15,9 @@
 //! 7. any `__dlpack__` producer on a CUDA device ([`dlpack`]);
 //! 8. NumPy scalars; then the errors (host memory, or not an argument).
 //!
-//! A producer fast path is one module here (`view(obj, ctx) -> Option<(view, device)>`)
-//! and one line in [`route_of`]; tests compare it with the generic path through
+//! A producer fast path is one module here (`is_type`, and `view` giving the argument as the
+//! producer's own interface would) and its row in [`PRODUCERS`] (with its timing
+//! phase and result library); tests compare it with the generic path through
 //! `launch_view(obj, path=...)`.
 
 mod arg;
@@ -25,12 +26,14 @@ mod cupy;
 mod dlpack;
 mod exchange;
 mod numba;
+mod producer;
 mod read;
 mod scalar;
 mod torch;
 
 pub use arg::{release_after, PyArg};
 pub use context::ArgContext;
+pub use producer::Framework;
 pub use scalar::{number, GraphScalar};
 
 use cai_runtime::cai::{ArrayView, TypestrOptions};
@@ -50,6 +53,7 @@ use crate::pyobj::type_name;
 use crate::stream::stream_from_py;
 use crate::timing::{self, Phase};
 use context::Path;
+use producer::{Known, Producer};
 use read::{remembered_route, Route};
 use scalar::{int_value, numpy_scalar, python_number};
 
@@ -59,54 +63,34 @@ fn exchange_enabled() -> bool {
     *ON.get_or_init(|| std::env::var("CAIJIT_DLPACK_EXCHANGE").map_or(true, |v| v != "0"))
 }
 
-/// The route of a type: its exchange API when it has a usable one, else a known type by
+/// Every producer with a fast path (its row: [`Producer`]), in the order a type's MRO is
+/// matched against them.
+static PRODUCERS: [&Producer; 3] = [&cupy::PRODUCER, &torch::PRODUCER, &numba::PRODUCER];
+
+/// The producer of the first class of `mro` (qualified names) that is a producer's type.
+fn producer_of<'a>(mro: impl IntoIterator<Item = (&'a str, bool)>) -> Option<Known> {
+    mro.into_iter().find_map(|(name, exact)| PRODUCERS.iter().find(|p| (p.is_type)(name)).map(|&producer| Known { producer, exact }))
+}
+
+/// The route of a type: its exchange API when it has a usable one, else a producer's by
 /// its MRO (subclasses included: a subclass's work is on its base's current stream).
 fn route_of(ty: &Bound<'_, PyType>) -> Route {
     remembered_route(ty.as_any(), || {
-        let mut torch_type = false;
-        let mut known = Route::Other;
-        for base in ty.mro().iter() {
-            let name = qualified_name(&base)?;
-            if cupy::is_type(&name) {
-                known = Route::Cupy { exact: base.is(ty) };
-                break;
-            }
-            if torch::is_type(&name) {
-                torch_type = true;
-                known = Route::Torch;
-                break;
-            }
-            if numba::is_type(&name) {
-                known = Route::Numba;
-                break;
-            }
-        }
+        let mro = ty.mro().iter().map(|base| Ok((qualified_name(&base)?, base.is(ty)))).collect::<PyResult<Vec<_>>>()?;
+        let known = producer_of(mro.iter().map(|(name, exact)| (name.as_str(), *exact)));
         if exchange_enabled() {
             if let Ok(Some(api)) = ExchangeApi::of_type(ty) {
-                return Ok(Route::Exchange { api, torch: torch_type });
+                return Ok(Route::Exchange { api, known });
             }
         }
-        Ok(known)
+        Ok(known.map_or(Route::Other, Route::Known))
     })
     .unwrap_or(Route::Other)
 }
 
-/// The array library an argument comes from: an op gives its result back in the type of
-/// its first array argument's library.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Framework {
-    Torch,
-    Cupy,
-    Other,
-}
-
 /// The library of `obj`'s type, by its route (remembered per type: one table lookup).
 pub fn framework_of(obj: &Bound<'_, PyAny>) -> Framework {
-    match route_of(&obj.get_type()) {
-        Route::Torch | Route::Exchange { torch: true, .. } => Framework::Torch,
-        Route::Cupy { .. } => Framework::Cupy,
-        _ => Framework::Other,
-    }
+    route_of(&obj.get_type()).producer().map_or(Framework::Other, |p| p.framework)
 }
 
 fn qualified_name(ty: &Bound<'_, PyAny>) -> PyResult<String> {
@@ -225,30 +209,25 @@ pub fn arg_before_dlpack(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgCont
         return Ok(Some(a));
     }
     let route = route_of(&obj.get_type());
-    let fast = match route {
-        Route::Exchange { api, torch } if matches!(path, Path::Auto | Path::Exchange) => {
-            exchange::view(index, obj, &api, torch, ctx)?.map(|v| (v, Phase::ArgExchange))
+    // A type with an exchange API is read through it (its producer's own path only when
+    // tests force that path).
+    let fast = match (route, path) {
+        (Route::Exchange { api, known }, Path::Auto | Path::Exchange) => {
+            exchange::view(index, obj, &api, known.map(|k| k.producer), ctx)?.map(|v| (v, Phase::ArgExchange))
         }
-        Route::Exchange { torch: true, .. } | Route::Torch if path == Path::Known => {
-            torch::view(index, obj, ctx)?.map(|v| (v, Phase::ArgTorch))
+        (Route::Known(k), Path::Auto | Path::Known) | (Route::Exchange { known: Some(k), .. }, Path::Known) => {
+            (k.producer.view)(index, obj, k.exact, ctx)?.map(|v| (v, k.producer.phase))
         }
-        Route::Torch if path == Path::Auto => torch::view(index, obj, ctx)?.map(|v| (v, Phase::ArgTorch)),
-        Route::Cupy { exact } if matches!(path, Path::Auto | Path::Known) => cupy::view(obj, exact, ctx)?.map(|v| (v, Phase::ArgCupy)),
         _ => None,
     };
     if let Some((arg, phase)) = fast {
         probe.stop(phase);
         return Ok(Some(arg));
     }
-    if matches!(route, Route::Torch | Route::Exchange { torch: true, .. }) {
-        // The generic paths read torch's own interfaces, which export lazy views as memory.
-        torch::refuse_lazy_views(index, obj, None)?;
-    }
-    if matches!(route, Route::Numba) && matches!(path, Path::Auto | Path::Known) {
-        if let Some(a) = numba::view(obj)? {
-            probe.stop(Phase::ArgNumba);
-            return Ok(Some(a));
-        }
+    if let Some(refuse) = route.producer().and_then(|p| p.refuse) {
+        // The generic paths read the producer's own interfaces (torch's export lazy views
+        // as memory).
+        refuse(index, obj, None)?;
     }
     if path != Path::Dlpack {
         if let Ok(i) = obj.cast::<Interface>() {
@@ -332,8 +311,9 @@ pub fn launch_view(obj: &Bound<'_, PyAny>, stream: Option<&Bound<'_, PyAny>>, pa
     })
 }
 
-/// The route a type's arguments take: `"exchange"` (with the table's version),
-/// `"cupy"`, `"torch"`, `"numba"` or `"other"` (test and benchmark support).
+/// The route a type's arguments take: `"exchange"` (with the table's version), a
+/// producer's name (`"cupy"`, `"torch"`, `"numba"`) or `"other"` (test and benchmark
+/// support).
 #[pyfunction]
 pub fn _route(obj: &Bound<'_, PyAny>) -> String {
     match route_of(&obj.get_type()) {
@@ -341,9 +321,7 @@ pub fn _route(obj: &Bound<'_, PyAny>) -> String {
             let v = api.version();
             format!("exchange {}.{}{}", v.major, v.minor, if api.borrows() { "" } else { " (owning)" })
         }
-        Route::Cupy { .. } => "cupy".into(),
-        Route::Torch => "torch".into(),
-        Route::Numba => "numba".into(),
+        Route::Known(k) => k.producer.name.into(),
         Route::Other => "other".into(),
     }
 }

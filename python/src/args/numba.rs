@@ -13,12 +13,18 @@ use pyo3::prelude::*;
 use pyo3::types::PyInt;
 
 use super::arg::PyArg;
+use super::context::ArgContext;
+use super::producer::{Framework, Producer};
 use super::read::{ints, numpy_dtype_of};
 use crate::errors::PyCaiResult;
+use crate::timing::Phase;
+
+pub static PRODUCER: Producer =
+    Producer { name: "numba", is_type, view, phase: Phase::ArgNumba, framework: Framework::Other, refuse: None, declines: None };
 
 /// Whether a type (from its MRO) is Numba's device array base, in numba-cuda's
 /// `numba.cuda.cudadrv.devicearray` (or an older Numba's module of that name).
-pub fn is_type(qualified_name: &str) -> bool {
+fn is_type(qualified_name: &str) -> bool {
     qualified_name
         .rsplit_once('.')
         .is_some_and(|(module, name)| name == "DeviceNDArrayBase" && module.starts_with("numba") && module.ends_with("cudadrv.devicearray"))
@@ -48,7 +54,7 @@ fn pointer_of(obj: &Bound<'_, PyAny>) -> Option<u64> {
     Some(value.extract::<Option<u64>>().ok()?.unwrap_or(0))
 }
 
-pub fn view(obj: &Bound<'_, PyAny>) -> PyCaiResult<Option<PyArg>> {
+fn view(_index: usize, obj: &Bound<'_, PyAny>, _exact: bool, _ctx: &mut ArgContext) -> PyCaiResult<Option<PyArg>> {
     let py = obj.py();
     let Some(dtype) = numpy_dtype_of(obj)? else { return Ok(None) };
     let Some(ptr) = pointer_of(obj) else { return Ok(None) };

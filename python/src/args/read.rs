@@ -11,24 +11,32 @@ use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use smallvec::SmallVec;
 
+use super::producer::{Known, Producer};
 use crate::errors::PyCaiResult;
 
 /// How arguments of one type are read, decided once per type.
 #[derive(Clone, Copy, Debug)]
 pub enum Route {
-    /// Through the type's DLPack exchange API (`torch`: a PyTorch tensor type).
+    /// Through the type's DLPack exchange API (`known`: the producer the type also is, whose
+    /// rules the table does not apply itself).
     Exchange {
         api: ExchangeApi,
-        torch: bool,
+        known: Option<Known>,
     },
-    /// CuPy's ndarray; `exact` when the type is CuPy's own (not a Python subclass, which
-    /// may override the attributes CuPy's interface reads).
-    Cupy {
-        exact: bool,
-    },
-    Torch,
-    Numba,
+    /// Through a producer's own attributes (its row of [`PRODUCERS`](super::producer::PRODUCERS)).
+    Known(Known),
     Other,
+}
+
+impl Route {
+    /// The producer the type was matched to, if any.
+    pub fn producer(&self) -> Option<&'static Producer> {
+        match self {
+            Route::Exchange { known, .. } => known.map(|k| k.producer),
+            Route::Known(k) => Some(k.producer),
+            Route::Other => None,
+        }
+    }
 }
 
 thread_local! {

@@ -9,18 +9,35 @@ use pyo3::prelude::*;
 
 use super::arg::PyArg;
 use super::context::ArgContext;
+use super::producer::{Framework, Producer};
 use super::read::{cached_dtype, ints, object_device};
 use crate::errors::{PyCaiError, PyCaiResult};
+use crate::timing::Phase;
 
-pub fn is_type(qualified_name: &str) -> bool {
+pub static PRODUCER: Producer = Producer {
+    name: "torch",
+    is_type,
+    view,
+    phase: Phase::ArgTorch,
+    framework: Framework::Torch,
+    refuse: Some(refuse_lazy_views),
+    declines: Some(requires_grad),
+};
+
+fn is_type(qualified_name: &str) -> bool {
     qualified_name == "torch.Tensor"
+}
+
+/// A tensor that requires grad: torch's own interfaces refuse it (and say why).
+fn requires_grad(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+    obj.getattr(intern!(obj.py(), "requires_grad"))?.is_truthy()
 }
 
 /// Refuse a tensor whose values are not what its memory holds: a conjugate view (complex
 /// dtypes: `complex` is `None` when the dtype is not known yet) or a tensor with the
 /// negative bit set (`z.conj().imag`, say). PyTorch resolves those lazily; its
 /// `__cuda_array_interface__` exports the memory as it is, which a kernel would misread.
-pub fn refuse_lazy_views(index: usize, obj: &Bound<'_, PyAny>, complex: Option<bool>) -> PyCaiResult<()> {
+fn refuse_lazy_views(index: usize, obj: &Bound<'_, PyAny>, complex: Option<bool>) -> PyCaiResult<()> {
     let py = obj.py();
     if obj.call_method0(intern!(py, "is_neg"))?.is_truthy()? {
         return Err(PyCaiError::argument(format!(
@@ -36,11 +53,11 @@ pub fn refuse_lazy_views(index: usize, obj: &Bound<'_, PyAny>, complex: Option<b
     Ok(())
 }
 
-pub fn view(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option<PyArg>> {
+fn view(index: usize, obj: &Bound<'_, PyAny>, _exact: bool, ctx: &mut ArgContext) -> PyCaiResult<Option<PyArg>> {
     let py = obj.py();
     // Exactly when torch's own __cuda_array_interface__ would refuse or differ, take the
     // generic path (it raises torch's own error).
-    if !obj.getattr(intern!(py, "is_cuda"))?.extract::<bool>()? || obj.getattr(intern!(py, "requires_grad"))?.extract::<bool>()? {
+    if !obj.getattr(intern!(py, "is_cuda"))?.extract::<bool>()? || requires_grad(obj)? {
         return Ok(None);
     }
     let dtype_obj = obj.getattr(intern!(py, "dtype"))?;
