@@ -20,6 +20,13 @@ pub enum Framework {
     Other,
 }
 
+/// `view(index, obj, exact, ctx)`: see [`Producer::view`].
+pub type ViewFn = fn(usize, &Bound<'_, PyAny>, bool, &mut ArgContext) -> PyCaiResult<Option<PyArg>>;
+/// `refuse(index, obj, complex)`: see [`Producer::refuse`].
+pub type RefuseFn = fn(usize, &Bound<'_, PyAny>, Option<bool>) -> PyCaiResult<()>;
+/// `declines(obj)`: see [`Producer::declines`].
+pub type DeclinesFn = fn(&Bound<'_, PyAny>) -> PyResult<bool>;
+
 /// A producer's row.
 pub struct Producer {
     /// Its name in `caijit._native._route`.
@@ -30,7 +37,7 @@ pub struct Producer {
     /// The argument as the producer's own interface gives it (view, device, producer
     /// stream); `None`: the generic paths read it (and report what is wrong with it).
     /// `exact`: the object's type is the producer's own, not a Python subclass.
-    pub view: fn(index: usize, obj: &Bound<'_, PyAny>, exact: bool, ctx: &mut ArgContext) -> PyCaiResult<Option<PyArg>>,
+    pub view: ViewFn,
     /// The timing phase of its conversions.
     pub phase: Phase,
     /// The library whose type an op's result on its arrays takes.
@@ -38,10 +45,10 @@ pub struct Producer {
     /// Rules of the producer's own interfaces that other paths must apply too: called
     /// before its arrays take the generic paths or the DLPack exchange API (with
     /// `complex: Some(..)` when the dtype is known), it refuses what those would misread.
-    pub refuse: Option<fn(index: usize, obj: &Bound<'_, PyAny>, complex: Option<bool>) -> PyCaiResult<()>>,
+    pub refuse: Option<RefuseFn>,
     /// Whether the producer's own interfaces decline the object (the exchange API, which
     /// does not, then leaves it to them).
-    pub declines: Option<fn(obj: &Bound<'_, PyAny>) -> PyResult<bool>>,
+    pub declines: Option<DeclinesFn>,
 }
 
 /// A producer a type was matched to, and whether the type is exactly its own.
