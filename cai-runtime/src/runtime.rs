@@ -433,18 +433,28 @@ impl crate::cai::StreamField for Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        // Blocks kept for this stream become idle once its work so far has completed:
-        // its handle may name another stream from now on.
-        if self.keeps_blocks.load(Ordering::Relaxed) {
-            contexts().iter().for_each(|c| c.park(self));
-        }
         // Drop never panics; a failure to destroy leaks one stream handle at most. The
         // caller's current context is restored when the guard drops.
-        if let Some(d) = self.context.as_ref().and_then(|ctx| ctx.bind().ok()) {
-            // SAFETY: an owned `Stream` (one with a context) holds a stream of
-            // `stream_create` and destroys it once, here; the handle dies with it.
-            #[allow(unsafe_code)]
-            let _ = unsafe { d.destroy_owned_stream(self.raw) };
+        let bound = self.context.as_ref().and_then(|ctx| ctx.bind().ok());
+        let release = || {
+            // Blocks kept for this stream become idle once its work so far has completed:
+            // its handle may name another stream from now on.
+            if self.keeps_blocks.load(Ordering::Relaxed) {
+                contexts().iter().for_each(|c| c.park(self));
+            }
+            if let Some(d) = &bound {
+                // SAFETY: an owned `Stream` (one with a context) holds a stream of
+                // `stream_create` and destroys it once, here; the handle dies with it.
+                #[allow(unsafe_code)]
+                let _ = unsafe { d.destroy_owned_stream(self.raw) };
+            }
+        };
+        // A stream may be dropped while this thread captures a graph (a Python object
+        // collected inside `with caijit.graph()` or `torch.cuda.graph`): in relaxed mode
+        // its release cannot invalidate that capture.
+        match &bound {
+            Some(d) => d.relaxed_capture(release),
+            None => release(),
         }
     }
 }

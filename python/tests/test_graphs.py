@@ -304,3 +304,23 @@ def test_a_graph_dropped_while_another_is_captured_leaves_that_capture_valid(k: 
         ref = caijit.zeros(N)
         k["axpy"][1, N](alpha, x, x, ref, N)
         np.testing.assert_array_equal(host(out), host(ref))
+
+
+def test_a_stream_dropped_while_a_graph_is_captured_leaves_that_capture_valid(k: caijit.Module) -> None:
+    import gc
+
+    x, out = caijit.to_device(rand(0)), caijit.zeros(N)
+    s = caijit.Stream()
+    scratch = caijit.zeros(N, stream=s)  # memory kept for the stream: its drop parks it too
+    k["scale"][1, N, s](scratch, 2.0, N)
+    s.synchronize()
+    with caijit.graph() as g:
+        k["axpy"][1, N](g.input("alpha", 2.0), g.input("x", x), x, out, N)
+        del s, scratch
+        gc.collect()
+        k["scale"][1, N](out, 3.0, N)
+    g()
+    ref = caijit.zeros(N)
+    k["axpy"][1, N](2.0, x, x, ref, N)
+    k["scale"][1, N](ref, 3.0, N)
+    np.testing.assert_array_equal(host(out), host(ref))
