@@ -143,15 +143,19 @@ fn recorded_tunings_are_shipped_with_their_programs() {
     let manifest = dir.path().join("manifest.json");
     let program = Program::new(format!("// tuned\n{AXPY}")).name_expression("axpy_b<float>");
     let family = family_key(&program).unwrap().unwrap();
-    let tuning = |family: &str, kernel: &str| bundle::ShippedTuning {
-        key: format!("caijit-autotune/1\n{family}\n{kernel}\nNVIDIA H200 sm_90\nn=2^20\nblock=128\nblock=256"),
-        family: family.to_string(),
-        kernel: kernel.to_string(),
-        device: "NVIDIA H200 sm_90".into(),
-        tuning_key: "n=2^20".into(),
-        winner: "block=256".into(),
-        median_us: 3.5,
-        record: serde_json::json!({"candidates": ["block=128", "block=256"], "best": 1}),
+    let tuning = |family: &str, kernel: &str| {
+        let key = format!("caijit-autotune/2\n{family}\n{kernel}\nNVIDIA H200 sm_90\n\"n=2^20\"\n\"block=128\"\n\"block=256\"");
+        let timed = serde_json::json!({"Timed": {"median_us": 3.5, "min_us": 3.4, "max_us": 3.6, "samples": 5, "batch": 50}});
+        bundle::ShippedTuning {
+            record: serde_json::json!({"key": key, "candidates": ["block=128", "block=256"], "trials": [timed, timed], "best": 1}),
+            key,
+            family: family.to_string(),
+            kernel: kernel.to_string(),
+            device: "NVIDIA H200 sm_90".into(),
+            tuning_key: "n=2^20".into(),
+            winner: "block=256".into(),
+            median_us: 3.5,
+        }
     };
     let before = record_to(Some(manifest.clone()));
     let compiled = compile_with(&program, Arch(90), &fresh());

@@ -55,23 +55,20 @@ def _dims(d: Any, what: str) -> Tuple[int, int, int]:
 
 class Result(NamedTuple):
     """A tuning: each candidate's label and its trial (times in µs, or why it failed), the
-    winner's position, and where the result came from: ``"measured"`` (timed by this
-    process), ``"disk"`` (the disk cache), ``"bundle"`` (shipped in a loaded bundle) or
-    ``"off"`` (``CAIJIT_AUTOTUNE=0``: the first candidate, untimed)."""
+    winner's position, whether it was read from the disk cache, and where it came from:
+    ``"measured"`` (timed by this process), ``"disk"`` (the disk cache), ``"bundle"``
+    (shipped in a loaded bundle) or ``"off"`` (``CAIJIT_AUTOTUNE=0``: the first candidate,
+    untimed)."""
 
     candidates: List[str]
     trials: List[Dict[str, Any]]
     best: int
-    source: str
+    from_disk: bool
     text: str
+    source: str = "measured"
 
     def table(self) -> str:
         return self.text
-
-    @property
-    def from_disk(self) -> bool:
-        """Whether the result was read from the disk cache."""
-        return self.source == "disk"
 
     @property
     def config(self) -> str:
@@ -143,7 +140,7 @@ class Autotuned:
     def result(self, *args: Any, stream: Any = None) -> Result:
         """The tuning for these arguments' key (tuned now when it is not known)."""
         r = self._tuner.result(self.kernel, self._key(args), self._candidates(args), args, stream)
-        return Result(r["candidates"], r["trials"], r["best"], r["source"], r["table"])
+        return Result(r["candidates"], r["trials"], r["best"], r["source"] == "disk", r["table"], r["source"])
 
     def __repr__(self) -> str:
         return f"caijit.Autotuned({self.kernel.name!r}, {len(self.configs)} configs)"

@@ -199,16 +199,21 @@ impl Graph {
         let (on, ctx, replaced) = py.detach(|| -> PyCaiResult<(u64, Arc<Context>, Objects)> {
             match &mut *lock(&self.state) {
                 State::Ready(g) => {
-                    let on = g.replay(&args, stream.as_deref(), true)?;
-                    let mut held = lock(&self.held);
+                    let before = g.bindings();
+                    let replayed = g.replay(&args, stream.as_deref(), true);
+                    // A replay that raised after binding its arguments leaves the graph
+                    // reading them: they are held as after one that succeeded.
                     let mut replaced = SmallVec::new();
-                    for (name, obj) in bound {
-                        match held.get_mut(name) {
-                            Some(h) => replaced.push(std::mem::replace(h, obj)),
-                            None => drop(held.insert(name.to_string(), obj)),
+                    if g.bindings() != before {
+                        let mut held = lock(&self.held);
+                        for (name, obj) in bound {
+                            match held.get_mut(name) {
+                                Some(h) => replaced.push(std::mem::replace(h, obj)),
+                                None => drop(held.insert(name.to_string(), obj)),
+                            }
                         }
                     }
-                    Ok((on, g.context().clone(), replaced))
+                    Ok((replayed?, g.context().clone(), replaced))
                 }
                 State::Discarded(why) => Err(PyCaiError::argument(format!("the graph cannot be replayed: {why}"))),
                 State::New | State::Capturing(_) => Err(PyCaiError::argument("a graph is replayed after its `with caijit.graph()` block")),

@@ -324,3 +324,28 @@ def test_a_stream_dropped_while_a_graph_is_captured_leaves_that_capture_valid(k:
     k["axpy"][1, N](2.0, x, x, ref, N)
     k["scale"][1, N](ref, 3.0, N)
     np.testing.assert_array_equal(host(out), host(ref))
+
+
+def test_a_replay_that_fails_after_binding_holds_what_it_bound(k: caijit.Module) -> None:
+    import gc
+
+    from caijit import _native
+
+    x, out = caijit.to_device(rand(0)), caijit.zeros(N)
+    with caijit.graph() as g:
+        k["axpy"][1, N](2.0, g.input("x", x), x, out, N)
+    g()
+    new = caijit.to_device(rand(5))
+    ptr = new.__cuda_array_interface__["data"][0]
+    # The graph is launched with `new` bound, then ordering its producers after it fails.
+    _native._testing._inject_fault("reverse_edge")
+    with pytest.raises(caijit.LaunchError, match="injected fault"):
+        g(x=new)
+    del new
+    gc.collect()
+    others = [caijit.to_device(np.full(N, 9.0, np.float32)) for _ in range(8)]
+    assert all(o.__cuda_array_interface__["data"][0] != ptr for o in others), "the array the graph reads was freed"
+    g()
+    ref = caijit.zeros(N)
+    k["axpy"][1, N](2.0, caijit.to_device(rand(5)), x, ref, N)
+    np.testing.assert_array_equal(host(out), host(ref))

@@ -13,21 +13,29 @@ static FROM_ENV: OnceLock<std::result::Result<(), String>> = OnceLock::new();
 
 /// Make `bundle` searched by every compilation of this process (after those of
 /// `CAIJIT_BUNDLES` and those loaded before it). A bundle already loaded (same origin and
-/// contents) is not added twice. Every program record is read first: a bundle with a
-/// damaged one is an error, and is not loaded.
+/// contents) is not added twice. Every program record and the tunings it ships are read
+/// first: a bundle with a damaged one is an error, and is not loaded.
 pub fn install(bundle: Bundle) -> Result<Arc<Bundle>> {
-    bundle.programs()?;
+    read_index(&bundle)?;
     // `CAIJIT_BUNDLES` comes first however the process began (its error is reported by
     // the compilations that search the bundles).
     let _ = from_env();
     Ok(insert(bundle))
 }
 
-/// The bundle at `path` with every program record read (a damaged one is an error).
+/// The bundle at `path` with every program record and its tunings read (a damaged one
+/// is an error).
 fn open_whole(path: &Path) -> Result<Bundle> {
     let b = Bundle::open(path)?;
-    b.programs()?;
+    read_index(&b)?;
     Ok(b)
+}
+
+/// Read what a loaded bundle must have whole: every program record, and the tunings.
+fn read_index(b: &Bundle) -> Result<()> {
+    b.programs()?;
+    b.tunings()?;
+    Ok(())
 }
 
 fn insert(bundle: Bundle) -> Arc<Bundle> {

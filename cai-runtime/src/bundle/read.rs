@@ -116,6 +116,25 @@ pub(super) fn inflate(packed: &[u8], len: usize) -> std::result::Result<Vec<u8>,
     }
 }
 
+/// What a tuner's record must be to be shipped: its own key, one trial per candidate, and a
+/// winner among them (the tuner checks the rest when it reads it).
+fn check_tuning(t: &ShippedTuning) -> std::result::Result<(), &'static str> {
+    let r = &t.record;
+    if r["key"].as_str() != Some(t.key.as_str()) {
+        return Err("its record is another key's");
+    }
+    let (Some(candidates), Some(trials)) = (r["candidates"].as_array(), r["trials"].as_array()) else {
+        return Err("its record has no candidates or trials");
+    };
+    if candidates.len() != trials.len() {
+        return Err("its record has not one trial per candidate");
+    }
+    match r["best"].as_u64() {
+        Some(b) if (b as usize) < candidates.len() => Ok(()),
+        _ => Err("its record names no winner among its candidates"),
+    }
+}
+
 fn bad(origin: &str, what: impl std::fmt::Display) -> Error {
     Error::Bundle(format!("bundle {origin} {what}"))
 }
@@ -410,8 +429,14 @@ impl Bundle {
         let read = || -> std::result::Result<Vec<ShippedTuning>, String> {
             let Some(section) = self.tunings_section else { return Ok(Vec::new()) };
             let raw = self.section(section).map_err(|e| e.to_string())?;
-            serde_json::from_slice(&raw)
-                .map_err(|e| bad(&self.origin, format!("is corrupt (its tunings, section {section}, are not valid: {e})")).to_string())
+            let corrupt = |e: &dyn std::fmt::Display| {
+                bad(&self.origin, format!("is corrupt (its tunings, section {section}, are not valid: {e})")).to_string()
+            };
+            let tunings: Vec<ShippedTuning> = serde_json::from_slice(&raw).map_err(|e| corrupt(&e))?;
+            for t in &tunings {
+                check_tuning(t).map_err(|e| corrupt(&format!("the tuning of kernel {} for key {:?}: {e}", t.kernel, t.tuning_key)))?;
+            }
+            Ok(tunings)
         };
         match self.tunings.get_or_init(read) {
             Ok(t) => Ok(t),

@@ -396,7 +396,7 @@ fn shipped_tunings_are_read_back_by_key_and_a_wrong_section_is_refused() {
         tuning_key: "n".into(),
         winner: "block=256".into(),
         median_us: 2.0,
-        record: json!({"best": 0}),
+        record: json!({"key": "k\nfamily", "candidates": ["block=256"], "trials": [{"Failed": "-"}], "best": 0}),
     };
     let bytes = write("13.0", "build-id", &[90], vec![blobs(&"ab".repeat(32), &"ef".repeat(32), &[])], std::slice::from_ref(&t));
     let b = Bundle::from_vec(bytes.clone(), "t").unwrap();
@@ -418,4 +418,14 @@ fn shipped_tunings_are_read_back_by_key_and_a_wrong_section_is_refused() {
     sections[last].1 = b"[{\"key\": 1}]".to_vec();
     let e = Bundle::from_vec(seal(sections), "t").unwrap().tunings().unwrap_err().to_string();
     assert!(e.contains("its tunings, section") && e.contains("are not valid"), "{e}");
+    // A record that is not the tuning's own, or has no winner among its candidates: refused
+    // when read, and a bundle with one is not loaded.
+    for (field, value, why) in [("key", json!("other"), "another key's"), ("best", json!(1), "names no winner")] {
+        let mut bad = t.clone();
+        bad.record[field] = value;
+        let bytes = write("13.0", "build-id", &[90], vec![blobs(&"cd".repeat(32), &"ef".repeat(32), &[])], &[bad]);
+        let e = Bundle::from_vec(bytes.clone(), "t").unwrap().tunings().unwrap_err().to_string();
+        assert!(e.contains(why), "{e}");
+        assert!(install(Bundle::from_vec(bytes, "bad-tunings.caijit").unwrap()).is_err());
+    }
 }

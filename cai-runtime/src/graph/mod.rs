@@ -178,6 +178,7 @@ impl Capture {
             template_current: vec![true; launches.len()],
             launches,
             before_first: std::mem::take(&mut r.before_first),
+            bindings: 0,
             _stream: Some(self.stream.clone()),
         })
     }
@@ -211,6 +212,8 @@ pub struct Graph {
     exec_current: Vec<bool>,
     template_current: Vec<bool>,
     before_first: Events,
+    /// Replays that bound their arguments ([`Graph::bindings`]).
+    bindings: u64,
     /// The captured stream (its handle must not be reused while work captured on it may
     /// still refer to it by identity: kept for the graph's life).
     _stream: Option<Arc<Stream>>,
@@ -245,6 +248,12 @@ impl Graph {
     }
     pub fn context(&self) -> &Arc<Context> {
         &self.ctx
+    }
+    /// How many replays have bound their arguments: a replay that fails after its graph was
+    /// launched (ordering its producers after it) has bound them, and the graph reads them
+    /// from then on, so their owners must keep them alive as after a replay that succeeded.
+    pub fn bindings(&self) -> u64 {
+        self.bindings
     }
 
     /// Rebind the inputs named in `args` and launch the graph on `stream` (else the one
@@ -295,6 +304,7 @@ impl Graph {
                 }
                 self.ctx.return_events(&mut self.before_first);
             }
+            self.bindings += 1;
             COUNTERS.graph_node_updates.fetch_add(staged.len() as u64, Relaxed);
             for Staged { launch, buf } in staged {
                 self.launches[launch].buf = buf;

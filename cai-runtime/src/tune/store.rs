@@ -13,7 +13,7 @@ use sha2::{Digest, Sha256};
 use super::choice::Trial;
 
 /// The first line of every key: bumped when the file's meaning changes.
-pub const FORMAT: &str = "caijit-autotune/1";
+pub const FORMAT: &str = "caijit-autotune/2";
 
 /// What a tuning found: each candidate (as described) and its trial, and the winner.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -31,14 +31,16 @@ pub fn path(dir: &Path, key: &str) -> PathBuf {
 
 /// The record at `path` for `key`; `None` when there is none, or it cannot be read, is
 /// another key's, or names no timed winner (then it is tuned again and replaced).
-pub fn read(path: &Path, key: &str) -> Option<Record> {
+pub fn read(path: &Path, key: &str, labels: &[String]) -> Option<Record> {
     let text = std::fs::read(path).ok()?;
-    usable(serde_json::from_slice(&text).ok()?, key)
+    usable(serde_json::from_slice(&text).ok()?, key, labels)
 }
 
-/// `record` if it is `key`'s, has a trial per candidate and names a timed winner.
-pub fn usable(record: Record, key: &str) -> Option<Record> {
-    (record.key == key && record.trials.len() == record.candidates.len() && record.winner().is_some()).then_some(record)
+/// `record` if it is `key`'s, of these candidates (`labels`), has a trial per candidate and
+/// names a timed winner.
+pub fn usable(record: Record, key: &str, labels: &[String]) -> Option<Record> {
+    (record.key == key && record.candidates == labels && record.trials.len() == record.candidates.len() && record.winner().is_some())
+        .then_some(record)
 }
 
 impl Record {
@@ -89,19 +91,24 @@ mod tests {
         }
     }
 
+    fn ab() -> Vec<String> {
+        vec!["a".into(), "b".into()]
+    }
+
     #[test]
     fn a_record_is_read_back_only_for_its_key() {
         let dir = tempfile::tempdir().unwrap();
         let p = path(dir.path(), "k1");
-        assert_eq!(read(&p, "k1"), None);
+        assert_eq!(read(&p, "k1", &ab()), None);
         write(&p, &record("k1")).unwrap();
-        assert_eq!(read(&p, "k1"), Some(record("k1")));
-        assert_eq!(read(&p, "k2"), None, "another key's record");
+        assert_eq!(read(&p, "k1", &ab()), Some(record("k1")));
+        assert_eq!(read(&p, "k2", &ab()), None, "another key's record");
+        assert_eq!(read(&p, "k1", &["a".into()]), None, "other candidates");
         let no_winner = Record { best: Some(1), ..record("k1") };
         write(&p, &no_winner).unwrap();
-        assert_eq!(read(&p, "k1"), None, "a winner that was never timed");
+        assert_eq!(read(&p, "k1", &ab()), None, "a winner that was never timed");
         std::fs::write(&p, b"{ not json").unwrap();
-        assert_eq!(read(&p, "k1"), None, "a damaged record is tuned again");
+        assert_eq!(read(&p, "k1", &ab()), None, "a damaged record is tuned again");
         assert_ne!(path(dir.path(), "k1"), path(dir.path(), "k2"));
     }
 
@@ -116,14 +123,14 @@ mod tests {
             for _ in 0..4 {
                 s.spawn(|| {
                     locked(&p, || {
-                        if read(&p, "shared").is_none() {
+                        if read(&p, "shared", &ab()).is_none() {
                             std::thread::sleep(std::time::Duration::from_millis(50));
                             tuned.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                             write(&p, &record("shared")).unwrap();
                         }
                     })
                     .unwrap();
-                    assert_eq!(read(&p, "shared"), Some(record("shared")));
+                    assert_eq!(read(&p, "shared", &ab()), Some(record("shared")));
                 });
             }
         });

@@ -213,30 +213,48 @@ impl Tuner {
         let driver = crate::runtime::driver_version().unwrap_or(0);
         let (major, minor) = ctx.compute_capability();
         let device = format!("{} sm_{major}{minor}", ctx.name());
-        let (head, tail) = (format!("{}\n{family}\n{}", store::FORMAT, d.name()), format!("{device}\n{key}\n{}", labels.join("\n")));
+        // The tuning key and the labels quoted (a key may span lines): one line each.
+        let labels: Vec<String> = labels.iter().map(|l| format!("{l:?}")).collect();
+        let (head, tail) = (format!("{}\n{family}\n{}", store::FORMAT, d.name()), format!("{device}\n{key:?}\n{}", labels.join("\n")));
         Some(Keys { disk: format!("{head}\nnvrtc {nvrtc}, driver {driver}\n{tail}"), shipped: format!("{head}\n{tail}"), family, device })
     }
 
-    /// The result a loaded bundle ships for `keys`, if one does (a bundle whose tunings cannot
-    /// be read is passed over with a warning: the key is tuned instead).
-    fn shipped(keys: &Keys) -> Option<Record> {
+    /// The result the first loaded bundle that ships a usable one for `keys` has (one whose
+    /// record cannot be used is passed over with a warning).
+    fn shipped(keys: &Keys, labels: &[String]) -> Option<Record> {
         for b in crate::bundle::loaded().unwrap_or_default() {
             match b.tuning(&keys.shipped) {
-                Ok(Some(t)) => return serde_json::from_value(t.record.clone()).ok().and_then(|r| store::usable(r, &keys.shipped)),
+                Ok(Some(t)) => match serde_json::from_value(t.record.clone()).ok().and_then(|r| store::usable(r, &keys.shipped, labels)) {
+                    Some(r) => return Some(r),
+                    None => eprintln!(
+                        "caijit: warning: bundle {} ships a tuning of kernel {} it cannot use; looking further",
+                        b.origin(),
+                        t.kernel
+                    ),
+                },
                 Ok(None) => {}
-                Err(e) => eprintln!("caijit: warning: {e}; tuning instead of using its results"),
+                Err(e) => eprintln!("caijit: warning: {e}; looking further"),
             }
         }
         None
     }
 
-    /// Record `record` (of `key`, for kernel `d`) into the manifest when recording, so that
-    /// `bundle build` ships it with the program.
-    fn record_for_bundles(d: &Dispatcher, key: &str, keys: &Keys, record: &Record) {
-        if crate::compile::recording().is_none() {
+    /// Record `record` (of `key`, for kernel `d`) into the manifest, so that `bundle build`
+    /// ships it with the program, and the winner's code with it (its instance compiled or
+    /// loaded now, which records it).
+    fn record_for_bundles(
+        d: &Dispatcher,
+        ctx: &Arc<Context>,
+        key: &str,
+        keys: &Keys,
+        record: &Record,
+        winner: &Candidate,
+        args: &[Arg<'_>],
+    ) {
+        let Some((label, timing)) = record.winner() else { return };
+        if measure::kernel(d, winner, ctx, args).is_err() {
             return;
         }
-        let Some((winner, timing)) = record.winner() else { return };
         let shipped = Record { key: keys.shipped.clone(), ..record.clone() };
         let Ok(record) = serde_json::to_value(&shipped) else { return };
         crate::compile::record_tuning(&crate::bundle::ShippedTuning {
@@ -245,7 +263,7 @@ impl Tuner {
             kernel: d.name().to_string(),
             device: keys.device.clone(),
             tuning_key: key.to_string(),
-            winner: winner.to_string(),
+            winner: label.to_string(),
             median_us: timing.median_us,
             record,
         });
@@ -266,8 +284,14 @@ impl Tuner {
     ) -> Result<Tuned> {
         let keys = self.keys(d, ctx, key, labels);
         let tuned = self.find_or_measure(d, ctx, key, keys.as_ref(), candidates, labels, args, stream)?;
-        if let Some(k) = &keys {
-            Tuner::record_for_bundles(d, key, k, &tuned.record);
+        // Not a result timed with bounds checks (debug instances, waited for): it would
+        // serve ordinary runs.
+        let checked = crate::diag::flags() & crate::diag::BOUNDS != 0;
+        let winner = tuned.best().and_then(|b| candidates.get(b));
+        if let (Some(k), Some(w), Some(_), false) =
+            (&keys, winner, crate::compile::recording(), checked && tuned.source == Source::Measured)
+        {
+            Tuner::record_for_bundles(d, ctx, key, k, &tuned.record, w, args);
         }
         Ok(tuned)
     }
@@ -285,7 +309,7 @@ impl Tuner {
         stream: Option<&Stream>,
     ) -> Result<Tuned> {
         // A bundle's result first: every process that loads the bundle launches the same.
-        if let Some(record) = keys.and_then(Tuner::shipped) {
+        if let Some(record) = keys.and_then(|k| Tuner::shipped(k, labels)) {
             return Ok(Tuned { record, source: Source::Bundle });
         }
         // Results of a run with bounds checks (debug instances, waited for) are not kept on
@@ -294,7 +318,7 @@ impl Tuner {
         let cache = if checked { None } else { crate::compile::DiskCache::from_env_trusted()? };
         let disk_key = cache.as_ref().and(keys).map(|k| k.disk.as_str());
         let path = cache.as_ref().zip(disk_key).map(|(c, k)| store::path(c.dir(), k));
-        let stored = |p: &std::path::Path| store::read(p, disk_key.unwrap_or_default());
+        let stored = |p: &std::path::Path| store::read(p, disk_key.unwrap_or_default(), labels);
         if let Some(record) = path.as_deref().and_then(stored) {
             return Ok(Tuned { record, source: Source::Disk });
         }
