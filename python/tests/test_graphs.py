@@ -331,9 +331,9 @@ def test_a_replay_that_fails_after_binding_holds_what_it_bound(k: caijit.Module)
 
     from caijit import _native
 
-    x, out = caijit.to_device(rand(0)), caijit.zeros(N)
+    x, y, out = caijit.to_device(rand(0)), caijit.to_device(rand(1)), caijit.zeros(N)
     with caijit.graph() as g:
-        k["axpy"][1, N](2.0, g.input("x", x), x, out, N)
+        k["axpy"][1, N](2.0, g.input("x", x), y, out, N)
     g()
     new = caijit.to_device(rand(5))
     ptr = new.__cuda_array_interface__["data"][0]
@@ -347,5 +347,5 @@ def test_a_replay_that_fails_after_binding_holds_what_it_bound(k: caijit.Module)
     assert all(o.__cuda_array_interface__["data"][0] != ptr for o in others), "the array the graph reads was freed"
     g()
     ref = caijit.zeros(N)
-    k["axpy"][1, N](2.0, caijit.to_device(rand(5)), x, ref, N)
+    k["axpy"][1, N](2.0, caijit.to_device(rand(5)), y, ref, N)
     np.testing.assert_array_equal(host(out), host(ref))
