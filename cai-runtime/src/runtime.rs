@@ -436,7 +436,7 @@ impl Drop for Stream {
         // Drop never panics; a failure to destroy leaks one stream handle at most. The
         // caller's current context is restored when the guard drops.
         let bound = self.context.as_ref().and_then(|ctx| ctx.bind().ok());
-        let release = || {
+        let let_go = || {
             // Blocks kept for this stream become idle once its work so far has completed:
             // its handle may name another stream from now on.
             if self.keeps_blocks.load(Ordering::Relaxed) {
@@ -453,8 +453,8 @@ impl Drop for Stream {
         // collected inside `with caijit.graph()` or `torch.cuda.graph`): in relaxed mode
         // its release cannot invalidate that capture.
         match &bound {
-            Some(d) => d.relaxed_capture(release),
-            None => release(),
+            Some(d) => d.relaxed_capture(let_go),
+            None => let_go(),
         }
     }
 }
