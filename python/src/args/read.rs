@@ -23,7 +23,7 @@ pub enum Route {
         api: ExchangeApi,
         known: Option<Known>,
     },
-    /// Through a producer's own attributes (its row of [`PRODUCERS`](super::producer::PRODUCERS)).
+    /// Through a producer's own attributes (its row of `PRODUCERS`, in `args/mod.rs`).
     Known(Known),
     Other,
 }
