@@ -3,11 +3,12 @@
 //! its array inputs, so that what a replay reads stays alive while the graph may run.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use cai_runtime::graph::{Capture, Graph as RtGraph};
 use cai_runtime::launch::Arg;
 use cai_runtime::runtime::{Context, Stream as RtStream};
+use cai_runtime::sync::lock;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
 use smallvec::SmallVec;
@@ -41,10 +42,6 @@ pub struct Graph {
 
 /// Objects a replay no longer binds, dropped once the GIL is back.
 type Objects = SmallVec<[Py<PyAny>; 8]>;
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 impl Graph {
     /// Run `f` on the capture in progress.

@@ -30,11 +30,12 @@ use std::sync::{Arc, Mutex};
 
 use crate::cai::ArrayView;
 use crate::error::{Error, Result};
-use crate::launch::record::{self, lock, InputKind, Launch, Recording, SlotView};
+use crate::launch::record::{self, InputKind, Launch, Recording, SlotView};
 use crate::launch::{enqueue_ordered, Arg, NamedScalar};
 use crate::params::{marshal_one, ParamBuffer};
 use crate::runtime::{Context, Events, Stream};
 use crate::stats::{bump, COUNTERS};
+use crate::sync::lock;
 use crate::sys::{Driver, RawGraph, RawGraphExec, RawStream};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 

@@ -14,6 +14,7 @@ use crate::kernel::Kernel;
 use crate::params::ParamBuffer;
 use crate::runtime::{Context, Events};
 use crate::signature::ParamLayout;
+use crate::sync::lock;
 use crate::sys::{Driver, RawFunction, RawNode, RawStream};
 
 /// An input named at capture: rebound by its name at each replay.
@@ -231,10 +232,6 @@ pub(crate) fn unregister(id: u64) {
 
 fn recording(id: u64) -> Option<Arc<Mutex<Recording>>> {
     lock(&RECORDINGS).iter().find(|(c, ..)| *c == id).map(|(_, r, _)| r.clone())
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The stream this thread is capturing a caijit graph on, if it is.
