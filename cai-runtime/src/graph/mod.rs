@@ -354,17 +354,14 @@ impl Graph {
     /// Give launch `i`'s node in `target` the bytes `buf`.
     fn set(&self, d: &Driver, target: Target, i: usize, buf: &ParamBuffer) -> Result<()> {
         let l = &self.launches[i];
+        let exec = (target == Target::Exec).then_some(self.exec);
         // SAFETY: `buf` holds `l`'s parameter bytes, each argument written by `marshal_one`
         // after the launch's checks against `l.params` (the kernel's compiled list);
-        // `with_pointers` points at each parameter; the arrays they name are kept alive by
-        // the caller while the graph may run.
+        // `with_pointers` points at each parameter; `l.node` is this launch's node, in
+        // `exec` or in the graph; the arrays they name are kept alive by the caller while the
+        // graph may run.
         #[allow(unsafe_code)]
-        let set = buf.with_pointers(&l.params, |p| match target {
-            // SAFETY: as above, for the executable graph's node of this launch.
-            Target::Exec => unsafe { d.graph_exec_set_kernel_params(self.exec, l.node, l.func, &l.cfg, p) },
-            // SAFETY: as above, for the graph's own node of this launch.
-            Target::Template => unsafe { d.graph_set_kernel_params(l.node, l.func, &l.cfg, p) },
-        });
+        let set = buf.with_pointers(&l.params, |p| unsafe { d.set_kernel_node_params(exec, l.node, l.func, &l.cfg, p) });
         Ok(set?)
     }
 
