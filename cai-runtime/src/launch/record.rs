@@ -4,6 +4,7 @@
 //! Launches find the recording of their capture by the capture's id ([`note_launch`]); a
 //! process with no caijit capture running pays one relaxed atomic load per launch.
 
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
@@ -69,7 +70,7 @@ pub(crate) struct Recording {
     pub id: u64,
     /// The address ranges of the arrays captured launches were given: an input named later
     /// must not overlap them (those launches could not be rebound).
-    pub seen: Vec<std::ops::Range<u128>>,
+    pub seen: Vec<Range<u128>>,
     pub inputs: Vec<Input>,
     pub slots: Vec<(usize, Slot)>,
     pub launches: Vec<Launch>,
@@ -107,15 +108,14 @@ impl Recording {
             return Err(Error::argument(format!("graph input `{name}` is an empty array: there is nothing to rebind")));
         }
         let range = view.address_range();
-        if self.seen.iter().any(|s| range.start < s.end && s.start < range.end) {
+        if self.seen.iter().any(|s| overlap(&range, s)) {
             return Err(Error::argument(format!(
                 "graph input `{name}` was given to a launch already captured: name inputs before the launches that use them"
             )));
         }
         for i in &self.inputs {
             if let InputKind::Array(v) = &i.kind {
-                let other = v.address_range();
-                if !range.is_empty() && range.start < other.end && other.start < range.end {
+                if overlap(&range, &v.address_range()) {
                     return Err(Error::argument(format!(
                         "graph input `{name}` overlaps graph input `{}`: name one array once and pass it where both are used",
                         i.name
@@ -163,7 +163,7 @@ impl Recording {
                     for (i, input) in self.inputs.iter().enumerate() {
                         let InputKind::Array(whole) = &input.kind else { continue };
                         let outer = whole.address_range();
-                        if range.start >= outer.end || outer.start >= range.end {
+                        if !overlap(&range, &outer) {
                             continue;
                         }
                         let view = if same_view(v, whole) {
@@ -186,6 +186,11 @@ impl Recording {
         }
         Ok(())
     }
+}
+
+/// Whether two address ranges share a byte.
+fn overlap(a: &Range<u128>, b: &Range<u128>) -> bool {
+    a.start < b.end && b.start < a.end
 }
 
 /// Two views of the same elements with the same layout.
