@@ -230,12 +230,8 @@ pub(crate) fn marshal(params: &[ParamLayout], vector: &[usize], args: &[Arg<'_>]
 /// it at `p`'s offset: one argument of [`marshal`], also what a graph's rebinding writes.
 #[inline(always)]
 pub(crate) fn marshal_one(p: &ParamLayout, vector: usize, a: &Arg<'_>, buf: &mut ParamBuffer) -> Result<()> {
-    let a = match a {
-        Arg::ArrayOn(v, _) => &Arg::Array(v),
-        other => other,
-    };
     match (&p.kind, a) {
-        (ParamKind::Pointer { .. } | ParamKind::Array { .. }, Arg::Array(v)) => {
+        (ParamKind::Pointer { .. } | ParamKind::Array { .. }, Arg::Array(v) | Arg::ArrayOn(v, _)) => {
             let immutable = v.readonly().then_some(READONLY);
             check_array(p, &ArrayArg { noun: "array", dtype: v.dtype(), shape: v.shape(), immutable })?;
             if matches!(p.kind, ParamKind::Pointer { .. }) && !v.is_c_contiguous() {
