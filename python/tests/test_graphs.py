@@ -8,6 +8,7 @@ device, which would hide a missing edge.
 
 from __future__ import annotations
 
+import gc
 import random
 from typing import Any
 
@@ -96,6 +97,14 @@ def _shifted(a: Any, by: int) -> _Iface:
     d = dict(a.__cuda_array_interface__)
     d["data"] = (d["data"][0] + by, False)
     return _Iface(d)
+
+
+def assert_not_reused(ptr: int, what: str) -> None:
+    """After the last Python reference to the array at `ptr` went: new allocations of its
+    size do not get its memory (something still holds it)."""
+    gc.collect()
+    others = [caijit.to_device(np.full(N, 9.0, np.float32)) for _ in range(8)]
+    assert all(o.__cuda_array_interface__["data"][0] != ptr for o in others), what
 
 
 def sequence(k: caijit.Module, x: Any, y: Any, out: Any, view: Any, alpha: Any, beta: Any) -> None:
@@ -277,17 +286,13 @@ def test_a_replay_inside_a_torch_capture_is_a_child_graph(k: caijit.Module) -> N
 
 
 def test_arrays_the_graph_reads_live_as_long_as_it(k: caijit.Module) -> None:
-    import gc
-
     x, out = caijit.to_device(rand(0)), caijit.zeros(N)
     y = caijit.to_device(rand(1))
     with caijit.graph() as g:
         k["axpy"][1, N](2.0, g.input("x", x), y, out, N)
     ptr = y.__cuda_array_interface__["data"][0]
     del y
-    gc.collect()
-    others = [caijit.to_device(np.full(N, 9.0, np.float32)) for _ in range(8)]
-    assert all(o.__cuda_array_interface__["data"][0] != ptr for o in others), "the captured array was freed"
+    assert_not_reused(ptr, "the captured array was freed")
     g()
     ref = caijit.zeros(N)
     k["axpy"][1, N](2.0, x, caijit.to_device(rand(1)), ref, N)
@@ -307,7 +312,6 @@ def test_a_graph_dropped_while_another_is_captured_leaves_that_capture_valid(k: 
 
 
 def test_a_stream_dropped_while_a_graph_is_captured_leaves_that_capture_valid(k: caijit.Module) -> None:
-    import gc
 
     x, out = caijit.to_device(rand(0)), caijit.zeros(N)
     s = caijit.Stream()
@@ -327,8 +331,6 @@ def test_a_stream_dropped_while_a_graph_is_captured_leaves_that_capture_valid(k:
 
 
 def test_a_replay_that_fails_after_binding_holds_what_it_bound(k: caijit.Module) -> None:
-    import gc
-
     from caijit import _native
 
     x, y, out = caijit.to_device(rand(0)), caijit.to_device(rand(1)), caijit.zeros(N)
@@ -342,9 +344,7 @@ def test_a_replay_that_fails_after_binding_holds_what_it_bound(k: caijit.Module)
     with pytest.raises(caijit.LaunchError, match="injected fault"):
         g(x=new)
     del new
-    gc.collect()
-    others = [caijit.to_device(np.full(N, 9.0, np.float32)) for _ in range(8)]
-    assert all(o.__cuda_array_interface__["data"][0] != ptr for o in others), "the array the graph reads was freed"
+    assert_not_reused(ptr, "the array the graph reads was freed")
     g()
     ref = caijit.zeros(N)
     k["axpy"][1, N](2.0, caijit.to_device(rand(5)), y, ref, N)
