@@ -510,8 +510,7 @@ const UNSAFE_FNS: &[&str] = &[
     "free_owned_async",
     "free_segment",
     "destroy_owned_stream",
-    "graph_exec_set_kernel_params",
-    "graph_set_kernel_params",
+    "set_kernel_node_params",
     "graph_exec_destroy",
     "graph_destroy",
 ];

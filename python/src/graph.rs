@@ -234,7 +234,7 @@ impl Graph {
     #[getter]
     fn kernels(&self) -> Vec<&'static str> {
         match &*lock(&self.state) {
-            State::Ready(g) => g.kernels().to_vec(),
+            State::Ready(g) => g.kernels().collect(),
             _ => Vec::new(),
         }
     }
@@ -252,7 +252,9 @@ impl Graph {
         match &*lock(&self.state) {
             State::New => "caijit.Graph(not captured yet)".into(),
             State::Capturing(_) => "caijit.Graph(capturing)".into(),
-            State::Ready(g) => format!("caijit.Graph(kernels={:?}, inputs={:?})", g.kernels(), g.inputs().collect::<Vec<_>>()),
+            State::Ready(g) => {
+                format!("caijit.Graph(kernels={:?}, inputs={:?})", g.kernels().collect::<Vec<_>>(), g.inputs().collect::<Vec<_>>())
+            }
             State::Discarded(why) => format!("caijit.Graph(discarded: {why})"),
         }
     }

@@ -158,7 +158,6 @@ impl Capture {
                 return Err(e);
             }
         };
-        let names: Vec<&'static str> = r.launches.iter().map(|l| l.name).collect();
         let mut fills = vec![Vec::new(); r.inputs.len()];
         for (i, s) in std::mem::take(&mut r.slots) {
             fills[i].push((s.launch, s.param, s.view));
@@ -171,12 +170,10 @@ impl Capture {
             exec,
             nodes,
             allocates,
-            names,
             index: inputs.iter().enumerate().map(|(i, input)| (input.name.clone(), i)).collect(),
             inputs,
             fills,
-            exec_current: vec![true; launches.len()],
-            template_current: vec![true; launches.len()],
+            up_to_date: [vec![true; launches.len()], vec![true; launches.len()]],
             launches,
             before_first: std::mem::take(&mut r.before_first),
             bindings: 0,
@@ -201,17 +198,16 @@ pub struct Graph {
     nodes: usize,
     /// Whether the graph has memory nodes (then it cannot be a child of another graph).
     allocates: bool,
-    names: Vec<&'static str>,
     inputs: Vec<record::Input>,
     /// Each input's index by name.
     index: HashMap<String, usize>,
     /// For each input, the parameters it fills: (launch, parameter, how).
     fills: Vec<Vec<(usize, usize, SlotView)>>,
-    /// Each launch: its bytes now (`buf`), and whether its node in `exec` (the executable
-    /// graph replays launch) and in `graph` (what another capture clones) have them.
+    /// Each launch, with its bytes now (`buf`).
     launches: Vec<Launch>,
-    exec_current: Vec<bool>,
-    template_current: Vec<bool>,
+    /// By [`Target`]: whether each launch's node in `exec` (what a replay launches) and in
+    /// `graph` (what another capture clones) has its bytes now.
+    up_to_date: [Vec<bool>; 2],
     before_first: Events,
     /// Replays that bound their arguments ([`Graph::bindings`]).
     bindings: u64,
@@ -226,11 +222,12 @@ struct Staged {
     buf: ParamBuffer,
 }
 
-/// Which nodes of which graph a replay brings up to date.
+/// Which nodes of which graph a replay brings up to date (the index of their flags in
+/// `Graph::up_to_date`).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Target {
-    Exec,
-    Template,
+    Exec = 0,
+    Template = 1,
 }
 
 impl Graph {
@@ -239,8 +236,8 @@ impl Graph {
         self.inputs.iter().map(|i| i.name.as_str())
     }
     /// The kernels captured, in launch order.
-    pub fn kernels(&self) -> &[&'static str] {
-        &self.names
+    pub fn kernels(&self) -> impl ExactSizeIterator<Item = &'static str> + '_ {
+        self.launches.iter().map(|l| l.name)
     }
     /// The graph's node count (kernels, and whatever else was captured: copies, memory
     /// nodes, other libraries' work).
@@ -278,6 +275,7 @@ impl Graph {
         let ctx = self.ctx.clone();
         enqueue_ordered(&ctx, arrays, stream, sync, named, |d, s| {
             let capturing = s != RawStream::from_cai(1) && d.capture_id(s)? != 0;
+            let target = if capturing { Target::Template } else { Target::Exec };
             if capturing {
                 if self.allocates {
                     return Err(Error::argument(
@@ -289,10 +287,10 @@ impl Graph {
                         "the graph's first replay waits for work enqueued before its capture, which cannot be done inside another capture: replay it once outside first",
                     ));
                 }
-                self.bring_up(d, Target::Template, &staged)?;
+                self.bring_up(d, target, &staged)?;
                 d.capture_child_graph(s, self.graph)?;
             } else {
-                self.bring_up(d, Target::Exec, &staged)?;
+                self.bring_up(d, target, &staged)?;
                 let launched = (|| -> Result<()> {
                     for &e in &self.before_first {
                         d.stream_wait_event(s, e)?;
@@ -307,14 +305,11 @@ impl Graph {
             }
             self.bindings += 1;
             COUNTERS.graph_node_updates.fetch_add(staged.len() as u64, Relaxed);
+            let other = if capturing { Target::Exec } else { Target::Template };
             for Staged { launch, buf } in staged {
                 self.launches[launch].buf = buf;
-                let (now, stale) = match capturing {
-                    false => (&mut self.exec_current, &mut self.template_current),
-                    true => (&mut self.template_current, &mut self.exec_current),
-                };
-                now[launch] = true;
-                stale[launch] = false;
+                self.up_to_date[target as usize][launch] = true;
+                self.up_to_date[other as usize][launch] = false;
             }
             bump(&COUNTERS.graph_replays);
             Ok(())
@@ -325,10 +320,7 @@ impl Graph {
     /// bytes where its node is stale. On an error, the nodes already given new bytes get
     /// their old ones back (or are marked stale).
     fn bring_up(&mut self, d: &Driver, target: Target, staged: &[Staged]) -> Result<()> {
-        let current = match target {
-            Target::Exec => &self.exec_current,
-            Target::Template => &self.template_current,
-        };
+        let current = &self.up_to_date[target as usize];
         let mut is_staged = vec![false; self.launches.len()];
         staged.iter().for_each(|s| is_staged[s.launch] = true);
         let stale = (0..self.launches.len()).filter(|&i| !current[i] && !is_staged[i]).map(|i| (i, &self.launches[i].buf));
@@ -341,20 +333,12 @@ impl Graph {
                         failed.push(j);
                     }
                 }
-                let current = match target {
-                    Target::Exec => &mut self.exec_current,
-                    Target::Template => &mut self.template_current,
-                };
-                failed.into_iter().for_each(|j| current[j] = false);
+                failed.into_iter().for_each(|j| self.up_to_date[target as usize][j] = false);
                 return Err(e);
             }
         }
         // The stale nodes now have their launch's bytes.
-        let current = match target {
-            Target::Exec => &mut self.exec_current,
-            Target::Template => &mut self.template_current,
-        };
-        current.iter_mut().for_each(|c| *c = true);
+        self.up_to_date[target as usize].fill(true);
         Ok(())
     }
 
@@ -362,7 +346,7 @@ impl Graph {
     fn roll_back(&mut self, d: &Driver, staged: &[Staged]) {
         for s in staged {
             if self.set(d, Target::Exec, s.launch, &self.launches[s.launch].buf).is_err() {
-                self.exec_current[s.launch] = false;
+                self.up_to_date[Target::Exec as usize][s.launch] = false;
             }
         }
     }
@@ -370,17 +354,14 @@ impl Graph {
     /// Give launch `i`'s node in `target` the bytes `buf`.
     fn set(&self, d: &Driver, target: Target, i: usize, buf: &ParamBuffer) -> Result<()> {
         let l = &self.launches[i];
+        let exec = (target == Target::Exec).then_some(self.exec);
         // SAFETY: `buf` holds `l`'s parameter bytes, each argument written by `marshal_one`
         // after the launch's checks against `l.params` (the kernel's compiled list);
-        // `with_pointers` points at each parameter; the arrays they name are kept alive by
-        // the caller while the graph may run.
+        // `with_pointers` points at each parameter; `l.node` is this launch's node, in
+        // `exec` or in the graph; the arrays they name are kept alive by the caller while the
+        // graph may run.
         #[allow(unsafe_code)]
-        let set = buf.with_pointers(&l.params, |p| match target {
-            // SAFETY: as above, for the executable graph's node of this launch.
-            Target::Exec => unsafe { d.graph_exec_set_kernel_params(self.exec, l.node, l.func, &l.cfg, p) },
-            // SAFETY: as above, for the graph's own node of this launch.
-            Target::Template => unsafe { d.graph_set_kernel_params(l.node, l.func, &l.cfg, p) },
-        });
+        let set = buf.with_pointers(&l.params, |p| unsafe { d.set_kernel_node_params(exec, l.node, l.func, &l.cfg, p) });
         Ok(set?)
     }
 

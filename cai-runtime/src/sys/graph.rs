@@ -51,30 +51,36 @@ impl Driver {
         Ok(n)
     }
 
-    /// Give kernel node `node` of `exec` (a node of the graph `exec` was made from, which
-    /// launched `f` with `cfg`) new parameters; the driver copies them before returning.
+    /// Give kernel node `node` new parameters: in `exec` (an executable graph made from the
+    /// node's graph) when given, else in the node's own graph (what a clone of it, a
+    /// child-graph node, then launches). The node launched `f` with `cfg`; the driver copies
+    /// the parameters before returning.
     ///
     /// # Safety
-    /// As [`Driver::launch_checked`], for every later launch of `exec`: `params[i]` points
+    /// As [`Driver::launch_checked`], for every later launch of the graph: `params[i]` points
     /// at exactly parameter `i`'s bytes of `f` until the call returns, and every device
-    /// pointer among them stays valid, for the access `f` makes, while `exec` may run.
-    pub unsafe fn graph_exec_set_kernel_params(
+    /// pointer among them stays valid, for the access `f` makes, while the graph may run.
+    pub unsafe fn set_kernel_node_params(
         &self,
-        exec: RawGraphExec,
+        exec: Option<RawGraphExec>,
         node: RawNode,
         f: RawFunction,
         cfg: &LaunchConfig,
         params: &mut [*mut c_void],
     ) -> Result<(), DriverError> {
         let p = node_params(f, cfg, params);
-        // SAFETY: the caller upholds `# Safety`; `p` outlives the call, which copies it.
-        check("cuGraphExecKernelNodeSetParams", unsafe { cu::cuGraphExecKernelNodeSetParams_v2(exec.0, node.0, &p) })
+        match exec {
+            // SAFETY: the caller upholds `# Safety`; `p` outlives the call, which copies it.
+            Some(exec) => check("cuGraphExecKernelNodeSetParams", unsafe { cu::cuGraphExecKernelNodeSetParams_v2(exec.0, node.0, &p) }),
+            // SAFETY: as above.
+            None => check("cuGraphKernelNodeSetParams", unsafe { cu::cuGraphKernelNodeSetParams_v2(node.0, &p) }),
+        }
     }
 
     /// Launch `exec` on `s`.
     pub fn graph_launch(&self, exec: RawGraphExec, s: RawStream) -> Result<(), DriverError> {
         // SAFETY: `exec` is a live executable graph whose nodes' parameters were checked when
-        // captured or set (`graph_exec_set_kernel_params`); `s` a live stream.
+        // captured or set (`set_kernel_node_params`); `s` a live stream.
         check("cuGraphLaunch", unsafe { cu::cuGraphLaunch(exec.0, s.0) })
     }
 
@@ -117,23 +123,6 @@ impl Driver {
         let set = cu::CUstreamUpdateCaptureDependencies_flags::CU_STREAM_SET_CAPTURE_DEPENDENCIES as u32;
         // SAFETY: one node of the capture's graph and no edge data; the call copies the array.
         check("cuStreamUpdateCaptureDependencies", unsafe { cu::cuStreamUpdateCaptureDependencies_v2(s.0, &mut node, ptr::null(), 1, set) })
-    }
-
-    /// Set kernel node `node` of graph `g` (not of an executable graph) to launch `f` with
-    /// `cfg` and `params`: what a clone of `g` (a child-graph node) then launches.
-    ///
-    /// # Safety
-    /// As [`Driver::graph_exec_set_kernel_params`], for every graph made from `g` later.
-    pub unsafe fn graph_set_kernel_params(
-        &self,
-        node: RawNode,
-        f: RawFunction,
-        cfg: &LaunchConfig,
-        params: &mut [*mut c_void],
-    ) -> Result<(), DriverError> {
-        let p = node_params(f, cfg, params);
-        // SAFETY: the caller upholds `# Safety`; `p` outlives the call, which copies it.
-        check("cuGraphKernelNodeSetParams", unsafe { cu::cuGraphKernelNodeSetParams_v2(node.0, &p) })
     }
 
     /// Destroy `exec` (its launches in flight finish first, as the driver guarantees).
