@@ -2,7 +2,8 @@
 
 A chain of K small kernels (K = 10, 100, 1000), kernel i reading buffer i and writing
 buffer i+1 (N float32 each, one block of N threads: 1,024 by default, `--n 32` for one
-warp; far shorter than a launch). Every array argument is rebound at every replay: two sets
+warp; far shorter than a launch; `--empty` for kernels with the same parameters and an empty
+body, which measures what replaying costs apart from the work). Every array argument is rebound at every replay: two sets
 of K+1 buffers are used in turn. Rows:
 
 - caijit launches: the K launches made one by one from Python;
@@ -19,7 +20,7 @@ completion (R replays, synchronised at the end, divided by R*K). Also: capture +
 instantiate (what a user pays once), and the host cost of rebinding per changed slot (all
 rebound minus no rebinding, divided by 2K), of which the nodes' updates (all rebound minus
 same arguments). Needs a GPU and PyTorch:
-    python python/benchmarks/bench_graph.py [--rounds 5] [--n 1024]
+    python python/benchmarks/bench_graph.py [--rounds 5] [--n 1024] [--empty]
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ extern "C" __global__ void add1(const float* x, float* y, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = x[i] + 1.0f;
 }
+extern "C" __global__ void empty(const float* x, float* y, int n) {}
 """
 
 
@@ -63,9 +65,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--n", type=int, default=1024, help="float32 elements per buffer: one block of this many threads")
+    ap.add_argument("--empty", action="store_true", help="kernels with the same parameters and an empty body")
     args = ap.parse_args()
     N = args.n
-    add1 = caijit.kernel(SRC, "add1")
+    add1 = caijit.kernel(SRC, "empty" if args.empty else "add1")
     rows = []
     for k in (10, 100, 1000):
         reps = max(20, 20_000 // k)
@@ -126,13 +129,14 @@ def main() -> None:
         tg.replay()
         torch.cuda.synchronize()
         for bufs in (sets[0], sets[1], static):
-            assert torch.all(bufs[-1] == k), "a path computed something else"
+            assert torch.all(bufs[-1] == (0 if args.empty else k)), "a path computed something else"
         rebound = measured["caijit graph, all rebound"][0]
         rebind = (rebound - measured["caijit graph, no rebinding"][0]) / (2 * k)
         nodes = (rebound - measured["caijit graph, same arguments"][0]) / (2 * k)
         rows.append((k, measured, capture_ms, (rebind, nodes)))
 
-    print(f"{torch.cuda.get_device_name()}, kernels of one block of {N} threads")
+    body = "an empty body" if args.empty else "y = x + 1"
+    print(f"{torch.cuda.get_device_name()}, kernels of one block of {N} threads, {body}")
     print()
     print("| K kernels | path | host µs / replay | GPU µs / kernel to completion |")
     print("|---:|---|---:|---:|")
