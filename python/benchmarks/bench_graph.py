@@ -13,13 +13,15 @@ of K+1 buffers are used in turn. Rows:
 - caijit graph, no rebinding: `g()`;
 - caijit graph, same arguments: `g(b0=..., ..., bK=...)` with the arrays it is bound to
   already (every argument converted and checked, no node changed);
-- caijit graph, all rebound: `g(b0=..., ..., bK=...)`, 2K parameter slots in K nodes.
+- caijit graph, all rebound: `g(b0=..., ..., bK=...)`, 2K parameter slots in K nodes;
+- caijit graph, all rebound, caijit arrays: the same with two sets of `caijit.zeros`
+  arrays, whose conversion costs less than a PyTorch tensor's.
 
 Per replay: host µs (the Python call, the GPU left running), and GPU µs per kernel to
 completion (R replays, synchronised at the end, divided by R*K). Also: capture +
 instantiate (what a user pays once), and the host cost of rebinding per changed slot (all
 rebound minus no rebinding, divided by 2K), of which the nodes' updates (all rebound minus
-same arguments). Needs a GPU and PyTorch:
+same arguments), and the same with caijit arrays. Needs a GPU and PyTorch:
     python python/benchmarks/bench_graph.py [--rounds 5] [--n 1024] [--empty]
 """
 
@@ -97,6 +99,12 @@ def main() -> None:
             turn[0] ^= 1
             g(**bound[turn[0]])
 
+        own = [dict(zip(names, (caijit.zeros(N) for _ in range(k + 1)))) for _ in range(2)]
+
+        def replay_rebound_own() -> None:
+            turn[0] ^= 1
+            g(**own[turn[0]])
+
         static = [torch.zeros(N, device="cuda") for _ in range(k + 1)]
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
@@ -120,6 +128,7 @@ def main() -> None:
             "caijit graph, no rebinding": timed(g, reps, args.rounds),
             "caijit graph, same arguments": timed(lambda: g(**bound[0]), reps, args.rounds),
             "caijit graph, all rebound": timed(replay_rebound, reps, args.rounds),
+            "caijit graph, all rebound, caijit arrays": timed(replay_rebound_own, reps, args.rounds),
         }
         # Each path computed the chain: buffer K holds buffer 0 (zeros) + K.
         for bufs in (sets[0], sets[1], static):
@@ -133,7 +142,8 @@ def main() -> None:
         rebound = measured["caijit graph, all rebound"][0]
         rebind = (rebound - measured["caijit graph, no rebinding"][0]) / (2 * k)
         nodes = (rebound - measured["caijit graph, same arguments"][0]) / (2 * k)
-        rows.append((k, measured, capture_ms, (rebind, nodes)))
+        own_rebind = (measured["caijit graph, all rebound, caijit arrays"][0] - measured["caijit graph, no rebinding"][0]) / (2 * k)
+        rows.append((k, measured, capture_ms, (rebind, nodes, own_rebind)))
 
     body = "an empty body" if args.empty else "y = x + 1"
     print(f"{torch.cuda.get_device_name()}, kernels of one block of {N} threads, {body}")
@@ -144,10 +154,10 @@ def main() -> None:
         for path, (host, wall) in measured.items():
             print(f"| {k} | {path} | {host:.1f} | {wall / k:.3f} |")
     print()
-    for k, _, capture_ms, (rebind, nodes) in rows:
+    for k, _, capture_ms, (rebind, nodes, own_rebind) in rows:
         print(
             f"K={k}: capture + instantiate {capture_ms:.2f} ms; rebinding {rebind:.3f} µs per changed slot (host), "
-            f"of which {nodes:.3f} µs the nodes' updates"
+            f"of which {nodes:.3f} µs the nodes' updates; with caijit arrays {own_rebind:.3f} µs per changed slot"
         )
 
 

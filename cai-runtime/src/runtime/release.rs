@@ -3,6 +3,8 @@
 
 use std::sync::atomic::Ordering;
 
+use smallvec::SmallVec;
+
 use super::{Context, Events};
 use crate::error::Result;
 use crate::stats::{bump, COUNTERS};
@@ -43,7 +45,7 @@ impl Context {
             }
             return Err(e);
         }
-        lock(&self.deferred).0.push((events[0], keep));
+        lock(&self.deferred).0.push((raw, events[0], keep));
         self.has_deferred.store(true, Ordering::Release);
         Ok(())
     }
@@ -70,12 +72,23 @@ impl Context {
             let mut pending = lock(&self.deferred);
             // Only an event known to have completed releases its object: an event that
             // cannot be queried keeps it (a dead context runs nothing again, so keeping it
-            // costs memory at worst; releasing it could free memory under a kernel).
-            let (finished, waiting): (Vec<_>, Vec<_>) =
-                d.relaxed_capture(|| std::mem::take(&mut pending.0).into_iter().partition(|(e, _)| d.event_done(*e).unwrap_or(false)));
+            // costs memory at worst; releasing it could free memory under a kernel). Events
+            // of one stream complete in the order they were recorded: after one that has
+            // not, the later ones of its stream are not asked (a host far ahead of the GPU
+            // queries once per stream, not once per object).
+            let mut busy: SmallVec<[RawStream; 4]> = SmallVec::new();
+            let (finished, waiting): (Vec<_>, Vec<_>) = d.relaxed_capture(|| {
+                std::mem::take(&mut pending.0).into_iter().partition(|(s, e, _)| {
+                    let done = !busy.contains(s) && d.event_done(*e).unwrap_or(false);
+                    if !done && !busy.contains(s) {
+                        busy.push(*s);
+                    }
+                    done
+                })
+            });
             pending.0 = waiting;
             self.has_deferred.store(!pending.0.is_empty(), Ordering::Release);
-            for (e, keep) in finished {
+            for (_, e, keep) in finished {
                 events.push(e);
                 done.push(keep);
             }

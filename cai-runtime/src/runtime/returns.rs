@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::sync::lock;
-use crate::sys::RawEvent;
+use crate::sys::{RawEvent, RawStream};
 
 /// Objects handed back by destroyed graphs (on a driver thread), dropped by the next
 /// [`Context::collect_released`] on a thread of the caller's.
@@ -34,9 +34,10 @@ impl std::fmt::Debug for GraphReturns {
     }
 }
 
-/// `(event, object)` pairs: each object is dropped once its event has completed.
+/// `(stream, event recorded on it, object)`, in the order recorded: each object is dropped
+/// once its event has completed.
 #[derive(Default)]
-pub(super) struct Deferred(pub(super) Vec<(RawEvent, Box<dyn std::any::Any + Send>)>);
+pub(super) struct Deferred(pub(super) Vec<(RawStream, RawEvent, Box<dyn std::any::Any + Send>)>);
 
 impl std::fmt::Debug for Deferred {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

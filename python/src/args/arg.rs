@@ -6,6 +6,7 @@ use cai_runtime::cai::{ArrayView, DType};
 use cai_runtime::launch::{Arg, NamedScalar, Num};
 use cai_runtime::runtime::Context;
 use pyo3::prelude::*;
+use smallvec::SmallVec;
 
 use crate::array::DeviceArray;
 use crate::errors::PyCaiResult;
@@ -63,14 +64,19 @@ impl PyArg {
 /// Hand the DLPack capsules among `args` to `ctx`, to be released once the work enqueued
 /// so far on `stream` (a CAI value) has finished: a capsule's deleter gives the memory back
 /// to its producer (PyTorch's caching allocator, say), which must not reuse it while the
-/// kernel still reads it. Other arguments are dropped now.
+/// kernel still reads it. Other arguments are dropped now. The capsules go together, behind
+/// one event, however many there are.
 pub fn release_after(ctx: &Context, stream: u64, args: impl IntoIterator<Item = PyArg>) -> PyCaiResult<()> {
-    let mut result: cai_runtime::Result<()> = Ok(());
-    for a in args {
-        if let PyArg::Dlpack { holder, .. } = a {
-            // (a failure waits for the stream before it drops the capsule: see release_after)
-            result = result.and(ctx.release_after(stream, Box::new(holder)));
-        }
+    let holders: SmallVec<[Py<PyAny>; 4]> = args
+        .into_iter()
+        .filter_map(|a| match a {
+            PyArg::Dlpack { holder, .. } => Some(holder),
+            _ => None,
+        })
+        .collect();
+    if holders.is_empty() {
+        return Ok(());
     }
-    Ok(result?)
+    // (a failure waits for the stream before it drops the capsules: see release_after)
+    Ok(ctx.release_after(stream, Box::new(holders))?)
 }
