@@ -1046,7 +1046,8 @@ def test_capsules_are_released_by_stream_a_running_one_holding_only_its_own(k: A
     for _ in range(3):
         k["copy"][GRID, BLOCK, fast](CopyingDLPack(src), fast_out, N)
     gc.collect()
-    assert torch.cuda.memory_allocated() == base + 6 * per
+    # (the fast stream's may already be going: each launch releases what has finished)
+    assert torch.cuda.memory_allocated() >= base + 3 * per, "capsules of a running stream were released"
     fast.synchronize()
     k["copy"][1, 32, fast](fast_out, fast_out, 16)  # a launch releases what has finished
     assert torch.cuda.memory_allocated() == base + 3 * per, "the finished stream's capsules were not released, or the running one's were"
