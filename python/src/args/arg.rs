@@ -6,7 +6,6 @@ use cai_runtime::cai::{ArrayView, DType};
 use cai_runtime::launch::{Arg, NamedScalar, Num};
 use cai_runtime::runtime::Context;
 use pyo3::prelude::*;
-use smallvec::SmallVec;
 
 use crate::array::DeviceArray;
 use crate::errors::PyCaiResult;
@@ -67,13 +66,12 @@ impl PyArg {
 /// kernel still reads it. Other arguments are dropped now. The capsules go together, behind
 /// one event, however many there are.
 pub fn release_after(ctx: &Context, stream: u64, args: impl IntoIterator<Item = PyArg>) -> PyCaiResult<()> {
-    let holders: SmallVec<[Py<PyAny>; 4]> = args
-        .into_iter()
-        .filter_map(|a| match a {
-            PyArg::Dlpack { holder, .. } => Some(holder),
-            _ => None,
-        })
-        .collect();
+    let mut holders: Vec<Py<PyAny>> = Vec::new(); // (allocates only for a capsule)
+    for a in args {
+        if let PyArg::Dlpack { holder, .. } = a {
+            holders.push(holder);
+        }
+    }
     if holders.is_empty() {
         return Ok(());
     }
