@@ -50,9 +50,9 @@ impl Context {
         Ok(())
     }
 
-    /// Drop the objects of [`Context::release_after`] whose work has finished (a query per
-    /// pending object, never a wait), and those destroyed graphs handed back. Cheap when
-    /// nothing is pending.
+    /// Drop the objects of [`Context::release_after`] whose work has finished (event
+    /// queries, never a wait), and those destroyed graphs handed back. Cheap when nothing
+    /// is pending.
     pub fn collect_released(&self) {
         if self.from_graphs.any.load(Ordering::Acquire) {
             let returned = {
@@ -75,7 +75,9 @@ impl Context {
             // costs memory at worst; releasing it could free memory under a kernel). Events
             // of one stream complete in the order they were recorded: after one that has
             // not, the later ones of its stream are not asked (a host far ahead of the GPU
-            // queries once per stream, not once per object).
+            // queries once per stream, not once per object). The per-thread default stream
+            // is one value for every thread's own stream, so one thread's unfinished work
+            // can keep another's objects a little longer: later, never sooner.
             let mut busy: SmallVec<[RawStream; 4]> = SmallVec::new();
             let (finished, waiting): (Vec<_>, Vec<_>) = d.relaxed_capture(|| {
                 std::mem::take(&mut pending.0).into_iter().partition(|(s, e, _)| {
