@@ -50,6 +50,15 @@ fn sections_of(bundle: &[u8]) -> Vec<(u32, Vec<u8>)> {
     (0..b.sections.len()).map(|i| (b.sections.get(i).unwrap().kind, b.section(i).unwrap())).collect()
 }
 
+/// `bundle` sealed again with its metadata changed by `change`.
+fn with_metadata(bundle: &[u8], change: impl FnOnce(&mut Value)) -> Vec<u8> {
+    let mut sections = sections_of(bundle);
+    let mut meta: Value = serde_json::from_slice(&sections[0].1).unwrap();
+    change(&mut meta);
+    sections[0].1 = serde_json::to_vec(&meta).unwrap();
+    seal(sections)
+}
+
 #[test]
 fn round_trip_and_architecture_choice() {
     let b = Bundle::from_vec(sample(), "t").unwrap();
@@ -196,11 +205,7 @@ fn a_malformed_lookup_table_is_an_error_not_a_wrong_program() {
     // The second key record made the first's program's (still in order, by digest).
     refused(&|t| t[keys + 2 * KEY_RECORD - 1] = t[keys + KEY_RECORD - 1], "more than one key record");
     // The metadata counts other programs than the table.
-    let mut sections = sections_of(&good);
-    let mut meta: Value = serde_json::from_slice(&sections[0].1).unwrap();
-    meta["programs"] = json!(5);
-    sections[0].1 = serde_json::to_vec(&meta).unwrap();
-    let e = Bundle::from_vec(seal(sections), "t").unwrap_err().to_string();
+    let e = Bundle::from_vec(with_metadata(&good, |m| m["programs"] = json!(5)), "t").unwrap_err().to_string();
     assert!(e.contains("its metadata counts 5 programs, its lookup table 4"), "{e}");
 
     // Well formed, but wrong: the records of programs 0 and 2 swapped (their key records'
@@ -407,11 +412,7 @@ fn shipped_tunings_are_read_back_by_key_and_a_wrong_section_is_refused() {
     assert!(Bundle::from_vec(sample(), "t").unwrap().tunings().unwrap().is_empty());
 
     // The metadata naming another section as the tunings; tunings that are not a list of them.
-    let mut sections = sections_of(&bytes);
-    let mut meta: Value = serde_json::from_slice(&sections[0].1).unwrap();
-    meta["tunings"] = json!(2);
-    sections[0].1 = serde_json::to_vec(&meta).unwrap();
-    let e = Bundle::from_vec(seal(sections), "t").unwrap_err().to_string();
+    let e = Bundle::from_vec(with_metadata(&bytes, |m| m["tunings"] = json!(2)), "t").unwrap_err().to_string();
     assert!(e.contains("names section 2 as its tunings"), "{e}");
     let mut sections = sections_of(&bytes);
     let last = sections.len() - 1;
