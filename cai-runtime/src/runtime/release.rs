@@ -81,8 +81,11 @@ impl Context {
             let mut busy: SmallVec<[RawStream; 4]> = SmallVec::new();
             let (finished, waiting): (Vec<_>, Vec<_>) = d.relaxed_capture(|| {
                 std::mem::take(&mut pending.0).into_iter().partition(|(s, e, _)| {
-                    let done = !busy.contains(s) && d.event_done(*e).unwrap_or(false);
-                    if !done && !busy.contains(s) {
+                    if busy.contains(s) {
+                        return false;
+                    }
+                    let done = d.event_done(*e).unwrap_or(false);
+                    if !done {
                         busy.push(*s);
                     }
                     done
