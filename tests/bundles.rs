@@ -20,6 +20,28 @@ extern "C" __global__ void scale_b(float* __restrict__ v, float s, int n) {
 }
 "#;
 
+/// Records into a manifest while alive. The manifest recorded into is one per process
+/// ([`record_to`]): tests that record take turns, or one records into the other's manifest
+/// and stops the other's recording when it ends.
+struct Recording {
+    _turn: std::sync::MutexGuard<'static, ()>,
+}
+
+impl Recording {
+    fn to(path: std::path::PathBuf) -> Recording {
+        static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let turn = TURN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        record_to(Some(path));
+        Recording { _turn: turn }
+    }
+}
+
+impl Drop for Recording {
+    fn drop(&mut self) {
+        record_to(None);
+    }
+}
+
 fn bake_for(programs: &[Program], archs: &[u32], ptx: bool) -> Bundle {
     let options = BakeOptions::new(archs.iter().map(|&a| Arch(a)).collect()).ptx(ptx).jobs(2);
     let bytes = bake(programs, &options).unwrap();
@@ -114,11 +136,11 @@ fn recording_writes_what_baking_reads() {
     let dir = tempfile::tempdir().unwrap();
     let manifest = dir.path().join("manifest.json");
     let program = Program::new(format!("// recording\n{AXPY}")).name_expression("axpy_b<float>").define("N", Some("4".into()));
-    let before = record_to(Some(manifest.clone()));
+    let recording = Recording::to(manifest.clone());
     let compiled = compile_with(&program, Arch(90), &fresh());
     // Twice: recorded once.
     let again = compile_with(&program, Arch(90), &fresh());
-    record_to(before);
+    drop(recording);
     compiled.unwrap();
     again.unwrap();
     let text = std::fs::read_to_string(&manifest).unwrap();
@@ -157,11 +179,11 @@ fn recorded_tunings_are_shipped_with_their_programs() {
             median_us: 3.5,
         }
     };
-    let before = record_to(Some(manifest.clone()));
+    let recording = Recording::to(manifest.clone());
     let compiled = compile_with(&program, Arch(90), &fresh());
     cai_runtime::compile::record_tuning(&tuning(&family, "axpy_b"));
     cai_runtime::compile::record_tuning(&tuning(&"0".repeat(64), "elsewhere"));
-    record_to(before);
+    drop(recording);
     compiled.unwrap();
     let read = read_manifest(&manifest).unwrap();
     assert_eq!(read.tunings.len(), 2);
