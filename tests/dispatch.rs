@@ -95,6 +95,7 @@ fn a_name_the_program_lacks_lists_the_kernels_it_has() {
 /// no literal) included.
 #[test]
 fn an_i64_min_template_argument_compiles() {
+    caijit_integration::private_disk_cache();
     let src = "// an_i64_min_template_argument\ntemplate <long long N> __global__ void rr_min(long long* x) { x[0] = N; }\n";
     let d = Dispatcher::new(Program::new(src), Some("rr_min")).unwrap();
     for n in [i64::MIN, -1, 0, i64::MAX] {
