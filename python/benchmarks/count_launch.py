@@ -5,7 +5,10 @@ count does not, so it shows what a change to the launch path saves (the driver's
 work, the floor, is not in it).
 
 For each case the loop runs twice, 0 and N launches, and the difference divided by N is
-reported: the whole Python loop iteration, and the part inside caijit's `__call__`.
+reported: the whole Python loop iteration, and the part inside caijit's `__call__`. The
+graph cases replay a captured chain of 10 kernels (kernel i reads buffer i and writes i+1,
+as in `bench_graph.py`): without arguments, with the arrays it is bound to, and with every
+array rebound (two sets in turn); the driver's own work on graphs is not in them either.
 `--top K` lists the K costliest functions (inclusive) of caijit's part of one case.
 
 Needs gcc and valgrind (no GPU, no CUDA driver). From the repository root:
@@ -31,9 +34,15 @@ import numpy as np
 from bench_launch import EMPTY0, EMPTY1, SRC  # the launch benchmark's empty kernels
 
 HERE = Path(__file__).resolve().parent
-CASES = ["no arguments", "1 int", "3 caijit arrays + 1 int", "3 CAI objects + 1 int", "3 Numba-style arrays + 1 int"]
-#: caijit's part of a launch: everything under the launcher's `__call__`.
+#: A graph's kernel: two arrays and an int, as `bench_graph.py`'s.
+EMPTY2 = 'extern "C" __global__ void empty2(const float* x, float* y, int n) {}'
+#: The chain of `EMPTY2` launches a graph case captures (kernel i reads buffer i, writes i+1).
+CHAIN = 10
+GRAPH_CASES = [f"graph of {CHAIN} kernels: {how}" for how in ("no rebinding", "same arguments", "all rebound")]
+CASES = ["no arguments", "1 int", "3 caijit arrays + 1 int", "3 CAI objects + 1 int", "3 Numba-style arrays + 1 int", *GRAPH_CASES]
+#: caijit's part of a launch: everything under the launcher's `__call__`; of a replay, the graph's.
 CALL = "Launcher::__pymethod___call__"
+REPLAY = "Graph::__pymethod___call__"
 
 
 def run_case(case: str, n: int) -> None:
@@ -65,6 +74,25 @@ def run_case(case: str, n: int) -> None:
             return self._pointer
 
     nb = DeviceNDArrayBase(a.__cuda_array_interface__)
+    if case in GRAPH_CASES:
+        k2 = caijit.kernel(EMPTY2)[1, 32]
+        names = [f"b{i}" for i in range(CHAIN + 1)]
+        sets = [dict(zip(names, (caijit.zeros(32) for _ in names))) for _ in range(2)]
+        with caijit.graph() as g:
+            bufs = [g.input(name, b) for name, b in sets[0].items()]
+            for i in range(CHAIN):
+                k2(bufs[i], bufs[i + 1], 32)
+        turn = [0]
+
+        def rebound() -> None:
+            turn[0] ^= 1
+            g(**sets[turn[0]])
+
+        how = case.split(": ")[1]
+        launch = {"no rebinding": g, "same arguments": lambda: g(**sets[0]), "all rebound": rebound}[how]
+        for _ in range(200 + n):
+            launch()
+        return
     launch = {
         "no arguments": lambda: k0(),
         "1 int": lambda: k1(5),
@@ -122,13 +150,13 @@ def main() -> None:
     # which the stand-in does not fully provide); the measured runs hit caijit's disk cache.
     from caijit import _native
 
-    for src in (EMPTY0, EMPTY1, SRC):
+    for src in (EMPTY0, EMPTY1, SRC, EMPTY2):
         _native.compile_program(src, "sm_90")
     with tempfile.TemporaryDirectory() as tmp:
         stub = Path(tmp)
         subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(stub / "libcuda.so.1"), str(HERE / "count_launch" / "stub_cuda.c")], check=True)
         (stub / "libcuda.so").symlink_to("libcuda.so.1")
-        print(f"\n## Instructions per launch (callgrind, stand-in driver, {args.launches} launches)")
+        print(f"\n## Instructions per launch or replay (callgrind, stand-in driver, {args.launches} of them)")
         print("| case | whole loop iteration | inside caijit's `__call__` |\n|---|---|---|")
         tops = {}
         for case in args.case or CASES:
@@ -138,9 +166,10 @@ def main() -> None:
                 callgrind(case, n, stub, out)
                 runs.append(inclusive(out))
             counts = per_launch(runs[0], runs[1], args.launches)
-            if matching(counts, CALL) <= 0:
-                sys.exit(f"count_launch.py: no function named like {CALL!r} in the profile of {case!r} (a stripped build?)")
-            print(f"| {case} | {matching(counts, 'PROGRAM TOTALS'):.0f} | {matching(counts, CALL):.0f} |")
+            call = REPLAY if case in GRAPH_CASES else CALL
+            if matching(counts, call) <= 0:
+                sys.exit(f"count_launch.py: no function named like {call!r} in the profile of {case!r} (a stripped build?)")
+            print(f"| {case} | {matching(counts, 'PROGRAM TOTALS'):.0f} | {matching(counts, call):.0f} |")
             tops[case] = counts
         for case, counts in tops.items() if args.top else ():
             print(f"\n### {case}: costliest functions inside caijit (inclusive, per launch)")

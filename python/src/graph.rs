@@ -2,8 +2,7 @@
 //! its replay with new arguments by keyword. The graph holds the Python objects bound to
 //! its array inputs, so that what a replay reads stays alive while the graph may run.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use cai_runtime::graph::{Capture, Graph as RtGraph};
 use cai_runtime::launch::Arg;
@@ -34,8 +33,11 @@ pub struct Graph {
     device: usize,
     state: Mutex<State>,
     stream: Mutex<Option<Arc<RtStream>>>,
-    /// The objects bound to array inputs now (captured, then each replay's).
-    held: Mutex<HashMap<String, Py<PyAny>>>,
+    /// The objects bound to array inputs now (captured, then each replay's), by input index.
+    held: Mutex<Vec<Option<Py<PyAny>>>>,
+    /// Each input's index by name, once captured (a dict: a replay's keywords are found by
+    /// their strings' own hashes).
+    index: OnceLock<Py<PyDict>>,
     /// Every argument of the launches captured: what the graph reads as it was captured.
     captured: Mutex<Vec<Py<PyAny>>>,
 }
@@ -44,6 +46,16 @@ pub struct Graph {
 type Objects = SmallVec<[Py<PyAny>; 8]>;
 
 impl Graph {
+    /// Run `f` on the captured graph; before its capture ends, or when it failed, the error
+    /// saying so.
+    fn ready<R>(&self, f: impl FnOnce(&mut RtGraph) -> PyCaiResult<R>) -> PyCaiResult<R> {
+        match &mut *lock(&self.state) {
+            State::Ready(g) => f(g),
+            State::Discarded(why) => Err(PyCaiError::argument(format!("the graph cannot be replayed: {why}"))),
+            State::New | State::Capturing(_) => Err(PyCaiError::argument("a graph is replayed after its `with caijit.graph()` block")),
+        }
+    }
+
     /// Run `f` on the capture in progress.
     fn capturing<R>(&self, f: impl FnOnce(&Capture) -> cai_runtime::Result<R>) -> PyCaiResult<R> {
         match &*lock(&self.state) {
@@ -58,7 +70,14 @@ impl Graph {
     #[new]
     #[pyo3(signature = (device = 0))]
     fn new(device: usize) -> Self {
-        Graph { device, state: Mutex::new(State::New), stream: Mutex::new(None), held: Mutex::default(), captured: Mutex::default() }
+        Graph {
+            device,
+            state: Mutex::new(State::New),
+            stream: Mutex::new(None),
+            held: Mutex::default(),
+            index: OnceLock::new(),
+            captured: Mutex::default(),
+        }
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> PyCaiResult<Bound<'_, Self>> {
@@ -122,6 +141,13 @@ impl Graph {
             lock(&self.captured).extend(kept);
         }
         ended?;
+        if let State::Ready(g) = &*lock(&self.state) {
+            let index = PyDict::new(py);
+            for (i, name) in g.inputs().enumerate() {
+                index.set_item(name, i)?;
+            }
+            let _ = self.index.set(index.unbind());
+        }
         Ok(false)
     }
 
@@ -144,8 +170,12 @@ impl Graph {
             return Err(PyCaiError::argument(format!("graph input `{name}`: expected an array or a scalar")));
         };
         let view = view.clone();
-        py.detach(|| self.capturing(|c| c.input(name, &view)))?;
-        lock(&self.held).insert(name.into(), value.clone().unbind());
+        let index = py.detach(|| self.capturing(|c| c.input(name, &view)))?;
+        let mut held = lock(&self.held);
+        if held.len() <= index {
+            held.resize_with(index + 1, || None);
+        }
+        held[index] = Some(value.clone().unbind());
         Ok(value)
     }
 
@@ -171,7 +201,8 @@ impl Graph {
     #[pyo3(signature = (*, stream = None, **inputs))]
     fn replay(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>, inputs: Option<&Bound<'_, PyDict>>) -> PyCaiResult<()> {
         let stream = stream.map(stream_from_py).transpose()?.flatten();
-        // The names borrowed from the keywords' strings, the objects as given.
+        // The names borrowed from the keywords' strings, each input's index, the objects as
+        // given.
         let mut keys: SmallVec<[Bound<'_, PyString>; 8]> = SmallVec::new();
         let mut objs: SmallVec<[Bound<'_, PyAny>; 8]> = SmallVec::new();
         for (k, v) in inputs.into_iter().flat_map(|d| d.iter()) {
@@ -179,42 +210,49 @@ impl Graph {
             objs.push(v);
         }
         let names: SmallVec<[&str; 8]> = keys.iter().map(|k| k.to_str()).collect::<PyResult<_>>()?;
+        let index = self.index.get().map(|ix| ix.bind(py));
+        let mut indices: SmallVec<[usize; 8]> = SmallVec::new();
+        for (key, &name) in keys.iter().zip(&names) {
+            // The dict is the runtime's index by name; a name not in it gets the runtime's
+            // answer (its error, or the graph's state's).
+            let i = match index.map(|ix| ix.get_item(key)).transpose()?.flatten() {
+                Some(i) => i.extract::<usize>()?,
+                None => self.ready(|g| Ok(g.input_index(name)?))?,
+            };
+            indices.push(i);
+        }
         let mut cx = ArgContext::new(stream.as_ref().map(|s| s.handle()));
         let mut converted: SmallVec<[PyArg; 8]> = SmallVec::new();
         args_from_py(objs.iter().cloned().enumerate(), &mut cx, |i, e| e.at_argument(i, Some(names[i]), None), &mut converted)?;
-        let args: SmallVec<[(&str, Arg<'_>); 8]> = names.iter().copied().zip(converted.iter().map(PyArg::as_arg)).collect();
+        let args: SmallVec<[(usize, Arg<'_>); 8]> = indices.iter().copied().zip(converted.iter().map(PyArg::as_arg)).collect();
         // The objects the graph reads from now on, bound under the graph's lock with the
         // replay that binds them (two threads replaying cannot leave them crossed); the
         // objects they replace are dropped after, with the GIL.
-        let bound: SmallVec<[(&str, Py<PyAny>); 8]> = names
+        let bound: SmallVec<[(usize, Py<PyAny>); 8]> = indices
             .iter()
             .zip(&objs)
             .zip(&converted)
             .filter(|(_, a)| a.view().is_some())
-            .map(|((&n, o), _)| (n, o.clone().unbind()))
+            .map(|((&i, o), _)| (i, o.clone().unbind()))
             .collect();
-        let (on, ctx, replaced) = py.detach(|| -> PyCaiResult<(u64, Arc<Context>, Objects)> {
-            match &mut *lock(&self.state) {
-                State::Ready(g) => {
-                    let before = g.bindings();
-                    let replayed = g.replay(&args, stream.as_deref(), true);
-                    // A replay that raised after binding its arguments leaves the graph
-                    // reading them: they are held as after one that succeeded.
-                    let mut replaced = SmallVec::new();
-                    if g.bindings() != before {
-                        let mut held = lock(&self.held);
-                        for (name, obj) in bound {
-                            match held.get_mut(name) {
-                                Some(h) => replaced.push(std::mem::replace(h, obj)),
-                                None => drop(held.insert(name.to_string(), obj)),
-                            }
+        let (on, ctx, replaced) = py.detach(|| {
+            self.ready(|g| {
+                let before = g.bindings();
+                let replayed = g.replay_inputs(&args, stream.as_deref(), true);
+                // A replay that raised after binding its arguments leaves the graph reading
+                // them: they are held as after one that succeeded.
+                let mut replaced = Objects::new();
+                if g.bindings() != before {
+                    let mut held = lock(&self.held);
+                    for (i, obj) in bound {
+                        if held.len() <= i {
+                            held.resize_with(i + 1, || None);
                         }
+                        replaced.extend(held[i].replace(obj));
                     }
-                    Ok((replayed?, g.context().clone(), replaced))
                 }
-                State::Discarded(why) => Err(PyCaiError::argument(format!("the graph cannot be replayed: {why}"))),
-                State::New | State::Capturing(_) => Err(PyCaiError::argument("a graph is replayed after its `with caijit.graph()` block")),
-            }
+                Ok((replayed?, g.context().clone(), replaced))
+            })
         })?;
         drop(replaced);
         drop(args);

@@ -97,9 +97,12 @@ impl Capture {
 
     /// Name `view` input `name`: every captured launch given this array, or a view inside
     /// it, has that parameter rebound when a replay names `name`. Name an input before the
-    /// launches that use it.
-    pub fn input(&self, name: &str, view: &ArrayView) -> Result<()> {
-        lock(&self.recording).add_array(name, view)
+    /// launches that use it. Returns the input's index (inputs are numbered in the order
+    /// they are named, scalars too: [`Graph::replay_inputs`] takes them by index).
+    pub fn input(&self, name: &str, view: &ArrayView) -> Result<usize> {
+        let mut r = lock(&self.recording);
+        r.add_array(name, view)?;
+        Ok(r.inputs.len() - 1)
     }
 
     /// Name a scalar input: pass its [`NamedScalar::arg`] where the scalar goes; a replay
@@ -162,7 +165,7 @@ impl Capture {
         for (i, s) in std::mem::take(&mut r.slots) {
             fills[i].push((s.launch, s.param, s.view));
         }
-        let inputs = std::mem::take(&mut r.inputs);
+        let inputs: Arc<[record::Input]> = std::mem::take(&mut r.inputs).into();
         let launches = std::mem::take(&mut r.launches);
         Ok(Graph {
             ctx: self.ctx.clone(),
@@ -177,6 +180,7 @@ impl Capture {
             launches,
             before_first: std::mem::take(&mut r.before_first),
             bindings: 0,
+            scratch: Scratch::default(),
             _stream: Some(self.stream.clone()),
         })
     }
@@ -198,7 +202,8 @@ pub struct Graph {
     nodes: usize,
     /// Whether the graph has memory nodes (then it cannot be a child of another graph).
     allocates: bool,
-    inputs: Vec<record::Input>,
+    /// The inputs, in the order they were named (shared with a replay's error messages).
+    inputs: Arc<[record::Input]>,
     /// Each input's index by name.
     index: HashMap<String, usize>,
     /// For each input, the parameters it fills: (launch, parameter, how).
@@ -214,12 +219,33 @@ pub struct Graph {
     /// The captured stream (its handle must not be reused while work captured on it may
     /// still refer to it by identity: kept for the graph's life).
     _stream: Option<Arc<Stream>>,
+    /// What a replay works in, kept for the next so that a replay allocates nothing.
+    scratch: Scratch,
 }
 
-/// A launch's new bytes, checked and laid out, before anything is changed.
-struct Staged {
-    launch: usize,
-    buf: ParamBuffer,
+/// A replay's staged bytes and bookkeeping, kept between replays (cleared, not freed).
+#[derive(Default)]
+struct Scratch {
+    /// Staged parameter bytes: `bufs[j]` is the new bytes of launch `staged[j]`; the buffers
+    /// past `staged.len()` are left over from earlier replays, to be written over.
+    bufs: Vec<ParamBuffer>,
+    staged: Vec<usize>,
+    /// For each launch, its index in `staged` (`NOT_STAGED`: none).
+    at: Vec<usize>,
+    /// For each input, whether this replay gives it.
+    given: Vec<bool>,
+}
+
+const NOT_STAGED: usize = usize::MAX;
+
+impl Scratch {
+    /// The staged launches, each with its new bytes.
+    fn changes(&self) -> impl Iterator<Item = (usize, &ParamBuffer)> + Clone {
+        self.staged.iter().copied().zip(&self.bufs)
+    }
+    fn is_staged(&self, launch: usize) -> bool {
+        self.at.get(launch).is_some_and(|&j| j != NOT_STAGED)
+    }
 }
 
 /// Which nodes of which graph a replay brings up to date (the index of their flags in
@@ -254,6 +280,15 @@ impl Graph {
         self.bindings
     }
 
+    /// The index of input `name` (what [`Graph::replay_inputs`] takes), or the error a
+    /// replay naming it meets.
+    pub fn input_index(&self, name: &str) -> Result<usize> {
+        self.index.get(name).copied().ok_or_else(|| {
+            let known: Vec<&str> = self.inputs().collect();
+            Error::argument(format!("the graph has no input `{name}` (its inputs: {})", known.join(", ")))
+        })
+    }
+
     /// Rebind the inputs named in `args` and launch the graph on `stream` (else the one
     /// stream the new arrays share, else the legacy default stream), ordered by the stream
     /// protocol against the producer streams of the new arrays (`sync = false` leaves other
@@ -262,16 +297,31 @@ impl Graph {
     /// error the graph is left bound as it was. Returns the stream the graph was launched
     /// on (its CAI value).
     pub fn replay(&mut self, args: &[(&str, Arg<'_>)], stream: Option<&Stream>, sync: bool) -> Result<u64> {
+        let by_index = args.iter().map(|&(name, a)| Ok((self.input_index(name)?, a))).collect::<Result<Vec<_>>>()?;
+        self.replay_inputs(&by_index, stream, sync)
+    }
+
+    /// [`Graph::replay`] with the inputs given by index ([`Graph::input_index`], the order
+    /// they were named in): what a caller replaying often resolves once.
+    pub fn replay_inputs(&mut self, args: &[(usize, Arg<'_>)], stream: Option<&Stream>, sync: bool) -> Result<u64> {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let replayed = self.replay_with(&mut scratch, args, stream, sync);
+        self.scratch = scratch;
+        replayed
+    }
+
+    fn replay_with(&mut self, scratch: &mut Scratch, args: &[(usize, Arg<'_>)], stream: Option<&Stream>, sync: bool) -> Result<u64> {
         if let Some(o) = stream.and_then(Stream::device).filter(|&o| o != self.ctx.ordinal()) {
             return Err(Error::argument(format!("the stream is on device {o} but the graph is on device {}", self.ctx.ordinal())));
         }
-        let staged = self.stage(args)?;
+        self.stage(scratch, args)?;
         let arrays = args.iter().enumerate().filter_map(|(i, (_, a))| match a {
             Arg::Array(v) => Some((i, *v, None)),
             Arg::ArrayOn(v, device) => Some((i, *v, Some(*device))),
             _ => None,
         });
-        let named = |i: usize, what: String| Error::argument(format!("graph input `{}`: {what}", args[i].0));
+        let inputs = self.inputs.clone();
+        let named = |i: usize, what: String| Error::argument(format!("graph input `{}`: {what}", inputs[args[i].0].name));
         let ctx = self.ctx.clone();
         enqueue_ordered(&ctx, arrays, stream, sync, named, |d, s| {
             let capturing = s != RawStream::from_cai(1) && d.capture_id(s)? != 0;
@@ -287,10 +337,10 @@ impl Graph {
                         "the graph's first replay waits for work enqueued before its capture, which cannot be done inside another capture: replay it once outside first",
                     ));
                 }
-                self.bring_up(d, target, &staged)?;
+                self.bring_up(d, target, scratch)?;
                 d.capture_child_graph(s, self.graph)?;
             } else {
-                self.bring_up(d, target, &staged)?;
+                self.bring_up(d, target, scratch)?;
                 let launched = (|| -> Result<()> {
                     for &e in &self.before_first {
                         d.stream_wait_event(s, e)?;
@@ -298,16 +348,16 @@ impl Graph {
                     Ok(d.graph_launch(self.exec, s)?)
                 })();
                 if let Err(e) = launched {
-                    self.roll_back(d, &staged);
+                    self.roll_back(d, scratch);
                     return Err(e);
                 }
                 self.ctx.return_events(&mut self.before_first);
             }
             self.bindings += 1;
-            COUNTERS.graph_node_updates.fetch_add(staged.len() as u64, Relaxed);
+            COUNTERS.graph_node_updates.fetch_add(scratch.staged.len() as u64, Relaxed);
             let other = if capturing { Target::Exec } else { Target::Template };
-            for Staged { launch, buf } in staged {
-                self.launches[launch].buf = buf;
+            for (launch, buf) in scratch.changes() {
+                self.launches[launch].buf.clone_from(buf);
                 self.up_to_date[target as usize][launch] = true;
                 self.up_to_date[other as usize][launch] = false;
             }
@@ -319,16 +369,14 @@ impl Graph {
     /// Give `target`'s nodes the bytes of this replay: the staged ones, and the current
     /// bytes where its node is stale. On an error, the nodes already given new bytes get
     /// their old ones back (or are marked stale).
-    fn bring_up(&mut self, d: &Driver, target: Target, staged: &[Staged]) -> Result<()> {
+    fn bring_up(&mut self, d: &Driver, target: Target, scratch: &Scratch) -> Result<()> {
         let current = &self.up_to_date[target as usize];
-        let mut is_staged = vec![false; self.launches.len()];
-        staged.iter().for_each(|s| is_staged[s.launch] = true);
-        let stale = (0..self.launches.len()).filter(|&i| !current[i] && !is_staged[i]).map(|i| (i, &self.launches[i].buf));
-        let work: Vec<(usize, &ParamBuffer)> = staged.iter().map(|s| (s.launch, &s.buf)).chain(stale).collect();
-        for (done, &(i, buf)) in work.iter().enumerate() {
+        let stale = (0..self.launches.len()).filter(|&i| !current[i] && !scratch.is_staged(i)).map(|i| (i, &self.launches[i].buf));
+        let work = scratch.changes().chain(stale);
+        for (done, (i, buf)) in work.clone().enumerate() {
             if let Err(e) = self.set(d, target, i, buf) {
                 let mut failed = vec![i];
-                for &(j, _) in &work[..done] {
+                for (j, _) in work.take(done) {
                     if self.set(d, target, j, &self.launches[j].buf).is_err() {
                         failed.push(j);
                     }
@@ -343,10 +391,10 @@ impl Graph {
     }
 
     /// After a failed launch: the executable graph's staged nodes get their old bytes back.
-    fn roll_back(&mut self, d: &Driver, staged: &[Staged]) {
-        for s in staged {
-            if self.set(d, Target::Exec, s.launch, &self.launches[s.launch].buf).is_err() {
-                self.up_to_date[Target::Exec as usize][s.launch] = false;
+    fn roll_back(&mut self, d: &Driver, scratch: &Scratch) {
+        for &launch in &scratch.staged {
+            if self.set(d, Target::Exec, launch, &self.launches[launch].buf).is_err() {
+                self.up_to_date[Target::Exec as usize][launch] = false;
             }
         }
     }
@@ -365,17 +413,20 @@ impl Graph {
         Ok(set?)
     }
 
-    /// Check and lay out every argument of a replay, changing nothing.
-    fn stage(&self, args: &[(&str, Arg<'_>)]) -> Result<Vec<Staged>> {
-        let mut staged: Vec<Staged> = Vec::with_capacity(args.len().min(self.launches.len()));
-        // Where each launch's staged bytes are (`usize::MAX`: not staged), and which inputs
-        // were given: one pass over the arguments, whatever their number.
-        let mut at = vec![usize::MAX; if args.is_empty() { 0 } else { self.launches.len() }];
-        let mut given = vec![false; if args.is_empty() { 0 } else { self.inputs.len() }];
-        for &(name, ref a) in args {
-            let Some(&input) = self.index.get(name) else {
-                let known: Vec<&str> = self.inputs().collect();
-                return Err(Error::argument(format!("the graph has no input `{name}` (its inputs: {})", known.join(", "))));
+    /// Check and lay out every argument of a replay into `scratch`, changing nothing else:
+    /// the launches whose bytes change, each with its new bytes.
+    fn stage(&self, scratch: &mut Scratch, args: &[(usize, Arg<'_>)]) -> Result<()> {
+        let Scratch { bufs, staged, at, given } = scratch;
+        staged.clear();
+        // Where each launch's staged bytes are, and which inputs were given: one pass over
+        // the arguments, whatever their number.
+        at.clear();
+        at.resize(if args.is_empty() { 0 } else { self.launches.len() }, NOT_STAGED);
+        given.clear();
+        given.resize(if args.is_empty() { 0 } else { self.inputs.len() }, false);
+        for &(input, ref a) in args {
+            let Some(name) = self.inputs.get(input).map(|i| i.name.as_str()) else {
+                return Err(Error::argument(format!("the graph has no input {input} (it has {})", self.inputs.len())));
             };
             if std::mem::replace(&mut given[input], true) {
                 return Err(Error::argument(format!("graph input `{name}` is given twice")));
@@ -383,11 +434,15 @@ impl Graph {
             let refused = |what: String| Error::argument(format!("graph input `{name}`: {what}"));
             let mut stage = |launch: usize, param: usize, a: &Arg<'_>| -> Result<()> {
                 let l = &self.launches[launch];
-                if at[launch] == usize::MAX {
+                if at[launch] == NOT_STAGED {
                     at[launch] = staged.len();
-                    staged.push(Staged { launch, buf: l.buf.clone() });
+                    match bufs.get_mut(staged.len()) {
+                        Some(b) => b.clone_from(&l.buf),
+                        None => bufs.push(l.buf.clone()),
+                    }
+                    staged.push(launch);
                 }
-                marshal_one(&l.params[param], l.alignment[param], a, &mut staged[at[launch]].buf).map_err(|e| match e {
+                marshal_one(&l.params[param], l.alignment[param], a, &mut bufs[at[launch]]).map_err(|e| match e {
                     Error::Argument(e) => Error::argument(format!("graph input `{name}`, kernel `{}`: {}", l.name, e.message)),
                     other => other,
                 })
@@ -429,9 +484,24 @@ impl Graph {
                 (InputKind::Scalar, _) => return Err(refused("expected a scalar".into())),
             }
         }
-        // A launch whose bytes did not change needs no update.
-        staged.retain(|s| s.buf != self.launches[s.launch].buf);
-        Ok(staged)
+        // A launch whose bytes did not change needs no update: the changed ones move to
+        // the front, in order.
+        let mut kept = 0;
+        for j in 0..staged.len() {
+            let launch = staged[j];
+            if bufs[j] == self.launches[launch].buf {
+                at[launch] = NOT_STAGED;
+            } else {
+                if kept != j {
+                    bufs.swap(kept, j);
+                }
+                staged[kept] = launch;
+                at[launch] = kept;
+                kept += 1;
+            }
+        }
+        staged.truncate(kept);
+        Ok(())
     }
 }
 

@@ -10,8 +10,19 @@ use crate::signature::{ArrayLayout, ParamLayout};
 /// A parameter buffer, 16-byte aligned and zeroed; on the stack for the usual sizes
 /// (≤ 512 bytes), where only the words the kernel's parameters span are written (not the
 /// whole inline capacity).
-#[derive(Clone, PartialEq, Eq)]
+#[derive(PartialEq, Eq)]
 pub(crate) struct ParamBuffer(SmallVec<[u128; 32]>);
+
+impl Clone for ParamBuffer {
+    fn clone(&self) -> Self {
+        ParamBuffer(self.0.clone())
+    }
+    /// Copies only the words the parameters span (a graph's replay stages its launches'
+    /// bytes into buffers it keeps).
+    fn clone_from(&mut self, source: &Self) {
+        self.0.clone_from(&source.0);
+    }
+}
 
 impl ParamBuffer {
     #[inline]

@@ -1,8 +1,10 @@
-// A stand-in for libcuda.so.1 that does no GPU work: every driver call a launch makes
-// returns at once (device memory is host memory), so that `valgrind --tool=callgrind`
+// A stand-in for libcuda.so.1 that does no GPU work: every driver call a launch or a graph
+// replay makes returns at once (device memory is host memory; a stream capture only counts
+// the launches made into it, each one kernel node), so that `valgrind --tool=callgrind`
 // counts caijit's own instructions per launch on a machine without a GPU, the same count on
-// every run. A measuring instrument for python/benchmarks/count_launch.py: never loaded by
-// tests or by caijit itself, only where LD_LIBRARY_PATH points at it.
+// every run. A measuring instrument for python/benchmarks/count_launch.py, and a witness for
+// python/tests/test_graph_host.py of the parameters each kernel node was given (`stub_*`
+// below); never loaded by caijit itself, only where LD_LIBRARY_PATH points at it.
 // Build: gcc -O2 -shared -fPIC -o libcuda.so.1 stub_cuda.c
 #include <stddef.h>
 #include <stdlib.h>
@@ -30,15 +32,31 @@ CUresult cuDevicePrimaryCtxRetain(Handle* c, CUdevice d) { *c = context; return 
 CUresult cuCtxGetCurrent(Handle* c) { *c = current; return 0; }
 CUresult cuCtxSetCurrent(Handle c) { current = c; return 0; }
 CUresult cuCtxSynchronize(void) { return 0; }
-CUresult cuStreamCreate(Handle* s, unsigned flags) { *s = malloc(16); return 0; }
+// A stream made here; the legacy and per-thread default streams (handles 0-2) never capture.
+typedef struct {
+    int capturing;
+    unsigned long long id;
+    struct Graph* graph;
+    Handle last; // the node the last launch captured became
+} Stream;
+typedef struct Graph {
+    size_t nodes;
+} Graph;
+static unsigned long long captures = 0;
+static Stream* made(Handle s) { return (size_t)s > 2 ? (Stream*)s : NULL; }
+static Stream* capturing(Handle s) { return made(s) && made(s)->capturing ? made(s) : NULL; }
+CUresult cuStreamCreate(Handle* s, unsigned flags) { *s = calloc(1, sizeof(Stream)); return 0; }
 CUresult cuStreamDestroy_v2(Handle s) { return 0; }
 CUresult cuStreamSynchronize(Handle s) { return 0; }
-CUresult cuStreamIsCapturing(Handle s, int* status) { *status = 0; return 0; }
-CUresult cuStreamGetCaptureInfo_v3(Handle s, int* status, unsigned long long* id, void* a, void* b, void* c,
-                                   size_t* n) {
-    *status = 0;
-    if (id) *id = 0;
-    if (n) *n = 0;
+CUresult cuStreamIsCapturing(Handle s, int* status) { *status = capturing(s) != NULL; return 0; }
+CUresult cuStreamGetCaptureInfo_v3(Handle s, int* status, unsigned long long* id, Graph** graph, Handle** deps,
+                                   void* edges, size_t* n) {
+    Stream* c = capturing(s);
+    *status = c != NULL; // CU_STREAM_CAPTURE_STATUS_ACTIVE
+    if (id) *id = c ? c->id : 0;
+    if (graph) *graph = c ? c->graph : NULL;
+    if (deps) *deps = c && c->last ? &c->last : NULL;
+    if (n) *n = c && c->last ? 1 : 0;
     return 0;
 }
 CUresult cuStreamGetCaptureInfo(Handle s, int* status, unsigned long long* id) {
@@ -64,11 +82,88 @@ CUresult cuOccupancyMaxPotentialBlockSize(int* grid, int* block, Handle f, void*
     *block = 256;
     return 0;
 }
+// Kernel nodes, numbered in the order they were captured in this process. With
+// `stub_record(n)`, each keeps the first 8 bytes of its first n parameters as it was last
+// given them (captured, or set in an executable graph): `stub_node_param(node, i)`.
+#define MAX_NODES 4096
+#define MAX_RECORDED 8
+typedef struct {
+    int index;
+} Node;
+static int node_count = 0, recorded = 0;
+static unsigned long long node_params[MAX_NODES][MAX_RECORDED];
+void stub_record(int n) { recorded = n < MAX_RECORDED ? n : MAX_RECORDED; }
+int stub_nodes(void) { return node_count; }
+unsigned long long stub_node_param(int node, int i) { return node_params[node][i]; }
+static void record(const Node* node, void** params) {
+    for (int i = 0; i < recorded && node->index < MAX_NODES; i++) memcpy(&node_params[node->index][i], params[i], 8);
+}
+
+// A launch into a capture becomes a kernel node.
+static void captured(Handle s, void** params) {
+    Stream* c = capturing(s);
+    if (c) {
+        Node* node = malloc(sizeof(Node));
+        node->index = node_count++;
+        record(node, params);
+        c->last = node;
+        c->graph->nodes++;
+    }
+}
 CUresult cuLaunchKernel(Handle f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned smem, Handle s, void** params, void** extra) {
+    captured(s, params);
     return 0;
 }
-CUresult cuLaunchKernelEx(const void* config, Handle f, void** params, void** extra) { return 0; }
+typedef struct {
+    unsigned grid[3], block[3], smem;
+    Handle stream;
+} LaunchConfig; // CUlaunchConfig's first members
+CUresult cuLaunchKernelEx(const LaunchConfig* config, Handle f, void** params, void** extra) {
+    captured(config->stream, params);
+    return 0;
+}
+
+// Stream capture and graphs: one kernel node per captured launch, nothing else.
+CUresult cuStreamBeginCapture_v2(Handle s, int mode) {
+    Stream* c = made(s);
+    if (!c || c->capturing) return 900; // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+    *c = (Stream){1, ++captures, calloc(1, sizeof(Graph)), NULL};
+    return 0;
+}
+CUresult cuStreamEndCapture(Handle s, Graph** g) {
+    Stream* c = capturing(s);
+    if (!c) return 901; // CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+    *g = c->graph;
+    *c = (Stream){0};
+    return 0;
+}
+CUresult cuGraphGetNodes(Graph* g, Handle* nodes, size_t* n) {
+    if (nodes)
+        for (size_t i = 0; i < *n && i < g->nodes; i++) nodes[i] = function;
+    *n = g->nodes;
+    return 0;
+}
+CUresult cuGraphNodeGetType(Handle node, int* type) { *type = 0; return 0; } // CU_GRAPH_NODE_TYPE_KERNEL
+CUresult cuGraphInstantiateWithFlags(Handle* exec, Graph* g, unsigned long long flags) { *exec = malloc(16); return 0; }
+typedef struct {
+    Handle func;
+    unsigned grid[3], block[3], smem;
+    void** params;
+} KernelNodeParams; // CUDA_KERNEL_NODE_PARAMS's first members
+CUresult cuGraphExecKernelNodeSetParams_v2(Handle exec, Node* node, const KernelNodeParams* p) {
+    record(node, p->params);
+    return 0;
+}
+CUresult cuGraphKernelNodeSetParams_v2(Handle node, const void* params) { return 0; }
+CUresult cuGraphLaunch(Handle exec, Handle s) { return 0; }
+CUresult cuGraphExecDestroy(Handle exec) { return 0; }
+CUresult cuGraphDestroy(Graph* g) { return 0; }
+CUresult cuUserObjectCreate(Handle* o, void* payload, void (*destroy)(void*), unsigned n, unsigned flags) {
+    *o = malloc(16);
+    return 0;
+}
+CUresult cuGraphRetainUserObject(Graph* g, Handle o, unsigned n, unsigned flags) { return 0; }
 
 // Memory: host memory stands in for device memory.
 CUresult cuMemPoolCreate(Handle* p, const void* props) { *p = pool; return 0; }

@@ -1,0 +1,98 @@
+"""A graph replay's host side, checked without a GPU: what each kernel node is given.
+
+The replay runs in a child process against the stand-in driver of the launch-cost counter
+(python/benchmarks/count_launch/stub_cuda.c), which keeps the first parameters each kernel
+node was last given, at capture or by `cuGraphExecKernelNodeSetParams`. Random rebinds of a
+chain of kernels (new arrays, new scalar values, any subset of the inputs) must leave every
+node with exactly the arguments an eager launch would get, update only the nodes whose
+bytes changed, and a refused rebind must change nothing. What the GPU computes from them is
+test_graphs.py's part."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import nvrtc_missing
+
+STUB = Path(__file__).resolve().parents[1] / "benchmarks" / "count_launch" / "stub_cuda.c"
+SRC = 'extern "C" __global__ void step(const float* x, float* y, long long n) {}'
+
+CHILD = r"""
+import ctypes, random, sys
+import caijit
+
+SRC, K = sys.argv[1], 10
+stub = ctypes.CDLL("libcuda.so.1")
+stub.stub_node_param.restype = ctypes.c_ulonglong
+stub.stub_record(3)
+step = caijit.kernel(SRC)[1, 32]
+names = [f"b{i}" for i in range(K + 1)]
+sets = [[caijit.zeros(32) for _ in names] for _ in range(3)]
+first = stub.stub_nodes()
+with caijit.graph() as g:
+    bufs = [g.input(name, b) for name, b in zip(names, sets[0])]
+    n = g.input("n", 32)
+    for i in range(K):
+        step(bufs[i], bufs[i + 1], n)
+assert stub.stub_nodes() - first == K, stub.stub_nodes()
+
+ptr = lambda a: a.__cuda_array_interface__["data"][0]
+bound, scalar = list(sets[0]), 32
+def nodes():
+    return [tuple(stub.stub_node_param(first + i, p) for p in range(3)) for i in range(K)]
+def expected():
+    return [(ptr(bound[i]), ptr(bound[i + 1]), scalar) for i in range(K)]
+updates = lambda: caijit.stats()["graph_node_updates"]
+assert nodes() == expected()
+
+rng = random.Random(int(sys.argv[2]))
+for turn in range(400):
+    chosen = rng.sample(range(K + 1), rng.randint(0, K + 1))
+    new = {names[j]: sets[rng.randrange(3)][j] for j in chosen}
+    new_scalar = rng.choice([scalar, rng.randrange(1 << 40)]) if rng.random() < 0.3 else None
+    if new_scalar is not None:
+        new["n"] = new_scalar
+    was, before = expected(), updates()
+    if rng.random() < 0.1:
+        # A refused rebind, after good ones in the same call: nothing changes.
+        bad = dict(new, **{names[rng.randrange(K + 1)]: caijit.zeros(32, "float64")})
+        try:
+            g(**bad)
+        except caijit.ArgumentError:
+            pass
+        else:
+            raise AssertionError(f"turn {turn}: a float64 array was bound to a float* parameter")
+        assert (nodes(), updates()) == (was, before), f"turn {turn}: a refused rebind changed the graph"
+        continue
+    g(**new)
+    for j in chosen:
+        bound[j] = new[names[j]]
+    scalar = new_scalar if new_scalar is not None else scalar
+    now = expected()
+    assert nodes() == now, f"turn {turn}: rebinding {sorted(new)} left nodes {nodes()} for {now}"
+    changed = sum(a != b for a, b in zip(was, now))
+    assert updates() - before == changed, f"turn {turn}: {updates() - before} node updates for {changed} changed nodes"
+print("OK")
+"""
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc (to build the stand-in driver)")
+@pytest.mark.skipif(nvrtc_missing() is not None, reason=str(nvrtc_missing()))
+@pytest.mark.parametrize("seed", [0, 1])
+def test_replays_give_each_node_exactly_its_new_arguments(tmp_path: Path, seed: int) -> None:
+    import caijit
+
+    # Compiled here, with the real toolchain, into the run's disk cache, which the child
+    # (whose driver is the stand-in) reads.
+    caijit._native.compile_program(SRC, "sm_90")
+    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(tmp_path / "libcuda.so.1"), str(STUB)], check=True)
+    (tmp_path / "libcuda.so").symlink_to("libcuda.so.1")
+    env = dict(os.environ, LD_LIBRARY_PATH=f"{tmp_path}:{os.environ.get('LD_LIBRARY_PATH', '')}")
+    out = subprocess.run([sys.executable, "-c", CHILD, SRC, str(seed)], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "OK", (out.stdout + out.stderr)[-3000:]
