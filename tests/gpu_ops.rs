@@ -179,8 +179,7 @@ fn rust_op_calls_allocate_results_and_take_strided_views(ctx: Arc<Context>) {
     // A kernel over caijit::Array (add) reads the strided views as they are; the result is
     // new, of the broadcast shape, on the stream asked for.
     let xh = ArrayView::new(x.ptr(), &[r, c / 2], Some(&[4 * c as i64, 8]), DType::F32, true, Some(s.stream_ref())).unwrap();
-    // (That it took no copy is checked by counting launches in python/tests/test_ops.py: the
-    // tests of this binary run concurrently.)
+    // (That it took no copy is checked by counting launches in python/tests/test_ops.py.)
     let z = ops::add(&ctx, &xh, &row, Alloc, Some(&s)).unwrap();
     assert_eq!((z.shape(), z.dtype()), (&[r, c / 2][..], DType::F32));
     assert!(Arc::ptr_eq(z.stream(), &s));

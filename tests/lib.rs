@@ -107,10 +107,14 @@ pub type GpuTest = (&'static str, fn(std::sync::Arc<cai_runtime::runtime::Contex
 /// The `main` of a GPU test binary (`harness = false`, through [`gpu_main!`]): runs the tests
 /// as libtest would (filters, `--list`, `--exact`, `--test-threads`), each on device 0.
 /// Where there is no device each test is reported *ignored*, with the reason, or fails with
-/// it under `CAIJIT_REQUIRE_GPU=1`. (libtest itself cannot skip at run time.)
+/// it under `CAIJIT_REQUIRE_GPU=1`. (libtest itself cannot skip at run time.) The tests run
+/// one at a time unless `--test-threads` says otherwise: they share device 0's context and
+/// caijit's counters, whose changes several of them check (memory held, stream waits, host
+/// synchronisations), and a test beside them would change those too.
 pub fn run_gpu_tests(tests: &[GpuTest]) -> std::process::ExitCode {
     use libtest_mimic::{Completion, Trial};
-    let args = libtest_mimic::Arguments::from_args();
+    let mut args = libtest_mimic::Arguments::from_args();
+    args.test_threads.get_or_insert(1);
     private_disk_cache();
     // The reason's first clause (the whole message lists every library tried).
     let gpu = gpu_context().map_err(|e| e.to_string().split(" (tried").next().unwrap_or_default().to_string());
