@@ -15,7 +15,9 @@ of K+1 buffers are used in turn. Rows:
   already (every argument converted and checked, no node changed);
 - caijit graph, all rebound: `g(b0=..., ..., bK=...)`, 2K parameter slots in K nodes;
 - caijit graph, all rebound, caijit arrays: the same with two sets of `caijit.zeros`
-  arrays, whose conversion costs less than a PyTorch tensor's.
+  arrays, whose conversion costs less than a PyTorch tensor's;
+- caijit graph, all rebound by position, caijit arrays: `g(*arrays)`, which looks up no
+  names.
 
 Per replay: host µs (the Python call, the GPU left running), and GPU µs per kernel to
 completion (R replays, synchronised at the end, divided by R*K). Also: capture +
@@ -105,6 +107,12 @@ def main() -> None:
             turn[0] ^= 1
             g(**own[turn[0]])
 
+        own_lists = [list(o.values()) for o in own]
+
+        def replay_rebound_own_by_position() -> None:
+            turn[0] ^= 1
+            g(*own_lists[turn[0]])
+
         static = [torch.zeros(N, device="cuda") for _ in range(k + 1)]
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
@@ -129,6 +137,7 @@ def main() -> None:
             "caijit graph, same arguments": timed(lambda: g(**bound[0]), reps, args.rounds),
             "caijit graph, all rebound": timed(replay_rebound, reps, args.rounds),
             "caijit graph, all rebound, caijit arrays": timed(replay_rebound_own, reps, args.rounds),
+            "caijit graph, all rebound by position, caijit arrays": timed(replay_rebound_own_by_position, reps, args.rounds),
         }
         # Each path computed the chain: buffer K holds buffer 0 (zeros) + K.
         for bufs in (sets[0], sets[1], static):
@@ -143,7 +152,8 @@ def main() -> None:
         rebind = (rebound - measured["caijit graph, no rebinding"][0]) / (2 * k)
         nodes = (rebound - measured["caijit graph, same arguments"][0]) / (2 * k)
         own_rebind = (measured["caijit graph, all rebound, caijit arrays"][0] - measured["caijit graph, no rebinding"][0]) / (2 * k)
-        rows.append((k, measured, capture_ms, (rebind, nodes, own_rebind)))
+        positional = (measured["caijit graph, all rebound by position, caijit arrays"][0] - measured["caijit graph, no rebinding"][0]) / (2 * k)
+        rows.append((k, measured, capture_ms, (rebind, nodes, own_rebind, positional)))
 
     body = "an empty body" if args.empty else "y = x + 1"
     print(f"{torch.cuda.get_device_name()}, kernels of one block of {N} threads, {body}")
@@ -154,10 +164,11 @@ def main() -> None:
         for path, (host, wall) in measured.items():
             print(f"| {k} | {path} | {host:.1f} | {wall / k:.3f} |")
     print()
-    for k, _, capture_ms, (rebind, nodes, own_rebind) in rows:
+    for k, _, capture_ms, (rebind, nodes, own_rebind, positional) in rows:
         print(
             f"K={k}: capture + instantiate {capture_ms:.2f} ms; rebinding {rebind:.3f} µs per changed slot (host), "
-            f"of which {nodes:.3f} µs the nodes' updates; with caijit arrays {own_rebind:.3f} µs per changed slot"
+            f"of which {nodes:.3f} µs the nodes' updates; with caijit arrays {own_rebind:.3f} µs per changed slot, "
+            f"{positional:.3f} by position"
         )
 
 

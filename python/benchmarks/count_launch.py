@@ -8,7 +8,8 @@ For each case the loop runs twice, 0 and N launches, and the difference divided 
 reported: the whole Python loop iteration, and the part inside caijit's `__call__`. The
 graph cases replay a captured chain of 10 kernels (kernel i reads buffer i and writes i+1,
 as in `bench_graph.py`): without arguments, with the arrays it is bound to, and with every
-array rebound (two sets in turn); the driver's own work on graphs is not in them either.
+array rebound (two sets in turn), by keyword and by position; the driver's own work on
+graphs is not in them either.
 `--top K` lists the K costliest functions (inclusive) of caijit's part of one case.
 
 Needs gcc and valgrind (no GPU, no CUDA driver). From the repository root:
@@ -38,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 EMPTY2 = 'extern "C" __global__ void empty2(const float* x, float* y, int n) {}'
 #: The chain of `EMPTY2` launches a graph case captures (kernel i reads buffer i, writes i+1).
 CHAIN = 10
-GRAPH_CASES = [f"graph of {CHAIN} kernels: {how}" for how in ("no rebinding", "same arguments", "all rebound")]
+GRAPH_CASES = [f"graph of {CHAIN} kernels: {how}" for how in ("no rebinding", "same arguments", "all rebound", "all rebound by position")]
 CASES = ["no arguments", "1 int", "3 caijit arrays + 1 int", "3 CAI objects + 1 int", "3 Numba-style arrays + 1 int", *GRAPH_CASES]
 #: caijit's part of a launch: everything under the launcher's `__call__`; of a replay, the graph's.
 CALL = "Launcher::__pymethod___call__"
@@ -88,8 +89,14 @@ def run_case(case: str, n: int) -> None:
             turn[0] ^= 1
             g(**sets[turn[0]])
 
+        lists = [list(s.values()) for s in sets]
+
+        def by_position() -> None:
+            turn[0] ^= 1
+            g(*lists[turn[0]])
+
         how = case.split(": ")[1]
-        launch = {"no rebinding": g, "same arguments": lambda: g(**sets[0]), "all rebound": rebound}[how]
+        launch = {"no rebinding": g, "same arguments": lambda: g(**sets[0]), "all rebound": rebound, "all rebound by position": by_position}[how]
         for _ in range(200 + n):
             launch()
         return

@@ -9,7 +9,7 @@ use cai_runtime::launch::Arg;
 use cai_runtime::runtime::{Context, Stream as RtStream};
 use cai_runtime::sync::lock;
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyString};
+use pyo3::types::{PyDict, PyString, PyTuple};
 use smallvec::SmallVec;
 
 use crate::args::{arg_from_py, args_from_py, number, release_after, take_kept_for_capture, ArgContext, GraphScalar, PyArg};
@@ -35,15 +35,22 @@ pub struct Graph {
     stream: Mutex<Option<Arc<RtStream>>>,
     /// The objects bound to array inputs now (captured, then each replay's), by input index.
     held: Mutex<Vec<Option<Py<PyAny>>>>,
-    /// Each input's index by name, once captured (a dict: a replay's keywords are found by
-    /// their strings' own hashes).
-    index: OnceLock<Py<PyDict>>,
+    /// The inputs, once captured (made by the first replay).
+    known: OnceLock<Known>,
     /// Every argument of the launches captured: what the graph reads as it was captured.
     captured: Mutex<Vec<Py<PyAny>>>,
 }
 
 /// Objects a replay no longer binds, dropped once the GIL is back.
 type Objects = SmallVec<[Py<PyAny>; 8]>;
+
+/// A captured graph's inputs as a replay finds them: by position, their names in the order
+/// they were named; by keyword, their indices in a dict (found by the keywords' strings'
+/// own hashes).
+struct Known {
+    names: Vec<String>,
+    index: Py<PyDict>,
+}
 
 impl Graph {
     /// Run `f` on the captured graph; before its capture ends, or when it failed, the error
@@ -54,6 +61,21 @@ impl Graph {
             State::Discarded(why) => Err(PyCaiError::argument(format!("the graph cannot be replayed: {why}"))),
             State::New | State::Capturing(_) => Err(PyCaiError::argument("a graph is replayed after its `with caijit.graph()` block")),
         }
+    }
+
+    /// The inputs of the captured graph (else the error saying why there is none).
+    fn known(&self, py: Python<'_>) -> PyCaiResult<&Known> {
+        if let Some(known) = self.known.get() {
+            return Ok(known);
+        }
+        let known = self.ready(|g| {
+            let index = PyDict::new(py);
+            for (i, name) in g.inputs().enumerate() {
+                index.set_item(name, i)?;
+            }
+            Ok(Known { names: g.inputs().map(String::from).collect(), index: index.unbind() })
+        })?;
+        Ok(self.known.get_or_init(|| known))
     }
 
     /// Run `f` on the capture in progress.
@@ -75,7 +97,7 @@ impl Graph {
             state: Mutex::new(State::New),
             stream: Mutex::new(None),
             held: Mutex::default(),
-            index: OnceLock::new(),
+            known: OnceLock::new(),
             captured: Mutex::default(),
         }
     }
@@ -141,13 +163,6 @@ impl Graph {
             lock(&self.captured).extend(kept);
         }
         ended?;
-        if let State::Ready(g) = &*lock(&self.state) {
-            let index = PyDict::new(py);
-            for (i, name) in g.inputs().enumerate() {
-                index.set_item(name, i)?;
-            }
-            let _ = self.index.set(index.unbind());
-        }
         Ok(false)
     }
 
@@ -189,38 +204,53 @@ impl Graph {
         }
     }
 
-    /// Replay the graph with the inputs given by keyword rebound (the others keep their
-    /// last values), on `stream` (else the one stream the new arrays share, else the legacy
-    /// default stream).
-    #[pyo3(signature = (*, stream = None, **inputs))]
-    fn __call__(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>, inputs: Option<&Bound<'_, PyDict>>) -> PyCaiResult<()> {
-        self.replay(py, stream, inputs)
+    /// Replay the graph with the inputs given rebound (the others keep their last values):
+    /// by position in the order they were named, or by keyword; on `stream` (else the one
+    /// stream the new arrays share, else the legacy default stream).
+    #[pyo3(signature = (*args, stream = None, **inputs))]
+    fn __call__(
+        &self,
+        py: Python<'_>,
+        args: &Bound<'_, PyTuple>,
+        stream: Option<&Bound<'_, PyAny>>,
+        inputs: Option<&Bound<'_, PyDict>>,
+    ) -> PyCaiResult<()> {
+        self.replay(py, args, stream, inputs)
     }
 
     /// [`Graph::__call__`].
-    #[pyo3(signature = (*, stream = None, **inputs))]
-    fn replay(&self, py: Python<'_>, stream: Option<&Bound<'_, PyAny>>, inputs: Option<&Bound<'_, PyDict>>) -> PyCaiResult<()> {
+    #[pyo3(signature = (*args, stream = None, **inputs))]
+    fn replay(
+        &self,
+        py: Python<'_>,
+        args: &Bound<'_, PyTuple>,
+        stream: Option<&Bound<'_, PyAny>>,
+        inputs: Option<&Bound<'_, PyDict>>,
+    ) -> PyCaiResult<()> {
         let stream = stream.map(stream_from_py).transpose()?.flatten();
-        // The names borrowed from the keywords' strings, each input's index, the objects as
-        // given.
-        let mut keys: SmallVec<[Bound<'_, PyString>; 8]> = SmallVec::new();
-        let mut objs: SmallVec<[Bound<'_, PyAny>; 8]> = SmallVec::new();
-        for (k, v) in inputs.into_iter().flat_map(|d| d.iter()) {
-            keys.push(k.cast_into::<PyString>().map_err(PyErr::from)?);
-            objs.push(v);
+        let known = self.known(py)?;
+        if args.len() > known.names.len() {
+            return Err(PyCaiError::argument(format!(
+                "the graph has {} inputs ({}), got {} positional arguments",
+                known.names.len(),
+                known.names.join(", "),
+                args.len()
+            )));
         }
-        let names: SmallVec<[&str; 8]> = keys.iter().map(|k| k.to_str()).collect::<PyResult<_>>()?;
-        let index = self.index.get().map(|ix| ix.bind(py));
-        let mut indices: SmallVec<[usize; 8]> = SmallVec::new();
-        for (key, &name) in keys.iter().zip(&names) {
-            // The dict is the runtime's index by name; a name not in it gets the runtime's
-            // answer (its error, or the graph's state's).
-            let i = match index.map(|ix| ix.get_item(key)).transpose()?.flatten() {
+        // Each input's index, and the object given for it.
+        let mut indices: SmallVec<[usize; 8]> = (0..args.len()).collect();
+        let mut objs: SmallVec<[Bound<'_, PyAny>; 8]> = args.iter().collect();
+        let index = known.index.bind(py);
+        for (k, v) in inputs.into_iter().flat_map(|d| d.iter()) {
+            // A name not in the dict gets the runtime's answer (its error).
+            let i = match index.get_item(&k)? {
                 Some(i) => i.extract::<usize>()?,
-                None => self.ready(|g| Ok(g.input_index(name)?))?,
+                None => self.ready(|g| Ok(g.input_index(&k.cast_into::<PyString>().map_err(PyErr::from)?.to_cow()?)?))?,
             };
             indices.push(i);
+            objs.push(v);
         }
+        let names: SmallVec<[&str; 8]> = indices.iter().map(|&i| known.names[i].as_str()).collect();
         let mut cx = ArgContext::new(stream.as_ref().map(|s| s.handle()));
         let mut converted: SmallVec<[PyArg; 8]> = SmallVec::new();
         args_from_py(objs.iter().cloned().enumerate(), &mut cx, |i, e| e.at_argument(i, Some(names[i]), None), &mut converted)?;

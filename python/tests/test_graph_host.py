@@ -70,7 +70,13 @@ for turn in range(400):
             raise AssertionError(f"turn {turn}: a float64 array was bound to a float* parameter")
         assert (nodes(), updates()) == (was, before), f"turn {turn}: a refused rebind changed the graph"
         continue
-    g(**new)
+    given = dict(new)
+    lead = 0
+    while lead <= K and names[lead] in given and rng.random() < 0.8:
+        lead += 1
+    # The leading inputs by position (in the order they were named), the rest by keyword.
+    leading = [given.pop(names[j]) for j in range(lead)]
+    g(*leading, **given)
     for j in chosen:
         bound[j] = new[names[j]]
     scalar = new_scalar if new_scalar is not None else scalar
@@ -78,6 +84,19 @@ for turn in range(400):
     assert nodes() == now, f"turn {turn}: rebinding {sorted(new)} left nodes {nodes()} for {now}"
     changed = sum(a != b for a, b in zip(was, now))
     assert updates() - before == changed, f"turn {turn}: {updates() - before} node updates for {changed} changed nodes"
+for call, message in (
+    (lambda: g(*sets[1], 32, 32), "the graph has 12 inputs"),
+    (lambda: g(sets[1][0], b0=sets[1][0]), "graph input `b0` is given twice"),
+    (lambda: g(c=sets[1][0]), "the graph has no input `c`"),
+):
+    before = (nodes(), updates())
+    try:
+        call()
+    except caijit.ArgumentError as e:
+        assert message in str(e), str(e)
+    else:
+        raise AssertionError(f"accepted: {message}")
+    assert (nodes(), updates()) == before
 print("OK")
 """
 

@@ -143,6 +143,25 @@ def test_a_replay_rebinds_arrays_and_scalars(k: caijit.Module) -> None:
     assert caijit.stats()["graph_replays"] == before + 2
 
 
+def test_inputs_are_given_by_position_in_the_order_they_were_named(k: caijit.Module) -> None:
+    x, y, out, w = (caijit.to_device(rand(20 + i)) for i in range(4))
+    with caijit.graph() as g:
+        gx, gy, go, gw = (g.input(name, a) for name, a in zip(("x", "y", "out", "w"), (x, y, out, w)))
+        sequence(k, gx, gy, go, every_other(gw, 0), g.input("alpha", 2.0), g.input("beta", 0.5))
+    x2, y2, out2, w2 = (caijit.to_device(rand(30 + i)) for i in range(4))
+    g(x2, y2, out2, w2, -1.0, beta=4.0)
+    ref = caijit.zeros(N)
+    sequence(k, x2, y2, ref, every_other(w2, 0), -1.0, 4.0)
+    np.testing.assert_array_equal(host(out2), host(ref))
+    with pytest.raises(caijit.ArgumentError, match="graph input `x` is given twice"):
+        g(x, x=x)
+    with pytest.raises(caijit.ArgumentError, match=r"the graph has 6 inputs \(x, y, out, w, alpha, beta\), got 7 positional"):
+        g(x, y, out, w, 1.0, 1.0, 1.0)
+    # Refused: nothing changed.
+    g()
+    np.testing.assert_array_equal(host(out2), host(ref))
+
+
 def test_ten_thousand_random_rebinds_match_eager_launches(k: caijit.Module) -> None:
     rng = random.Random(7)
     pools: list[list[Any]] = [[caijit.to_device(rand(100 + i)) for i in range(6)]]
