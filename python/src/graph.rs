@@ -12,7 +12,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple};
 use smallvec::SmallVec;
 
-use crate::args::{arg_from_py, args_from_py, number, release_after, take_kept_for_capture, ArgContext, GraphScalar, PyArg};
+use crate::args::{arg_from_py, args_from_py, number, release_after, ArgContext, GraphScalar, PyArg};
 use crate::errors::{PyCaiError, PyCaiResult};
 use crate::stream::{stream_from_py, Stream};
 
@@ -37,8 +37,6 @@ pub struct Graph {
     held: Mutex<Vec<Option<Py<PyAny>>>>,
     /// The inputs, once captured (made by the first replay).
     known: OnceLock<Known>,
-    /// Every argument of the launches captured: what the graph reads as it was captured.
-    captured: Mutex<Vec<Py<PyAny>>>,
 }
 
 /// Objects a replay no longer binds, dropped once the GIL is back.
@@ -92,14 +90,7 @@ impl Graph {
     #[new]
     #[pyo3(signature = (device = 0))]
     fn new(device: usize) -> Self {
-        Graph {
-            device,
-            state: Mutex::new(State::New),
-            stream: Mutex::new(None),
-            held: Mutex::default(),
-            known: OnceLock::new(),
-            captured: Mutex::default(),
-        }
+        Graph { device, state: Mutex::new(State::New), stream: Mutex::new(None), held: Mutex::default(), known: OnceLock::new() }
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> PyCaiResult<Bound<'_, Self>> {
@@ -157,11 +148,8 @@ impl Graph {
                 }
             }
         });
-        // What the captured launches were given lives as long as the graph.
-        let kept = take_kept_for_capture();
-        if ended.is_ok() && !raised {
-            lock(&self.captured).extend(kept);
-        }
+        // (What the captured launches were given is kept with the captured graph: see
+        // `ArgContext::keep`.)
         ended?;
         Ok(false)
     }
@@ -253,7 +241,7 @@ impl Graph {
         let names: SmallVec<[&str; 8]> = indices.iter().map(|&i| known.names[i].as_str()).collect();
         let mut cx = ArgContext::new(stream.as_ref().map(|s| s.handle()));
         let mut converted: SmallVec<[PyArg; 8]> = SmallVec::new();
-        args_from_py(objs.iter().cloned().enumerate(), &mut cx, |i, e| e.at_argument(i, Some(names[i]), None), &mut converted)?;
+        args_from_py(objs.iter().cloned().enumerate(), &mut cx, |i, e| at_input(e, i, names[i]), &mut converted)?;
         let args: SmallVec<[(usize, Arg<'_>); 8]> = indices.iter().copied().zip(converted.iter().map(PyArg::as_arg)).collect();
         // The objects the graph reads from now on, bound under the graph's lock with the
         // replay that binds them (two threads replaying cannot leave them crossed); the
@@ -265,7 +253,7 @@ impl Graph {
             .filter(|(_, a)| a.view().is_some())
             .map(|((&i, o), _)| (i, o.clone().unbind()))
             .collect();
-        let (on, ctx, replaced) = py.detach(|| {
+        let (replayed, ctx, replaced) = py.detach(|| {
             self.ready(|g| {
                 let before = g.bindings();
                 let replayed = g.replay_inputs(&args, stream.as_deref(), true);
@@ -286,7 +274,14 @@ impl Graph {
         })?;
         drop(replaced);
         drop(args);
-        release_after(&ctx, on, converted.drain(..))
+        let mut kept = cx.take_kept();
+        if replayed.child {
+            // The child-graph node added to that capture reads what is bound now, whatever
+            // later replays bind: it keeps those objects for its graph's life (the captured
+            // launches' arguments it keeps already, with the copy of this graph).
+            kept.extend(lock(&self.held).iter().flatten().map(|o| o.clone_ref(py)));
+        }
+        release_after(&ctx, replayed.stream, converted.drain(..), kept)
     }
 
     /// The input names, in the order they were named.
@@ -325,6 +320,20 @@ impl Graph {
             }
             State::Discarded(why) => format!("caijit.Graph(discarded: {why})"),
         }
+    }
+}
+
+/// A replay's conversion error for the object at `index` of the call, which is input `name`:
+/// named by the input, as the replay's own checks name it (its position in the call means
+/// nothing for a keyword).
+fn at_input(e: PyCaiError, index: usize, name: &str) -> PyCaiError {
+    match e.at_argument(index, Some(name), None) {
+        PyCaiError::Cai(cai_runtime::Error::Argument(mut a)) => {
+            let what = a.message.strip_prefix(&format!("argument {index}: ")).unwrap_or(&a.message);
+            a.message = format!("graph input `{name}`: {what}");
+            PyCaiError::Cai(cai_runtime::Error::Argument(a))
+        }
+        other => other,
     }
 }
 

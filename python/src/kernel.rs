@@ -190,7 +190,7 @@ fn launch_now(
     drop(launch_args);
     let probe = timing::start();
     // Only DLPack imports are held past the launch; every other argument is dropped here.
-    let released = release_after(k.context(), on, converted.drain(..));
+    let released = release_after(k.context(), on, converted.drain(..), ctx.take_kept());
     probe.stop(Phase::Release);
     total.stop(Phase::Total);
     released

@@ -139,7 +139,9 @@ impl<'py> OpCall<'py> {
         if self.args.is_empty() {
             self.framework = framework_of(obj);
         }
-        args::keep_for_capture(obj);
+        if cai_runtime::graph::capturing_anywhere() {
+            self.cx.keep(obj);
+        }
         let a = match args::arg_before_dlpack(index, obj, &mut self.cx).map_err(|e| e.at_argument(index, Some(name), None))? {
             Some(a) => a,
             None => {
@@ -231,7 +233,7 @@ impl<'py> OpCall<'py> {
             self.input(out_index, "out", o)?;
         }
         self.settle()?;
-        let OpCall { py, stream, args, .. } = self;
+        let OpCall { py, stream, args, mut cx, .. } = self;
         let (result, launched) = py.detach(|| {
             let mut probe: SmallVec<[Arg<'_>; 4]> = args.iter().map(PyArg::as_arg).collect();
             let ctx = match launch_device(&mut probe, stream.as_deref()).and_then(Context::new) {
@@ -247,7 +249,7 @@ impl<'py> OpCall<'py> {
         });
         // With the GIL: DLPack capsules are handed over to be released after the work that reads them.
         let released = match launched {
-            Some((ctx, on)) => release_after(&ctx, on, args),
+            Some((ctx, on)) => release_after(&ctx, on, args, cx.take_kept()),
             None => Ok(()),
         };
         let result = result?;

@@ -63,12 +63,14 @@ impl Tuner {
         args_from_py(args.iter().enumerate(), &mut cx, |i, e| kernel.name_argument(i, e), &mut converted)?;
         let mut launch_args: SmallVec<[Arg<'_>; 8]> = converted.iter().map(PyArg::as_arg).collect();
         let (r, on) = py.detach(|| f(&launch_args))?;
-        // Only DLPack imports are held past the launch (their device's context releases them).
-        match on.filter(|_| converted.iter().any(|a| matches!(a, PyArg::Dlpack { .. }))) {
+        // Only DLPack imports (and the arguments kept while a graph captures) are held past
+        // the launch (their device's context releases them).
+        let kept = cx.take_kept();
+        match on.filter(|_| !kept.is_empty() || converted.iter().any(|a| matches!(a, PyArg::Dlpack { .. }))) {
             Some(on) => {
                 let ctx = Context::new(launch_device(&mut launch_args, stream.map(|s| &**s))?)?;
                 drop(launch_args);
-                release_after(&ctx, on, converted.drain(..))?;
+                release_after(&ctx, on, converted.drain(..), kept)?;
             }
             None => drop(launch_args),
         }

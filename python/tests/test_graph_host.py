@@ -5,8 +5,8 @@ The replay runs in a child process against the stand-in driver of the launch-cos
 node was last given, at capture or by `cuGraphExecKernelNodeSetParams`. Random rebinds of a
 chain of kernels (new arrays, new scalar values, any subset of the inputs) must leave every
 node with exactly the arguments an eager launch would get, update only the nodes whose
-bytes changed, and a refused rebind must change nothing. What the GPU computes from them is
-test_graphs.py's part."""
+bytes changed, and a refused rebind must change nothing; and around other captures, what a
+graph keeps alive and refuses. What the GPU computes from them is test_graphs.py's part."""
 
 from __future__ import annotations
 
@@ -101,17 +101,122 @@ print("OK")
 """
 
 
-@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc (to build the stand-in driver)")
-@pytest.mark.skipif(nvrtc_missing() is not None, reason=str(nvrtc_missing()))
-@pytest.mark.parametrize("seed", [0, 1])
-def test_replays_give_each_node_exactly_its_new_arguments(tmp_path: Path, seed: int) -> None:
+#: What a graph keeps alive, and what it refuses, around other captures.
+CHILD_CAPTURES = r"""
+import ctypes, gc, sys, threading, weakref
+import caijit
+
+SRC = sys.argv[1]
+stub = ctypes.CDLL("libcuda.so.1")
+stub.stub_node_param.restype = stub.stub_template_param.restype = ctypes.c_ulonglong
+stub.stub_record(3)
+k = caijit.kernel(SRC)
+step = k[1, 32]
+ptr = lambda a: a.__cuda_array_interface__["data"][0]
+
+class Iface:
+    # A foreign array (one a weak reference can watch) over a caijit array.
+    def __init__(self, base):
+        self.base, self.__cuda_array_interface__ = base, base.__cuda_array_interface__
+
+def refused(call, message):
+    try:
+        call()
+    except caijit.ArgumentError as e:
+        assert message in str(e), str(e)
+    else:
+        raise AssertionError(f"accepted: {message}")
+
+# A launch on the graph's stream from another thread is captured: its arguments live as
+# long as the graph.
+y, seen = caijit.zeros(32), {}
+def other_thread(stream):
+    t = Iface(caijit.zeros(32))
+    seen["weak"], seen["ptr"] = weakref.ref(t), ptr(t)
+    k[1, 32, stream](t, y, 1)
+first = stub.stub_nodes()
+with caijit.graph() as g0:
+    th = threading.Thread(target=other_thread, args=(g0.stream,))
+    th.start()
+    th.join()
+gc.collect()
+assert stub.stub_node_param(first, 0) == seen["ptr"] and seen["weak"]() is not None, "the other thread's array was freed"
+
+# A replay's conversion errors name the input.
+a, b = caijit.zeros(32), caijit.zeros(32)
+inner = stub.stub_nodes()
+with caijit.graph() as g1:
+    step(g1.input("a", a), b, g1.input("n", 1))
+g1()
+refused(lambda: g1(a="3"), "graph input `a`: cannot pass a str")
+
+# Replayed inside another caijit capture, a graph is a copy: it may not read that graph's
+# inputs (a rebinding of them could not follow), and nothing is added when it is refused.
+x, c = caijit.zeros(32), Iface(caijit.zeros(32))
+children = stub.stub_children()
+with caijit.graph() as g2:
+    gx, s = g2.input("x", x), g2.input("s", 5)
+    refused(lambda: g1(a=gx), "graph input `x` of the graph being captured is read by a replay of another graph")
+    refused(lambda: g1(n=s), "scalar input `s` of the graph being captured is given to a replay of another graph")
+    # Its own arrays it may read: the copy keeps them alive, whatever g1 binds later.
+    g1(a=c, n=7)
+    weak_c = weakref.ref(c)
+    step(gx, y, s)
+assert stub.stub_children() == children + 1
+del c
+d = caijit.zeros(32)
+g1(a=d, n=1)
+gc.collect()
+assert weak_c() is not None, "the array the copy in g2 reads was freed"
+
+# A copy that cannot be added leaves the graph bound as it was: the next copy reads what
+# the graph is bound to, not the failed call's arguments.
+stub.stub_fail_children(1)
+with caijit.graph() as g3:
+    z = g3.input("z", caijit.zeros(32))
+    try:
+        g1(a=caijit.zeros(32), n=77)
+    except caijit.CaijitError:
+        pass
+    else:
+        raise AssertionError("the failing child-graph node was not reported")
+    g1()
+    step(z, y, 1)
+copied = [stub.stub_template_param(inner, p) for p in range(3)]
+assert copied == [ptr(d), ptr(b), 1], f"the copy reads {copied}, not the graph's binding"
+print("OK")
+"""
+
+
+def run_child(tmp_path: Path, script: str, *args: str) -> None:
+    """Run `script` against the stand-in driver (built into `tmp_path`); it prints OK."""
     import caijit
 
     # Compiled here, with the real toolchain, into the run's disk cache, which the child
     # (whose driver is the stand-in) reads.
     caijit._native.compile_program(SRC, "sm_90")
-    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(tmp_path / "libcuda.so.1"), str(STUB)], check=True)
-    (tmp_path / "libcuda.so").symlink_to("libcuda.so.1")
+    if not (tmp_path / "libcuda.so.1").exists():
+        subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(tmp_path / "libcuda.so.1"), str(STUB)], check=True)
+        (tmp_path / "libcuda.so").symlink_to("libcuda.so.1")
     env = dict(os.environ, LD_LIBRARY_PATH=f"{tmp_path}:{os.environ.get('LD_LIBRARY_PATH', '')}")
-    out = subprocess.run([sys.executable, "-c", CHILD, SRC, str(seed)], env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", script, SRC, *args], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "OK", (out.stdout + out.stderr)[-3000:]
+
+
+needs_tools = [
+    pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc (to build the stand-in driver)"),
+    pytest.mark.skipif(nvrtc_missing() is not None, reason=str(nvrtc_missing())),
+]
+
+
+@needs_tools[0]
+@needs_tools[1]
+@pytest.mark.parametrize("seed", [0, 1])
+def test_replays_give_each_node_exactly_its_new_arguments(tmp_path: Path, seed: int) -> None:
+    run_child(tmp_path, CHILD, str(seed))
+
+
+@needs_tools[0]
+@needs_tools[1]
+def test_what_graphs_keep_and_refuse_around_other_captures(tmp_path: Path) -> None:
+    run_child(tmp_path, CHILD_CAPTURES)

@@ -26,6 +26,7 @@
 //! - In another capture (PyTorch's, CuPy's), a replay is added to it as one child-graph node.
 
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use crate::cai::ArrayView;
@@ -44,6 +45,15 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 #[inline]
 pub fn capturing_here() -> bool {
     record::thread_capture().is_some()
+}
+
+/// Whether any thread is capturing a caijit graph now: a launch from any thread on its
+/// stream is captured, and what it reads must live as long as the graph (a launch's
+/// caller keeps it with [`crate::runtime::Context::release_after`], which keeps it with
+/// the graph being captured).
+#[inline]
+pub fn capturing_anywhere() -> bool {
+    record::any_capture()
 }
 
 /// A capture in progress: launches on [`Capture::stream`] (and, on this thread, launches
@@ -166,6 +176,14 @@ impl Capture {
             fills[i].push((s.launch, s.param, s.view));
         }
         let inputs: Arc<[record::Input]> = std::mem::take(&mut r.inputs).into();
+        let bound: Vec<Option<Range<u128>>> = inputs
+            .iter()
+            .map(|i| match &i.kind {
+                InputKind::Array(v) => Some(v.address_range()),
+                InputKind::Scalar => None,
+            })
+            .collect();
+        let constants = r.seen.iter().filter(|s| !bound.iter().flatten().any(|b| record::overlap(s, b))).cloned().collect();
         let launches = std::mem::take(&mut r.launches);
         Ok(Graph {
             ctx: self.ctx.clone(),
@@ -181,6 +199,8 @@ impl Capture {
             before_first: std::mem::take(&mut r.before_first),
             bindings: 0,
             scratch: Scratch::default(),
+            constants,
+            bound,
             _stream: Some(self.stream.clone()),
         })
     }
@@ -221,6 +241,21 @@ pub struct Graph {
     _stream: Option<Arc<Stream>>,
     /// What a replay works in, kept for the next so that a replay allocates nothing.
     scratch: Scratch,
+    /// The address ranges of the arrays the captured launches read that no input rebinds,
+    /// and of the array each input is bound to now: what a copy of the graph reads.
+    constants: Vec<Range<u128>>,
+    bound: Vec<Option<Range<u128>>>,
+}
+
+/// What a replay did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Replayed {
+    /// The stream the graph was launched on (its CAI value).
+    pub stream: u64,
+    /// Whether that stream was being captured, so that the replay became one child-graph
+    /// node of that capture: a copy of the graph bound as now, which reads the arrays bound
+    /// now whatever later replays bind (their owners must keep them for that graph's life).
+    pub child: bool,
 }
 
 /// A replay's staged bytes and bookkeeping, kept between replays (cleared, not freed).
@@ -294,23 +329,22 @@ impl Graph {
     /// protocol against the producer streams of the new arrays (`sync = false` leaves other
     /// libraries' out, as for a launch). Every argument is checked before anything changes;
     /// a bad one is an [`Error::Argument`] naming the input, kernel and parameter. On any
-    /// error the graph is left bound as it was. Returns the stream the graph was launched
-    /// on (its CAI value).
-    pub fn replay(&mut self, args: &[(&str, Arg<'_>)], stream: Option<&Stream>, sync: bool) -> Result<u64> {
+    /// error the graph is left bound as it was.
+    pub fn replay(&mut self, args: &[(&str, Arg<'_>)], stream: Option<&Stream>, sync: bool) -> Result<Replayed> {
         let by_index = args.iter().map(|&(name, a)| Ok((self.input_index(name)?, a))).collect::<Result<Vec<_>>>()?;
         self.replay_inputs(&by_index, stream, sync)
     }
 
     /// [`Graph::replay`] with the inputs given by index ([`Graph::input_index`], the order
     /// they were named in): what a caller replaying often resolves once.
-    pub fn replay_inputs(&mut self, args: &[(usize, Arg<'_>)], stream: Option<&Stream>, sync: bool) -> Result<u64> {
+    pub fn replay_inputs(&mut self, args: &[(usize, Arg<'_>)], stream: Option<&Stream>, sync: bool) -> Result<Replayed> {
         let mut scratch = std::mem::take(&mut self.scratch);
         let replayed = self.replay_with(&mut scratch, args, stream, sync);
         self.scratch = scratch;
         replayed
     }
 
-    fn replay_with(&mut self, scratch: &mut Scratch, args: &[(usize, Arg<'_>)], stream: Option<&Stream>, sync: bool) -> Result<u64> {
+    fn replay_with(&mut self, scratch: &mut Scratch, args: &[(usize, Arg<'_>)], stream: Option<&Stream>, sync: bool) -> Result<Replayed> {
         if let Some(o) = stream.and_then(Stream::device).filter(|&o| o != self.ctx.ordinal()) {
             return Err(Error::argument(format!("the stream is on device {o} but the graph is on device {}", self.ctx.ordinal())));
         }
@@ -323,8 +357,10 @@ impl Graph {
         let inputs = self.inputs.clone();
         let named = |i: usize, what: String| Error::argument(format!("graph input `{}`: {what}", inputs[args[i].0].name));
         let ctx = self.ctx.clone();
-        enqueue_ordered(&ctx, arrays, stream, sync, named, |d, s| {
+        let mut child = false;
+        let stream = enqueue_ordered(&ctx, arrays, stream, sync, named, |d, s| {
             let capturing = s != RawStream::from_cai(1) && d.capture_id(s)? != 0;
+            child = capturing;
             let target = if capturing { Target::Template } else { Target::Exec };
             if capturing {
                 if self.allocates {
@@ -337,8 +373,23 @@ impl Graph {
                         "the graph's first replay waits for work enqueued before its capture, which cannot be done inside another capture: replay it once outside first",
                     ));
                 }
+                // Inside a caijit capture, the copy must read none of that graph's inputs.
+                let mut now = self.bound.clone();
+                let mut scalars = Vec::new();
+                for (i, a) in args {
+                    match a {
+                        Arg::Array(v) | Arg::ArrayOn(v, _) => now[*i] = Some(v.address_range()),
+                        Arg::ScalarInput(s) => scalars.push(*s),
+                        _ => {}
+                    }
+                }
+                let reads: Vec<Range<u128>> = self.constants.iter().cloned().chain(now.into_iter().flatten()).collect();
+                record::note_child(d, s, &reads, &scalars)?;
                 self.bring_up(d, target, scratch)?;
-                d.capture_child_graph(s, self.graph)?;
+                if let Err(e) = d.capture_child_graph(s, self.graph) {
+                    self.roll_back(d, target, scratch);
+                    return Err(e.into());
+                }
             } else {
                 self.bring_up(d, target, scratch)?;
                 let launched = (|| -> Result<()> {
@@ -348,7 +399,7 @@ impl Graph {
                     Ok(d.graph_launch(self.exec, s)?)
                 })();
                 if let Err(e) = launched {
-                    self.roll_back(d, scratch);
+                    self.roll_back(d, target, scratch);
                     return Err(e);
                 }
                 self.ctx.return_events(&mut self.before_first);
@@ -361,9 +412,15 @@ impl Graph {
                 self.up_to_date[target as usize][launch] = true;
                 self.up_to_date[other as usize][launch] = false;
             }
+            for (i, a) in args {
+                if let Arg::Array(v) | Arg::ArrayOn(v, _) = a {
+                    self.bound[*i] = Some(v.address_range());
+                }
+            }
             bump(&COUNTERS.graph_replays);
             Ok(())
-        })
+        })?;
+        Ok(Replayed { stream, child })
     }
 
     /// Give `target`'s nodes the bytes of this replay: the staged ones, and the current
@@ -390,11 +447,12 @@ impl Graph {
         Ok(())
     }
 
-    /// After a failed launch: the executable graph's staged nodes get their old bytes back.
-    fn roll_back(&mut self, d: &Driver, scratch: &Scratch) {
+    /// After a failed launch (or child-graph node): `target`'s staged nodes get their old
+    /// bytes back (or are marked stale).
+    fn roll_back(&mut self, d: &Driver, target: Target, scratch: &Scratch) {
         for &launch in &scratch.staged {
-            if self.set(d, Target::Exec, launch, &self.launches[launch].buf).is_err() {
-                self.up_to_date[Target::Exec as usize][launch] = false;
+            if self.set(d, target, launch, &self.launches[launch].buf).is_err() {
+                self.up_to_date[target as usize][launch] = false;
             }
         }
     }

@@ -8,7 +8,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
-use super::{Arg, LaunchConfig};
+use super::{Arg, LaunchConfig, NamedScalar};
 use crate::cai::ArrayView;
 use crate::error::{Error, Result};
 use crate::kernel::Kernel;
@@ -188,8 +188,41 @@ impl Recording {
     }
 }
 
+/// Another caijit graph was replayed on `stream` (one child-graph node, a copy of it bound
+/// as now), reading the arrays of address ranges `reads`, with `scalar_inputs` the scalar
+/// inputs of captures it was given. If that stream is being captured by a caijit graph, the
+/// copy cannot follow a rebinding of that graph: none of its inputs may be among what the
+/// copy reads, and an input named later must not overlap it either (as for a launch's
+/// arrays).
+pub(crate) fn note_child(d: &Driver, stream: RawStream, reads: &[Range<u128>], scalar_inputs: &[&NamedScalar]) -> Result<()> {
+    if ACTIVE.load(Relaxed) == 0 {
+        return Ok(());
+    }
+    let info = d.capture_info(stream)?;
+    let Some(r) = info.active.then(|| recording(info.id)).flatten() else { return Ok(()) };
+    let mut r = lock(&r);
+    let copied = "the replay is added to the capture as a copy of that graph, which a rebinding of this one could not follow";
+    if let Some(s) = scalar_inputs.iter().find(|s| s.capture == r.id) {
+        return Err(Error::argument(format!(
+            "scalar input `{}` of the graph being captured is given to a replay of another graph: {copied}",
+            s.name
+        )));
+    }
+    for input in &r.inputs {
+        let InputKind::Array(v) = &input.kind else { continue };
+        if reads.iter().any(|read| overlap(read, &v.address_range())) {
+            return Err(Error::argument(format!(
+                "graph input `{}` of the graph being captured is read by a replay of another graph: {copied}; pass that graph arrays of its own",
+                input.name
+            )));
+        }
+    }
+    r.seen.extend_from_slice(reads);
+    Ok(())
+}
+
 /// Whether two address ranges share a byte.
-fn overlap(a: &Range<u128>, b: &Range<u128>) -> bool {
+pub(crate) fn overlap(a: &Range<u128>, b: &Range<u128>) -> bool {
     a.start < b.end && b.start < a.end
 }
 
@@ -237,6 +270,12 @@ pub(crate) fn unregister(id: u64) {
 
 fn recording(id: u64) -> Option<Arc<Mutex<Recording>>> {
     lock(&RECORDINGS).iter().find(|(c, ..)| *c == id).map(|(_, r, _)| r.clone())
+}
+
+/// Whether any thread is capturing a caijit graph now.
+#[inline]
+pub(crate) fn any_capture() -> bool {
+    ACTIVE.load(Relaxed) != 0
 }
 
 /// The stream this thread is capturing a caijit graph on, if it is.

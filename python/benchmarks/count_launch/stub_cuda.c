@@ -84,19 +84,26 @@ CUresult cuOccupancyMaxPotentialBlockSize(int* grid, int* block, Handle f, void*
 }
 // Kernel nodes, numbered in the order they were captured in this process. With
 // `stub_record(n)`, each keeps the first 8 bytes of its first n parameters as it was last
-// given them (captured, or set in an executable graph): `stub_node_param(node, i)`.
+// given them (captured, or set in an executable graph): `stub_node_param(node, i)`; and as
+// its graph's own node was last given them (what a child-graph copy launches):
+// `stub_template_param(node, i)`.
 #define MAX_NODES 4096
 #define MAX_RECORDED 8
 typedef struct {
     int index;
 } Node;
 static int node_count = 0, recorded = 0;
-static unsigned long long node_params[MAX_NODES][MAX_RECORDED];
+static unsigned long long node_params[MAX_NODES][MAX_RECORDED], template_params[MAX_NODES][MAX_RECORDED];
 void stub_record(int n) { recorded = n < MAX_RECORDED ? n : MAX_RECORDED; }
 int stub_nodes(void) { return node_count; }
 unsigned long long stub_node_param(int node, int i) { return node_params[node][i]; }
+unsigned long long stub_template_param(int node, int i) { return template_params[node][i]; }
+static void record_in(unsigned long long (*table)[MAX_RECORDED], const Node* node, void** params) {
+    for (int i = 0; i < recorded && node->index < MAX_NODES; i++) memcpy(&table[node->index][i], params[i], 8);
+}
 static void record(const Node* node, void** params) {
-    for (int i = 0; i < recorded && node->index < MAX_NODES; i++) memcpy(&node_params[node->index][i], params[i], 8);
+    record_in(node_params, node, params);
+    record_in(template_params, node, params);
 }
 
 // A launch into a capture becomes a kernel node.
@@ -152,10 +159,33 @@ typedef struct {
     void** params;
 } KernelNodeParams; // CUDA_KERNEL_NODE_PARAMS's first members
 CUresult cuGraphExecKernelNodeSetParams_v2(Handle exec, Node* node, const KernelNodeParams* p) {
-    record(node, p->params);
+    record_in(node_params, node, p->params);
     return 0;
 }
-CUresult cuGraphKernelNodeSetParams_v2(Handle node, const void* params) { return 0; }
+CUresult cuGraphKernelNodeSetParams_v2(Node* node, const KernelNodeParams* p) {
+    record_in(template_params, node, p->params);
+    return 0;
+}
+// A child-graph node added to a capture; `stub_fail_children(n)`: the next n fail.
+static int children = 0, failing_children = 0;
+int stub_children(void) { return children; }
+void stub_fail_children(int n) { failing_children = n; }
+CUresult cuGraphAddChildGraphNode(Handle* node, Graph* g, const Handle* deps, size_t n, Graph* child) {
+    if (failing_children > 0) {
+        failing_children--;
+        return 999; // CUDA_ERROR_UNKNOWN
+    }
+    children++;
+    *node = malloc(sizeof(Node));
+    ((Node*)*node)->index = MAX_NODES; // (not a kernel node: never recorded)
+    g->nodes++;
+    return 0;
+}
+CUresult cuStreamUpdateCaptureDependencies_v2(Handle s, Handle* nodes, const void* edges, size_t n, unsigned flags) {
+    Stream* c = capturing(s);
+    if (c && n == 1) c->last = nodes[0];
+    return 0;
+}
 CUresult cuGraphLaunch(Handle exec, Handle s) { return 0; }
 CUresult cuGraphExecDestroy(Handle exec) { return 0; }
 CUresult cuGraphDestroy(Graph* g) { return 0; }

@@ -60,13 +60,15 @@ impl PyArg {
     }
 }
 
-/// Hand the DLPack capsules among `args` to `ctx`, to be released once the work enqueued
-/// so far on `stream` (a CAI value) has finished: a capsule's deleter gives the memory back
-/// to its producer (PyTorch's caching allocator, say), which must not reuse it while the
-/// kernel still reads it. Other arguments are dropped now. The capsules go together, behind
-/// one event, however many there are.
-pub fn release_after(ctx: &Context, stream: u64, args: impl IntoIterator<Item = PyArg>) -> PyCaiResult<()> {
-    let mut holders: Vec<Py<PyAny>> = Vec::new(); // (allocates only for a capsule)
+/// Hand the DLPack capsules among `args`, and the objects `kept` (the arguments a launch
+/// keeps while a caijit graph captures: [`ArgContext::keep`](super::ArgContext::keep)), to
+/// `ctx`, to be released once the work enqueued so far on `stream` (a CAI value) has
+/// finished: a capsule's deleter gives the memory back to its producer (PyTorch's caching
+/// allocator, say), which must not reuse it while the kernel still reads it. On a stream
+/// being captured that is when the captured graph is destroyed. Other arguments are dropped
+/// now. They go together, behind one event, however many there are.
+pub fn release_after(ctx: &Context, stream: u64, args: impl IntoIterator<Item = PyArg>, kept: Vec<Py<PyAny>>) -> PyCaiResult<()> {
+    let mut holders = kept; // (allocated only while a graph captures, or for a capsule)
     for a in args {
         if let PyArg::Dlpack { holder, .. } = a {
             holders.push(holder);

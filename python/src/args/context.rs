@@ -62,11 +62,26 @@ pub struct ArgContext {
     dlpack_request: Option<(i64, Option<u64>)>,
     /// The conversion paths arguments may take.
     pub path: Path,
+    /// The arguments kept until the launch's work is done ([`ArgContext::keep`]).
+    kept: Vec<Py<PyAny>>,
 }
 
 impl ArgContext {
     pub fn new(explicit_stream: Option<u64>) -> Self {
         ArgContext { explicit_stream, ..Default::default() }
+    }
+
+    /// Keep `obj`, an argument of a launch or op made while a caijit graph captures (on any
+    /// thread), until the launch's work is done: when the launch was captured, that is as
+    /// long as the graph ([`release_after`](super::release_after) keeps it with the graph).
+    #[inline]
+    pub fn keep(&mut self, obj: &Bound<'_, PyAny>) {
+        self.kept.push(obj.clone().unbind());
+    }
+
+    /// The arguments [`ArgContext::keep`] kept.
+    pub fn take_kept(&mut self) -> Vec<Py<PyAny>> {
+        std::mem::take(&mut self.kept)
     }
 
     /// What DLPack producers are asked for (`__dlpack__(stream=...)`), and the producer

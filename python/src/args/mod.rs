@@ -99,27 +99,6 @@ fn qualified_name(ty: &Bound<'_, PyAny>) -> PyResult<String> {
     Ok(format!("{module}.{name}"))
 }
 
-thread_local! {
-    /// The arguments of launches and ops made on this thread while it captures a caijit
-    /// graph: the graph keeps them ([`take_kept_for_capture`]), so that memory its replays
-    /// read lives as long.
-    static KEPT: std::cell::RefCell<Vec<Py<PyAny>>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-/// Keep `obj`, an argument of a launch or op, with the caijit graph this thread captures
-/// now (nothing when it captures none).
-#[inline]
-pub fn keep_for_capture(obj: &Bound<'_, PyAny>) {
-    if cai_runtime::graph::capturing_here() {
-        KEPT.with_borrow_mut(|k| k.push(obj.clone().unbind()));
-    }
-}
-
-/// What [`keep_for_capture`] kept while this thread captured a caijit graph.
-pub fn take_kept_for_capture() -> Vec<Py<PyAny>> {
-    KEPT.take()
-}
-
 /// Convert argument `index` of a launch.
 pub fn arg_from_py(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<PyArg> {
     match arg_before_dlpack(index, obj, ctx)? {
@@ -139,10 +118,12 @@ pub fn args_from_py<'py>(
     converted: &mut SmallVec<[PyArg; 8]>,
 ) -> PyCaiResult<()> {
     let mut later: SmallVec<[(usize, Bound<'py, PyAny>); 2]> = SmallVec::new();
-    let capturing = cai_runtime::graph::capturing_here();
+    // While a caijit graph captures, a launch (from any thread) may be captured into it:
+    // its arguments are kept, with the graph when it was.
+    let capturing = cai_runtime::graph::capturing_anywhere();
     for (i, obj) in objs {
         if capturing {
-            keep_for_capture(&obj);
+            ctx.keep(&obj);
         }
         match arg_before_dlpack(i, &obj, ctx).map_err(|e| named(i, e))? {
             Some(a) => converted.push(a),
