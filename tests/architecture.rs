@@ -25,8 +25,9 @@ use syn::visit::Visit;
 /// `cai-runtime`'s top-level modules by layer, lowest first. A module may use modules of
 /// lower layers only.
 const LAYERS: &[&[&str]] = &[
-    // The CUDA Array Interface model and the process-wide counters: nothing of caijit below.
-    &["cai", "stats", "sync"],
+    // The CUDA Array Interface model, the process-wide counters, locks, and reading files
+    // that must be regular files: nothing of caijit below.
+    &["cai", "stats", "sync", "files"],
     // Diagnostics' switches and the ring of recent launches (plain data, no CUDA).
     &["diag"],
     // FFI: the driver, NVRTC, C libraries; the only `unsafe`.

@@ -129,6 +129,20 @@ fn the_bundle_key_covers_headers_but_not_where_they_are() {
     assert_eq!(key(&a), key(&b));
     std::fs::write(b.path().join("v.cuh"), "typedef double V;\n").unwrap();
     assert_ne!(key(&a), key(&b));
+
+    // However the include directory is spelled, as the program's or as an option.
+    let inc = tempfile::tempdir().unwrap();
+    std::fs::write(inc.path().join("v.cuh"), "typedef float V;\n").unwrap();
+    let source = "#include \"v.cuh\"\n__global__ void k(V* v) {}\n";
+    let d = inc.path().display();
+    let spellings: Vec<Vec<String>> =
+        vec![vec!["-I".into(), d.to_string()], vec![format!("-I{d}")], vec![format!("--include-path={d}")], vec![format!(" -I{d} ")]];
+    let keys: Vec<String> = spellings
+        .into_iter()
+        .map(|options| bundle_key(&options.into_iter().fold(Program::new(source), Program::option)).unwrap().unwrap())
+        .chain([bundle_key(&Program::new(source).include_dir(inc.path())).unwrap().unwrap()])
+        .collect();
+    assert!(keys.iter().all(|k| *k == keys[0]), "{keys:?}");
 }
 
 #[test]

@@ -242,22 +242,6 @@ impl From<NvrtcError> for Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// What a file that is not a regular file is, for a message refusing it ("a FIFO").
-pub(crate) fn file_kind_name(kind: std::fs::FileType) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    if kind.is_dir() {
-        "a directory"
-    } else if kind.is_fifo() {
-        "a FIFO"
-    } else if kind.is_char_device() || kind.is_block_device() {
-        "a device"
-    } else if kind.is_socket() {
-        "a socket"
-    } else {
-        "not a regular file"
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

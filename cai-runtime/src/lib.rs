@@ -187,6 +187,7 @@ mod readme {}
 pub mod array;
 pub mod cai;
 mod error;
+mod files;
 
 pub use error::{ArgumentError, ArgumentInterfaceError, CompileError, DriverError, Error, Fault, NvrtcError, Result};
 pub mod bundle;

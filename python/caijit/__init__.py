@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.machinery
 import os
 import re
+import stat
 import sys
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
@@ -157,8 +158,16 @@ def _read_text(path: str, missing: str = "no such file") -> str:
     if not _is_utf8(path):
         raise ArgumentError(f"{path!r}: the file name is not UTF-8 (NVRTC names programs in UTF-8); rename the file")
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
+        # Opened without blocking (a FIFO nobody writes blocks `open` itself), and read only
+        # when it is a regular file (not a FIFO, nor a device such as /dev/zero).
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as f:
+            mode = os.fstat(f.fileno()).st_mode
+            if not stat.S_ISREG(mode):
+                kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+                what = next((name for test, name in kinds if test(mode)), "not a regular file")
+                raise ArgumentError(f"{path}: is {what}, not a CUDA source file")
+            return f.read().decode("utf-8")
     except FileNotFoundError:
         raise ArgumentError(f"{path}: {missing}") from None
     except IsADirectoryError:

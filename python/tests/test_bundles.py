@@ -365,6 +365,33 @@ def test_a_bundle_path_that_is_not_a_regular_file_is_an_error_not_a_hang(tmp_pat
             assert r.returncode != 0 and f"bundle {name} is {what}, not a regular file" in r.stderr, (args, r.stderr)
 
 
+def test_a_source_manifest_or_cache_entry_that_is_not_a_regular_file_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "k.cu")
+    os.mkfifo(tmp_path / "m.json")
+    (tmp_path / "zero.cu").symlink_to("/dev/zero")
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("CAIJIT_")}, "CAIJIT_CACHE_DIR": str(tmp_path / "cache")}
+    for args, said in (
+        (["-c", "import caijit; caijit.kernel('k.cu')"], "k.cu: is a FIFO, not a CUDA source file"),
+        (["-m", "caijit", "bundle", "build", "k.cu", "--arch", "sm_90", "-o", "b.caijit"], "k.cu: is a FIFO"),
+        (["-m", "caijit", "bundle", "build", "m.json", "--arch", "sm_90", "-o", "b.caijit"], "the manifest m.json is a FIFO, not a regular file"),
+        (["-c", "import caijit; caijit.kernel('zero.cu')"], "zero.cu: is a device, not a CUDA source file"),
+    ):
+        r = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
+        assert r.returncode != 0 and said in r.stderr, (args, r.stderr[-2000:])
+    # A disk-cache entry that is a FIFO is passed over: the program is compiled again.
+    if nvrtc_missing() is None:
+        code = "import caijit; caijit._native.compile_program('__global__ void fifo_entry(int* x) {}', 'sm_90'); print(caijit.stats()['compiles'])"
+        first = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+        assert first.returncode == 0, first.stderr
+        entries = list((tmp_path / "cache").rglob("*.cubin-entry"))
+        assert entries, list((tmp_path / "cache").rglob("*"))
+        for e in entries:
+            e.unlink()
+            os.mkfifo(e)
+        again = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path, env=env)
+        assert again.returncode == 0 and again.stdout.strip() == "1", again.stdout + again.stderr
+
+
 def test_the_bundles_of_caijit_bundles_come_first_whatever_is_loaded_first(baked: tuple[Path, dict[str, Any]]) -> None:
     tmp, _ = baked
     (tmp / "copy.caijit").write_bytes((tmp / "app.caijit").read_bytes())

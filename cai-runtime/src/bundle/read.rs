@@ -146,15 +146,10 @@ impl Bundle {
         let path = path.as_ref();
         let origin = path.display().to_string();
         let unreadable = |e: std::io::Error| bad(&origin, format!("cannot be read: {e}"));
-        // Opened without blocking (a FIFO nobody writes would block `open` itself), then
-        // refused unless it is a regular file.
-        use std::os::unix::fs::OpenOptionsExt;
-        let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NONBLOCK).open(path).map_err(unreadable)?;
-        let meta = file.metadata().map_err(unreadable)?;
-        if !meta.is_file() {
-            let what = crate::error::file_kind_name(meta.file_type());
-            return Err(bad(&origin, format!("is {what}, not a regular file: a bundle is a file `python -m caijit bundle build` wrote")));
-        }
+        let (file, meta) = crate::files::open_regular(path, false).map_err(|e| match e.kind() {
+            std::io::ErrorKind::InvalidInput => bad(&origin, format!("{e}: a bundle is a file `python -m caijit bundle build` wrote")),
+            _ => unreadable(e),
+        })?;
         Bundle::parse(Bytes::File { file, len: meta.len() }, origin)
     }
 

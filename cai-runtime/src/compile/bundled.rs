@@ -66,9 +66,12 @@ fn keys_read(program: &Program) -> Result<Keys> {
 
 /// The bundle key, and the *family* key: the same without the name expressions (a bundled
 /// program of the same family whose name expressions include the program's serves it), of
-/// `program` whose headers `found` read (the bytes a compilation hands NVRTC).
+/// `program` whose headers `found` read (the bytes a compilation hands NVRTC). Its options
+/// count as NVRTC reads them, less the include directories (however spelled, as options or
+/// as the program's own: where the headers are is not in the key, what they hold is).
 pub(super) fn keys(program: &Program, found: &includes::Includes) -> Keys {
     let headers = found.bundle.clone()?;
+    let sorted = options::sort(&program.options);
     let version = BUNDLE_KEY_VERSION.to_le_bytes();
     let defines: Vec<String> = program
         .defines
@@ -79,7 +82,11 @@ pub(super) fn keys(program: &Program, found: &includes::Includes) -> Keys {
         })
         .collect();
     let mut parts: Vec<&[u8]> = vec![b"caijit-bundle-key", &version, program.source.as_bytes(), program.name.as_bytes(), b"--options"];
-    parts.extend(program.options.iter().map(|o| o.as_bytes()));
+    parts.extend(sorted.rest.iter().map(|o| o.as_bytes()));
+    if !sorted.pre_includes.is_empty() {
+        parts.push(b"--pre-includes");
+        parts.extend(sorted.pre_includes.iter().map(|h| h.as_bytes()));
+    }
     parts.push(b"--defines");
     parts.extend(defines.iter().map(|d| d.as_bytes()));
     parts.push(b"--headers");

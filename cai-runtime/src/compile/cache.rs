@@ -171,17 +171,17 @@ impl DiskCache {
     /// of this user's that only it can write (the caller replaces it).
     pub(crate) fn load(&self, key: &str) -> Result<Option<Entry>, String> {
         use std::io::Read;
-        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        use std::os::unix::fs::MetadataExt;
         let path = self.path(key);
         let cannot = |e: std::io::Error| format!("cannot read {}: {e}", path.display());
-        // Never through a symbolic link, and checked on the file that was opened.
-        let mut file = match std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&path) {
-            Ok(f) => f,
+        // Never through a symbolic link, never blocking on a FIFO, and checked on the file
+        // that was opened.
+        let (mut file, m) = match crate::files::open_regular(&path, true) {
+            Ok(opened) => opened,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(cannot(e)),
         };
-        let m = file.metadata().map_err(cannot)?;
-        if !m.is_file() || m.uid() != crate::sys::effective_uid() || m.mode() & 0o022 != 0 {
+        if m.uid() != crate::sys::effective_uid() || m.mode() & 0o022 != 0 {
             return Err(format!("{} is not a private file of this user's: not trusted", path.display()));
         }
         let mut bytes = Vec::new();

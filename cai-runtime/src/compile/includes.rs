@@ -356,7 +356,7 @@ impl Resolver<'_> {
             return None;
         }
         if !meta.is_file() {
-            let what = crate::error::file_kind_name(meta.file_type());
+            let what = crate::files::kind_name(meta.file_type());
             self.not_a_file.get_or_insert_with(|| format!("the header {} is {what}, not a regular file", path.display()));
             return Some(Target::Missing);
         }
@@ -464,8 +464,7 @@ const MAX_HEADER: u64 = 64 << 20;
 
 /// Read and scan a header.
 fn load(path: &Path) -> Result<(Stamp, Arc<Loaded>), String> {
-    let mut file = std::fs::File::open(path).map_err(|e| e.to_string())?;
-    let meta = file.metadata().map_err(|e| e.to_string())?;
+    let (mut file, meta) = crate::files::open_regular(path, false).map_err(|e| e.to_string())?;
     // Not sized from the metadata: a file may claim any length (a sparse one, a growing one).
     let mut bytes = Vec::new();
     (&mut file).take(MAX_HEADER + 1).read_to_end(&mut bytes).map_err(|e| e.to_string())?;

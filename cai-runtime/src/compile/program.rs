@@ -32,8 +32,8 @@ impl Program {
     /// Read a `.cu` file; its directory becomes an include directory.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Program> {
         let path = path.as_ref();
-        let source =
-            std::fs::read_to_string(path).map_err(|e| Error::argument(format!("cannot read the kernel source {}: {e}", path.display())))?;
+        let source = crate::files::read_regular_text(path)
+            .map_err(|e| Error::argument(crate::files::failed(&format!("the kernel source {}", path.display()), &e)))?;
         Ok(Program::new(source).located_at(path))
     }
 

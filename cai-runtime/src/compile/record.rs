@@ -158,7 +158,8 @@ pub struct Manifest {
 
 /// Read a manifest. A line that is not a manifest entry is an error naming its line number.
 pub fn read_manifest(path: &Path) -> Result<Manifest> {
-    let text = std::fs::read_to_string(path).map_err(|e| Error::argument(format!("cannot read the manifest {}: {e}", path.display())))?;
+    let text = crate::files::read_regular_text(path)
+        .map_err(|e| Error::argument(crate::files::failed(&format!("the manifest {}", path.display()), &e)))?;
     let mut seen = HashSet::new();
     let mut out = Manifest::default();
     for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {

@@ -52,6 +52,9 @@ pub(super) fn scan_as(text: &str, raw_strings: bool) -> Scan {
     let mut line_start = true;
     // The `#define` whose body is being read (to the end of its line).
     let mut define: Option<Define> = None;
+    // Where the pp-number read last ends, if it was the last token (a `'` there is a digit
+    // separator: `1'000'000`, read in one pass however many there are).
+    let mut number_end: Option<usize> = None;
     while i < b.len() {
         match b[i] {
             b'\n' => {
@@ -73,17 +76,25 @@ pub(super) fn scan_as(text: &str, raw_strings: bool) -> Scan {
             }
             b'\'' => {
                 line_start = false;
-                let token = &b[token_start(b, i, true)..i];
                 // `1'000` is one number (C++14 digit separators); `u8'a'` is a character.
-                i = if token.first().is_some_and(u8::is_ascii_digit) { i + 1 } else { quoted_end(b, i, b'\'') };
+                if number_end == Some(i) {
+                    i += 1;
+                    number_end = Some(i);
+                } else {
+                    i = quoted_end(b, i, b'\'');
+                }
             }
             c if is_ident(c) => {
                 line_start = false;
+                let number = c.is_ascii_digit() || number_end == Some(i);
                 i = word(text, i, ident_end(b, i), define.as_ref(), &mut out);
+                number_end = number.then_some(i);
             }
-            _ => {
+            c => {
                 line_start = false;
                 i += 1;
+                // `1.5'0`: a `.` inside a number continues it.
+                number_end = (c == b'.' && number_end == Some(i - 1)).then_some(i);
             }
         }
     }
@@ -104,10 +115,10 @@ fn ident_end(b: &[u8], start: usize) -> usize {
     start + b.get(start..).map_or(0, |rest| rest.iter().take_while(|&&c| is_ident(c)).count())
 }
 
-/// Where the identifier (or, with `numbers`, pp-number) that ends just before `end` starts.
-fn token_start(b: &[u8], end: usize, numbers: bool) -> usize {
+/// Where the identifier that ends just before `end` starts.
+fn token_start(b: &[u8], end: usize) -> usize {
     let mut s = end;
-    while s > 0 && (is_ident(b[s - 1]) || (numbers && matches!(b[s - 1], b'.' | b'\''))) {
+    while s > 0 && is_ident(b[s - 1]) {
         s -= 1;
     }
     s
@@ -129,7 +140,7 @@ fn quoted_end(b: &[u8], open: usize, close: u8) -> usize {
 
 /// Past the string literal that opens at `open`, raw (`R"d(…)d"`, which may span lines) or not.
 fn string_end(b: &[u8], open: usize) -> usize {
-    let prefix = &b[token_start(b, open, false)..open];
+    let prefix = &b[token_start(b, open)..open];
     if !matches!(prefix, b"R" | b"u8R" | b"uR" | b"UR" | b"LR") {
         return quoted_end(b, open, b'"');
     }
@@ -270,7 +281,7 @@ fn probe(text: &str, start: usize, end: usize, define: Option<&Define>, out: &mu
     while j > 0 && matches!(b[j - 1], b' ' | b'\t' | b'\r' | 0x0b | 0x0c | b'(') {
         j -= 1;
     }
-    if &b[token_start(b, j, false)..j] == b"defined" && b[j..start].iter().filter(|&&c| c == b'(').count() <= 1 {
+    if &b[token_start(b, j)..j] == b"defined" && b[j..start].iter().filter(|&&c| c == b'(').count() <= 1 {
         return end;
     }
     let open = skip_blanks(b, end);
