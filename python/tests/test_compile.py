@@ -315,3 +315,29 @@ def test_an_edited_header_of_an_untrusted_program_launches_its_new_code(tmp_path
     (tmp_path / "cfg.h").write_text("#define VALUE 7\n")
     caijit.kernel(str(src))[1, 1](out)
     assert out.copy_to_host()[0] == 7
+
+
+def test_a_file_program_finds_its_headers_beside_it_trusted_or_not(tmp_path: Any) -> None:
+    """`#include "x.h"` of `sub/k.cu` is `sub/x.h`, whether caijit hands NVRTC every header
+    (trusted) or NVRTC searches itself (untrusted: a computed include), and whatever `x.h`
+    the current directory holds."""
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "x.h").write_text("#define PARAM_T int\n")
+    (tmp_path / "sub" / "x.h").write_text("#define PARAM_T double\n")
+    (tmp_path / "sub" / "y.h").write_text("\n")
+    body = '#include "x.h"\nextern "C" __global__ void k(PARAM_T a, float* o) { *o = a; }\n'
+    (tmp_path / "sub" / "trusted.cu").write_text(body)
+    (tmp_path / "sub" / "untrusted.cu").write_text('#define CFG "y.h"\n#include CFG\n' + body)
+    code = (
+        "import caijit, json, sys; i = caijit.kernel(sys.argv[1]).compile('sm_90')[0];"
+        " print(json.dumps([i['params'][0]['type'], i['untrusted'] is not None]))"
+    )
+    env = {**os.environ, "CAIJIT_CACHE_DIR": str(tmp_path / "cache")}
+    for path, untrusted in (("sub/trusted.cu", False), ("sub/untrusted.cu", True)):
+        r = subprocess.run([sys.executable, "-c", code, path], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert json.loads(r.stdout) == ["double", untrusted], (path, r.stdout)

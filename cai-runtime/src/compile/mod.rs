@@ -61,6 +61,7 @@ mod record;
 mod toolkit;
 pub use lineinfo::LINEINFO;
 
+use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 pub use bundled::{bundle_key, family_key, verify as verify_bundle};
@@ -557,6 +558,21 @@ fn nvrtc_retrying(
     }
 }
 
+/// The name NVRTC is given for `program`. Where NVRTC searches the including file's
+/// directory (without `-no-source-include`: an untrusted compilation), it takes the
+/// program's from its name: a program read from a file is named by its path there, so that
+/// NVRTC finds its headers where caijit's scan does (its file's directory), not in the
+/// current directory.
+fn nvrtc_name<'a>(program: &'a Program, opts: &[String]) -> std::borrow::Cow<'a, str> {
+    let searches_own_dir = !opts.iter().any(|o| options::is_no_source_include(o));
+    match &program.source_dir {
+        Some(dir) if searches_own_dir && Path::new(&program.name).is_relative() => {
+            dir.join(&program.name).to_string_lossy().into_owned().into()
+        }
+        _ => program.name.as_str().into(),
+    }
+}
+
 /// Compile with NVRTC, handing it caijit's embedded headers and `found` (the program's
 /// headers, read and hashed by [`includes::resolve`]) in memory.
 fn run_nvrtc(
@@ -575,7 +591,7 @@ fn run_nvrtc(
         Error::Compile(CompileError { message: format!("NVRTC failed on {}: {e}", program.name), log: String::new(), nvrtc: Some(e) })
     };
     let source = if probes.is_empty() { program.source.clone() } else { format!("{}{}", program.source, signature::PROBE_SOURCE) };
-    let mut prog = nvrtc.create_program(&source, &program.name, &headers).map_err(internal)?;
+    let mut prog = nvrtc.create_program(&source, &nvrtc_name(program, opts), &headers).map_err(internal)?;
     for e in exprs.iter().chain(probes) {
         prog.add_name_expression(e).map_err(internal)?;
     }
