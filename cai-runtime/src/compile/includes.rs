@@ -105,8 +105,10 @@ enum Target {
 /// A file found, and how many names it was included by.
 struct Found {
     path: PathBuf,
+    /// `(device, inode)`: one file reached through several directories (links) is one
+    /// `Found` per directory, whose quoted includes are looked for there.
+    file: (u64, u64),
     loaded: Arc<Loaded>,
-    names: usize,
     /// Found in a toolkit directory.
     toolkit: bool,
 }
@@ -139,10 +141,17 @@ struct Resolver<'a> {
     dirs: Vec<PathBuf>,
     toolkit_dirs: &'a [PathBuf],
     found: Vec<Found>,
-    by_file: HashMap<(u64, u64), usize>,
-    /// Every name met, with its meaning, in the order met.
+    /// Each file found, by `(device, inode)` and the directory it was found in.
+    by_file: HashMap<(u64, u64, PathBuf), usize>,
+    /// How many names mean each file (`(device, inode)`).
+    names_of_file: HashMap<(u64, u64), usize>,
+    /// Every name met, with its meaning, in the order met, and its index in `order`.
     names: HashMap<String, Target>,
     order: Vec<String>,
+    at: HashMap<String, usize>,
+    /// A name met again meaning the same file through another directory: `(its index in
+    /// `order`, that `Found`)`, whose includes are followed from there too.
+    again: Vec<(usize, usize)>,
     /// `(includer, name)` of every include met: the includer's index in `order`, `None` for
     /// the program and its options.
     edges: Vec<(Option<usize>, String)>,
@@ -175,8 +184,11 @@ pub(crate) fn resolve(program: &Program, options: &options::Sorted, toolkit_dirs
         toolkit_dirs,
         found: Vec::new(),
         by_file: HashMap::new(),
+        names_of_file: HashMap::new(),
         names: HashMap::new(),
         order: Vec::new(),
+        at: HashMap::new(),
+        again: Vec::new(),
         edges: Vec::new(),
         memo: HashMap::new(),
         subdirs: HashMap::new(),
@@ -204,18 +216,28 @@ pub(crate) fn resolve(program: &Program, options: &options::Sorted, toolkit_dirs
     // The program itself: its quoted includes are searched in its own directory first.
     let own_dir = program.source_dir.clone().or_else(|| Path::new(&program.name).parent().map(Path::to_path_buf));
     r.follow(&scan_as(&program.source, r.raw_strings), own_dir.as_deref(), "the program", None);
-    // Then every name found, once each (a name means one header, or the key is not trusted).
-    let mut next = 0;
-    while next < r.order.len() {
-        let name = r.order[next].clone();
-        next += 1;
-        match r.names[&name] {
-            Target::Embedded(e) => r.follow(embedded_scan(e), None, &name, Some(next - 1)),
+    // Then every name found, once each (a name means one header, or the key is not trusted),
+    // and again from each other directory it is found in as the same file.
+    let (mut next, mut next_again) = (0, 0);
+    loop {
+        let (at, target) = if next < r.order.len() {
+            next += 1;
+            (next - 1, r.names[&r.order[next - 1]])
+        } else if next_again < r.again.len() {
+            next_again += 1;
+            let (at, f) = r.again[next_again - 1];
+            (at, Target::File(f))
+        } else {
+            break;
+        };
+        let name = r.order[at].clone();
+        match target {
+            Target::Embedded(e) => r.follow(embedded_scan(e), None, &name, Some(at)),
             Target::File(f) => {
                 let loaded = &r.found[f].loaded;
                 let scan = if r.raw_strings { loaded.scan.clone() } else { Arc::new(scan_as(&loaded.contents, false)) };
                 let dir = r.found[f].path.parent().map(Path::to_path_buf);
-                r.follow(&scan, dir.as_deref(), &name, Some(next - 1));
+                r.follow(&scan, dir.as_deref(), &name, Some(at));
             }
             Target::Missing => {}
         }
@@ -240,6 +262,14 @@ impl Resolver<'_> {
         self.untrusted.get_or_insert(why);
     }
 
+    /// Whether two meanings are one header (one file, wherever it was found).
+    fn same(&self, a: Target, b: Target) -> bool {
+        match (a, b) {
+            (Target::File(f), Target::File(g)) => self.found[f].file == self.found[g].file,
+            _ => a == b,
+        }
+    }
+
     /// NVRTC 12 takes `./x.h` and `x.h` for one in-memory header (seen with 12.9: a `<x.h>`
     /// was served the header handed as `./x.h`): names that differ only so must mean one
     /// file, or the key is not trusted.
@@ -249,7 +279,7 @@ impl Resolver<'_> {
         for name in &self.order {
             let plain = without_dot_slash(name);
             match seen.get(plain) {
-                Some(&other) if self.names[other] != self.names[name.as_str()] => {
+                Some(&other) if !self.same(self.names[other], self.names[name.as_str()]) => {
                     clash = Some(format!("{other:?} and {name:?} name different headers (NVRTC may take them for one)"));
                     break;
                 }
@@ -283,10 +313,12 @@ impl Resolver<'_> {
         match self.names.get(name) {
             None => {
                 self.names.insert(name.to_string(), target);
+                self.at.insert(name.to_string(), self.order.len());
                 self.order.push(name.to_string());
                 if let Target::File(f) = target {
-                    self.found[f].names += 1;
-                    if self.found[f].names > 1 && self.found[f].loaded.scan.pragma_once {
+                    let names = self.names_of_file.entry(self.found[f].file).or_default();
+                    *names += 1;
+                    if *names > 1 && self.found[f].loaded.scan.pragma_once {
                         let p = self.found[f].path.display().to_string();
                         self.distrust(format!(
                             "{p} has `#pragma once` (or `_Pragma(\"once\")`) and is included by two names (one is {name:?})"
@@ -294,7 +326,7 @@ impl Resolver<'_> {
                     }
                 }
             }
-            Some(&prev) if prev != target => {
+            Some(&prev) if !self.same(prev, target) => {
                 let what = |t: Target, r: &Self| match t {
                     Target::File(f) => r.found[f].path.display().to_string(),
                     Target::Embedded(_) => "an embedded header".into(),
@@ -302,6 +334,15 @@ impl Resolver<'_> {
                 };
                 let (before, now) = (what(prev, self), what(target, self));
                 self.distrust(format!("{name:?} means {before} in one place and {now} in {includer}"));
+            }
+            // The same file found through another directory: what it includes is looked for
+            // there too (NVRTC, handed it by name, reads one header for each name it includes).
+            Some(&Target::File(f)) => {
+                if let Target::File(g) = target {
+                    if f != g && !self.again.iter().any(|&(_, h)| h == g) {
+                        self.again.push((self.at[name], g));
+                    }
+                }
             }
             Some(_) => {}
         }
@@ -360,16 +401,19 @@ impl Resolver<'_> {
             self.not_a_file.get_or_insert_with(|| format!("the header {} is {what}, not a regular file", path.display()));
             return Some(Target::Missing);
         }
-        let id = (meta.dev(), meta.ino());
-        if let Some(&f) = self.by_file.get(&id) {
+        let file = (meta.dev(), meta.ino());
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        if let Some(&f) = self.by_file.get(&(file.0, file.1, dir.clone())) {
             return Some(Target::File(f));
         }
         let toolkit = self.toolkit_dirs.iter().any(|d| path.starts_with(d));
-        let loaded = if toolkit { load_toolkit(&path, &meta) } else { load(&path).map(|(_, l)| l) };
+        // (A file already read through another directory is not read again.)
+        let read = self.found.iter().find(|f| f.file == file).map(|f| Ok(f.loaded.clone()));
+        let loaded = read.unwrap_or_else(|| if toolkit { load_toolkit(&path, &meta) } else { load(&path).map(|(_, l)| l) });
         match loaded {
             Ok(loaded) => {
-                self.found.push(Found { path, loaded, names: 0, toolkit });
-                self.by_file.insert(id, self.found.len() - 1);
+                self.found.push(Found { path, file, loaded, toolkit });
+                self.by_file.insert((file.0, file.1, dir), self.found.len() - 1);
                 Some(Target::File(self.found.len() - 1))
             }
             Err(e) => {

@@ -55,6 +55,8 @@ pub(super) fn scan_as(text: &str, raw_strings: bool) -> Scan {
     // Where the pp-number read last ends, if it was the last token (a `'` there is a digit
     // separator: `1'000'000`, read in one pass however many there are).
     let mut number_end: Option<usize> = None;
+    // Token pasting (`##`, `%:%:`) may form `__has_include` from pieces no scan names.
+    let pastes = memmem::find(b, b"##").is_some() || memmem::find(b, b"%:%:").is_some();
     while i < b.len() {
         match b[i] {
             b'\n' => {
@@ -87,6 +89,10 @@ pub(super) fn scan_as(text: &str, raw_strings: bool) -> Scan {
             c if is_ident(c) => {
                 line_start = false;
                 let number = c.is_ascii_digit() || number_end == Some(i);
+                if pastes && out.opaque.is_none() && !number && is_probe_piece(&text[i..ident_end(b, i)]) {
+                    let piece = &text[i..ident_end(b, i)];
+                    out.opaque = Some(format!("token pasting and `{piece}`, which may be pasted into `__has_include`"));
+                }
                 i = word(text, i, ident_end(b, i), define.as_ref(), &mut out);
                 number_end = number.then_some(i);
             }
@@ -258,6 +264,15 @@ fn word(text: &str, start: usize, end: usize, define: Option<&Define>, out: &mut
         _ => {}
     }
     end
+}
+
+/// Whether `word` may be a piece of `__has_include` pasted together: its start (`__has_`,
+/// three characters or more) or its end (`_include`, four or more), in any case.
+fn is_probe_piece(word: &str) -> bool {
+    const PROBE: &[u8] = b"__has_include";
+    let w = word.as_bytes();
+    let n = w.len();
+    (3..PROBE.len()).contains(&n) && (PROBE[..n].eq_ignore_ascii_case(w) || (n >= 4 && PROBE[PROBE.len() - n..].eq_ignore_ascii_case(w)))
 }
 
 /// Whether `word` contains `part` (ASCII, lower case), in any case; without allocating (every

@@ -53,6 +53,21 @@ fn digit_separators_are_read_in_one_pass() {
 }
 
 #[test]
+fn a_probe_token_pasting_may_form_is_opaque() {
+    for text in [
+        "#define CAT(a, b) a ## b\n#if CAT(__has_, include)(\"opt.h\")\n#endif\n",
+        "#define CAT(a, b) a %:%: b\n#if CAT(__HAS, _INCLUDE)(\"opt.h\")\n#endif\n",
+        "#define P(x) __has_ ## x\n#if P(include)(<opt.h>)\n#endif\n",
+        "#define CAT(a, b) a ## b\n#if CAT(__h, as_include)(\"opt.h\")\n#endif\n",
+    ] {
+        assert!(scan(text).opaque.is_some_and(|o| o.contains("token pasting")), "{text}");
+    }
+    // Pieces without pasting, or pasting without pieces: nothing to see.
+    assert_eq!(scan("int __has_ = 1, include = 2;\n").opaque, None);
+    assert_eq!(scan("#define CAT(a, b) a ## b\nint CAT(x, y);\n").opaque, None);
+}
+
+#[test]
 fn a_comment_across_lines_inside_a_directive_is_one_space() {
     // A comment is replaced by one space before directives are read: the directive goes
     // on after it. (These once made the scanner slice past the line it had measured.)
@@ -104,6 +119,34 @@ fn resolves_quoted_includes_next_to_their_includer_and_detects_conflicts() {
     assert_eq!(r.untrusted, None);
     let names: Vec<_> = r.headers.iter().map(|(n, c)| (n.as_str(), c.as_ref())).collect();
     assert_eq!(names, [("b.h", "// other b\n")]);
+}
+
+/// One file reached through two directories (symbolic or hard links) has its quoted
+/// includes looked for in each: where they mean different files, the key is untrusted;
+/// where the same file, it is trusted.
+#[test]
+fn a_file_linked_into_two_directories_is_followed_from_each() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    for sub in ["shared", "a", "b"] {
+        std::fs::create_dir_all(d.join(sub)).unwrap();
+    }
+    std::fs::write(d.join("shared/common.h"), "#include \"config.h\"\n").unwrap();
+    std::os::unix::fs::symlink(d.join("shared/common.h"), d.join("a/common.h")).unwrap();
+    std::fs::hard_link(d.join("shared/common.h"), d.join("b/common.h")).unwrap();
+    std::fs::write(d.join("a/config.h"), "typedef int T;\n").unwrap();
+    std::fs::write(d.join("b/config.h"), "typedef double T;\n").unwrap();
+    let mut p = Program::new("#include \"a/common.h\"\n#include \"b/common.h\"\n");
+    p.source_dir = Some(d.to_path_buf());
+    let r = res(&p);
+    assert!(r.untrusted.as_deref().is_some_and(|w| w.contains("\"config.h\" means")), "{:?}", r.untrusted);
+    // The same file behind both names: one meaning.
+    std::fs::remove_file(d.join("b/config.h")).unwrap();
+    std::fs::hard_link(d.join("a/config.h"), d.join("b/config.h")).unwrap();
+    let r = res(&p);
+    assert_eq!(r.untrusted, None);
+    let names: Vec<_> = r.headers.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["a/common.h", "b/common.h", "config.h"]);
 }
 
 /// `./h.h` and `h.h` meaning different files (or one nothing) make the key untrusted:
