@@ -218,14 +218,18 @@ def kernel(
     text, path = _read_source(source)
     if name is not None:
         _check_kernel_name(text, name)
-    return _native.make_kernel(
-        text,
-        name,
-        path,
-        _with_lineinfo(options, lineinfo),
-        [os.fspath(d) for d in include_dirs],
-        _defines(defines),
-    )
+    try:
+        return _native.make_kernel(
+            text,
+            name,
+            path,
+            _with_lineinfo(options, lineinfo),
+            [os.fspath(d) for d in include_dirs],
+            _defines(defines),
+        )
+    except UnicodeEncodeError as e:
+        # A str with a lone surrogate (from a file name decoded with surrogateescape, say).
+        raise ArgumentError(f"the source, name, options or defines hold text that is not valid Unicode ({e.reason} at {e.start}: {e.object[e.start:e.end]!r}): NVRTC reads UTF-8") from None
 
 
 def _kernel_name_base(name: str) -> Optional[str]:

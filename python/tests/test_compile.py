@@ -341,3 +341,9 @@ def test_a_file_program_finds_its_headers_beside_it_trusted_or_not(tmp_path: Any
         r = subprocess.run([sys.executable, "-c", code, path], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr[-2000:]
         assert json.loads(r.stdout) == ["double", untrusted], (path, r.stdout)
+
+
+def test_text_that_is_not_valid_unicode_is_an_argument_error() -> None:
+    for kwargs in ({"source": "__global__ void k() {}\ud800"}, {"source": "__global__ void k() {}", "options": ["-DX=\ud800"]}):
+        with pytest.raises(caijit.ArgumentError, match="not valid Unicode"):
+            caijit.kernel(**kwargs)  # type: ignore[arg-type]
