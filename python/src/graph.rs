@@ -1,6 +1,7 @@
 //! `caijit.graph()`: a capture of launches (`cai_runtime::graph`) as a context manager, and
-//! its replay with new arguments by keyword. The graph holds the Python objects bound to
-//! its array inputs, so that what a replay reads stays alive while the graph may run.
+//! its replay with new arguments by position or keyword. The graph holds the Python objects
+//! bound to its array inputs, so that what a replay reads stays alive while the graph may
+//! run.
 
 use std::sync::{Arc, Mutex, OnceLock};
 
