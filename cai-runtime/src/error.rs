@@ -82,9 +82,10 @@ pub struct ArgumentError {
 
 /// A `__cuda_array_interface__` (or DLPack tensor) that caijit cannot accept, given as
 /// argument `index` of a call, for parameter `name` of C++ type `ctype` where known. The
-/// message names the argument, then what is wrong with the array.
+/// message names the argument (by `label` when given, else by its position, name and
+/// type), then what is wrong with the array.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
-#[error("argument {index}{}{}: {error}", name.as_ref().map(|n| format!(" `{n}`")).unwrap_or_default(), ctype.as_ref().map(|c| format!(" (`{c}`)")).unwrap_or_default())]
+#[error("{}: {error}", label.clone().unwrap_or_else(|| format!("argument {index}{}{}", name.as_ref().map(|n| format!(" `{n}`")).unwrap_or_default(), ctype.as_ref().map(|c| format!(" (`{c}`)")).unwrap_or_default())))]
 pub struct ArgumentInterfaceError {
     pub error: InterfaceError,
     /// The argument's position in the call.
@@ -93,6 +94,9 @@ pub struct ArgumentInterfaceError {
     pub name: Option<String>,
     /// The parameter's C++ type.
     pub ctype: Option<String>,
+    /// What the message calls the argument instead ("graph input `x`", for a replay's
+    /// argument, whose position in the call means nothing).
+    pub label: Option<String>,
 }
 
 /// A sticky CUDA error and the launches that may have caused it.
@@ -179,6 +183,7 @@ impl Error {
                 index,
                 name: name.map(str::to_string),
                 ctype: ctype.map(str::to_string),
+                label: None,
             })),
             Error::InterfaceAt(mut a) => {
                 fill(&mut a.name, name);

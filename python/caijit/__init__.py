@@ -345,12 +345,15 @@ def to_device(array: Any, *, stream: Any = None, device: int = 0) -> DeviceArray
 
 
 def as_cuda_array(obj: Any) -> Interface:
-    """A zero-copy view of any CUDA Array Interface object: validated, with the derived
-    facts of :class:`Interface`, and itself exporting ``__cuda_array_interface__``. A view
-    of a caijit array keeps the array alive; keep any other ``obj`` alive while the view is
-    used."""
-    if isinstance(obj, DeviceArray):
-        # The array's own view: its stream and device, whatever the export opt-outs say.
+    """A zero-copy view of any CUDA Array Interface or DLPack object: validated, with the
+    derived facts of :class:`Interface`, and itself exporting ``__cuda_array_interface__``.
+    A view of a caijit array keeps the array alive, and one of a DLPack-only producer its
+    capsule (the producer is asked, as for a launch, to order its work before the legacy
+    default stream, which the view names as its stream); keep any other ``obj`` alive while
+    the view is used."""
+    if isinstance(obj, DeviceArray) or (not hasattr(obj, "__cuda_array_interface__") and hasattr(obj, "__dlpack__")):
+        # The array's own view (its stream and device, whatever the export opt-outs say),
+        # or the capsule's.
         return _native.launch_view(obj)
     return parse_interface(obj)
 

@@ -15,14 +15,28 @@ use pyo3::types::PyDict;
 use crate::errors::{PyCaiError, PyCaiResult};
 use crate::pyobj::type_name;
 
-/// `obj.__dlpack_device__()` as `(type, id)`; `None` without one.
-pub fn dlpack_device(obj: &Bound<'_, PyAny>) -> PyResult<Option<(i32, i32)>> {
+/// `obj.__dlpack_device__()` as `(type, id)`; `None` without one. What is not a pair of
+/// ints is an [`PyCaiError::argument`] saying what it was (the producer's own exceptions
+/// pass unchanged).
+pub fn dlpack_device(obj: &Bound<'_, PyAny>) -> PyCaiResult<Option<(i32, i32)>> {
     let py = obj.py();
     if !obj.hasattr(intern!(py, "__dlpack__"))? || !obj.hasattr(intern!(py, "__dlpack_device__"))? {
         return Ok(None);
     }
     let dev = obj.call_method0(intern!(py, "__dlpack_device__"))?;
-    Ok(Some((dev.get_item(0)?.extract()?, dev.get_item(1)?.extract()?)))
+    let pair = || -> PyResult<(i32, i32)> {
+        if dev.len()? != 2 {
+            return Err(PyTypeError::new_err(""));
+        }
+        Ok((dev.get_item(0)?.extract()?, dev.get_item(1)?.extract()?))
+    };
+    match pair() {
+        Ok(pair) => Ok(Some(pair)),
+        Err(_) => {
+            let got = dev.repr().map(|r| r.to_string()).unwrap_or_else(|_| format!("a {}", type_name(&dev)));
+            Err(PyCaiError::argument(format!("its __dlpack_device__() returned {got}, not a (device type, device id) pair of ints")))
+        }
+    }
 }
 
 /// `obj.__dlpack__(stream=stream, max_version=(1, 3), copy=False)` (caijit works on the

@@ -43,6 +43,16 @@ impl PyCaiError {
                 let about_an_argument = e.is_instance_of::<InterfaceError>(py) || e.is_instance_of::<ArgumentError>(py);
                 if about_an_argument {
                     let value = e.value(py);
+                    // Named in the message too, as caijit's own errors are (once: the first
+                    // call that says which argument it is).
+                    if value.getattr("index").is_ok_and(|a| a.is_none()) {
+                        let said = value.getattr("args").ok().and_then(|a| a.extract::<(String,)>().ok());
+                        if let Some((message,)) = said {
+                            let named = name.map(|n| format!(" `{n}`")).unwrap_or_default();
+                            let typed = ctype.map(|c| format!(" (`{c}`)")).unwrap_or_default();
+                            let _ = value.setattr("args", (format!("argument {index}{named}{typed}: {message}"),));
+                        }
+                    }
                     let attributes =
                         [("index", index.into_py_any(py)), ("argument", name.into_py_any(py)), ("ctype", ctype.into_py_any(py))];
                     for (attr, v) in attributes {

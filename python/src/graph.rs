@@ -334,6 +334,10 @@ fn at_input(e: PyCaiError, index: usize, name: &str) -> PyCaiError {
             a.message = format!("graph input `{name}`: {what}");
             PyCaiError::Cai(cai_runtime::Error::Argument(a))
         }
+        PyCaiError::Cai(cai_runtime::Error::InterfaceAt(mut a)) => {
+            a.label = Some(format!("graph input `{name}`"));
+            PyCaiError::Cai(cai_runtime::Error::InterfaceAt(a))
+        }
         other => other,
     }
 }

@@ -53,7 +53,7 @@ pub fn stream_from_py(obj: &Bound<'_, PyAny>) -> PyCaiResult<Option<Arc<RtStream
         return Ok(Some(s.get().inner.clone()));
     }
     let handle = stream_handle(obj)?;
-    if obj.is_instance_of::<PyInt>() || handle == 1 || handle == 2 {
+    if bare_int(obj).is_some() || handle == 1 || handle == 2 {
         // A bare handle: the caller promises it outlives its arrays (the default streams
         // always do).
         return Ok(Some(Arc::new(RtStream::borrowed(handle)?)));
@@ -62,24 +62,32 @@ pub fn stream_from_py(obj: &Bound<'_, PyAny>) -> PyCaiResult<Option<Arc<RtStream
     Ok(Some(Arc::new(RtStream::borrowed_from(handle, Box::new(obj.clone().unbind()))?)))
 }
 
-fn as_handle(v: &Bound<'_, PyAny>) -> Option<u64> {
-    if v.is_instance_of::<PyBool>() {
+/// An integer handle: an int or a NumPy integer (anything with `__index__`), not a bool.
+fn bare_int(v: &Bound<'_, PyAny>) -> Option<u64> {
+    if v.is_instance_of::<PyBool>() || !(v.is_instance_of::<PyInt>() || v.hasattr("__index__").unwrap_or(false)) {
         return None;
     }
-    if v.is_instance_of::<PyInt>() {
-        return v.extract::<u64>().ok();
+    v.extract::<u64>().ok()
+}
+
+fn as_handle(v: &Bound<'_, PyAny>) -> Option<u64> {
+    if let Some(h) = bare_int(v) {
+        return Some(h);
     }
     // ctypes.c_void_p (Numba's `.handle`): `.value`, None meaning the legacy stream 0.
     v.getattr("value").ok().and_then(|x| if x.is_none() { Some(0) } else { x.extract::<u64>().ok() })
 }
 
-/// The handle of a stream argument. A bare int is taken as given (0 is refused as
-/// ambiguous, as CAI refuses it); a stream *object* whose handle is 0 is its library's
-/// default stream (CuPy's `Stream.null`, PyTorch's default stream, Numba's default
-/// stream), the legacy default stream: `1`.
+/// The handle of a stream argument. A bare integer is taken as given (0 is refused as
+/// ambiguous, as CAI refuses it); a stream *object* (a `ctypes.c_void_p` handle included)
+/// whose handle is 0 is its library's default stream (CuPy's `Stream.null`, PyTorch's
+/// default stream, Numba's default stream), the legacy default stream: `1`.
 fn stream_handle(obj: &Bound<'_, PyAny>) -> PyCaiResult<u64> {
-    if let Some(h) = as_handle(obj) {
+    if let Some(h) = bare_int(obj) {
         return Ok(h);
+    }
+    if let Some(h) = as_handle(obj) {
+        return Ok(StreamRef::from_raw(h).to_cai());
     }
     object_stream_handle(obj).map(|h| StreamRef::from_raw(h).to_cai())
 }

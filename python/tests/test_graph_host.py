@@ -149,6 +149,14 @@ with caijit.graph() as g1:
     step(g1.input("a", a), b, g1.input("n", 1))
 g1()
 refused(lambda: g1(a="3"), "graph input `a`: cannot pass a str")
+class Masked:
+    __cuda_array_interface__ = dict(a.__cuda_array_interface__, mask=a)
+try:
+    g1(a=Masked())
+except caijit.InterfaceError as e:
+    assert str(e).startswith("graph input `a`: ") and "mask" in str(e), str(e)
+else:
+    raise AssertionError("a masked array was bound")
 
 # Replayed inside another caijit capture, a graph is a copy: it may not read that graph's
 # inputs (a rebinding of them could not follow), and nothing is added when it is refused.

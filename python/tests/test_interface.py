@@ -188,6 +188,50 @@ def test_producer_exceptions_are_the_cause_of_an_interface_error() -> None:
     assert isinstance(e.value.__cause__, RuntimeError)
 
 
+class _Cai:
+    def __init__(self, interface: dict[str, Any]) -> None:
+        self.__cuda_array_interface__ = interface
+
+
+def test_numpy_bools_and_invalid_unicode_in_an_interface() -> None:
+    # NumPy's bool is a bool for the readonly flag, as NumPy's ints are ints elsewhere.
+    for flag in (np.True_, np.False_):
+        view = caijit.parse_interface(_Cai(dict(cupy_like(), data=(np.uint64(PTR), flag))))
+        assert view.readonly is bool(flag)
+    # A typestr with a lone surrogate is a wrong typestr, not an encoding crash.
+    with pytest.raises(caijit.InterfaceError, match=r"\['typestr'\] must be a str"):
+        caijit.parse_interface(_Cai(cupy_like(typestr="<f\ud800")))
+
+
+def test_a_producer_error_names_the_argument_in_its_message() -> None:
+    class Lazy:
+        @property
+        def __cuda_array_interface__(self) -> dict[str, Any]:
+            raise RuntimeError("device lost")
+
+    k = caijit.kernel('extern "C" __global__ void k(float* x, float* y) {}')
+    with pytest.raises(caijit.InterfaceError, match=r"^argument 1 `y` \(`float\*`\): the __cuda_array_interface__ of a Lazy raised") as e:
+        k[1, 1](_Cai(cupy_like()), Lazy())
+    assert e.value.index == 1
+
+
+def test_a_malformed_dlpack_device_is_an_argument_error() -> None:
+    class Odd:
+        def __init__(self, device: Any) -> None:
+            self.device = device
+
+        def __dlpack__(self, **kw: Any) -> Any:
+            raise AssertionError("not asked: the device is read first")
+
+        def __dlpack_device__(self) -> Any:
+            return self.device
+
+    k = caijit.kernel('extern "C" __global__ void k(float* x) {}')
+    for device in (2, ("cuda", 0), (2,)):
+        with pytest.raises(caijit.ArgumentError, match=r"argument 0: a \S*Odd by DLPack: its __dlpack_device__\(\) returned .*, not a \(device type, device id\) pair of ints"):
+            k[1, 1](Odd(device))
+
+
 def test_array_dtypes_are_checked_before_any_device_work() -> None:
     """Dtypes caijit cannot hold are refused by name, on any machine (no GPU needed)."""
     with pytest.raises(caijit.ArgumentError, match="big-endian"):

@@ -6,7 +6,7 @@ outputs are poisoned before each launch."""
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -121,6 +121,23 @@ def test_a_view_of_a_caijit_array_keeps_the_array_alive() -> None:
     assert other.__cuda_array_interface__["data"][0] != view.__cuda_array_interface__["data"][0]
     fill[1, 64](view, 64)
     np.testing.assert_array_equal(other.copy_to_host(), np.zeros(64, np.float32))
+
+
+def test_a_view_of_a_dlpack_only_producer_holds_its_capsule() -> None:
+    class OnlyDlpack:
+        def __init__(self, a: Any) -> None:
+            self.a = a
+
+        def __dlpack__(self, **kw: Any) -> Any:
+            return self.a.__dlpack__(**kw)
+
+        def __dlpack_device__(self) -> Any:
+            return self.a.__dlpack_device__()
+
+    a = caijit.to_device(np.arange(6, dtype=np.float32))
+    view = caijit.as_cuda_array(OnlyDlpack(a))
+    cai = view.__cuda_array_interface__
+    assert (cai["shape"], cai["typestr"], cai["data"][0]) == ((6,), "<f4", a.__cuda_array_interface__["data"][0])
 
 
 def test_stream_protocol_orders_both_ways() -> None:

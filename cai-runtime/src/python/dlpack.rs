@@ -89,7 +89,18 @@ pub fn view_of(t: &TensorInfo, stream: Option<StreamRef>) -> std::result::Result
             Some(bytes)
         }
     };
-    ArrayView::new(exported_ptr(t.data, &shape), &shape, strides.as_deref(), dtype, t.readonly, stream).map_err(|e| e.to_string())
+    ArrayView::new(exported_ptr(t.data, &shape), &shape, strides.as_deref(), dtype, t.readonly, stream)
+        .map_err(|e| in_dlpack_terms(&e.to_string()))
+}
+
+/// A view's error (worded for the `__cuda_array_interface__` keys) in a DLPack tensor's
+/// terms.
+fn in_dlpack_terms(message: &str) -> String {
+    [("data'] pointer", "data pointer"), ("shape']", "shape"), ("strides']", "strides")]
+        .iter()
+        .fold(message.to_string(), |m, (key, field)| {
+            m.replace(&format!("__cuda_array_interface__['{key}"), &format!("the tensor's {field}"))
+        })
 }
 
 /// The DLPack tensor of a view on `device` (strides in elements; DLPack's dtype).
@@ -186,6 +197,13 @@ impl ConsumerStream {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_view_error_is_worded_for_a_dlpack_tensor() {
+        let null = crate::cai::ArrayView::new(0, &[4], None, DType::F32, false, None).unwrap_err().to_string();
+        let said = in_dlpack_terms(&null);
+        assert!(said.starts_with("the tensor's data pointer is null") && !said.contains("__cuda_array_interface__"), "{said}");
+    }
 
     #[test]
     fn devices_are_read_once_by_one_rule() {

@@ -99,6 +99,15 @@ fn type_name(obj: &Bound<'_, PyAny>) -> String {
     obj.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
 }
 
+/// Whether `v` is a NumPy bool scalar (`numpy.bool_`, named `numpy.bool` since NumPy 2).
+fn is_numpy_bool(v: &Bound<'_, PyAny>) -> bool {
+    let ty = v.get_type();
+    let named = |attr: &str, want: &[&str]| {
+        ty.getattr(attr).ok().and_then(|n| n.extract::<String>().ok()).is_some_and(|n| want.contains(&n.as_str()))
+    };
+    named("__module__", &["numpy"]) && named("__name__", &["bool_", "bool"])
+}
+
 fn wrong(key: &'static str, expected: &'static str, got: &Bound<'_, PyAny>) -> InterfaceError {
     // A value whose repr fails (a list nested too deeply for the recursion limit, a
     // broken __repr__) is named by its type alone, and said so.
@@ -174,7 +183,13 @@ pub fn descriptor_from_dict(d: &Bound<'_, PyDict>) -> Result<Descriptor, FromPyE
     let version = int::<i64>("version", "an int", &required(d, key!(d, "version"))?)?;
     let shape = int_seq("shape", &required(d, key!(d, "shape"))?)?;
     let typestr_obj = required(d, key!(d, "typestr"))?;
-    let typestr = typestr_obj.cast::<PyString>().map_err(|_| wrong("typestr", "a str", &typestr_obj))?.to_cow()?.into_owned();
+    // (A str that is not valid Unicode, with a lone surrogate, is no typestr either.)
+    let typestr = typestr_obj
+        .cast::<PyString>()
+        .ok()
+        .and_then(|s| s.to_cow().ok())
+        .ok_or_else(|| wrong("typestr", "a str (of valid Unicode)", &typestr_obj))?
+        .into_owned();
     let data_obj = required(d, key!(d, "data"))?;
     let data = {
         const EXPECTED: &str = "a tuple (ptr: int, readonly: bool)";
@@ -185,7 +200,12 @@ pub fn descriptor_from_dict(d: &Bound<'_, PyDict>) -> Result<Descriptor, FromPyE
         let ptr = int::<u64>("data", "a tuple (ptr: int, readonly: bool) with 0 <= ptr < 2**64", &t.get_item(0)?)
             .map_err(|_| wrong("data", "a tuple (ptr: int, readonly: bool) with 0 <= ptr < 2**64", &data_obj))?;
         let ro = t.get_item(1)?;
-        let readonly = ro.cast::<PyBool>().map_err(|_| wrong("data", EXPECTED, &data_obj))?.is_true();
+        // A bool, or NumPy's (`np.True_`, as NumPy ints are taken for the ints).
+        let readonly = match ro.cast::<PyBool>() {
+            Ok(b) => b.is_true(),
+            Err(_) if is_numpy_bool(&ro) => ro.is_truthy()?,
+            Err(_) => return Err(wrong("data", EXPECTED, &data_obj).into()),
+        };
         Data { ptr, readonly }
     };
     let strides = optional(d, key!(d, "strides"))?.map(|s| int_seq("strides", &s)).transpose()?;

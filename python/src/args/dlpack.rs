@@ -18,11 +18,15 @@ use crate::pyobj::type_name;
 /// until the launch's work is done. The capsule's own device must be the CUDA device
 /// `__dlpack_device__` named.
 pub fn import(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyCaiResult<Option<PyArg>> {
-    let Some((dev_type, dev_id)) = dlpack_device(obj)? else { return Ok(None) };
+    let bad = |why: String| PyCaiError::argument(format!("argument {index}: a {} by DLPack: {why}", type_name(obj)));
+    let device = dlpack_device(obj).map_err(|e| match e {
+        PyCaiError::Cai(cai_runtime::Error::Argument(a)) => bad(a.message),
+        other => other,
+    })?;
+    let Some((dev_type, dev_id)) = device else { return Ok(None) };
     let Some(device) = Memory::of(DLDevice { device_type: dev_type, device_id: dev_id }).device() else { return Ok(None) };
     let (ask, carried) = ctx.dlpack_stream()?;
     let capsule = call_dlpack(obj, ask)?;
-    let bad = |why: String| PyCaiError::argument(format!("argument {index}: a {} by DLPack: {why}", type_name(obj)));
     let info = dl::read_capsule(&capsule).map_err(bad)?;
     if info.device != (DLDevice { device_type: dev_type, device_id: dev_id }) {
         let host = Memory::of(info.device) == Memory::Host;
@@ -38,6 +42,6 @@ pub fn import(index: usize, obj: &Bound<'_, PyAny>, ctx: &mut ArgContext) -> PyC
 }
 
 /// Whether `obj` is a DLPack producer of host memory (a NumPy array, a CPU tensor).
-pub fn is_host(obj: &Bound<'_, PyAny>) -> PyResult<bool> {
+pub fn is_host(obj: &Bound<'_, PyAny>) -> PyCaiResult<bool> {
     Ok(matches!(dlpack_device(obj)?, Some((device_type, device_id)) if Memory::of(DLDevice { device_type, device_id }) == Memory::Host))
 }
