@@ -117,6 +117,19 @@ if "CAIJIT_CACHE_DIR" not in os.environ:
     os.environ["CAIJIT_CACHE_DIR"] = os.path.join(_CACHE_DIR.name, "cache")
 
 
+class DLPackOnly:
+    """An array that speaks only DLPack (forwarding to the array it wraps)."""
+
+    def __init__(self, t: Any) -> None:
+        self.t = t
+
+    def __dlpack__(self, **kwargs: Any) -> Any:
+        return self.t.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self) -> Any:
+        return self.t.__dlpack_device__()
+
+
 def load_example(filename: str) -> Any:
     """The module of ``examples/<filename>``, imported (its ``main`` not run)."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -12,6 +12,7 @@ import pytest
 
 import caijit
 from caijit import _native
+from conftest import DLPackOnly
 
 DTYPES = {
     np.bool_: ((6, 8, 1), "|b1"),
@@ -211,19 +212,8 @@ def test_a_readonly_export_says_so_when_versioned() -> None:
 
 def test_host_dlpack_is_refused() -> None:
     k = caijit.kernel('extern "C" __global__ void k(const float* x) {}')
-
-    class OnlyDLPack:
-        def __init__(self, a: Any) -> None:
-            self.a = a
-
-        def __dlpack__(self, **kw: Any) -> Any:
-            return self.a.__dlpack__(**kw)
-
-        def __dlpack_device__(self) -> Any:
-            return self.a.__dlpack_device__()
-
     with pytest.raises(caijit.ArgumentError, match="host memory"):
-        k[1, 1](OnlyDLPack(np.zeros(3, np.float32)))
+        k[1, 1](DLPackOnly(np.zeros(3, np.float32)))
 
 
 class ClaimsCuda:

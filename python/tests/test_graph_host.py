@@ -23,15 +23,33 @@ from conftest import nvrtc_missing
 STUB = Path(__file__).resolve().parents[1] / "benchmarks" / "count_launch" / "stub_cuda.c"
 SRC = 'extern "C" __global__ void step(const float* x, float* y, long long n) {}'
 
-CHILD = r"""
-import ctypes, random, sys
+#: What both child scripts start with: the stand-in driver's records, the kernel, and a
+#: check that a call is refused with `message` (an `ArgumentError`).
+PRELUDE = r"""
+import ctypes, sys
 import caijit
 
-SRC, K = sys.argv[1], 10
+SRC = sys.argv[1]
 stub = ctypes.CDLL("libcuda.so.1")
-stub.stub_node_param.restype = ctypes.c_ulonglong
+stub.stub_node_param.restype = stub.stub_template_param.restype = ctypes.c_ulonglong
 stub.stub_record(3)
-step = caijit.kernel(SRC)[1, 32]
+k = caijit.kernel(SRC)
+step = k[1, 32]
+ptr = lambda a: a.__cuda_array_interface__["data"][0]
+
+def refused(call, message):
+    try:
+        call()
+    except caijit.ArgumentError as e:
+        assert message in str(e), str(e)
+    else:
+        raise AssertionError(f"accepted: {message}")
+"""
+
+CHILD = PRELUDE + r"""
+import random
+
+K = 10
 names = [f"b{i}" for i in range(K + 1)]
 sets = [[caijit.zeros(32) for _ in names] for _ in range(3)]
 first = stub.stub_nodes()
@@ -42,7 +60,6 @@ with caijit.graph() as g:
         step(bufs[i], bufs[i + 1], n)
 assert stub.stub_nodes() - first == K, stub.stub_nodes()
 
-ptr = lambda a: a.__cuda_array_interface__["data"][0]
 bound, scalar = list(sets[0]), 32
 def nodes():
     return [tuple(stub.stub_node_param(first + i, p) for p in range(3)) for i in range(K)]
@@ -90,42 +107,20 @@ for call, message in (
     (lambda: g(c=sets[1][0]), "the graph has no input `c`"),
 ):
     before = (nodes(), updates())
-    try:
-        call()
-    except caijit.ArgumentError as e:
-        assert message in str(e), str(e)
-    else:
-        raise AssertionError(f"accepted: {message}")
+    refused(call, message)
     assert (nodes(), updates()) == before
 print("OK")
 """
 
 
 #: What a graph keeps alive, and what it refuses, around other captures.
-CHILD_CAPTURES = r"""
-import ctypes, gc, sys, threading, weakref
-import caijit
-
-SRC = sys.argv[1]
-stub = ctypes.CDLL("libcuda.so.1")
-stub.stub_node_param.restype = stub.stub_template_param.restype = ctypes.c_ulonglong
-stub.stub_record(3)
-k = caijit.kernel(SRC)
-step = k[1, 32]
-ptr = lambda a: a.__cuda_array_interface__["data"][0]
+CHILD_CAPTURES = PRELUDE + r"""
+import gc, threading, weakref
 
 class Iface:
     # A foreign array (one a weak reference can watch) over a caijit array.
     def __init__(self, base):
         self.base, self.__cuda_array_interface__ = base, base.__cuda_array_interface__
-
-def refused(call, message):
-    try:
-        call()
-    except caijit.ArgumentError as e:
-        assert message in str(e), str(e)
-    else:
-        raise AssertionError(f"accepted: {message}")
 
 # A launch on the graph's stream from another thread is captured: its arguments live as
 # long as the graph.

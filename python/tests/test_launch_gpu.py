@@ -6,13 +6,13 @@ outputs are poisoned before each launch."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 import pytest
 
 import caijit
-from conftest import has
+from conftest import DLPackOnly, has
 
 pytestmark = pytest.mark.gpu
 
@@ -124,18 +124,8 @@ def test_a_view_of_a_caijit_array_keeps_the_array_alive() -> None:
 
 
 def test_a_view_of_a_dlpack_only_producer_holds_its_capsule() -> None:
-    class OnlyDlpack:
-        def __init__(self, a: Any) -> None:
-            self.a = a
-
-        def __dlpack__(self, **kw: Any) -> Any:
-            return self.a.__dlpack__(**kw)
-
-        def __dlpack_device__(self) -> Any:
-            return self.a.__dlpack_device__()
-
     a = caijit.to_device(np.arange(6, dtype=np.float32))
-    view = caijit.as_cuda_array(OnlyDlpack(a))
+    view = caijit.as_cuda_array(DLPackOnly(a))
     cai = view.__cuda_array_interface__
     assert (cai["shape"], cai["typestr"], cai["data"][0]) == ((6,), "<f4", a.__cuda_array_interface__["data"][0])
 

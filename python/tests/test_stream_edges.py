@@ -26,7 +26,7 @@ import pytest
 import caijit
 import caijit.ops as ops
 from caijit import _native
-from conftest import has
+from conftest import DLPackOnly, has
 
 pytestmark = pytest.mark.gpu
 
@@ -898,19 +898,6 @@ def test_cupy_temporary_on_side_stream_is_not_recycled(k: Any, cupy: Any) -> Non
     cupy.cuda.runtime.deviceSynchronize()
     assert bool((out == ref).all())
     del junk
-
-
-class DLPackOnly:
-    """An array that speaks only DLPack (forwarding to a tensor)."""
-
-    def __init__(self, t: Any) -> None:
-        self.t = t
-
-    def __dlpack__(self, **kwargs: Any) -> Any:
-        return self.t.__dlpack__(**kwargs)
-
-    def __dlpack_device__(self) -> Any:
-        return self.t.__dlpack_device__()
 
 
 @pytest.mark.parametrize("library", ["torch", "cupy"])
