@@ -139,9 +139,7 @@ impl<'py> OpCall<'py> {
         if self.args.is_empty() {
             self.framework = framework_of(obj);
         }
-        if cai_runtime::graph::capturing_anywhere() {
-            self.cx.keep(obj);
-        }
+        self.cx.keep(obj);
         let a = match args::arg_before_dlpack(index, obj, &mut self.cx).map_err(|e| e.at_argument(index, Some(name), None))? {
             Some(a) => a,
             None => {

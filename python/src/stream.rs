@@ -52,8 +52,11 @@ pub fn stream_from_py(obj: &Bound<'_, PyAny>) -> PyCaiResult<Option<Arc<RtStream
     if let Ok(s) = obj.cast::<Stream>() {
         return Ok(Some(s.get().inner.clone()));
     }
-    let handle = stream_handle(obj)?;
-    if bare_int(obj).is_some() || handle == 1 || handle == 2 {
+    let (handle, bare) = match bare_int(obj) {
+        Some(h) => (h, true),
+        None => (object_stream_handle(obj)?, false),
+    };
+    if bare || handle == 1 || handle == 2 {
         // A bare handle: the caller promises it outlives its arrays (the default streams
         // always do).
         return Ok(Some(Arc::new(RtStream::borrowed(handle)?)));
@@ -70,29 +73,29 @@ fn bare_int(v: &Bound<'_, PyAny>) -> Option<u64> {
     v.extract::<u64>().ok()
 }
 
-fn as_handle(v: &Bound<'_, PyAny>) -> Option<u64> {
-    if let Some(h) = bare_int(v) {
-        return Some(h);
-    }
-    // ctypes.c_void_p (Numba's `.handle`): `.value`, None meaning the legacy stream 0.
+/// A `ctypes.c_void_p` (Numba's `.handle`): its `.value`, None meaning 0.
+fn void_p(v: &Bound<'_, PyAny>) -> Option<u64> {
     v.getattr("value").ok().and_then(|x| if x.is_none() { Some(0) } else { x.extract::<u64>().ok() })
 }
 
-/// The handle of a stream argument. A bare integer is taken as given (0 is refused as
-/// ambiguous, as CAI refuses it); a stream *object* (a `ctypes.c_void_p` handle included)
-/// whose handle is 0 is its library's default stream (CuPy's `Stream.null`, PyTorch's
-/// default stream, Numba's default stream), the legacy default stream: `1`.
-fn stream_handle(obj: &Bound<'_, PyAny>) -> PyCaiResult<u64> {
-    if let Some(h) = bare_int(obj) {
-        return Ok(h);
-    }
-    if let Some(h) = as_handle(obj) {
-        return Ok(StreamRef::from_raw(h).to_cai());
-    }
-    object_stream_handle(obj).map(|h| StreamRef::from_raw(h).to_cai())
+fn as_handle(v: &Bound<'_, PyAny>) -> Option<u64> {
+    bare_int(v).or_else(|| void_p(v))
 }
 
+/// The handle of a stream argument that is not a bare integer (a bare one is taken as
+/// given, 0 refused as ambiguous, as CAI refuses it): a stream *object* (a
+/// `ctypes.c_void_p` handle included) whose handle is 0 is its library's default stream
+/// (CuPy's `Stream.null`, PyTorch's default stream, Numba's default stream), the legacy
+/// default stream: `1`.
 fn object_stream_handle(obj: &Bound<'_, PyAny>) -> PyCaiResult<u64> {
+    let raw = match void_p(obj) {
+        Some(h) => h,
+        None => object_handle(obj)?,
+    };
+    Ok(StreamRef::from_raw(raw).to_cai())
+}
+
+fn object_handle(obj: &Bound<'_, PyAny>) -> PyCaiResult<u64> {
     if let Ok(f) = obj.getattr("__cuda_stream__") {
         let t = f.call0()?;
         let t = t.cast::<PyTuple>().map_err(|_| PyCaiError::argument("__cuda_stream__() must return (version, handle)"))?;

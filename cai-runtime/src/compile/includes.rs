@@ -141,8 +141,8 @@ struct Resolver<'a> {
     dirs: Vec<PathBuf>,
     toolkit_dirs: &'a [PathBuf],
     found: Vec<Found>,
-    /// Each file found, by `(device, inode)` and the directory it was found in.
-    by_file: HashMap<(u64, u64, PathBuf), usize>,
+    /// Each file found, by `(device, inode)`: one `Found` per directory it was found in.
+    by_file: HashMap<(u64, u64), Vec<usize>>,
     /// How many names mean each file (`(device, inode)`).
     names_of_file: HashMap<(u64, u64), usize>,
     /// Every name met, with its meaning, in the order met, and its index in `order`.
@@ -402,18 +402,21 @@ impl Resolver<'_> {
             return Some(Target::Missing);
         }
         let file = (meta.dev(), meta.ino());
-        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        if let Some(&f) = self.by_file.get(&(file.0, file.1, dir.clone())) {
+        let seen = self.by_file.get(&file).map(Vec::as_slice).unwrap_or_default();
+        if let Some(&f) = seen.iter().find(|&&f| self.found[f].path.parent() == path.parent()) {
             return Some(Target::File(f));
         }
         let toolkit = self.toolkit_dirs.iter().any(|d| path.starts_with(d));
         // (A file already read through another directory is not read again.)
-        let read = self.found.iter().find(|f| f.file == file).map(|f| Ok(f.loaded.clone()));
-        let loaded = read.unwrap_or_else(|| if toolkit { load_toolkit(&path, &meta) } else { load(&path).map(|(_, l)| l) });
+        let loaded = match seen.first() {
+            Some(&f) => Ok(self.found[f].loaded.clone()),
+            None if toolkit => load_toolkit(&path, &meta),
+            None => load(&path).map(|(_, l)| l),
+        };
         match loaded {
             Ok(loaded) => {
                 self.found.push(Found { path, file, loaded, toolkit });
-                self.by_file.insert((file.0, file.1, dir), self.found.len() - 1);
+                self.by_file.entry(file).or_default().push(self.found.len() - 1);
                 Some(Target::File(self.found.len() - 1))
             }
             Err(e) => {

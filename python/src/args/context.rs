@@ -71,12 +71,15 @@ impl ArgContext {
         ArgContext { explicit_stream, ..Default::default() }
     }
 
-    /// Keep `obj`, an argument of a launch or op made while a caijit graph captures (on any
-    /// thread), until the launch's work is done: when the launch was captured, that is as
-    /// long as the graph ([`release_after`](super::release_after) keeps it with the graph).
+    /// While a caijit graph captures (on any thread), keep `obj`, an argument of a launch
+    /// or op, until the launch's work is done: when the launch was captured, that is as long
+    /// as the graph ([`release_after`](super::release_after) keeps it with the graph).
+    /// Otherwise nothing.
     #[inline]
     pub fn keep(&mut self, obj: &Bound<'_, PyAny>) {
-        self.kept.push(obj.clone().unbind());
+        if cai_runtime::graph::capturing_anywhere() {
+            self.kept.push(obj.clone().unbind());
+        }
     }
 
     /// The arguments [`ArgContext::keep`] kept.

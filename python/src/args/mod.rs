@@ -118,13 +118,9 @@ pub fn args_from_py<'py>(
     converted: &mut SmallVec<[PyArg; 8]>,
 ) -> PyCaiResult<()> {
     let mut later: SmallVec<[(usize, Bound<'py, PyAny>); 2]> = SmallVec::new();
-    // While a caijit graph captures, a launch (from any thread) may be captured into it:
-    // its arguments are kept, with the graph when it was.
-    let capturing = cai_runtime::graph::capturing_anywhere();
     for (i, obj) in objs {
-        if capturing {
-            ctx.keep(&obj);
-        }
+        // (While a caijit graph captures, a launch from any thread may be captured into it.)
+        ctx.keep(&obj);
         match arg_before_dlpack(i, &obj, ctx).map_err(|e| named(i, e))? {
             Some(a) => converted.push(a),
             None => {
