@@ -10,7 +10,8 @@ PyTorch tensors and with caijit arrays:
   for a caijit array), per input;
 - what PyTorch's own reads cost over the same inputs in the same order (cold, as a replay
   meets them): ``t.requires_grad`` and ``t.is_neg()``, the two checks caijit makes beyond
-  PyTorch's DLPack exchange API (which checks neither).
+  PyTorch's DLPack exchange API (which checks neither); and a whole conversion, as a launch
+  makes it (``_native.launch_view``), over the tensors and over as many caijit arrays.
 
 Run on a GPU machine with PyTorch: python python/benchmarks/probe_replay.py [--k 1000]
 """
@@ -95,23 +96,29 @@ def main() -> None:
     args = ap.parse_args()
     print(f"{torch.cuda.get_device_name()}, PyTorch {torch.__version__}")
     tensors = probe(args.k, lambda: torch.zeros(N, device="cuda"), "PyTorch tensors")
-    probe(args.k, lambda: caijit.zeros(N), "caijit arrays")
+    arrays = probe(args.k, lambda: caijit.zeros(N), "caijit arrays")
 
-    def each(read: Callable[[Any], Any]) -> float:
-        """µs per tensor of `read` over all the tensors in turn, less the bare loop."""
+    def each(read: Callable[[Any], Any], objs: list[Any]) -> float:
+        """µs per object of `read` over all of `objs` in turn, less the bare loop."""
+
         def loop(f: Callable[[Any], Any]) -> float:
             t0 = time.perf_counter()
-            for t in tensors:
-                f(t)
-            return (time.perf_counter() - t0) / len(tensors) * 1e6
+            for o in objs:
+                f(o)
+            return (time.perf_counter() - t0) / len(objs) * 1e6
 
-        return statistics.median(loop(read) - loop(lambda t: None) for _ in range(21))
+        return statistics.median(loop(read) - loop(lambda o: None) for _ in range(21))
 
     print(
-        f"PyTorch's own reads over the {len(tensors)} tensors in turn: t.requires_grad "
-        f"{each(lambda t: t.requires_grad):.3f} µs, t.is_neg() {each(lambda t: t.is_neg()):.3f} µs"
+        f"PyTorch's own reads over the {len(tensors)} tensors in turn: "
+        f"t.requires_grad {each(lambda t: t.requires_grad, tensors):.3f} µs, t.is_neg() {each(lambda t: t.is_neg(), tensors):.3f} µs"
     )
-
+    # A conversion alone, as a launch makes it (`launch_view` also builds the view object it
+    # returns: the caijit arrays' row is that baseline).
+    print(
+        f"launch_view over the same tensors in turn: {each(_native.launch_view, tensors):.3f} µs; "
+        f"over as many caijit arrays: {each(_native.launch_view, arrays):.3f} µs"
+    )
 
 if __name__ == "__main__":
     main()
