@@ -1007,6 +1007,47 @@ def test_ops_hold_dlpack_capsules_until_the_kernel_is_done(k: Any, torch: Any, r
         del junk
 
 
+def test_capsules_are_released_by_stream_a_running_one_holding_only_its_own(k: Any, torch: Any) -> None:
+    """Capsules wait for the stream their launch ran on: those behind a stream still running
+    stay, those of a stream that finished after them go at the next launch."""
+    slow, fast = caijit.Stream(), caijit.Stream()
+    src = torch.arange(N, dtype=torch.float32, device="cuda")
+    outs = [caijit.zeros(N, stream=slow) for _ in range(3)]
+    fast_out = caijit.zeros(N, stream=fast)
+    spin_on(k, slow)  # warm-ups: both kernels loaded, nothing pending
+    k["copy"][GRID, BLOCK, fast](CopyingDLPack(src), fast_out, N)
+    slow.synchronize()
+    fast.synchronize()
+    torch.cuda.synchronize()
+    k["copy"][1, 32, fast](fast_out, fast_out, 16)
+    fast.synchronize()
+    base = torch.cuda.memory_allocated()
+    one = src.clone()
+    per = torch.cuda.memory_allocated() - base
+    del one
+    assert per >= N * 4
+
+    # ~200 ms: the slow stream still runs through every check below (no collection here,
+    # which in a loaded process can take longer than a short spin).
+    k["spin"][1, 1, slow](4 * CYCLES)
+    for o in outs:  # each export a fresh buffer that only its capsule owns
+        k["copy"][GRID, BLOCK, slow](CopyingDLPack(src), o, N)
+    for _ in range(3):
+        k["copy"][GRID, BLOCK, fast](CopyingDLPack(src), fast_out, N)
+    # (the fast stream's may already be going: each launch releases what has finished)
+    assert torch.cuda.memory_allocated() >= base + 3 * per, "capsules of a running stream were released"
+    fast.synchronize()
+    k["copy"][1, 32, fast](fast_out, fast_out, 16)  # a launch releases what has finished
+    assert not torch.cuda.ExternalStream(slow.handle).query(), "the slow stream finished before the check: the test proves nothing"
+    assert torch.cuda.memory_allocated() == base + 3 * per, "the finished stream's capsules were not released, or the running one's were"
+    slow.synchronize()
+    k["copy"][1, 32, fast](fast_out, fast_out, 16)
+    assert torch.cuda.memory_allocated() == base
+    want = torch.arange(N, dtype=torch.float32).numpy()
+    for o in (*outs, fast_out):
+        assert (o.copy_to_host() == want).all()
+
+
 def test_per_thread_array_is_refused_on_another_thread() -> None:
     a = caijit.to_device(np.arange(16, dtype=np.float32), stream=2)
     errors: list[BaseException] = []
