@@ -40,7 +40,7 @@ pub struct Graph {
     known: OnceLock<Known>,
 }
 
-/// Objects a replay no longer binds, dropped once the GIL is back.
+/// Objects a replay no longer binds (released once its work is done, with the GIL).
 type Objects = SmallVec<[Py<PyAny>; 8]>;
 
 /// A captured graph's inputs as a replay finds them: by position, their names in the order
@@ -245,37 +245,47 @@ impl Graph {
         args_from_py(objs.iter().cloned().enumerate(), &mut cx, |i, e| at_input(e, i, names[i]), &mut converted)?;
         let args: SmallVec<[(usize, Arg<'_>); 8]> = indices.iter().copied().zip(converted.iter().map(PyArg::as_arg)).collect();
         // The objects the graph reads from now on, bound under the graph's lock with the
-        // replay that binds them (two threads replaying cannot leave them crossed); the
-        // objects they replace are dropped after, with the GIL.
+        // replay that binds them (two threads replaying cannot leave them crossed): an
+        // array's object, or for an array imported by DLPack the capsule, which owns its
+        // memory while the graph may read it (not only until this replay is done).
         let bound: SmallVec<[(usize, Py<PyAny>); 8]> = indices
             .iter()
             .zip(&objs)
             .zip(&converted)
-            .filter(|(_, a)| a.view().is_some())
-            .map(|((&i, o), _)| (i, o.clone().unbind()))
+            .filter_map(|((&i, o), a)| match a {
+                PyArg::Dlpack { holder, .. } => Some((i, holder.clone_ref(py))),
+                a => a.view().map(|_| (i, o.clone().unbind())),
+            })
             .collect();
-        let (replayed, ctx, replaced) = py.detach(|| {
+        let (replayed, ctx, replaced, same) = py.detach(|| {
             self.ready(|g| {
                 let before = g.bindings();
                 let replayed = g.replay_inputs(&args, stream.as_deref(), true);
                 // A replay that raised after binding its arguments leaves the graph reading
-                // them: they are held as after one that succeeded.
-                let mut replaced = Objects::new();
+                // them: they are held as after one that succeeded. (An object bound again
+                // is still held: its extra reference goes now.)
+                let (mut replaced, mut same) = (Objects::new(), Objects::new());
                 if g.bindings() != before {
                     let mut held = lock(&self.held);
                     for (i, obj) in bound {
                         if held.len() <= i {
                             held.resize_with(i + 1, || None);
                         }
-                        replaced.extend(held[i].replace(obj));
+                        match &held[i] {
+                            Some(old) if old.is(&obj) => same.push(obj),
+                            _ => replaced.extend(held[i].replace(obj)),
+                        }
                     }
                 }
-                Ok((replayed?, g.context().clone(), replaced))
+                Ok((replayed?, g.context().clone(), replaced, same))
             })
         })?;
-        drop(replaced);
-        drop(args);
+        drop((args, same));
+        // The objects a rebinding replaced may still be read by an earlier replay, on any
+        // stream: they go once this replay's work is done, which CUDA orders after every
+        // earlier launch of the graph (inside another capture: with that capture's graph).
         let mut kept = cx.take_kept();
+        kept.extend(replaced);
         if replayed.child {
             // The child-graph node added to that capture reads what is bound now, whatever
             // later replays bind: it keeps those objects for its graph's life (the captured

@@ -191,6 +191,76 @@ print("OK")
 """
 
 
+CHILD_TRACE_AND_CAPSULES = PRELUDE + r"""
+import gc
+
+# A replay is one entry of the launch ring, named by the graph's kernels, with the inputs
+# it was given.
+x, y = caijit.zeros(32), caijit.zeros(32)
+with caijit.graph() as g:
+    step(g.input("x", x), y, 1)
+    step(x, y, 2)
+g()
+assert caijit.recent_launches()[0]["kernel"] == "graph[step x2]", caijit.recent_launches()[0]
+assert caijit.recent_launches()[0]["arguments"] == []
+g(x=caijit.zeros(32))
+assert caijit.recent_launches()[0]["kernel"] == "graph[step x2]"
+assert len(caijit.recent_launches()[0]["arguments"]) == 1
+
+# An input rebound to a DLPack-only array holds its capsule (which owns the memory) while
+# the graph is bound to it, not only until that replay is done.
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int), ("device_id", ctypes.c_int)]
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", DLDevice), ("ndim", ctypes.c_int), ("dtype", DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+class DLManagedTensor(ctypes.Structure):
+    pass
+DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))
+DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", DELETER)]
+api = ctypes.pythonapi
+api.PyCapsule_New.restype, api.PyCapsule_New.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+api.PyCapsule_IsValid.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+api.PyCapsule_GetPointer.restype, api.PyCapsule_GetPointer.argtypes = ctypes.c_void_p, [ctypes.c_void_p, ctypes.c_char_p]
+
+@ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+def capsule_destructor(capsule):
+    if api.PyCapsule_IsValid(capsule, b"dltensor"):  # unconsumed: its deleter runs
+        m = ctypes.cast(api.PyCapsule_GetPointer(capsule, b"dltensor"), ctypes.POINTER(DLManagedTensor))
+        m.contents.deleter(m)
+
+released, owned = [], {}
+class Fresh:
+    # Each export is a capsule owning a fresh buffer, which its deleter frees.
+    def __dlpack_device__(self):
+        return (2, 0)
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        buf, shape, m = caijit.zeros(32), (ctypes.c_int64 * 1)(32), DLManagedTensor()
+        m.dl_tensor = DLTensor(ptr(buf), DLDevice(2, 0), 1, DLDataType(2, 32, 1), shape, None, 0)
+        def deleter(_, key=id(m), at=ptr(buf)):
+            released.append(at)
+            owned.pop(key)
+        m.deleter = DELETER(deleter)
+        owned[id(m)] = (m, shape, buf, m.deleter)
+        return api.PyCapsule_New(ctypes.addressof(m), b"dltensor", ctypes.cast(capsule_destructor, ctypes.c_void_p))
+
+node = stub.stub_nodes() - 2
+g(x=Fresh())
+bound_to = stub.stub_node_param(node, 0)
+for _ in range(3):
+    step(x, y, 1)  # launches collect what has finished
+gc.collect()
+assert bound_to not in released, "the capsule the graph is bound to was released"
+g(x=caijit.zeros(32))  # rebound: the capsule goes once this replay is done
+step(x, y, 1)
+gc.collect()
+assert bound_to in released, "the replaced capsule was never released"
+print("OK")
+"""
+
 def run_child(tmp_path: Path, script: str, *args: str) -> None:
     """Run `script` against the stand-in driver (built into `tmp_path`); it prints OK."""
     import caijit
@@ -223,3 +293,9 @@ def test_replays_give_each_node_exactly_its_new_arguments(tmp_path: Path, seed: 
 @needs_tools[1]
 def test_what_graphs_keep_and_refuse_around_other_captures(tmp_path: Path) -> None:
     run_child(tmp_path, CHILD_CAPTURES)
+
+
+@needs_tools[0]
+@needs_tools[1]
+def test_replays_are_traced_and_hold_their_dlpack_capsules(tmp_path: Path) -> None:
+    run_child(tmp_path, CHILD_TRACE_AND_CAPSULES)

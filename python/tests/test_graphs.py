@@ -368,3 +368,24 @@ def test_a_replay_that_fails_after_binding_holds_what_it_bound(k: caijit.Module)
     ref = caijit.zeros(N)
     k["axpy"][1, N](2.0, caijit.to_device(rand(5)), y, ref, N)
     np.testing.assert_array_equal(host(out), host(ref))
+
+
+def test_a_replay_is_one_traced_launch_named_by_its_kernels(k: caijit.Module) -> None:
+    """The launch ring and a profile see a replay as one launch, named by the graph's
+    kernels (runs of one kernel counted), with the inputs it was given."""
+    x, out = caijit.to_device(rand(11)), caijit.zeros(N)
+    with caijit.graph() as g:
+        gx = g.input("x", x)
+        k["axpy"][1, N](2.0, gx, gx, out, N)
+        k["scale"][1, N](out, 0.5, N)
+        k["scale"][1, N](out, 0.5, N)
+    g()
+    with caijit.profile() as p:
+        g()
+        g(x=caijit.to_device(rand(12)))
+    name = "graph[axpy, scale x2]"
+    (row,) = [r for r in p.rows if r["kernel"] == name]
+    assert row["launches"] == 2 and row["gpu_ms"] > 0, p.rows
+    newest = caijit.recent_launches()[0]
+    assert newest["kernel"] == name and len(newest["arguments"]) == 1, newest
+    np.testing.assert_array_equal(host(out), (2.0 * rand(12) + rand(12)) * 0.25)

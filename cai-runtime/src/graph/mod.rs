@@ -32,7 +32,8 @@ use std::sync::{Arc, Mutex};
 use crate::cai::ArrayView;
 use crate::error::{Error, Result};
 use crate::launch::record::{self, InputKind, Launch, Recording, SlotView};
-use crate::launch::{enqueue_ordered, Arg, NamedScalar};
+use crate::launch::trace::{self, Traced};
+use crate::launch::{enqueue_ordered, Arg, LaunchConfig, NamedScalar};
 use crate::params::{marshal_one, ParamBuffer};
 use crate::runtime::{Context, Events, Stream};
 use crate::stats::{bump, COUNTERS};
@@ -185,6 +186,7 @@ impl Capture {
             .collect();
         let constants = r.seen.iter().filter(|s| !bound.iter().flatten().any(|b| record::overlap(s, b))).cloned().collect();
         let launches = std::mem::take(&mut r.launches);
+        let traced = trace::graph_traced(launches.iter().map(|l| l.name), self.ctx.ordinal());
         Ok(Graph {
             ctx: self.ctx.clone(),
             graph,
@@ -201,6 +203,7 @@ impl Capture {
             scratch: Scratch::default(),
             constants,
             bound,
+            traced,
             _stream: Some(self.stream.clone()),
         })
     }
@@ -245,6 +248,8 @@ pub struct Graph {
     /// and of the array each input is bound to now: what a copy of the graph reads.
     constants: Vec<Range<u128>>,
     bound: Vec<Option<Range<u128>>>,
+    /// What the launch ring, profiles and NVTX name a replay: the graph's kernels.
+    traced: Traced,
 }
 
 /// What a replay did.
@@ -358,6 +363,7 @@ impl Graph {
         let named = |i: usize, what: String| Error::argument(format!("graph input `{}`: {what}", inputs[args[i].0].name));
         let ctx = self.ctx.clone();
         let mut child = false;
+        let mut recorded = None;
         let stream = enqueue_ordered(&ctx, arrays, stream, sync, named, |d, s| {
             let capturing = s != RawStream::from_cai(1) && d.capture_id(s)? != 0;
             child = capturing;
@@ -385,23 +391,26 @@ impl Graph {
                 }
                 let reads: Vec<Range<u128>> = self.constants.iter().cloned().chain(now.into_iter().flatten()).collect();
                 record::note_child(d, s, &reads, &scalars)?;
-                self.bring_up(d, target, scratch)?;
-                if let Err(e) = d.capture_child_graph(s, self.graph) {
-                    self.roll_back(d, target, scratch);
-                    return Err(e.into());
-                }
+            }
+            // The replay is traced as one launch named by the graph's kernels (NVTX range,
+            // profile timing; inside another capture, counted as untimed).
+            let span = trace::begin_as(self.traced, d, s)?;
+            self.bring_up(d, target, scratch)?;
+            let launched = if capturing {
+                d.capture_child_graph(s, self.graph).map_err(Error::from)
             } else {
-                self.bring_up(d, target, scratch)?;
-                let launched = (|| -> Result<()> {
+                (|| -> Result<()> {
                     for &e in &self.before_first {
                         d.stream_wait_event(s, e)?;
                     }
                     Ok(d.graph_launch(self.exec, s)?)
-                })();
-                if let Err(e) = launched {
-                    self.roll_back(d, target, scratch);
-                    return Err(e);
-                }
+                })()
+            };
+            if let Err(e) = launched {
+                self.roll_back(d, target, scratch);
+                return Err(e);
+            }
+            if !capturing {
                 self.ctx.return_events(&mut self.before_first);
             }
             self.bindings += 1;
@@ -418,8 +427,15 @@ impl Graph {
                 }
             }
             bump(&COUNTERS.graph_replays);
-            Ok(())
+            let no_grid = LaunchConfig { grid: [0; 3], block: [0; 3], shared_mem: 0, cluster: None, cooperative: false };
+            recorded = trace::record_as(self.traced.name, self.traced.device, &no_grid, s, args.len(), |slots| {
+                trace::write_args(args.iter().map(|(_, a)| a), slots)
+            });
+            trace::end_as(span, self.traced, d, s)
         })?;
+        if let Some(r) = &recorded {
+            trace::block(&self.ctx, r)?;
+        }
         Ok(Replayed { stream, child })
     }
 

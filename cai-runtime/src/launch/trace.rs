@@ -1,9 +1,11 @@
 //! What a launch does for diagnostics ([`crate::diag`]): write its record into the ring
 //! (always), time it with events (while a [`Profiler`] is active), and wait for it and
 //! report its fault at it (launch-blocking mode). With every switch off, a launch pays
-//! the record (a few dozen plain stores) and a relaxed load of the switches.
+//! the record (a few dozen plain stores) and a relaxed load of the switches. A graph's
+//! replay is traced the same way, as one entry named by the graph's kernels ([`Traced`]).
 
 use std::collections::BTreeMap;
+use std::ffi::CStr;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -14,22 +16,83 @@ use crate::kernel::Kernel;
 use crate::runtime::Context;
 use crate::sys::{nvtx, Driver, DriverError, RawEvent, RawStream};
 
+/// What a trace names: a kernel instance, or a graph replay (named by its kernels). The
+/// name is kept for the process and nameable by launch records ([`diag::name_kernel`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Traced {
+    pub name: &'static str,
+    /// The name for NVTX ranges (`None` where it holds a NUL).
+    pub name_c: Option<&'static CStr>,
+    pub device: usize,
+}
+
+impl Traced {
+    #[inline]
+    fn of(k: &Kernel) -> Traced {
+        Traced { name: k.instance(), name_c: k.instance_c, device: k.context().ordinal() }
+    }
+}
+
+/// The [`Traced`] of a graph's replay on `device` whose captured kernels are `kernels`, in
+/// launch order: named `graph[k1, k2 x3, ...]` (runs of one kernel counted, cut after
+/// about 160 characters), each name made once per process however many graphs share it.
+pub(crate) fn graph_traced<'a>(kernels: impl IntoIterator<Item = &'a str>, device: usize) -> Traced {
+    static NAMES: Mutex<BTreeMap<String, (&'static str, Option<&'static CStr>)>> = Mutex::new(BTreeMap::new());
+    let mut runs: Vec<(&str, usize)> = Vec::new();
+    for k in kernels {
+        match runs.last_mut() {
+            Some((last, n)) if *last == k => *n += 1,
+            _ => runs.push((k, 1)),
+        }
+    }
+    let total: usize = runs.iter().map(|r| r.1).sum();
+    let mut text = String::from("graph[");
+    for (i, (k, n)) in runs.iter().enumerate() {
+        if text.len() > 160 {
+            let rest: usize = runs[i..].iter().map(|r| r.1).sum();
+            text += &format!("... {rest} more of {total}");
+            break;
+        }
+        if i > 0 {
+            text += ", ";
+        }
+        text += k;
+        if *n > 1 {
+            text += &format!(" x{n}");
+        }
+    }
+    text.push(']');
+    let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
+    let &mut (name, name_c) = names.entry(text).or_insert_with_key(|text| {
+        // Kept for the process, as kernel names are: launch records name them by address.
+        let named: &'static str = Box::leak(format!("{text}\0").into_boxed_str());
+        let name = &named[..named.len() - 1];
+        diag::name_kernel(name);
+        (name, CStr::from_bytes_with_nul(named.as_bytes()).ok())
+    });
+    Traced { name, name_c, device }
+}
+
 /// Write a launch of `k` enqueued on `stream` into its device's ring. With launch-blocking
 /// mode or bounds checks on (which need it after the launch), also returns its record
 /// (boxed: the launch path moves only a pointer-sized `None` when both are off).
 #[inline]
 pub(super) fn record(k: &Kernel, cfg: &LaunchConfig, args: &[Arg<'_>], stream: RawStream) -> Option<Box<LaunchRecord>> {
-    record_with(k, cfg, stream, args.len(), |slots| {
-        for (a, w) in args.iter().zip(slots) {
-            match *a {
-                Arg::Array(v) | Arg::ArrayOn(v, _) => w.array(v.dtype(), v.shape(), v.ptr()),
-                Arg::Scalar { value, .. } => scalar(w, value),
-                Arg::ScalarInput(s) => scalar(w, s.value),
-                Arg::Bytes(b) => w.bytes(b.len()),
-                Arg::Pointer(p) => w.pointer(p),
-            }
+    record_with(k, cfg, stream, args.len(), |slots| write_args(args, slots))
+}
+
+/// Write `args` into the first slots of a record.
+#[inline]
+pub(crate) fn write_args<'a, 'b: 'a>(args: impl IntoIterator<Item = &'a Arg<'b>>, slots: &[ArgSlot; ARGS_KEPT]) {
+    for (a, w) in args.into_iter().zip(slots) {
+        match *a {
+            Arg::Array(v) | Arg::ArrayOn(v, _) => w.array(v.dtype(), v.shape(), v.ptr()),
+            Arg::Scalar { value, .. } => scalar(w, value),
+            Arg::ScalarInput(s) => scalar(w, s.value),
+            Arg::Bytes(b) => w.bytes(b.len()),
+            Arg::Pointer(p) => w.pointer(p),
         }
-    })
+    }
 }
 
 /// [`record`] of a launch made elsewhere than [`Kernel::launch`] (an XLA custom call):
@@ -43,10 +106,23 @@ pub(crate) fn record_with(
     nargs: usize,
     args: impl Fn(&[ArgSlot; ARGS_KEPT]),
 ) -> Option<Box<LaunchRecord>> {
+    record_as(k.instance(), k.context().ordinal(), cfg, stream, nargs, args)
+}
+
+/// [`record_with`] of a launch named `name` on `device`: a graph's replay writes the
+/// graph's name, the grid and block of no one kernel (zeros), and the inputs it was given.
+#[inline]
+pub(crate) fn record_as(
+    name: &'static str,
+    device: usize,
+    cfg: &LaunchConfig,
+    stream: RawStream,
+    nargs: usize,
+    args: impl Fn(&[ArgSlot; ARGS_KEPT]),
+) -> Option<Box<LaunchRecord>> {
     let flags = diag::flags();
     let site = if flags & diag::SITES != 0 { diag::take_site() } else { 0 };
-    let launch = LaunchFacts { k, cfg, stream, nargs, site };
-    let device = k.context().ordinal();
+    let launch = LaunchFacts { name, cfg, stream, nargs, site };
     let seq = diag::write(device, |s| launch.fill(s, &args));
     if flags & (diag::BLOCKING | diag::BOUNDS) == 0 {
         return None;
@@ -56,7 +132,7 @@ pub(crate) fn record_with(
 
 /// What a record says of a launch besides its arguments.
 struct LaunchFacts<'a> {
-    k: &'a Kernel,
+    name: &'static str,
     cfg: &'a LaunchConfig,
     stream: RawStream,
     nargs: usize,
@@ -68,8 +144,8 @@ impl LaunchFacts<'_> {
     /// stores, not a call.
     #[inline(always)]
     fn fill(&self, s: &diag::Slot, args: &(impl Fn(&[ArgSlot; ARGS_KEPT]) + ?Sized)) {
-        let LaunchFacts { k, cfg, stream, nargs, site } = *self;
-        s.launch(k.instance(), cfg.grid, cfg.block, cfg.shared_mem, stream.as_u64(), nargs, site);
+        let LaunchFacts { name, cfg, stream, nargs, site } = *self;
+        s.launch(name, cfg.grid, cfg.block, cfg.shared_mem, stream.as_u64(), nargs, site);
         args(s.args());
     }
 }
@@ -169,20 +245,30 @@ pub(crate) fn begin(k: &Kernel, d: &Driver, stream: RawStream) -> Result<Span> {
     if flags & (diag::PROFILE | diag::NVTX) == 0 {
         return Ok(Span { start: None, _range: None });
     }
-    begin_traced(flags, k, d, stream)
+    begin_traced(flags, Traced::of(k), d, stream)
+}
+
+/// [`begin`] of a launch named by `t` (a graph's replay).
+#[inline]
+pub(crate) fn begin_as(t: Traced, d: &Driver, stream: RawStream) -> Result<Span> {
+    let flags = diag::flags();
+    if flags & (diag::PROFILE | diag::NVTX) == 0 {
+        return Ok(Span { start: None, _range: None });
+    }
+    begin_traced(flags, t, d, stream)
 }
 
 #[cold]
-fn begin_traced(flags: u32, k: &Kernel, d: &Driver, stream: RawStream) -> Result<Span> {
-    let range = if flags & diag::NVTX != 0 { k.instance_c.map(nvtx::Range::push) } else { None };
+fn begin_traced(flags: u32, t: Traced, d: &Driver, stream: RawStream) -> Result<Span> {
+    let range = if flags & diag::NVTX != 0 { t.name_c.map(nvtx::Range::push) } else { None };
     if flags & diag::PROFILE == 0 {
         return Ok(Span { start: None, _range: range });
     }
     if stream != RawStream::from_cai(1) && d.capture_id(stream)? != 0 {
-        *collector().untimed.entry(k.instance()).or_default() += 1;
+        *collector().untimed.entry(t.name).or_default() += 1;
         return Ok(Span { start: None, _range: range });
     }
-    let e = take_event(d, k.context().ordinal())?;
+    let e = take_event(d, t.device)?;
     d.event_record(e, stream)?;
     Ok(Span { start: Some((e, Instant::now())), _range: range })
 }
@@ -191,14 +277,22 @@ fn begin_traced(flags: u32, k: &Kernel, d: &Driver, stream: RawStream) -> Result
 /// NVTX range ends with the span.
 #[inline]
 pub(crate) fn end(span: Span, k: &Kernel, d: &Driver, stream: RawStream) -> Result<()> {
+    if span.start.is_none() {
+        return Ok(());
+    }
+    end_as(span, Traced::of(k), d, stream)
+}
+
+/// [`end`] of a launch named by `t` (a graph's replay).
+pub(crate) fn end_as(span: Span, t: Traced, d: &Driver, stream: RawStream) -> Result<()> {
     let Some((start, t0)) = span.start else { return Ok(()) };
     let host_ns = t0.elapsed().as_nanos() as u64;
-    let device = k.context().ordinal();
+    let device = t.device;
     let end = take_event(d, device)?;
     d.event_record(end, stream)?;
     let mut c = collector();
     if c.active {
-        c.timed.push(Timed { device, kernel: k.instance(), start, end, host_ns });
+        c.timed.push(Timed { device, kernel: t.name, start, end, host_ns });
     } else {
         let pool = c.pool.entry(device).or_default();
         pool.extend([start, end]);

@@ -61,14 +61,15 @@ impl PyArg {
 }
 
 /// Hand the DLPack capsules among `args`, and the objects `kept` (the arguments a launch
-/// keeps while a caijit graph captures: [`ArgContext::keep`](super::ArgContext::keep)), to
+/// keeps while a caijit graph captures: [`ArgContext::keep`](super::ArgContext::keep); the
+/// objects a graph's replay stopped binding), to
 /// `ctx`, to be released once the work enqueued so far on `stream` (a CAI value) has
 /// finished: a capsule's deleter gives the memory back to its producer (PyTorch's caching
 /// allocator, say), which must not reuse it while the kernel still reads it. On a stream
 /// being captured that is when the captured graph is destroyed. Other arguments are dropped
 /// now. They go together, behind one event, however many there are.
 pub fn release_after(ctx: &Context, stream: u64, args: impl IntoIterator<Item = PyArg>, kept: Vec<Py<PyAny>>) -> PyCaiResult<()> {
-    let mut holders = kept; // (allocated only while a graph captures, or for a capsule)
+    let mut holders = kept; // (empty unless a graph captures or rebinds, or for a capsule)
     for a in args {
         if let PyArg::Dlpack { holder, .. } = a {
             holders.push(holder);
