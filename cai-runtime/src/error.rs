@@ -85,7 +85,7 @@ pub struct ArgumentError {
 /// message names the argument (by `label` when given, else by its position, name and
 /// type), then what is wrong with the array.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
-#[error("{}: {error}", label.clone().unwrap_or_else(|| format!("argument {index}{}{}", name.as_ref().map(|n| format!(" `{n}`")).unwrap_or_default(), ctype.as_ref().map(|c| format!(" (`{c}`)")).unwrap_or_default())))]
+#[error("{}: {error}", label.clone().unwrap_or_else(|| Self::label_of(*index, name.as_deref(), ctype.as_deref())))]
 pub struct ArgumentInterfaceError {
     pub error: InterfaceError,
     /// The argument's position in the call.
@@ -97,6 +97,16 @@ pub struct ArgumentInterfaceError {
     /// What the message calls the argument instead ("graph input `x`", for a replay's
     /// argument, whose position in the call means nothing).
     pub label: Option<String>,
+}
+
+impl ArgumentInterfaceError {
+    /// How a message names argument `index` (parameter `name`, of C++ type `ctype`):
+    /// ``argument 2 `x` (`const float*`)``.
+    pub fn label_of(index: usize, name: Option<&str>, ctype: Option<&str>) -> String {
+        let name = name.map(|n| format!(" `{n}`")).unwrap_or_default();
+        let ctype = ctype.map(|c| format!(" (`{c}`)")).unwrap_or_default();
+        format!("argument {index}{name}{ctype}")
+    }
 }
 
 /// A sticky CUDA error and the launches that may have caused it.
@@ -150,9 +160,8 @@ impl Error {
     /// An error about argument `index` of a call, for parameter `name` of C++ type `ctype`;
     /// the message names all three.
     pub fn argument_at(index: usize, name: Option<&str>, ctype: &str, what: impl std::fmt::Display) -> Self {
-        let shown = name.map(|n| format!(" `{n}`")).unwrap_or_default();
         Error::Argument(ArgumentError {
-            message: format!("argument {index}{shown} (`{ctype}`): {what}"),
+            message: format!("{}: {what}", ArgumentInterfaceError::label_of(index, name, Some(ctype))),
             index: Some(index),
             name: name.map(str::to_string),
             ctype: Some(ctype.to_string()),

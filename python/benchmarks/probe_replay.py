@@ -24,27 +24,13 @@ import time
 from typing import Any, Callable
 
 import torch
+from bench_graph import timed  # the graph benchmark's timing
 
 import caijit
 from caijit import _native
 
 SRC = r'extern "C" __global__ void empty(const float* x, float* y, int n) {}'
 N = 1024
-
-
-def host_us(f: Callable[[], Any], rounds: int = 7, calls: int = 10) -> float:
-    """Median host µs per call over `rounds` batches of `calls`, the GPU drained between."""
-    for _ in range(3):
-        f()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            f()
-        times.append((time.perf_counter() - t0) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(times)
 
 
 def probe(k: int, make: Callable[[], Any], label: str) -> list[Any]:
@@ -65,12 +51,14 @@ def probe(k: int, make: Callable[[], Any], label: str) -> list[Any]:
         turn[0] ^= 1
         g(*sets[turn[0]])
 
-    rows = {
-        "no arguments": host_us(g),
-        "same arguments": host_us(lambda: g(**by_name[0])),
-        "all rebound": host_us(rebound),
-        "all rebound by position": host_us(rebound_by_position),
-    }
+    # (host µs per call, medians of 7 rounds of 10 calls, the GPU drained between rounds)
+    calls: list[tuple[str, Callable[[], Any]]] = [
+        ("no arguments", g),
+        ("same arguments", lambda: g(**by_name[0])),
+        ("all rebound", rebound),
+        ("all rebound by position", rebound_by_position),
+    ]
+    rows = {name: timed(f, 10, 7)[0] for name, f in calls}
     replays = 20
     _native.phase_times(reset=True, enable=True)
     for _ in range(replays):

@@ -48,9 +48,8 @@ impl PyCaiError {
                     if value.getattr("index").is_ok_and(|a| a.is_none()) {
                         let said = value.getattr("args").ok().and_then(|a| a.extract::<(String,)>().ok());
                         if let Some((message,)) = said {
-                            let named = name.map(|n| format!(" `{n}`")).unwrap_or_default();
-                            let typed = ctype.map(|c| format!(" (`{c}`)")).unwrap_or_default();
-                            let _ = value.setattr("args", (format!("argument {index}{named}{typed}: {message}"),));
+                            let label = cai_runtime::ArgumentInterfaceError::label_of(index, name, ctype);
+                            let _ = value.setattr("args", (format!("{label}: {message}"),));
                         }
                     }
                     let attributes =
